@@ -1,0 +1,331 @@
+//! Records and map keys shared by the kernel programs and userspace.
+//!
+//! Every type is `#[repr(C)]` with explicit padding so that its layout is the same on both sides
+//! and no uninitialised byte ever reaches userspace.
+
+/// Which way a packet crossed the interface it was seen on.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Ingress = 0,
+    Egress = 1,
+}
+
+impl Direction {
+    pub fn from_u8(raw: u8) -> Option<Self> {
+        match raw {
+            0 => Some(Self::Ingress),
+            1 => Some(Self::Egress),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ingress => "ingress",
+            Self::Egress => "egress",
+        }
+    }
+}
+
+/// Key of the per-interface packet counters: one observation point.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ObservationPoint {
+    /// For loopback (ifindex 1 in every namespace): the cookie of the namespace whose `lo` it
+    /// is, as `SO_NETNS_COOKIE` reports it. Zero for every other interface, which userspace only
+    /// watches in its own namespace.
+    pub netns_cookie: u64,
+    pub ifindex: u32,
+    pub direction: u8,
+    pub _pad: [u8; 3],
+}
+
+/// Per observation point counts, kept per CPU and summed by userspace.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PointCounters {
+    /// Every packet the program ran on.
+    pub packets: u64,
+    /// Packets that carried at least one parsed DNS message on a DNS port.
+    pub dns_packets: u64,
+}
+
+
+/// Most bytes of one packet a [`PacketRecord`] carries (from the start of the frame): a 1232-byte
+/// EDNS answer with its headers fits.
+pub const PACKET_SNAP_MAX: usize = 2048;
+
+/// Why the kernel streamed a packet to userspace. Everything else is only counted.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StreamReason {
+    /// Every DNS packet was asked for (`trace --packets`, `capture`).
+    EveryPacket = 0,
+    /// A query for a question that was asked with another ID within the window: the question is
+    /// being forwarded (or re-asked), which is what a loop is made of.
+    HotQuestion = 1,
+    /// A CoreDNS or dnsmasq loop probe.
+    Probe = 2,
+    /// A TCP segment whose last DNS message continues in the next segment.
+    TcpSplit = 3,
+}
+
+impl StreamReason {
+    pub fn from_u8(raw: u8) -> Option<Self> {
+        match raw {
+            0 => Some(Self::EveryPacket),
+            1 => Some(Self::HotQuestion),
+            2 => Some(Self::Probe),
+            3 => Some(Self::TcpSplit),
+            _ => None,
+        }
+    }
+}
+
+/// One packet streamed through the ring buffer: where and when it was seen, and its first bytes
+/// from the start of the frame, exactly as the program saw them.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PacketRecord {
+    /// `bpf_ktime_get_ns`: CLOCK_MONOTONIC.
+    pub ts_ns: u64,
+    /// As in [`ObservationPoint`].
+    pub netns_cookie: u64,
+    pub ifindex: u32,
+    /// Length of the whole packet at the hook.
+    pub wire_len: u32,
+    /// Bytes of `bytes` that hold packet data.
+    pub captured_len: u16,
+    pub direction: u8,
+    /// A [`StreamReason`].
+    pub reason: u8,
+    /// The `parse::LinkLayer` of `bytes`.
+    pub link_layer: u8,
+    pub _pad: [u8; 3],
+    pub bytes: [u8; PACKET_SNAP_MAX],
+}
+
+/// Global counters, one slot each in a per-CPU array; the malformed reasons follow them.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// Every packet a program ran on.
+    Packets = 0,
+    /// Packets on a DNS port that held at least one parsed DNS message.
+    DnsPackets = 1,
+    /// DNS messages parsed (a TCP segment may hold several).
+    DnsMessages = 2,
+    NonFirstFragments = 3,
+    /// TCP segments whose last message continues in the next segment.
+    TcpSplits = 4,
+    /// TCP segments holding more messages than the programs look at.
+    TcpMessagesBeyondLimit = 5,
+    /// Records the ring buffer had no room for: events lost, never hidden.
+    LostRecords = 6,
+    /// Records streamed to userspace.
+    StreamedRecords = 7,
+}
+
+impl Counter {
+    pub const ALL: [Self; 8] = [
+        Self::Packets,
+        Self::DnsPackets,
+        Self::DnsMessages,
+        Self::NonFirstFragments,
+        Self::TcpSplits,
+        Self::TcpMessagesBeyondLimit,
+        Self::LostRecords,
+        Self::StreamedRecords,
+    ];
+    pub const COUNT: u32 = Self::ALL.len() as u32;
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Packets => "packets",
+            Self::DnsPackets => "dns_packets",
+            Self::DnsMessages => "dns_messages",
+            Self::NonFirstFragments => "non_first_fragments",
+            Self::TcpSplits => "tcp_splits",
+            Self::TcpMessagesBeyondLimit => "tcp_messages_beyond_limit",
+            Self::LostRecords => "lost_records",
+            Self::StreamedRecords => "streamed_records",
+        }
+    }
+}
+
+/// Slot of the counter of one malformed reason (`parse::Malformed as u8`).
+pub const fn malformed_counter_slot(reason: u8) -> u32 {
+    Counter::COUNT + reason as u32
+}
+
+/// Slots in the counter array.
+pub const COUNTER_SLOTS: u32 = Counter::COUNT + crate::parse::Malformed::COUNT as u32;
+
+/// A question, as the question table keys it: the case-folded name hash, type and class.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QuestionKey {
+    pub name_hash: u64,
+    pub qtype: u16,
+    pub qclass: u16,
+    pub _pad: [u8; 4],
+}
+
+/// IDs remembered per question to tell a forward (new ID) from a retry (same ID).
+pub const QUESTION_IDS: usize = 4;
+
+/// What the kernel remembers about a question asked recently.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuestionState {
+    /// When the current window started: the first sighting after a quiet `window`.
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// Query sightings in this window, every hop counted.
+    pub sightings: u32,
+    /// The first distinct IDs seen in this window.
+    pub ids: [u16; QUESTION_IDS],
+    /// How many of `ids` are filled.
+    pub id_count: u8,
+    /// Set once a second ID was seen: from then on, every sighting is streamed.
+    pub hot: u8,
+    pub _pad: [u8; 2],
+}
+
+impl QuestionState {
+    /// The state after a first sighting, or after a quiet window.
+    #[inline(always)]
+    pub const fn first_sighting(id: u16, now_ns: u64) -> Self {
+        Self {
+            first_ns: now_ns,
+            last_ns: now_ns,
+            sightings: 1,
+            ids: [id, 0, 0, 0],
+            id_count: 1,
+            hot: 0,
+            _pad: [0; 2],
+        }
+    }
+
+    /// Records a query sighting with `id` at `now_ns`; returns whether the question is hot,
+    /// i.e. whether this sighting should be streamed.
+    ///
+    /// A question becomes hot when a second distinct ID asks it within `window_ns` of the
+    /// previous sighting (a forwarder gives every upstream query a new ID; a client's retry keeps
+    /// its ID), and stays hot until it has been quiet for `window_ns`.
+    #[inline(always)]
+    pub fn record_sighting(&mut self, id: u16, now_ns: u64, window_ns: u64) -> bool {
+        if now_ns.saturating_sub(self.last_ns) > window_ns {
+            *self = Self::first_sighting(id, now_ns);
+            return false;
+        }
+        self.last_ns = now_ns;
+        self.sightings = self.sightings.saturating_add(1);
+        if self.hot != 0 {
+            return true;
+        }
+        let mut known = false;
+        for slot in 0..QUESTION_IDS {
+            known |= slot < usize::from(self.id_count) && self.ids[slot] == id;
+        }
+        if known {
+            return false;
+        }
+        let slot = usize::from(self.id_count);
+        if slot < QUESTION_IDS {
+            self.ids[slot] = id;
+            self.id_count += 1;
+        }
+        self.hot = 1;
+        true
+    }
+}
+
+/// Settings userspace patches into the programs at load time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgramConfig {
+    /// A question stays hot while sightings are less than this apart.
+    pub hot_window_ns: u64,
+    /// Bytes of each streamed packet to keep, at most [`PACKET_SNAP_MAX`].
+    pub snap_len: u32,
+    /// Non-zero: stream every DNS packet (`--packets`).
+    pub stream_every_packet: u8,
+    pub _pad: [u8; 3],
+}
+
+impl ProgramConfig {
+    pub const DEFAULT: Self = Self {
+        hot_window_ns: 2_000_000_000,
+        snap_len: PACKET_SNAP_MAX as u32,
+        stream_every_packet: 0,
+        _pad: [0; 3],
+    };
+}
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
+    unsafe impl aya::Pod for super::ObservationPoint {}
+    unsafe impl aya::Pod for super::PointCounters {}
+    unsafe impl aya::Pod for super::QuestionKey {}
+    unsafe impl aya::Pod for super::QuestionState {}
+    unsafe impl aya::Pod for super::ProgramConfig {}
+}
+
+#[cfg(test)]
+mod tests {
+    use core::mem::size_of;
+
+    use super::*;
+
+    /// The layouts are a contract with the kernel programs: no implicit padding anywhere.
+    #[test]
+    fn shared_types_have_no_implicit_padding() {
+        assert_eq!(size_of::<ObservationPoint>(), 16);
+        assert_eq!(size_of::<PointCounters>(), 16);
+        assert_eq!(size_of::<PacketRecord>(), 32 + PACKET_SNAP_MAX);
+        assert_eq!(size_of::<QuestionKey>(), 16);
+        assert_eq!(size_of::<QuestionState>(), 8 + 8 + 4 + 2 * QUESTION_IDS + 4);
+        assert_eq!(size_of::<ProgramConfig>(), 16);
+    }
+
+    const WINDOW: u64 = 2_000_000_000;
+
+    #[test]
+    fn a_retry_with_the_same_id_is_not_hot() {
+        let mut state = QuestionState::first_sighting(7, 0);
+        assert!(!state.record_sighting(7, 1_000, WINDOW));
+        assert!(!state.record_sighting(7, 500_000_000, WINDOW));
+        assert_eq!(state.sightings, 3);
+    }
+
+    #[test]
+    fn a_new_id_makes_the_question_hot_until_it_is_quiet() {
+        let mut state = QuestionState::first_sighting(7, 0);
+        assert!(state.record_sighting(8, 1_000, WINDOW), "forward with a new id");
+        assert!(state.record_sighting(7, 2_000, WINDOW), "hot questions stream every sighting");
+        assert!(!state.record_sighting(9, 2_000 + WINDOW + 1, WINDOW), "quiet window resets");
+        assert_eq!(state, QuestionState::first_sighting(9, 2_000 + WINDOW + 1));
+    }
+
+    #[test]
+    fn clock_going_backwards_does_not_reset() {
+        let mut state = QuestionState::first_sighting(7, 5_000);
+        assert!(state.record_sighting(8, 4_000, WINDOW));
+    }
+
+    #[test]
+    fn stream_reasons_round_trip() {
+        for reason in [
+            StreamReason::EveryPacket,
+            StreamReason::HotQuestion,
+            StreamReason::Probe,
+            StreamReason::TcpSplit,
+        ] {
+            assert_eq!(StreamReason::from_u8(reason as u8), Some(reason));
+        }
+        assert_eq!(StreamReason::from_u8(4), None);
+    }
+}

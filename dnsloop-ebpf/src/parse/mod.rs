@@ -1,0 +1,89 @@
+//! The packet and DNS parser, shared by the kernel programs and userspace.
+//!
+//! [`classify`] walks link layer → IP → UDP/TCP and yields the [`Segment`] of a DNS packet;
+//! [`udp_message`] / [`tcp_framing`] locate its DNS messages; [`parse_dns`] reads the header and
+//! first question of one message from a fixed buffer.
+//!
+//! Everything here also runs inside BPF programs, so the code is written for the verifier:
+//! no allocation, recursion or panic paths (variable indices go through `get` or a masked
+//! helper; constant indices only into fixed-size arrays, which rustc checks at compile time),
+//! every loop has a small constant bound, and big buffers are passed by reference.
+
+mod bytes;
+mod class;
+mod dns;
+mod framing;
+mod ip;
+mod link;
+mod message;
+mod name_hash;
+mod probe;
+mod transport;
+
+pub use bytes::{PacketBytes, SlicePacket};
+pub use class::{Malformed, PacketClass, Skip};
+pub use dns::{parse_dns, DnsHeader, DnsSummary, Question};
+pub use framing::{tcp_framing, udp_message, DnsMessageRef, TcpFraming, MAX_TCP_MESSAGES};
+pub use ip::IpFamily;
+pub use link::LinkLayer;
+pub use message::DNS_BUF_LEN;
+pub use name_hash::{name_hash, name_hash_fold, NAME_HASH_SEED};
+pub use probe::Probe;
+pub use transport::{DnsPorts, Transport, MAX_DNS_PORTS};
+
+use class::Rejected;
+
+/// A UDP or TCP segment on a DNS port, and where its payload is. Offsets are absolute, from
+/// the start of the packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub l3_offset: usize,
+    pub family: IpFamily,
+    /// IPv4 addresses take the first 4 bytes; the rest is zero.
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub transport: Transport,
+    pub payload_offset: usize,
+    /// Payload bytes the packet holds: `declared_payload_len` clamped to the packet's end.
+    pub payload_len: usize,
+    /// Payload bytes the IP/UDP length fields declare. Above `payload_len` when the packet was
+    /// cut short: a capture snaplen, or a first fragment (the rest is in later fragments).
+    pub declared_payload_len: usize,
+}
+
+/// Decides whether a packet is DNS over UDP/TCP on one of `ports`, and if so where it is.
+#[inline(always)]
+pub fn classify<P: PacketBytes>(pkt: &P, link: LinkLayer, ports: &DnsPorts) -> PacketClass {
+    match dns_segment(pkt, link, ports) {
+        Ok(segment) => PacketClass::Dns(segment),
+        Err(rejected) => rejected.into(),
+    }
+}
+
+#[inline(always)]
+fn dns_segment<P: PacketBytes>(
+    pkt: &P,
+    link: LinkLayer,
+    ports: &DnsPorts,
+) -> Result<Segment, Rejected> {
+    let network = link::network_start(pkt, link)?;
+    let datagram = ip::parse_ip(pkt, network)?;
+    let payload = transport::parse_transport(pkt, &datagram, ports)?;
+    Ok(Segment {
+        l3_offset: network.offset,
+        family: network.family,
+        src: datagram.src,
+        dst: datagram.dst,
+        sport: payload.sport,
+        dport: payload.dport,
+        transport: datagram.transport,
+        payload_offset: payload.offset,
+        payload_len: payload.len,
+        declared_payload_len: payload.declared_len,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,12 @@
+//! Host tests of the parser on crafted frames, property tests, and the fuzz seed corpus.
+//!
+//! They live inside the library rather than in `dnsloop-ebpf/tests/`: integration tests make
+//! cargo build the package's binaries, and the `dnsloop` binary only builds for BPF.
+
+mod classify;
+mod common;
+mod dns;
+mod framing;
+mod fuzz_seeds;
+mod properties;
+mod truncation;

@@ -1,0 +1,132 @@
+//! Transport layer: UDP and TCP headers, the DNS port filter, and where the payload lies.
+
+use super::bytes::{read_header, PacketBytes};
+use super::class::{Malformed, Rejected, Skip};
+use super::ip::Datagram;
+
+/// The transport protocol, with its IP protocol number as discriminant.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    Udp = 17,
+    Tcp = 6,
+}
+
+impl Transport {
+    #[inline(always)]
+    pub(crate) fn from_protocol(protocol: u8) -> Option<Self> {
+        match protocol {
+            17 => Some(Self::Udp),
+            6 => Some(Self::Tcp),
+            _ => None,
+        }
+    }
+}
+
+pub const MAX_DNS_PORTS: usize = 8;
+
+/// The ports DNS is served on. A packet is DNS if its source or destination port is one of them.
+///
+/// `#[repr(C)]` with no padding so that it can live in a BPF global or map as is. Unused slots
+/// are zero; port 0 is never DNS, so it never matches.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DnsPorts {
+    ports: [u16; MAX_DNS_PORTS],
+}
+
+impl DnsPorts {
+    /// Takes the first [`MAX_DNS_PORTS`] ports; callers validate longer lists before this.
+    #[inline(always)]
+    pub fn new(ports: &[u16]) -> Self {
+        let mut slots = [0; MAX_DNS_PORTS];
+        for (slot, port) in slots.iter_mut().zip(ports) {
+            *slot = *port;
+        }
+        Self { ports: slots }
+    }
+
+    #[inline(always)]
+    pub fn contains(&self, port: u16) -> bool {
+        port != 0 && self.ports.contains(&port)
+    }
+}
+
+/// Ports and payload location of a DNS segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TransportPayload {
+    pub sport: u16,
+    pub dport: u16,
+    pub offset: usize,
+    /// Payload bytes the packet holds.
+    pub len: usize,
+    /// Payload bytes the headers declare; more than `len` when the packet was cut short.
+    pub declared_len: usize,
+}
+
+const UDP_HEADER_LEN: usize = 8;
+const TCP_HEADER_LEN: usize = 20;
+const TCP_MIN_DATA_OFFSET: u8 = 5;
+
+/// Parses the UDP or TCP header of `datagram`, keeping only DNS traffic.
+#[inline(always)]
+pub(crate) fn parse_transport<P: PacketBytes>(
+    pkt: &P,
+    datagram: &Datagram,
+    ports: &DnsPorts,
+) -> Result<TransportPayload, Rejected> {
+    let l4 = datagram.l4_offset;
+    let (sport, dport, offset, declared_len) = match datagram.transport {
+        Transport::Udp => {
+            let header =
+                read_header::<_, UDP_HEADER_LEN>(pkt, l4, datagram.end, Malformed::TruncatedL4)?;
+            let (sport, dport) = dns_ports([header[0], header[1], header[2], header[3]], ports)?;
+            // The UDP length covers the whole datagram; a first fragment holds only its start.
+            let udp_len = usize::from(u16::from_be_bytes([header[4], header[5]]));
+            if udp_len < UDP_HEADER_LEN {
+                return Err(Malformed::BadUdpLength.into());
+            }
+            (sport, dport, l4 + UDP_HEADER_LEN, udp_len - UDP_HEADER_LEN)
+        }
+        Transport::Tcp => {
+            let header =
+                read_header::<_, TCP_HEADER_LEN>(pkt, l4, datagram.end, Malformed::TruncatedL4)?;
+            let (sport, dport) = dns_ports([header[0], header[1], header[2], header[3]], ports)?;
+            let data_offset = header[12] >> 4;
+            if data_offset < TCP_MIN_DATA_OFFSET {
+                return Err(Malformed::BadTcpOffset.into());
+            }
+            let offset = l4 + usize::from(data_offset) * 4;
+            // Options are skipped, not read, but must be inside the datagram and the packet.
+            if offset > datagram.end {
+                return Err(Malformed::BadIpLength.into());
+            }
+            if offset > pkt.len() {
+                return Err(Malformed::TruncatedL4.into());
+            }
+            (sport, dport, offset, datagram.end - offset)
+        }
+    };
+    // Both checks above put `offset` inside the datagram and the packet, so this cannot wrap.
+    let held = datagram.end.min(pkt.len()) - offset;
+    Ok(TransportPayload {
+        sport,
+        dport,
+        offset,
+        len: declared_len.min(held),
+        declared_len,
+    })
+}
+
+/// The source and destination ports (the first 4 bytes of UDP and TCP), if either is DNS.
+#[inline(always)]
+fn dns_ports(first_four: [u8; 4], ports: &DnsPorts) -> Result<(u16, u16), Skip> {
+    let [sport_hi, sport_lo, dport_hi, dport_lo] = first_four;
+    let sport = u16::from_be_bytes([sport_hi, sport_lo]);
+    let dport = u16::from_be_bytes([dport_hi, dport_lo]);
+    if ports.contains(sport) || ports.contains(dport) {
+        Ok((sport, dport))
+    } else {
+        Err(Skip::NotDnsPort)
+    }
+}

@@ -1,0 +1,44 @@
+//! Per-CPU counters: no atomics needed, userspace sums the CPUs.
+use dnsloop_ebpf::{
+    event::{malformed_counter_slot, Counter, ObservationPoint, PointCounters},
+    parse::Malformed,
+};
+
+use super::maps::{COUNTERS, POINT_COUNTERS};
+
+#[inline(always)]
+pub fn bump(counter: Counter) {
+    bump_slot(counter as u32);
+}
+
+#[inline(always)]
+pub fn bump_malformed(reason: Malformed) {
+    bump_slot(malformed_counter_slot(reason as u8));
+}
+
+#[inline(always)]
+fn bump_slot(slot: u32) {
+    if let Some(value) = COUNTERS.get_ptr_mut(slot) {
+        // SAFETY: per-CPU slot, so nothing else writes it concurrently.
+        unsafe { *value += 1 };
+    }
+}
+
+#[inline(always)]
+pub fn count_point(point: &ObservationPoint, is_dns: bool) {
+    let dns = u64::from(is_dns);
+    match POINT_COUNTERS.get_ptr_mut(point) {
+        // SAFETY: per-CPU value, so nothing else writes it concurrently.
+        Some(counters) => unsafe {
+            (*counters).packets += 1;
+            (*counters).dns_packets += dns;
+        },
+        None => {
+            let first = PointCounters {
+                packets: 1,
+                dns_packets: dns,
+            };
+            let _ = POINT_COUNTERS.insert(point, first, 0);
+        }
+    }
+}

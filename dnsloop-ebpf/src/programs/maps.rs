@@ -1,0 +1,108 @@
+//! The programs' maps and load-time settings.
+use aya_ebpf::{
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+};
+use dnsloop_ebpf::{
+    event::{
+        ObservationPoint, PointCounters, ProgramConfig, QuestionKey, QuestionState, StreamReason,
+        COUNTER_SLOTS,
+    },
+    parse::{LinkLayer, Segment, TcpFraming, DNS_BUF_LEN, MAX_DNS_PORTS},
+};
+
+/// Observation points are few (interfaces x 2 directions); 4096 covers a node with ~2000 pods.
+/// Userspace may resize every map at load time (`--help` states their memory).
+#[map]
+pub static POINT_COUNTERS: PerCpuHashMap<ObservationPoint, PointCounters> =
+    PerCpuHashMap::with_max_entries(4096, 0);
+
+/// `Counter` slots, then one per `Malformed` reason.
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+
+/// Questions asked recently. LRU, so a storm of distinct names evicts the oldest instead of
+/// failing inserts. Shared by all CPUs: concurrent sightings of one question may race on its
+/// counts, which only makes them approximate.
+#[map]
+pub static QUESTIONS: LruHashMap<QuestionKey, QuestionState> =
+    LruHashMap::with_max_entries(65536, 0);
+
+/// Packets streamed to userspace.
+#[map]
+pub static RECORDS: RingBuf = RingBuf::with_byte_size(4 * 1024 * 1024, 0);
+
+/// Scratch space for the DNS message being parsed: too big for the 512-byte BPF stack.
+#[map]
+pub static DNS_BUFFER: PerCpuArray<[u8; DNS_BUF_LEN]> = PerCpuArray::with_max_entries(1, 0);
+
+/// What the messages of the packet being inspected concluded (see `inspect_dns`).
+#[map]
+pub static VERDICT: PerCpuArray<Verdict> = PerCpuArray::with_max_entries(1, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Verdict {
+    /// Non-zero once a message parsed.
+    pub parsed: u8,
+    /// `StreamReason as u8 + 1`, or 0 for none: the first reason found wins.
+    pub stream: u8,
+    /// The segment being inspected, and where its messages are (one for UDP).
+    pub segment: Segment,
+    pub framing: TcpFraming,
+}
+
+impl Verdict {
+    #[inline(always)]
+    pub fn stream_unless_set(&mut self, reason: StreamReason) {
+        if self.stream == 0 {
+            self.stream = reason as u8 + 1;
+        }
+    }
+
+    #[inline(always)]
+    pub fn stream_reason(&self) -> Option<StreamReason> {
+        self.stream.checked_sub(1).and_then(StreamReason::from_u8)
+    }
+}
+
+#[inline(always)]
+pub fn verdict() -> Option<*mut Verdict> {
+    VERDICT.get_ptr_mut(0)
+}
+
+/// Interfaces whose frames do not start with an Ethernet header (ifindex -> `LinkLayer`), e.g.
+/// L3 devices such as WireGuard; every other interface is Ethernet (loopback included).
+#[map]
+pub static LINK_LAYERS: HashMap<u32, u8> = HashMap::with_max_entries(256, 0);
+
+/// The DNS ports, written by userspace at load time (`--dns-port`); zero entries are unused.
+#[no_mangle]
+static DNS_PORTS: [u16; MAX_DNS_PORTS] = [53, 0, 0, 0, 0, 0, 0, 0];
+
+#[no_mangle]
+static CONFIG: ProgramConfig = ProgramConfig::DEFAULT;
+
+// The volatile reads below stop the compiler from folding the defaults: the loader patches
+// these globals before the programs are verified.
+
+#[inline(always)]
+pub fn dns_ports() -> [u16; MAX_DNS_PORTS] {
+    // SAFETY: reading a global of plain data.
+    unsafe { core::ptr::read_volatile(&DNS_PORTS) }
+}
+
+#[inline(always)]
+pub fn config() -> ProgramConfig {
+    // SAFETY: reading a global of plain data.
+    unsafe { core::ptr::read_volatile(&CONFIG) }
+}
+
+#[inline(always)]
+pub fn link_layer(ifindex: u32) -> LinkLayer {
+    // SAFETY: a plain-data value of a map we own.
+    match unsafe { LINK_LAYERS.get(&ifindex) } {
+        Some(&raw) if raw == LinkLayer::RawIp as u8 => LinkLayer::RawIp,
+        _ => LinkLayer::Ethernet,
+    }
+}

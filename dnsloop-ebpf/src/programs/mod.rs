@@ -1,0 +1,199 @@
+//! What the classifiers do with one packet.
+mod bounded_loop;
+mod counters;
+mod maps;
+mod questions;
+mod skb;
+mod stream;
+
+use aya_ebpf::{helpers::generated::bpf_get_netns_cookie, programs::TcContext};
+use dnsloop_ebpf::{
+    event::{Counter, Direction, ObservationPoint, StreamReason},
+    parse::{
+        classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, LinkLayer,
+        PacketClass, Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
+    },
+};
+
+use core::ops::ControlFlow;
+
+use self::{
+    bounded_loop::bounded_loop,
+    maps::{config, Verdict},
+    skb::SkbBytes,
+};
+
+/// The kernel gives loopback this index in every network namespace.
+const LOOPBACK_IFINDEX: u32 = 1;
+
+#[inline(always)]
+pub fn observe(ctx: &TcContext, direction: Direction) {
+    counters::bump(Counter::Packets);
+    // SAFETY: reading a field of the context the kernel handed us.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let link = maps::link_layer(ifindex);
+    let packet = SkbBytes(ctx);
+    let inspection = match maps::verdict() {
+        Some(verdict) if classify_into(&packet, link, verdict) => inspect_dns(&packet, verdict),
+        _ => None,
+    };
+    // Built only now: what is live across the calls above shares their 512-byte stack budget.
+    let point = ObservationPoint {
+        netns_cookie: loopback_netns_cookie(ctx, ifindex),
+        ifindex,
+        direction: direction as u8,
+        _pad: [0; 3],
+    };
+    counters::count_point(&point, inspection.is_some());
+    if inspection.is_some() {
+        counters::bump(Counter::DnsPackets);
+    }
+    if let Some(reason) = inspection.and_then(|inspection| inspection.stream) {
+        stream::packet(ctx, &point, link, reason);
+    }
+}
+
+/// The outcome of looking at a DNS packet's messages.
+struct Inspection {
+    /// Why to stream the packet, if at all.
+    stream: Option<StreamReason>,
+}
+
+/// Classifies the packet, counting what is not DNS; for DNS, stores its segment in `verdict`
+/// and returns true.
+///
+/// Its own BPF function, not inlined: classification needs a deep stack frame, and the 512-byte
+/// stack limit applies to a whole call chain, which later includes the `bpf_loop` body. As a
+/// separate call its frame is gone by then.
+#[inline(never)]
+fn classify_into(packet: &SkbBytes, link: LinkLayer, verdict: *mut Verdict) -> bool {
+    let ports = DnsPorts::new(&maps::dns_ports());
+    match classify(packet, link, &ports) {
+        PacketClass::Dns(segment) => {
+            // SAFETY: the per-CPU value belongs to this program run until it returns.
+            unsafe { (*verdict).segment = segment };
+            true
+        }
+        PacketClass::Skip(Skip::NonFirstFragment) => {
+            counters::bump(Counter::NonFirstFragments);
+            false
+        }
+        PacketClass::Skip(_) => false,
+        PacketClass::Malformed(reason) => {
+            counters::bump_malformed(reason);
+            false
+        }
+    }
+}
+
+/// Parses the DNS messages of the segment in `verdict` and decides whether userspace needs the
+/// packet. `None` when no message could be parsed (the packet is then not counted as DNS).
+///
+/// One call site parses every message, UDP's single one as TCP's several, inside a `bpf_loop`:
+/// the verifier re-checks `parse_dns` (tens of thousands of instructions) per call site and per
+/// distinct state it is reached with, so unrolled calls exhaust its budget. The packet's state
+/// lives in a per-CPU map value, not on the 512-byte stack (which the loop body's frame shares),
+/// and its contents are opaque to the verifier, so the loop body's state converges at once.
+#[inline(always)]
+fn inspect_dns(packet: &SkbBytes, verdict: *mut Verdict) -> Option<Inspection> {
+    frame_messages(packet, verdict);
+    bounded_loop(MAX_TCP_MESSAGES as u32, |index| {
+        inspect_message(packet, verdict, index & (MAX_TCP_MESSAGES - 1));
+        ControlFlow::Continue(())
+    });
+    // SAFETY: as above.
+    let verdict = unsafe { &mut *verdict };
+    if verdict.framing.split {
+        counters::bump(Counter::TcpSplits);
+        verdict.stream_unless_set(StreamReason::TcpSplit);
+    }
+    if verdict.framing.more {
+        counters::bump(Counter::TcpMessagesBeyondLimit);
+    }
+    (verdict.parsed != 0).then(|| Inspection {
+        stream: verdict.stream_reason(),
+    })
+}
+
+/// Resets `verdict` for a new packet and finds the messages of its segment.
+///
+/// Its own BPF function for the same reason as `classify_into`: the framing is built on the
+/// stack before it lands in the map, and must not share a call chain with the loop body.
+#[inline(never)]
+fn frame_messages(packet: &SkbBytes, verdict: *mut Verdict) {
+    let stream_every_packet = config().stream_every_packet != 0;
+    // SAFETY: the per-CPU value belongs to this program run until it returns.
+    let verdict = unsafe { &mut *verdict };
+    verdict.parsed = 0;
+    verdict.stream = if stream_every_packet { StreamReason::EveryPacket as u8 + 1 } else { 0 };
+    let segment = verdict.segment;
+    match segment.transport {
+        Transport::Udp => single_message(&mut verdict.framing, udp_message(&segment)),
+        Transport::Tcp => verdict.framing = tcp_framing(packet, &segment),
+    }
+}
+
+/// Puts a UDP datagram's one message in the shape of a TCP segment's framing.
+#[inline(always)]
+fn single_message(framing: &mut TcpFraming, message: DnsMessageRef) {
+    let unused = DnsMessageRef {
+        offset: 0,
+        len: 0,
+        complete: false,
+    };
+    framing.messages = [message, unused, unused, unused];
+    framing.count = 1;
+    framing.split = false;
+    framing.more = false;
+}
+
+/// Parses message `index` of the packet in `verdict`, recording whether it parsed and why to
+/// stream the packet. Unused slots have length 0.
+#[inline(always)]
+fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
+    // SAFETY: the per-CPU value belongs to this program run until it returns.
+    let verdict = unsafe { &mut *verdict };
+    let message = verdict.framing.messages[index];
+    if message.len == 0 {
+        return;
+    }
+    let load_len = message.load_len(&verdict.segment);
+    let Some((buffer, len)) = skb::load_dns_buffer(packet, message.offset, load_len) else {
+        return;
+    };
+    let summary = match parse_dns(buffer, len) {
+        Ok(summary) => summary,
+        Err(reason) => {
+            counters::bump_malformed(reason);
+            return;
+        }
+    };
+    counters::bump(Counter::DnsMessages);
+    verdict.parsed = 1;
+    let Some(question) = summary.question else {
+        return;
+    };
+    if !matches!(question.probe, Probe::None) {
+        verdict.stream_unless_set(StreamReason::Probe);
+    } else if !summary.header.qr()
+        && questions::sighting(&question, summary.header.id, config().hot_window_ns)
+    {
+        verdict.stream_unless_set(StreamReason::HotQuestion);
+    }
+}
+
+/// The namespace of a loopback observation; 0 for every other interface.
+///
+/// Userspace attaches to every interface of its own namespace and, in pod namespaces, only to
+/// `lo`, which is ifindex 1 everywhere: so only loopback observations need their namespace told
+/// apart. In TC, `bpf_get_netns_cookie` returns the namespace of the skb's socket (init_net when
+/// there is none), so userspace attaches to `lo` on egress only, where every packet still carries
+/// the local socket that sent it.
+#[inline(always)]
+fn loopback_netns_cookie(ctx: &TcContext, ifindex: u32) -> u64 {
+    if ifindex != LOOPBACK_IFINDEX {
+        return 0;
+    }
+    // SAFETY: the helper only reads the skb's socket, if any.
+    unsafe { bpf_get_netns_cookie(ctx.skb.skb as *mut _) }
+}

@@ -1,0 +1,47 @@
+//! Streaming a packet to userspace through the ring buffer.
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::bpf_ktime_get_ns,
+    programs::TcContext,
+};
+use dnsloop_ebpf::{
+    event::{Counter, ObservationPoint, PacketRecord, StreamReason, PACKET_SNAP_MAX},
+    parse::LinkLayer,
+};
+
+use super::{counters, maps, skb};
+
+/// Userspace also polls on a short timer, so records need not wake it one by one: only once this
+/// much is waiting. That keeps the tracer asleep on a busy node.
+const WAKEUP_BYTES: u64 = 256 * 1024;
+
+#[inline(always)]
+pub fn packet(ctx: &TcContext, point: &ObservationPoint, link: LinkLayer, reason: StreamReason) {
+    let Some(mut entry) = maps::RECORDS.reserve::<PacketRecord>(0) else {
+        counters::bump(Counter::LostRecords);
+        return;
+    };
+    let record = entry.as_mut_ptr();
+    let snap = (maps::config().snap_len as usize).min(PACKET_SNAP_MAX);
+    let wanted = (ctx.len() as usize).min(snap);
+    // SAFETY: `record` points to reserved ring memory of the right size, ours until submit.
+    unsafe {
+        (*record).ts_ns = bpf_ktime_get_ns();
+        (*record).netns_cookie = point.netns_cookie;
+        (*record).ifindex = point.ifindex;
+        (*record).wire_len = ctx.len();
+        (*record).direction = point.direction;
+        (*record).reason = reason as u8;
+        (*record).link_layer = link as u8;
+        (*record)._pad = [0; 3];
+        let captured = skb::copy_into(ctx, 0, &mut (*record).bytes, wanted).unwrap_or(0);
+        (*record).captured_len = captured as u16;
+    }
+    let flags = if maps::RECORDS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(flags.into());
+    counters::bump(Counter::StreamedRecords);
+}

@@ -1,0 +1,82 @@
+//! Deciding whether a delivered query closed a forwarding cycle.
+use std::time::Duration;
+
+use crate::analyze::table::Table;
+
+use super::flight::{Flight, FlightId};
+
+/// Chains are followed this many forwards up; real cycles are two or three forwards long.
+const MAX_CHAIN: usize = 16;
+
+/// A server forwarding to itself over loopback does so as soon as it has read the query; a
+/// client on the same host asking the same question again first waits for its timeout.
+const LOOPBACK_FORWARD_DELAY: Duration = Duration::from_millis(50);
+
+/// The forwards that brought a question back, in the order they were sent.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Cycle {
+    pub flights: Vec<FlightId>,
+}
+
+/// Looks for the cycle that `arrival`, just delivered to namespace M, closes. Walking up its
+/// chain of forwards (`arrival`, the query it was forwarded from, and so on):
+///
+/// - the question left M and comes back: some query of the chain was sent by M as a forward
+///   (or a probe), and a hop since then was outside M. M will get it again and send it round
+///   again; the cycle is that query down to `arrival`.
+/// - the question never left M (forwards over M's loopback, each sent at once) and comes back
+///   to an address it was already delivered to in M. A single forward over loopback is no
+///   proof: a node cache forwarding to systemd-resolved on 127.0.0.53 is a healthy chain. The
+///   same server twice is.
+/// - a probe (`probe_origin` is the query that sent it) comes back to M, its sender's
+///   namespace, from outside, even when the chain was broken by an unwatched resolver: probe
+///   names are unique to their sender, so nothing but a loop brings one back.
+pub fn find(
+    flights: &Table<FlightId, Flight>,
+    arrival: FlightId,
+    probe_origin: Option<FlightId>,
+) -> Option<Cycle> {
+    let (home, address) = flights.get(&arrival)?.delivered_to()?;
+    let mut chain = Vec::new();
+    let mut left_home = false;
+    let mut forwarded_at_once = true;
+    let mut child: Option<&Flight> = None;
+    let mut next = Some(arrival);
+    while let Some(id) = next.filter(|_| chain.len() < MAX_CHAIN) {
+        let Some(flight) = flights.get(&id) else {
+            break;
+        };
+        chain.push(id);
+        left_home |= !flight.stayed_in(home);
+        if let Some(child) = child {
+            forwarded_at_once &= child.sent_within(LOOPBACK_FORWARD_DELAY, flight);
+        }
+        if left_home && flight.origin.as_ref() == Some(home) && flight.is_forward_or_probe() {
+            return Some(Cycle::sent_in_order(chain));
+        }
+        let back_at_the_same_server =
+            chain.len() > 1 && flight.delivered_to() == Some((home, address));
+        if !left_home && forwarded_at_once && back_at_the_same_server {
+            // The earlier arrival is where the cycle starts from, not one of its forwards.
+            chain.pop();
+            return Some(Cycle::sent_in_order(chain));
+        }
+        child = Some(flight);
+        next = flight.parent;
+    }
+    let probe_id = probe_origin.filter(|id| !chain.contains(id))?;
+    let probe = flights.get(&probe_id)?;
+    let came_from_outside = !flights.get(&arrival)?.stayed_in(home);
+    (probe.origin.as_ref() == Some(home) && came_from_outside).then(|| {
+        chain.push(probe_id);
+        Cycle::sent_in_order(chain)
+    })
+}
+
+impl Cycle {
+    /// `chain` runs from the arrival up to the first forward.
+    fn sent_in_order(mut chain: Vec<FlightId>) -> Self {
+        chain.reverse();
+        Self { flights: chain }
+    }
+}

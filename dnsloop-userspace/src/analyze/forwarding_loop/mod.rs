@@ -1,0 +1,331 @@
+//! Forwarding loops: a question that re-enters a namespace along a chain of forwards.
+//!
+//! Nothing about a single packet shows a loop: CoreDNS and node-local-dns give every upstream
+//! query a new id and send it from an address they do not listen on, a ClusterIP stands for a
+//! pod, and 127.0.0.1 exists in every namespace. What does show it is the path of a question:
+//!
+//! 1. Each query message is followed across the node as a *flight* (see [`MessageKey`] for what
+//!    identifies it at every hop). A flight that enters a namespace and does not leave it again
+//!    within `settle` was delivered there; one that leaves sooner was routed through.
+//! 2. A flight that leaves namespace M without having entered it was sent by M. If M was
+//!    delivered the same question within `forward_window` before and had not answered it yet,
+//!    M forwarded that query: it becomes the new flight's parent.
+//! 3. When a flight is delivered, its chain of parents is searched for a cycle ([`cycle::find`]).
+//!
+//! The analyzer sees only queries' paths, and replies only to learn that a namespace answered
+//! a query (so that it no longer forwards it).
+mod cycle;
+mod describe;
+mod flight;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    collections::VecDeque,
+    time::{Duration, SystemTime},
+};
+
+use dnsloop_ebpf::parse::Probe;
+
+use self::{
+    describe::LoopKey,
+    flight::{Flight, FlightId},
+};
+use super::{
+    has_waited,
+    packet::{MessageKey, QuestionKey},
+    repeats::{Repeated, Repeats},
+    table::Table,
+    Analyzer,
+};
+use crate::{
+    finding::{Finding, LoopFinding},
+    observation::{Observation, Question},
+};
+
+/// A busy question is delivered to many namespaces; its parent is looked for among the most
+/// recent deliveries only.
+const RECENT_DELIVERIES: usize = 16;
+
+pub struct ForwardingLoops {
+    settle: Duration,
+    forward_window: Duration,
+    flights: Table<FlightId, Flight>,
+    /// The newest flight of each message, to attach its next sighting to.
+    latest: Table<MessageKey, FlightId>,
+    /// Flights that entered a namespace, by entry time, until `settle` decides their fate.
+    entered: VecDeque<(SystemTime, FlightId)>,
+    entered_capacity: usize,
+    entered_overflows: u64,
+    /// The latest deliveries of each question: where a new query's parent is looked for.
+    deliveries: Table<QuestionKey, VecDeque<(SystemTime, FlightId)>>,
+    /// The flight that sent each loop probe.
+    probes: Table<QuestionKey, FlightId>,
+    reports: Repeats<LoopKey, LoopFinding>,
+    next_id: FlightId,
+}
+
+impl ForwardingLoops {
+    pub fn new(
+        settle: Duration,
+        forward_window: Duration,
+        report_interval: Duration,
+        capacity: usize,
+    ) -> Self {
+        Self {
+            settle,
+            forward_window,
+            flights: Table::new(capacity),
+            latest: Table::new(capacity),
+            entered: VecDeque::new(),
+            entered_capacity: capacity.max(1),
+            entered_overflows: 0,
+            deliveries: Table::new(capacity),
+            probes: Table::new(capacity),
+            reports: Repeats::new(report_interval, capacity),
+            next_id: 0,
+        }
+    }
+
+    /// How long a flight is kept after it was last seen or used: it can be a parent for
+    /// `forward_window` after its delivery, which is decided `settle` after it arrived. Being
+    /// linked as a parent, or reported in a cycle, keeps it (and so its chain) longer.
+    fn retention(&self) -> Duration {
+        self.forward_window.saturating_add(self.settle)
+    }
+
+    fn query(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
+        let (Some(message), Some(question)) = (MessageKey::of(obs), obs.question.as_ref()) else {
+            return;
+        };
+        let moving = self.latest.get(&message).copied().filter(|id| {
+            self.flights
+                .get(id)
+                .is_some_and(|flight| flight.continues_with(obs, self.settle))
+        });
+        let id = match moving {
+            Some(id) => {
+                if let Some(flight) = self.flights.refresh(&id) {
+                    flight.advance(obs);
+                }
+                id
+            }
+            None => self.start_flight(message, question.clone(), obs),
+        };
+        if obs.point.enters.is_some() {
+            self.note_entry(obs.ts, id, out);
+        }
+    }
+
+    fn start_flight(
+        &mut self,
+        message: MessageKey,
+        question: Question,
+        obs: &Observation,
+    ) -> FlightId {
+        let id = self.next_id;
+        self.next_id += 1;
+        if obs.probe != Probe::None
+            && obs.point.leaves.is_some()
+            && self.probes.get(&message.question).is_none()
+        {
+            self.probes.insert(message.question.clone(), id);
+        }
+        self.latest.insert(message.clone(), id);
+        self.flights
+            .insert(id, Flight::start(message, question, obs));
+        id
+    }
+
+    fn note_entry(&mut self, since: SystemTime, id: FlightId, out: &mut Vec<Finding>) {
+        self.entered.push_back((since, id));
+        if self.entered.len() > self.entered_capacity {
+            // Decided before its time: a transit may be taken for a delivery.
+            self.entered_overflows += 1;
+            if let Some((since, id)) = self.entered.pop_front() {
+                self.deliver(since, id, out);
+            }
+        }
+    }
+
+    /// A reply leaving the namespace a flight was delivered to: that namespace answered it.
+    fn reply(&mut self, obs: &Observation) {
+        let Some(leaves) = &obs.point.leaves else {
+            return;
+        };
+        let Some(message) = MessageKey::of(obs) else {
+            return;
+        };
+        let Some(&id) = self.latest.get(&message) else {
+            return;
+        };
+        if let Some(flight) = self.flights.get_mut(&id) {
+            if flight.is_in(leaves) {
+                flight.answered.get_or_insert(obs.ts);
+            }
+        }
+    }
+
+    /// Decides every flight that entered a namespace at least `settle` before `now`.
+    fn settle_until(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+        while let Some(&(since, id)) = self.entered.front() {
+            if !has_waited(since, self.settle, now) {
+                break;
+            }
+            self.entered.pop_front();
+            self.deliver(since, id, out);
+        }
+    }
+
+    /// The flight `id` entered a namespace at `since` and stayed: link it to the query it
+    /// forwards, and look for the cycle it closes.
+    fn deliver(&mut self, since: SystemTime, id: FlightId, out: &mut Vec<Finding>) {
+        let Some(flight) = self.flights.get_mut(&id) else {
+            return;
+        };
+        if !flight.settle(since) {
+            return;
+        }
+        let question = flight.message.question.clone();
+        let parent = self.parent_of(id, since);
+        if let Some(flight) = self.flights.get_mut(&id) {
+            flight.parent = parent;
+        }
+        self.remember_delivery(question.clone(), since, id);
+        let probe_origin = self.probes.get(&question).copied();
+        if let Some(cycle) = cycle::find(&self.flights, id, probe_origin) {
+            self.report(question, &cycle.flights, since, out);
+        }
+    }
+
+    fn remember_delivery(&mut self, question: QuestionKey, since: SystemTime, id: FlightId) {
+        let mut recent = self.deliveries.remove(&question).unwrap_or_default();
+        if recent.len() == RECENT_DELIVERIES {
+            recent.pop_front();
+        }
+        recent.push_back((since, id));
+        self.deliveries.insert(question, recent);
+    }
+
+    /// The query the sender of flight `id` was delivered within `forward_window` before it
+    /// sent `id`, and still owed the answer to: the latest such one. Called at `now`, when `id`
+    /// is delivered, by which time every query delivered before it was sent has been decided.
+    fn parent_of(&mut self, id: FlightId, now: SystemTime) -> Option<FlightId> {
+        let child = self.flights.get(&id)?;
+        let sender = child.origin.as_ref()?;
+        let forwarded_as_child = |parent: &Flight, delivered: SystemTime| {
+            let in_time = child
+                .started
+                .duration_since(delivered)
+                .is_ok_and(|gap| gap <= self.forward_window);
+            let to_sender = parent
+                .delivered_to()
+                .is_some_and(|(namespace, _)| namespace == sender);
+            let still_owed = parent
+                .answered
+                .is_none_or(|answered| answered > child.started);
+            in_time && to_sender && still_owed
+        };
+        let &(_, parent) = self
+            .deliveries
+            .get(&child.message.question)?
+            .iter()
+            .rev()
+            .find(|&&(delivered, candidate)| {
+                self.flights
+                    .get(&candidate)
+                    .is_some_and(|parent| forwarded_as_child(parent, delivered))
+            })?;
+        self.touch(parent, now);
+        Some(parent)
+    }
+
+    /// Keeps flight `id` for another `retention` from `now`.
+    fn touch(&mut self, id: FlightId, now: SystemTime) {
+        if let Some(flight) = self.flights.refresh(&id) {
+            flight.active = flight.active.max(now);
+        }
+    }
+
+    fn report(
+        &mut self,
+        question: QuestionKey,
+        cycle: &[FlightId],
+        at: SystemTime,
+        out: &mut Vec<Finding>,
+    ) {
+        for &id in cycle {
+            self.touch(id, at);
+        }
+        let flights: Vec<&Flight> = cycle.iter().filter_map(|id| self.flights.get(id)).collect();
+        let key = LoopKey::new(question, &flights);
+        let finding = self
+            .reports
+            .occurred(key, at, || describe::loop_finding(&flights, at));
+        out.extend(finding.map(Finding::Loop));
+    }
+
+    /// Forgets flights, and what points at them, once they are too old to matter.
+    fn expire(&mut self, now: SystemTime) {
+        let retention = self.retention();
+        let stale = |last: SystemTime| has_waited(last, retention, now);
+        while let Some((id, flight)) = self
+            .flights
+            .pop_stalest_if(|_, flight| stale(flight.active))
+        {
+            if self.latest.get(&flight.message) == Some(&id) {
+                self.latest.remove(&flight.message);
+            }
+        }
+        // Flights evicted from a full table leave references behind; they go once stalest.
+        let gone = |id: &FlightId| self.flights.get(id).is_none();
+        while self.latest.pop_stalest_if(|_, id| gone(id)).is_some() {}
+        while self.probes.pop_stalest_if(|_, id| gone(id)).is_some() {}
+        while self
+            .deliveries
+            .pop_stalest_if(|_, recent| recent.back().is_none_or(|&(since, _)| stale(since)))
+            .is_some()
+        {}
+    }
+}
+
+impl Analyzer for ForwardingLoops {
+    fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
+        self.tick(obs.ts, out);
+        if obs.is_response {
+            self.reply(obs);
+        } else {
+            self.query(obs, out);
+        }
+    }
+
+    fn tick(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+        self.settle_until(now, out);
+        self.expire(now);
+    }
+
+    fn finish(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+        // Nothing more will arrive: whatever entered a namespace stays there.
+        while let Some((since, id)) = self.entered.pop_front() {
+            self.deliver(since, id, out);
+        }
+        self.expire(now);
+        out.extend(self.reports.unreported().map(Finding::Loop));
+    }
+
+    fn evictions(&self) -> u64 {
+        self.flights.evictions()
+            + self.latest.evictions()
+            + self.deliveries.evictions()
+            + self.probes.evictions()
+            + self.reports.evictions()
+            + self.entered_overflows
+    }
+}
+
+impl Repeated for LoopFinding {
+    fn repeated(&mut self, count: u64, last: SystemTime) {
+        self.count = count;
+        self.ts = last;
+    }
+}

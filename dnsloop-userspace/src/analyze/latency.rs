@@ -1,0 +1,179 @@
+//! Latency and response codes per server, as the clients saw them: from a query's first
+//! sighting to its reply entering the client's namespace. For the summary only.
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    time::{Duration, SystemTime},
+};
+
+use super::{
+    histogram::Histogram,
+    outstanding::{Outstanding, Reply},
+    packet::MessageKey,
+    summary::ServerSummary,
+    table::Table,
+    Analyzer,
+};
+use crate::{finding::Finding, observation::Observation};
+
+/// A node talks to a few dozen servers; past this many, the least recently used is dropped.
+const MAX_SERVERS: usize = 1024;
+
+pub struct Latency {
+    waiting: Outstanding,
+    servers: Table<SocketAddr, ServerStats>,
+}
+
+struct ServerStats {
+    latency: Histogram,
+    rcodes: BTreeMap<u16, u64>,
+}
+
+impl Latency {
+    /// Replies later than `wait` are not counted (they are timeouts).
+    pub fn new(wait: Duration, capacity: usize) -> Self {
+        Self {
+            waiting: Outstanding::new(wait, capacity),
+            servers: Table::new(MAX_SERVERS.min(capacity)),
+        }
+    }
+
+    /// Every server that answered, in address order.
+    pub fn servers(&self) -> Vec<ServerSummary> {
+        let mut servers: Vec<ServerSummary> = self
+            .servers
+            .iter()
+            .map(|(&server, stats)| ServerSummary {
+                server,
+                answered: stats.latency.count(),
+                p50: stats.latency.quantile(0.50),
+                p90: stats.latency.quantile(0.90),
+                p99: stats.latency.quantile(0.99),
+                max: stats.latency.max(),
+                rcodes: stats.rcodes.clone(),
+            })
+            .collect();
+        servers.sort_by_key(|summary| summary.server);
+        servers
+    }
+}
+
+impl Analyzer for Latency {
+    fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
+        self.tick(obs.ts, out);
+        let Some(key) = MessageKey::of(obs) else {
+            return;
+        };
+        if !obs.is_response {
+            self.waiting.query(key, obs);
+            return;
+        }
+        let Some(Reply::Answer(query)) = self.waiting.reply(&key, obs) else {
+            return;
+        };
+        let latency = obs.ts.duration_since(query.sent).unwrap_or_default();
+        if self.servers.refresh(&query.server).is_none() {
+            self.servers.insert(
+                query.server,
+                ServerStats {
+                    latency: Histogram::new(),
+                    rcodes: BTreeMap::new(),
+                },
+            );
+        }
+        if let Some(stats) = self.servers.get_mut(&query.server) {
+            stats.latency.record(latency);
+            *stats.rcodes.entry(obs.rcode).or_default() += 1;
+        }
+    }
+
+    fn tick(&mut self, now: SystemTime, _out: &mut Vec<Finding>) {
+        while self.waiting.pop_expired(now).is_some() {}
+    }
+
+    fn finish(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+        self.tick(now, out);
+    }
+
+    fn evictions(&self) -> u64 {
+        self.waiting.evictions() + self.servers.evictions()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::testkit::*;
+
+    /// A client query to `server` at `at` ms, answered with `rcode`: the reply leaves the node,
+    /// then enters the client `after` ms after the query was sent.
+    fn answered(id: u16, server: &str, at: u64, after: u64, rcode: u16) -> Vec<Observation> {
+        [
+            query("a.test.")
+                .id(id)
+                .to(server)
+                .at_ms(at)
+                .route(&[CLIENT_OUT, NODE_FROM_BRIDGE]),
+            reply("a.test.")
+                .id(id)
+                .rcode(rcode)
+                .from(server)
+                .to("10.244.0.2:41234")
+                .at_us((at + after) * 1000 - 10)
+                .route(&[NODE_TO_BRIDGE, CLIENT_IN]),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn percentiles_and_rcodes_per_server() {
+        let mut observations = Vec::new();
+        for n in 1..=100u16 {
+            let rcode = if n % 10 == 0 { 3 } else { 0 };
+            observations.extend(answered(
+                n,
+                "169.254.25.10:53",
+                200 * u64::from(n),
+                u64::from(n),
+                rcode,
+            ));
+        }
+        observations.extend(answered(500, "10.96.0.10:53", 0, 7, 2));
+        let mut latency = Latency::new(Duration::from_secs(2), 1024);
+        assert_eq!(run(&mut latency, observations, ms(60_000)), []);
+
+        let servers = latency.servers();
+        let addresses: Vec<String> = servers
+            .iter()
+            .map(|server| server.server.to_string())
+            .collect();
+        assert_eq!(addresses, ["10.96.0.10:53", "169.254.25.10:53"]);
+        let cache = &servers[1];
+        assert_eq!(cache.answered, 100);
+        let within_an_eighth = |actual: Duration, expected_ms: u64| {
+            let expected = Duration::from_millis(expected_ms);
+            assert!(
+                actual >= expected && actual <= expected + expected / 8,
+                "{actual:?} vs {expected:?}"
+            );
+        };
+        within_an_eighth(cache.p50, 50);
+        within_an_eighth(cache.p90, 90);
+        within_an_eighth(cache.p99, 99);
+        assert_eq!(cache.max, Duration::from_millis(100));
+        assert_eq!(cache.rcodes, BTreeMap::from([(0, 90), (3, 10)]));
+        assert_eq!(servers[0].rcodes, BTreeMap::from([(2, 1)]));
+        assert_eq!(servers[0].max, Duration::from_millis(7));
+    }
+
+    #[test]
+    fn replies_after_the_wait_are_not_latencies() {
+        let mut latency = Latency::new(Duration::from_secs(2), 1024);
+        run(
+            &mut latency,
+            answered(1, "169.254.25.10:53", 0, 2500, 0),
+            ms(10_000),
+        );
+        assert_eq!(latency.servers(), []);
+    }
+}

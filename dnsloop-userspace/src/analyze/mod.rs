@@ -1,0 +1,57 @@
+//! The detection engine: observations in, findings and a summary out.
+//!
+//! [`Engine`] puts observations back in timestamp order (`reorder`) and runs four analyzers
+//! on them: `forwarding_loop`, `unexpected_source`, `timeout`, and `latency` (summary
+//! only). The last three judge replies against the queries their clients sent
+//! (`outstanding`); all recognise a message across NAT hops the same way (`packet`).
+//!
+//! Analyzers never learn where observations came from, and know time only from their
+//! timestamps and from `tick`, so a capture replayed and the same traffic traced live give the
+//! same findings. Every table they keep is bounded (`table`); the stalest entries go first,
+//! and are counted, when one fills up.
+mod engine;
+mod forwarding_loop;
+mod histogram;
+mod latency;
+pub mod mnemonic;
+mod outstanding;
+mod packet;
+mod reorder;
+mod repeats;
+mod summary;
+mod table;
+#[cfg(test)]
+pub mod testkit;
+mod timeout;
+mod unexpected_source;
+
+use std::time::{Duration, SystemTime};
+
+pub use engine::{Engine, EngineConfig};
+pub use summary::{ServerSummary, Summary};
+
+use crate::{finding::Finding, observation::Observation};
+
+/// One detector. The engine feeds it observations in timestamp order.
+pub trait Analyzer {
+    /// Takes the next observation; what it proves is appended to `out`.
+    fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>);
+
+    /// Time has reached `now`: no observation up to `now` is still to come. Reports what was
+    /// waiting for that (a deadline passed, a packet settled).
+    fn tick(&mut self, now: SystemTime, out: &mut Vec<Finding>);
+
+    /// The input has ended at `now`: reports everything still held back.
+    fn finish(&mut self, now: SystemTime, out: &mut Vec<Finding>);
+
+    /// Entries dropped from its full tables so far.
+    fn evictions(&self) -> u64;
+}
+
+/// Whether `wait` has passed between `since` and `now`. Timestamps come from captures and
+/// kernels, so this holds for any of them: a `now` before `since` is not past, and nothing
+/// overflows.
+fn has_waited(since: SystemTime, wait: Duration, now: SystemTime) -> bool {
+    now.duration_since(since)
+        .is_ok_and(|elapsed| elapsed >= wait)
+}

@@ -1,0 +1,100 @@
+//! Queries waiting for their reply, as their clients see them.
+//!
+//! A client judges a reply where it arrives, by its own address and port, the id and the
+//! question, and, for UDP on a connected socket, by where it sent the query. So a query is
+//! recorded at its first sighting, before any DNAT rewrote its destination, and a reply is
+//! judged only where it enters the namespace the query left: earlier hops legitimately show a
+//! pod address that conntrack has yet to translate back.
+use std::{
+    net::SocketAddr,
+    time::{Duration, SystemTime},
+};
+
+use super::{has_waited, packet::MessageKey, table::Table};
+use crate::observation::{Namespace, Observation, Question};
+
+/// A query as its client sent it.
+#[derive(Clone, Debug)]
+pub struct SentQuery {
+    pub client: SocketAddr,
+    /// Where it was first seen addressed to.
+    pub server: SocketAddr,
+    /// The namespace it was first seen leaving.
+    pub client_namespace: Option<Namespace>,
+    pub id: u16,
+    pub question: Question,
+    pub sent: SystemTime,
+}
+
+/// What a reply is to the query it matches.
+pub enum Reply<'a> {
+    /// From where the query went: the query is done.
+    Answer(SentQuery),
+    /// From elsewhere: the client drops it and goes on waiting.
+    FromElsewhere(&'a SentQuery),
+}
+
+pub struct Outstanding {
+    wait: Duration,
+    queries: Table<MessageKey, SentQuery>,
+}
+
+impl Outstanding {
+    /// Queries are forgotten once they have waited `wait`.
+    pub fn new(wait: Duration, capacity: usize) -> Self {
+        Self {
+            wait,
+            queries: Table::new(capacity),
+        }
+    }
+
+    /// Records the query `obs` unless it is already waiting: later sightings (further hops, or
+    /// the client's retries with the same id) are the same query.
+    pub fn query(&mut self, key: MessageKey, obs: &Observation) {
+        let Some(question) = &obs.question else {
+            return;
+        };
+        if self.queries.get(&key).is_none() {
+            self.queries.insert(
+                key,
+                SentQuery {
+                    client: obs.src,
+                    server: obs.dst,
+                    client_namespace: obs.point.leaves.clone(),
+                    id: obs.id,
+                    question: question.clone(),
+                    sent: obs.ts,
+                },
+            );
+        }
+    }
+
+    /// What the reply `obs` means to the query it matches, if it matches one and is seen
+    /// entering that query's client namespace.
+    pub fn reply(&mut self, key: &MessageKey, obs: &Observation) -> Option<Reply<'_>> {
+        let query = self.queries.get(key)?;
+        if obs.dst != query.client || obs.point.enters != query.client_namespace {
+            return None;
+        }
+        if obs.src == query.server {
+            self.queries.remove(key).map(Reply::Answer)
+        } else {
+            self.queries.get(key).map(Reply::FromElsewhere)
+        }
+    }
+
+    /// The oldest query if it has waited `wait` by `now`, removed.
+    pub fn pop_expired(&mut self, now: SystemTime) -> Option<(MessageKey, SentQuery)> {
+        let wait = self.wait;
+        self.queries
+            .pop_stalest_if(|_, query| has_waited(query.sent, wait, now))
+    }
+
+    pub fn len(&self) -> usize {
+        self.queries.len()
+    }
+
+    pub fn evictions(&self) -> u64 {
+        self.queries.evictions()
+    }
+}

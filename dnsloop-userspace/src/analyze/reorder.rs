@@ -1,0 +1,172 @@
+//! Puts observations back in timestamp order before any analyzer sees them.
+//!
+//! The kernel's ring buffer interleaves the CPUs' records and a capture of several interfaces
+//! interleaves their packets, so a reply can arrive before the query it answers. Each observation
+//! is held until the newest timestamp seen is `window` past its own.
+use std::{
+    cmp::{Ordering, Reverse},
+    collections::BinaryHeap,
+    time::{Duration, SystemTime},
+};
+
+use crate::observation::Observation;
+
+pub struct Reorder {
+    window: Duration,
+    capacity: usize,
+    held: BinaryHeap<Reverse<Held>>,
+    /// The newest timestamp seen, or the latest time a tick reported.
+    newest: Option<SystemTime>,
+    /// The timestamp of the last observation released.
+    released: Option<SystemTime>,
+    arrivals: u64,
+    late: u64,
+    overflows: u64,
+}
+
+/// Observations ordered by timestamp, then by arrival, so equal timestamps keep their order.
+struct Held {
+    ts: SystemTime,
+    arrival: u64,
+    obs: Observation,
+}
+
+impl Reorder {
+    pub fn new(window: Duration, capacity: usize) -> Self {
+        Self {
+            window,
+            capacity: capacity.max(1),
+            held: BinaryHeap::new(),
+            newest: None,
+            released: None,
+            arrivals: 0,
+            late: 0,
+            overflows: 0,
+        }
+    }
+
+    pub fn push(&mut self, obs: Observation) {
+        if self.released.is_some_and(|released| obs.ts < released) {
+            // It is released at once, out of order: the analyzers tolerate that, and the
+            // summary shows how often it happened.
+            self.late += 1;
+        }
+        self.advance(obs.ts);
+        self.held.push(Reverse(Held {
+            ts: obs.ts,
+            arrival: self.arrivals,
+            obs,
+        }));
+        self.arrivals += 1;
+        if self.held.len() > self.capacity {
+            self.overflows += 1;
+        }
+    }
+
+    /// Time has reached `now`.
+    pub fn advance(&mut self, now: SystemTime) {
+        self.newest = Some(self.newest.map_or(now, |newest| newest.max(now)));
+    }
+
+    /// Up to when the order is final: no observation at or before it is still expected.
+    pub fn horizon(&self) -> Option<SystemTime> {
+        self.newest?.checked_sub(self.window)
+    }
+
+    /// The oldest held observation, once it is due: its timestamp has reached the horizon, or
+    /// the buffer is over capacity.
+    pub fn pop_due(&mut self) -> Option<Observation> {
+        let Reverse(oldest) = self.held.peek()?;
+        let due = self.held.len() > self.capacity || self.horizon().is_some_and(|h| oldest.ts <= h);
+        if due {
+            self.pop()
+        } else {
+            None
+        }
+    }
+
+    /// The oldest held observation, due or not: for when the input has ended.
+    pub fn pop(&mut self) -> Option<Observation> {
+        let Reverse(held) = self.held.pop()?;
+        self.released = Some(
+            self.released
+                .map_or(held.ts, |released| released.max(held.ts)),
+        );
+        Some(held.obs)
+    }
+
+    /// Observations that arrived after a later one had already been released.
+    pub fn late(&self) -> u64 {
+        self.late
+    }
+
+    /// Observations released early because the buffer was full.
+    pub fn overflows(&self) -> u64 {
+        self.overflows
+    }
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Held {}
+
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Held {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.ts, self.arrival).cmp(&(other.ts, other.arrival))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::testkit::{ms, query, CLIENT_OUT};
+
+    fn ids(reorder: &mut Reorder) -> Vec<u16> {
+        std::iter::from_fn(|| reorder.pop_due())
+            .map(|obs| obs.id)
+            .collect()
+    }
+
+    #[test]
+    fn releases_in_timestamp_order_once_the_window_has_passed() {
+        let mut reorder = Reorder::new(Duration::from_millis(50), 100);
+        for (id, ms) in [(1, 10), (3, 12), (2, 11)] {
+            reorder.push(query("a.test.").id(id).at_ms(ms).seen(CLIENT_OUT));
+        }
+        assert_eq!(ids(&mut reorder), Vec::<u16>::new());
+        reorder.push(query("a.test.").id(4).at_ms(61).seen(CLIENT_OUT));
+        assert_eq!(ids(&mut reorder), [1, 2]);
+        reorder.advance(ms(200));
+        assert_eq!(ids(&mut reorder), [3, 4]);
+        assert_eq!(reorder.late(), 0);
+    }
+
+    #[test]
+    fn counts_what_comes_too_late_and_what_overflows() {
+        let mut reorder = Reorder::new(Duration::from_millis(50), 2);
+        reorder.push(query("a.test.").id(1).at_ms(100).seen(CLIENT_OUT));
+        reorder.push(query("a.test.").id(2).at_ms(200).seen(CLIENT_OUT));
+        assert_eq!(ids(&mut reorder), [1]);
+        reorder.push(query("a.test.").id(3).at_ms(20).seen(CLIENT_OUT));
+        assert_eq!(reorder.late(), 1);
+        assert_eq!(ids(&mut reorder), [3]);
+        reorder.push(query("a.test.").id(4).at_ms(210).seen(CLIENT_OUT));
+        reorder.push(query("a.test.").id(5).at_ms(220).seen(CLIENT_OUT));
+        assert_eq!(reorder.overflows(), 1);
+        assert_eq!(ids(&mut reorder), [2]);
+        let rest: Vec<u16> = std::iter::from_fn(|| reorder.pop())
+            .map(|obs| obs.id)
+            .collect();
+        assert_eq!(rest, [4, 5]);
+    }
+}

@@ -1,0 +1,87 @@
+//! Reporting a finding that keeps happening without reporting every occurrence.
+use std::{
+    hash::Hash,
+    time::{Duration, SystemTime},
+};
+
+use super::table::Table;
+
+/// A finding that carries how often it occurred.
+pub trait Repeated {
+    /// The finding as of its `count`th occurrence, the last one at `last`.
+    fn repeated(&mut self, count: u64, last: SystemTime);
+}
+
+/// Holds back repeats: the first occurrence is reported at once, later ones at most once per
+/// `interval`, each report carrying the count so far.
+pub struct Repeats<K, F> {
+    interval: Duration,
+    seen: Table<K, Seen<F>>,
+}
+
+struct Seen<F> {
+    count: u64,
+    reported_count: u64,
+    reported_at: SystemTime,
+    last: SystemTime,
+    finding: F,
+}
+
+impl<K: Hash + Eq, F: Repeated + Clone> Repeats<K, F> {
+    pub fn new(interval: Duration, capacity: usize) -> Self {
+        Self {
+            interval,
+            seen: Table::new(capacity),
+        }
+    }
+
+    /// Counts an occurrence of `key` at `at`; returns the finding to report now, if any.
+    /// `describe` is only called for the first occurrence.
+    pub fn occurred(
+        &mut self,
+        key: K,
+        at: SystemTime,
+        describe: impl FnOnce() -> Option<F>,
+    ) -> Option<F> {
+        if let Some(seen) = self.seen.refresh(&key) {
+            seen.count += 1;
+            seen.last = seen.last.max(at);
+            let due = at
+                .duration_since(seen.reported_at)
+                .is_ok_and(|elapsed| elapsed >= self.interval);
+            if !due {
+                return None;
+            }
+            seen.reported_at = at;
+            seen.reported_count = seen.count;
+            seen.finding.repeated(seen.count, at);
+            return Some(seen.finding.clone());
+        }
+        let finding = describe()?;
+        self.seen.insert(
+            key,
+            Seen {
+                count: 1,
+                reported_count: 1,
+                reported_at: at,
+                last: at,
+                finding: finding.clone(),
+            },
+        );
+        Some(finding)
+    }
+
+    /// The final count of every finding that occurred again since it was last reported.
+    pub fn unreported(&mut self) -> impl Iterator<Item = F> + '_ {
+        self.seen.drain().filter_map(|(_, mut seen)| {
+            (seen.count > seen.reported_count).then(|| {
+                seen.finding.repeated(seen.count, seen.last);
+                seen.finding
+            })
+        })
+    }
+
+    pub fn evictions(&self) -> u64 {
+        self.seen.evictions()
+    }
+}

@@ -1,0 +1,59 @@
+//! What a run amounted to, reported once at its end.
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    time::{Duration, SystemTime},
+};
+
+use crate::finding::Finding;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// When the run ended.
+    pub at: SystemTime,
+    pub observations: u64,
+    /// Observations that arrived more than `settle` behind later ones: analysed out of order.
+    pub late_observations: u64,
+    pub findings: FindingCounts,
+    /// Entries dropped from full tables, per stage: nonzero means `max_tracked` is too small
+    /// for the traffic and some findings may have been missed.
+    pub evictions: BTreeMap<&'static str, u64>,
+    /// Queries still waiting for a reply when the input ended, not yet `timeout` old.
+    pub unanswered_at_end: u64,
+    /// Every server that answered, in address order.
+    pub servers: Vec<ServerSummary>,
+}
+
+/// How many findings of each kind were reported.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FindingCounts {
+    pub loops: u64,
+    pub unexpected_sources: u64,
+    pub timeouts: u64,
+}
+
+impl FindingCounts {
+    pub fn count(&mut self, findings: &[Finding]) {
+        for finding in findings {
+            match finding {
+                Finding::Loop(_) => self.loops += 1,
+                Finding::UnexpectedSource(_) => self.unexpected_sources += 1,
+                Finding::Timeout(_) => self.timeouts += 1,
+            }
+        }
+    }
+}
+
+/// The replies one server sent, as its clients received them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerSummary {
+    /// Where the queries were addressed when first seen, before any DNAT.
+    pub server: SocketAddr,
+    pub answered: u64,
+    pub p50: Duration,
+    pub p90: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+    /// Replies per response code.
+    pub rcodes: BTreeMap<u16, u64>,
+}

@@ -1,0 +1,234 @@
+//! Replies from an unexpected source: a reply reaches the client with the right id and port,
+//! but from an address or port other than the one the query was sent to, so the client's
+//! socket drops it (typically a CoreDNS pod's reply that was never translated back to the
+//! ClusterIP). Why it happened is for an enricher to find from conntrack; this only proves it.
+use std::{
+    net::SocketAddr,
+    time::{Duration, SystemTime},
+};
+
+use super::{
+    outstanding::{Outstanding, Reply, SentQuery},
+    packet::MessageKey,
+    repeats::{Repeated, Repeats},
+    Analyzer,
+};
+use crate::{
+    finding::{Finding, UnexpectedSourceFinding},
+    observation::Observation,
+};
+
+/// One kind of misdelivery: this client, expecting replies from there, got them from here.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Misdelivery {
+    client: SocketAddr,
+    expected: SocketAddr,
+    actual: SocketAddr,
+}
+
+pub struct UnexpectedSources {
+    waiting: Outstanding,
+    reports: Repeats<Misdelivery, UnexpectedSourceFinding>,
+}
+
+impl UnexpectedSources {
+    /// A query is judged until it has waited `wait`; each misdelivery is reported again at
+    /// most once per `report_interval`.
+    pub fn new(wait: Duration, report_interval: Duration, capacity: usize) -> Self {
+        Self {
+            waiting: Outstanding::new(wait, capacity),
+            reports: Repeats::new(report_interval, capacity),
+        }
+    }
+}
+
+fn finding(query: &SentQuery, reply: &Observation) -> UnexpectedSourceFinding {
+    UnexpectedSourceFinding {
+        ts: reply.ts,
+        client: query.client,
+        expected: query.server,
+        actual: reply.src,
+        id: query.id,
+        qname: query.question.name.presentation(),
+        qtype: query.question.qtype,
+        conntrack: None,
+        cause: None,
+        summary: summary(query.client, query.id, reply.src, query.server, 1),
+    }
+}
+
+fn summary(
+    client: SocketAddr,
+    id: u16,
+    actual: SocketAddr,
+    expected: SocketAddr,
+    count: u64,
+) -> String {
+    let mut summary = format!(
+        "reply to {client} id {id} came from {actual}, but the query went to {expected}: the client's socket drops it"
+    );
+    if count > 1 {
+        summary.push_str(&format!(" ({count} such replies so far)"));
+    }
+    summary
+}
+
+impl Analyzer for UnexpectedSources {
+    fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
+        self.tick(obs.ts, out);
+        let Some(key) = MessageKey::of(obs) else {
+            return;
+        };
+        if !obs.is_response {
+            self.waiting.query(key, obs);
+            return;
+        }
+        let Some(Reply::FromElsewhere(query)) = self.waiting.reply(&key, obs) else {
+            return;
+        };
+        let misdelivery = Misdelivery {
+            client: query.client,
+            expected: query.server,
+            actual: obs.src,
+        };
+        let reported = self
+            .reports
+            .occurred(misdelivery, obs.ts, || Some(finding(query, obs)));
+        out.extend(reported.map(Finding::UnexpectedSource));
+    }
+
+    fn tick(&mut self, now: SystemTime, _out: &mut Vec<Finding>) {
+        while self.waiting.pop_expired(now).is_some() {}
+    }
+
+    fn finish(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+        self.tick(now, out);
+        out.extend(self.reports.unreported().map(Finding::UnexpectedSource));
+    }
+
+    fn evictions(&self) -> u64 {
+        self.waiting.evictions() + self.reports.evictions()
+    }
+}
+
+impl Repeated for UnexpectedSourceFinding {
+    fn repeated(&mut self, count: u64, last: SystemTime) {
+        self.ts = last;
+        // The finding has no field for the count: the summary line carries it.
+        self.summary = summary(self.client, self.id, self.actual, self.expected, count);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::testkit::*;
+
+    fn analyzer() -> UnexpectedSources {
+        UnexpectedSources::new(Duration::from_secs(2), Duration::from_secs(10), 1024)
+    }
+
+    fn sources(findings: Vec<Finding>) -> Vec<UnexpectedSourceFinding> {
+        findings
+            .into_iter()
+            .map(|finding| match finding {
+                Finding::UnexpectedSource(found) => found,
+                other => panic!("not an unexpected source: {other:?}"),
+            })
+            .collect()
+    }
+
+    /// The client asks kube-dns at `at` ms; the bridge DNATs the query to CoreDNS, whose reply
+    /// leaves its pod from the pod address and enters the client's pod from `seen_from`.
+    fn exchange(id: u16, at: u64, seen_from: &str) -> Vec<Observation> {
+        [
+            vec![query("www.example.test.")
+                .id(id)
+                .to("10.96.0.10:53")
+                .at_ms(at)
+                .seen(CLIENT_OUT)],
+            vec![query("www.example.test.")
+                .id(id)
+                .to("10.244.0.3:53")
+                .at_ms(at)
+                .seen(COREDNS_IN)],
+            reply("www.example.test.")
+                .id(id)
+                .from("10.244.0.3:53")
+                .to("10.244.0.2:41234")
+                .at_ms(at + 1)
+                .route(&[COREDNS_OUT]),
+            reply("www.example.test.")
+                .id(id)
+                .from(seen_from)
+                .to("10.244.0.2:41234")
+                .at_us(at * 1000 + 1010)
+                .route(&[CLIENT_IN]),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn a_reply_translated_back_to_the_cluster_ip_is_expected_though_it_left_the_pod_from_its_own_address(
+    ) {
+        assert_eq!(
+            run(
+                &mut analyzer(),
+                exchange(4242, 0, "10.96.0.10:53"),
+                ms(5_000)
+            ),
+            []
+        );
+    }
+
+    #[test]
+    fn a_reply_entering_the_client_from_the_pod_address_is_reported_at_that_hop() {
+        let found = sources(run(
+            &mut analyzer(),
+            exchange(4242, 0, "10.244.0.3:53"),
+            ms(5_000),
+        ));
+        assert_eq!(found.len(), 1, "{found:?}");
+        let found = &found[0];
+        assert_eq!(found.ts, us(1010));
+        assert_eq!(found.client, addr("10.244.0.2:41234"));
+        assert_eq!(found.expected, addr("10.96.0.10:53"));
+        assert_eq!(found.actual, addr("10.244.0.3:53"));
+        assert_eq!(
+            (found.id, found.qname.as_str(), found.qtype),
+            (4242, "www.example.test.", A)
+        );
+        assert_eq!(
+            (found.conntrack.as_ref(), found.cause.as_ref()),
+            (None, None)
+        );
+        assert_eq!(
+            found.summary,
+            "reply to 10.244.0.2:41234 id 4242 came from 10.244.0.3:53, but the query went to 10.96.0.10:53: the client's socket drops it"
+        );
+    }
+
+    #[test]
+    fn repeats_are_counted_and_reported_once_per_interval() {
+        let observations: Vec<Observation> = (0..12u16)
+            .flat_map(|n| exchange(n, u64::from(n) * 1000, "10.244.0.3:53"))
+            .collect();
+        let mut analyzer = analyzer();
+        let mut found = sources(run(&mut analyzer, observations, ms(20_000)));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[1].summary.ends_with("(11 such replies so far)"),
+            "{}",
+            found[1].summary
+        );
+        let mut last = Vec::new();
+        analyzer.finish(ms(20_000), &mut last);
+        found = sources(last);
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0].summary.ends_with("(12 such replies so far)"),
+            "{}",
+            found[0].summary
+        );
+    }
+}

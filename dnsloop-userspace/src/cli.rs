@@ -1,0 +1,71 @@
+//! The command line.
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dnsloop",
+    version,
+    about = "Find DNS forwarding loops and broken DNS paths on a Kubernetes node while they happen",
+    after_help = "Examples:\n  \
+        dnsloop trace                          # every interface of this network namespace\n  \
+        dnsloop trace -i cni0 -i eth0 --duration 30s\n  \
+        dnsloop trace --output json | jq .\n  \
+        dnsloop trace --packets -i cni0        # every DNS packet on the bridge"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Watch DNS on this node live (needs root: loads BPF programs).
+    Trace(TraceArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// Interface to watch (repeatable). Default: every interface of the current network namespace.
+    #[arg(short = 'i', long = "interface", value_name = "IFACE")]
+    pub interfaces: Vec<String>,
+
+    /// Stop after this long (e.g. 30s, 5m). Default: until SIGINT or SIGTERM.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub duration: Option<Duration>,
+
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+
+    /// Print every DNS packet seen, on every hop (one line, or one JSON object, per packet).
+    #[arg(long)]
+    pub packets: bool,
+
+    /// Bytes of each streamed packet to keep, from the start of the frame (64-2048).
+    #[arg(long, value_name = "BYTES", default_value_t = dnsloop_ebpf::event::PACKET_SNAP_MAX)]
+    pub snap_len: usize,
+
+    /// Questions the kernel remembers to spot forwards (LRU). Each entry takes about 112 bytes
+    /// of kernel memory: the default 65536 is about 7 MiB.
+    #[arg(long, value_name = "ENTRIES", default_value_t = 65536)]
+    pub question_table_size: u32,
+
+    /// Size of the ring buffer that carries packets to dnsloop, in MiB (a power of two). Each
+    /// packet takes about 2 KiB: the default 4 MiB holds about 2000 before any is lost.
+    #[arg(long, value_name = "MIB", default_value_t = 4)]
+    pub ring_buffer_mib: u32,
+
+    /// UDP/TCP port that carries DNS (repeatable, at most 8).
+    #[arg(long = "dns-port", value_name = "PORT", default_values_t = [53u16])]
+    pub dns_ports: Vec<u16>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// One line per finding, for a person at a terminal.
+    Text,
+    /// One JSON object per line, for a log shipper.
+    Json,
+}

@@ -1,0 +1,159 @@
+//! The decoder: a captured packet in, one observation per DNS message out.
+//!
+//! The headers are walked by the same `no_std` parser the kernel programs run, so a packet means
+//! the same thing in `trace` and in `analyze`. The DNS message itself is decoded with
+//! hickory-proto; when it cannot be (cut by the snap length, or malformed past the question),
+//! the shared parser's reading of the header and first question is used instead.
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use dnsloop_ebpf::parse::{
+    classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, IpFamily, Malformed,
+    PacketClass, Segment, SlicePacket, Transport as WireTransport, DNS_BUF_LEN,
+};
+use hickory_proto::{op::Message, serialize::binary::BinDecodable};
+
+use crate::{
+    observation::{DnsName, Observation, Point, Question, Transport},
+    source::RawPacket,
+};
+
+/// Offset of the question section in a DNS message.
+const QUESTION_OFFSET: usize = 12;
+
+/// Why a packet yielded no observation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotDecoded {
+    /// Not DNS on a watched port (ARP, other traffic, a non-first fragment).
+    NotDns,
+    Malformed(Malformed),
+}
+
+pub struct Decoder {
+    ports: DnsPorts,
+}
+
+impl Decoder {
+    pub fn new(dns_ports: &[u16]) -> Self {
+        Self {
+            ports: DnsPorts::new(dns_ports),
+        }
+    }
+
+    /// Appends an observation to `out` for each DNS message in `packet`, seen at `point`.
+    pub fn decode(
+        &self,
+        packet: &RawPacket,
+        point: &Point,
+        out: &mut Vec<Observation>,
+    ) -> Result<(), NotDecoded> {
+        let bytes = SlicePacket(&packet.bytes);
+        let segment = match classify(&bytes, packet.link_layer, &self.ports) {
+            PacketClass::Dns(segment) => segment,
+            PacketClass::Skip(_) => return Err(NotDecoded::NotDns),
+            PacketClass::Malformed(reason) => return Err(NotDecoded::Malformed(reason)),
+        };
+        let (transport, messages) = match segment.transport {
+            WireTransport::Udp => (Transport::Udp, vec![udp_message(&segment)]),
+            WireTransport::Tcp => {
+                let framing = tcp_framing(&bytes, &segment);
+                (Transport::Tcp, framing.messages().copied().collect())
+            }
+        };
+        let src = socket_addr(segment.family, &segment.src, segment.sport);
+        let dst = socket_addr(segment.family, &segment.dst, segment.dport);
+        let before = out.len();
+        let mut first_error = None;
+        for message in &messages {
+            let Some(held) = message_bytes(&packet.bytes, &segment, message) else {
+                continue;
+            };
+            match decode_message(held) {
+                Ok(decoded) => out.push(Observation {
+                    ts: packet.ts,
+                    point: point.clone(),
+                    transport,
+                    src,
+                    dst,
+                    id: decoded.id,
+                    is_response: decoded.is_response,
+                    opcode: decoded.opcode,
+                    rcode: decoded.rcode,
+                    question: decoded.question,
+                    probe: decoded.probe,
+                    size: message.len,
+                }),
+                Err(reason) => {
+                    first_error.get_or_insert(reason);
+                }
+            }
+        }
+        match (out.len() > before, first_error) {
+            (false, Some(reason)) => Err(NotDecoded::Malformed(reason)),
+            (false, None) => Err(NotDecoded::NotDns),
+            (true, _) => Ok(()),
+        }
+    }
+}
+
+/// The part of `message` the capture holds.
+fn message_bytes<'a>(
+    packet: &'a [u8],
+    segment: &Segment,
+    message: &DnsMessageRef,
+) -> Option<&'a [u8]> {
+    let held_end = (segment.payload_offset + segment.payload_len).min(packet.len());
+    let end = (message.offset + message.len).min(held_end);
+    packet.get(message.offset..end)
+}
+
+fn socket_addr(family: IpFamily, addr: &[u8; 16], port: u16) -> SocketAddr {
+    let ip = match family {
+        IpFamily::V4 => IpAddr::V4(Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3])),
+        IpFamily::V6 => IpAddr::V6(Ipv6Addr::from(*addr)),
+    };
+    SocketAddr::new(ip, port)
+}
+
+struct DecodedMessage {
+    id: u16,
+    is_response: bool,
+    opcode: u8,
+    rcode: u16,
+    question: Option<Question>,
+    probe: dnsloop_ebpf::parse::Probe,
+}
+
+fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
+    // The shared parser reads the header and first question, and recognises probes, even in a
+    // message cut short; hickory then refines what only a full decode knows (EDNS rcode bits).
+    let mut buffer = [0u8; DNS_BUF_LEN];
+    let held = bytes.len().min(DNS_BUF_LEN);
+    buffer[..held].copy_from_slice(&bytes[..held]);
+    let summary = parse_dns(&buffer, held)?;
+    let question = match summary.question {
+        Some(question) => {
+            let name_end = QUESTION_OFFSET + usize::from(question.name_len);
+            let name = bytes
+                .get(QUESTION_OFFSET..name_end)
+                .and_then(DnsName::from_wire)
+                .ok_or(Malformed::DnsTruncatedQuestion)?;
+            Some(Question {
+                name,
+                qtype: question.qtype,
+                qclass: question.qclass,
+            })
+        }
+        None => None,
+    };
+    let rcode = Message::from_bytes(bytes)
+        .map(|message| u16::from(message.response_code))
+        .unwrap_or(u16::from(summary.header.rcode()));
+    Ok(DecodedMessage {
+        id: summary.header.id,
+        is_response: summary.header.qr(),
+        opcode: summary.header.opcode(),
+        rcode,
+        question,
+        probe: summary.question.map(|question| question.probe).unwrap_or(dnsloop_ebpf::parse::Probe::None),
+    })
+}

@@ -1,0 +1,75 @@
+//! What conntrack knows about a query's flow, asked over ctnetlink in the calling thread's
+//! network namespace.
+mod message;
+mod socket;
+
+use std::{
+    io,
+    net::{IpAddr, SocketAddr},
+    time::Duration,
+};
+
+use thiserror::Error;
+
+use self::socket::NetfilterSocket;
+use crate::{finding::ConntrackEvidence, observation::Transport};
+
+/// How long a lookup may wait for the kernel: enrichment runs inline with the analysis, and a
+/// finding without evidence is better than a late one.
+const REPLY_TIMEOUT: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Error)]
+pub enum ConntrackError {
+    #[error("client {client} and server {server} are of different address families")]
+    MixedFamilies { client: IpAddr, server: IpAddr },
+    #[error("opening a netfilter netlink socket failed")]
+    Open(#[source] io::Error),
+    #[error("sending the conntrack request failed")]
+    Send(#[source] io::Error),
+    #[error("receiving the conntrack reply failed (or timed out)")]
+    Receive(#[source] io::Error),
+    #[error("the kernel refused the conntrack request")]
+    Refused(#[source] io::Error),
+    #[error("decoding the conntrack reply failed")]
+    Decode(#[source] netlink_packet_core::DecodeError),
+    #[error("unexpected conntrack reply: {0}")]
+    Unexpected(&'static str),
+}
+
+/// A query's flow in its original direction: from the client to where it sent the query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueryFlow {
+    pub transport: Transport,
+    pub client: SocketAddr,
+    pub server: SocketAddr,
+}
+
+/// The conntrack table of the network namespace the first lookup ran in: the socket is opened
+/// then, and a netlink socket stays bound to the namespace it was opened in.
+#[derive(Debug, Default)]
+pub struct ConntrackTable {
+    socket: Option<NetfilterSocket>,
+}
+
+impl ConntrackTable {
+    /// The entry whose original tuple is `flow`; `Ok(None)` when conntrack has none.
+    pub fn lookup(
+        &mut self,
+        flow: &QueryFlow,
+    ) -> Result<Option<ConntrackEvidence>, ConntrackError> {
+        let request = message::get_request(flow)?;
+        let socket = match &mut self.socket {
+            Some(socket) => socket,
+            None => self.socket.insert(NetfilterSocket::open(REPLY_TIMEOUT)?),
+        };
+        let result = socket
+            .exchange(&request)
+            .and_then(|reply| message::parse_reply(&reply));
+        if result.is_err() {
+            // The kernel may still answer a request we gave up on; a fresh socket next time
+            // never mistakes that late answer for the answer to the next request.
+            self.socket = None;
+        }
+        result
+    }
+}

@@ -1,0 +1,96 @@
+//! Evidence enrichment: what the node's conntrack table and bridge settings say about a finding,
+//! and the cause they establish.
+//!
+//! Best effort throughout: evidence that cannot be had (no entry, no permission, a timeout) is
+//! left out and logged at debug level, and the cause claims no more than the evidence shows.
+mod bridge_netfilter;
+mod cause;
+mod conntrack;
+#[cfg(test)]
+mod privileged_tests;
+
+use std::path::Path;
+
+use self::{
+    bridge_netfilter::{BridgeNetfilter, BridgeSysctl},
+    conntrack::{ConntrackTable, QueryFlow},
+};
+use crate::{
+    finding::{ConntrackEvidence, UnexpectedSourceFinding},
+    observation::Transport,
+};
+
+/// One per tracer. Its conntrack socket is opened on first use and stays in the network
+/// namespace of the thread that first used it, and the bridge sysctls are read in the calling
+/// thread's namespace: call it from a thread in the node's namespace.
+#[derive(Debug, Default)]
+pub struct Enricher {
+    conntrack: ConntrackTable,
+}
+
+impl Enricher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fills `finding.conntrack` and `finding.cause`, and rewrites `finding.summary` when a
+    /// cause is established.
+    pub fn enrich(&mut self, finding: &mut UnexpectedSourceFinding, transport: Transport) {
+        finding.conntrack = self.conntrack_evidence(finding, transport);
+        let bridge = bridge_netfilter(BridgeSysctl::for_address(finding.client.ip()));
+        if let Some(explanation) = cause::explain(finding, bridge) {
+            finding.cause = Some(explanation.cause);
+            if let Some(summary) = explanation.summary {
+                finding.summary = summary;
+            }
+        }
+    }
+
+    fn conntrack_evidence(
+        &mut self,
+        finding: &UnexpectedSourceFinding,
+        transport: Transport,
+    ) -> Option<ConntrackEvidence> {
+        let flow = QueryFlow {
+            transport,
+            client: finding.client,
+            server: finding.expected,
+        };
+        match self.conntrack.lookup(&flow) {
+            Ok(Some(evidence)) => Some(evidence),
+            Ok(None) => {
+                tracing::debug!("conntrack has no entry for {flow:?}");
+                None
+            }
+            Err(error) => {
+                tracing::debug!(
+                    "no conntrack evidence for {flow:?}: {}",
+                    error_chain(&error)
+                );
+                None
+            }
+        }
+    }
+}
+
+/// The bridge netfilter state of the calling thread's namespace; `None` when it cannot be read.
+fn bridge_netfilter(sysctl: BridgeSysctl) -> Option<BridgeNetfilter> {
+    sysctl
+        .read(Path::new("/"))
+        .inspect_err(|error| {
+            tracing::debug!("bridge netfilter state unknown: {}", error_chain(error));
+        })
+        .ok()
+}
+
+/// `error: its source: ...`, since debug logs are read without a backtrace.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,276 @@
+//! Enrichment against a real conntrack table: each test works in a network namespace of its own,
+//! whose entries the conntrack CLI creates. Nothing here sends a packet; `conntrack -I` only
+//! writes the table.
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::{Command, Output},
+    time::SystemTime,
+};
+
+use super::{
+    conntrack::{ConntrackTable, QueryFlow},
+    Enricher,
+};
+use crate::{
+    finding::{ConntrackEvidence, UnexpectedSourceFinding},
+    namespaces,
+    observation::Transport,
+};
+
+/// The fault's flow: 10.244.0.2 queried the ClusterIP, DNAT sent it to the pod 10.244.0.3.
+const UDP_V4_QUERY: &str = "-p udp -s 10.244.0.2 -d 10.96.0.10 --sport 41234 --dport 53 \
+    --reply-src 10.244.0.3 --reply-dst 10.244.0.2 --reply-port-src 53 --reply-port-dst 41234";
+
+#[test]
+fn an_unreplied_udp_v4_entry_gives_the_dnat_evidence() {
+    if !can_run("an_unreplied_udp_v4_entry_gives_the_dnat_evidence") {
+        return;
+    }
+    let namespace = TestNamespace::create("udp4");
+    namespace.insert_entry(UDP_V4_QUERY);
+
+    let (found, missing) = namespace.run(|| {
+        let mut table = ConntrackTable::default();
+        let found = table.lookup(&udp_flow("10.244.0.2:41234", "10.96.0.10:53"));
+        let missing = table.lookup(&udp_flow("10.244.0.2:41235", "10.96.0.10:53"));
+        (found, missing)
+    });
+
+    assert_eq!(
+        found.expect("the lookup succeeds"),
+        Some(ConntrackEvidence {
+            original_dst: addr("10.96.0.10:53"),
+            reply_src: addr("10.244.0.3:53"),
+            unreplied: true,
+        })
+    );
+    assert_eq!(missing.expect("a lookup of an absent flow succeeds"), None);
+}
+
+#[test]
+fn a_replied_udp_v6_entry_is_not_unreplied() {
+    if !can_run("a_replied_udp_v6_entry_is_not_unreplied") {
+        return;
+    }
+    let namespace = TestNamespace::create("udp6");
+    namespace.insert_entry(
+        "-p udp -s fd00:10:244::2 -d fd00:10:96::a --sport 41234 --dport 53 \
+         --reply-src fd00:10:244::3 --reply-dst fd00:10:244::2 --reply-port-src 53 \
+         --reply-port-dst 41234 -u SEEN_REPLY",
+    );
+
+    let found = namespace.run(|| {
+        ConntrackTable::default().lookup(&udp_flow("[fd00:10:244::2]:41234", "[fd00:10:96::a]:53"))
+    });
+
+    assert_eq!(
+        found.expect("the lookup succeeds"),
+        Some(ConntrackEvidence {
+            original_dst: addr("[fd00:10:96::a]:53"),
+            reply_src: addr("[fd00:10:244::3]:53"),
+            unreplied: false,
+        })
+    );
+}
+
+#[test]
+fn a_tcp_entry_is_found_only_as_tcp() {
+    if !can_run("a_tcp_entry_is_found_only_as_tcp") {
+        return;
+    }
+    let namespace = TestNamespace::create("tcp4");
+    let entry = UDP_V4_QUERY.replace("-p udp", "-p tcp");
+    namespace.insert_entry(&format!("{entry} --state SYN_SENT"));
+
+    let (as_tcp, as_udp) = namespace.run(|| {
+        let mut table = ConntrackTable::default();
+        let client = addr("10.244.0.2:41234");
+        let server = addr("10.96.0.10:53");
+        let as_tcp = table.lookup(&QueryFlow {
+            transport: Transport::Tcp,
+            client,
+            server,
+        });
+        let as_udp = table.lookup(&QueryFlow {
+            transport: Transport::Udp,
+            client,
+            server,
+        });
+        (as_tcp, as_udp)
+    });
+
+    assert_eq!(
+        as_tcp.expect("the lookup succeeds"),
+        Some(ConntrackEvidence {
+            original_dst: addr("10.96.0.10:53"),
+            reply_src: addr("10.244.0.3:53"),
+            unreplied: true,
+        })
+    );
+    assert_eq!(as_udp.expect("the lookup succeeds"), None);
+}
+
+/// The whole enrichment, with the bridge sysctl of the test's namespace (not the host's) off.
+#[test]
+fn the_enricher_establishes_the_bypass_in_its_namespace() {
+    if !can_run("the_enricher_establishes_the_bypass_in_its_namespace") {
+        return;
+    }
+    let namespace = TestNamespace::create("enrich");
+    namespace.insert_entry(UDP_V4_QUERY);
+    // br_netfilter's sysctls are per namespace, and /proc/sys/net shows the calling thread's.
+    // Where br_netfilter is not loaded there is no sysctl to turn off: that is the cause then.
+    let loaded = namespace.run(|| match std::fs::write(BRIDGE_CALL_IPTABLES, "0") {
+        Ok(()) => true,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
+        Err(error) => panic!("turning {BRIDGE_CALL_IPTABLES} off: {error}"),
+    });
+    let reason = if loaded {
+        "bridge-nf-call-iptables=0"
+    } else {
+        "br_netfilter is not loaded"
+    };
+
+    let mut finding = UnexpectedSourceFinding {
+        ts: SystemTime::now(),
+        client: addr("10.244.0.2:41234"),
+        expected: addr("10.96.0.10:53"),
+        actual: addr("10.244.0.3:53"),
+        id: 4242,
+        qname: "kubernetes.default.svc.cluster.local.".to_string(),
+        qtype: 1,
+        conntrack: None,
+        cause: None,
+        summary: "the analyzer's summary".to_string(),
+    };
+    let finding = namespace.run(move || {
+        Enricher::new().enrich(&mut finding, Transport::Udp);
+        finding
+    });
+
+    assert_eq!(
+        finding.conntrack,
+        Some(ConntrackEvidence {
+            original_dst: addr("10.96.0.10:53"),
+            reply_src: addr("10.244.0.3:53"),
+            unreplied: true,
+        })
+    );
+    assert_eq!(
+        finding.cause.as_deref(),
+        Some(format!("reply bypassed un-DNAT: {reason}").as_str())
+    );
+    assert_eq!(
+        finding.summary,
+        format!(
+            "reply to 10.244.0.2:41234 (id 4242) came from 10.244.0.3:53, not 10.96.0.10:53: \
+             reply bypassed un-DNAT ({reason}); the client drops it. \
+             Fix: load br_netfilter and set net.bridge.bridge-nf-call-iptables=1"
+        )
+    );
+}
+
+const BRIDGE_CALL_IPTABLES: &str = "/proc/sys/net/bridge/bridge-nf-call-iptables";
+
+fn addr(text: &str) -> SocketAddr {
+    text.parse().expect("a socket address")
+}
+
+fn udp_flow(client: &str, server: &str) -> QueryFlow {
+    QueryFlow {
+        transport: Transport::Udp,
+        client: addr(client),
+        server: addr(server),
+    }
+}
+
+/// Whether this host can run the privileged tests. Under `CI=true` a host that cannot fails
+/// the test, so that CI never passes by skipping; elsewhere the test says why it skips.
+fn can_run(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let mut missing = if unsafe { libc::geteuid() } == 0 {
+        Vec::new()
+    } else {
+        vec!["not root".to_string()]
+    };
+    for tool in ["ip", "conntrack"] {
+        if Command::new(tool).arg("-V").output().is_err() {
+            missing.push(format!("`{tool}` is not installed"));
+        }
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let reason = format!("{test} cannot run: {}", missing.join("; "));
+    if std::env::var("CI").is_ok_and(|value| value == "true") {
+        panic!("{reason} (CI=true: privileged tests must run; run `cargo xtask test` as root)");
+    }
+    eprintln!("SKIPPED {reason}");
+    false
+}
+
+/// A network namespace of the test's own, deleted when dropped, even when the test fails.
+struct TestNamespace {
+    name: String,
+}
+
+impl TestNamespace {
+    /// `label` tells apart the namespaces of tests that run at once in one process.
+    fn create(label: &str) -> Self {
+        let name = format!("dnsloop-enrich-{}-{label}", std::process::id());
+        succeed(Command::new("ip").args(["netns", "add", &name]));
+        Self { name }
+    }
+
+    /// Creates a conntrack entry from `conntrack -I` options (tuples, status, state).
+    fn insert_entry(&self, options: &str) {
+        succeed(
+            Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &self.name,
+                    "conntrack",
+                    "-I",
+                    "--timeout",
+                    "60",
+                ])
+                .args(options.split_whitespace()),
+        );
+    }
+
+    /// Runs `work` on a thread inside the namespace.
+    fn run<T: Send>(&self, work: impl FnOnce() -> T + Send) -> T {
+        let path = PathBuf::from("/var/run/netns").join(&self.name);
+        namespaces::in_namespace(&path, work).expect("enter the test's namespace")
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        match Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output()
+        {
+            Ok(output) if output.status.success() => {}
+            Ok(output) => eprintln!("deleting netns {}: {}", self.name, stderr(&output)),
+            Err(error) => eprintln!("deleting netns {}: {error}", self.name),
+        }
+    }
+}
+
+fn succeed(command: &mut Command) {
+    let output = command
+        .output()
+        .unwrap_or_else(|error| panic!("{command:?}: {error}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed: {}",
+        stderr(&output)
+    );
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).trim().to_string()
+}

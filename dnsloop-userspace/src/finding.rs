@@ -1,0 +1,84 @@
+//! What the analyzers report.
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use dnsloop_ebpf::{event::Direction, parse::Probe};
+
+use crate::observation::Namespace;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Finding {
+    Loop(LoopFinding),
+    UnexpectedSource(UnexpectedSourceFinding),
+    Timeout(TimeoutFinding),
+}
+
+/// One packet of a finding's path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hop {
+    pub ts: SystemTime,
+    pub ifname: Arc<str>,
+    pub direction: Direction,
+    /// The namespace the packet entered at this hop, when known.
+    pub enters: Option<Namespace>,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub id: u16,
+}
+
+/// A question that re-entered a namespace along a chain of forwards.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoopFinding {
+    pub ts: SystemTime,
+    /// Presentation format, as sent.
+    pub qname: String,
+    pub qtype: u16,
+    /// How many times the question has re-entered a namespace so far.
+    pub count: u64,
+    pub path: Vec<Hop>,
+    /// The addresses the forwards in the cycle were sent to, in order.
+    pub servers: Vec<IpAddr>,
+    pub probe: Probe,
+    pub summary: String,
+}
+
+/// A response that matched a query by id and client address/port but came from another source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnexpectedSourceFinding {
+    pub ts: SystemTime,
+    pub client: SocketAddr,
+    pub expected: SocketAddr,
+    pub actual: SocketAddr,
+    pub id: u16,
+    pub qname: String,
+    pub qtype: u16,
+    pub conntrack: Option<ConntrackEvidence>,
+    pub cause: Option<String>,
+    pub summary: String,
+}
+
+/// What conntrack knew about the query's flow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConntrackEvidence {
+    /// Where the client sent the query (the ClusterIP, before DNAT).
+    pub original_dst: SocketAddr,
+    /// Where the reply was expected from after DNAT (a CoreDNS pod).
+    pub reply_src: SocketAddr,
+    pub unreplied: bool,
+}
+
+/// A query that got no response in time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimeoutFinding {
+    pub ts: SystemTime,
+    pub client: SocketAddr,
+    pub server: SocketAddr,
+    pub id: u16,
+    pub qname: String,
+    pub qtype: u16,
+    pub waited: Duration,
+    pub summary: String,
+}

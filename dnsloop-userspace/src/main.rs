@@ -1,0 +1,50 @@
+//! `dnsloop`: find DNS forwarding loops and broken DNS paths on a Kubernetes node while they happen.
+//!
+//! Data flow, readable from `trace`: the kernel programs (`programs`, attached by `attach` to the
+//! links `topology` lists) stream packets to a `source`; the `decode`r turns them into
+//! `observation`s at `points`; the `analyze` engine turns those into `finding`s; a `sink` writes
+//! them. `analyze` never learns which source a packet came from.
+mod analyze;
+mod attach;
+mod cli;
+mod counters;
+mod decode;
+mod enrich;
+mod finding;
+mod namespaces;
+mod netns;
+mod observation;
+mod points;
+mod programs;
+mod report;
+mod sink;
+mod source;
+mod topology;
+mod trace;
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+fn main() -> ExitCode {
+    // Logs go to stderr; stdout carries only results, so it can be piped to a log shipper.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DNSLOOP_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+
+    let cli = cli::Cli::parse();
+    let result = match cli.command {
+        cli::Command::Trace(args) => trace::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("dnsloop: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

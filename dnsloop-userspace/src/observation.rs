@@ -1,0 +1,196 @@
+//! What the analyzers consume: one DNS message seen at one point of the node, decoded.
+//!
+//! Sources (the kernel ring buffer, pcap files) and the decoder produce these; the analyzers
+//! never learn which source an observation came from.
+use std::{net::SocketAddr, sync::Arc, time::SystemTime};
+
+use dnsloop_ebpf::{event::Direction, parse::Probe};
+
+/// A network namespace as the analyzers see it, named for people: `node`, `pod 10.244.0.3`,
+/// `upstream`. Two observations are in the same namespace exactly when their names are equal.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Namespace(pub Arc<str>);
+
+impl Namespace {
+    pub fn new(name: &str) -> Self {
+        Self(name.into())
+    }
+}
+
+impl std::fmt::Display for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where a packet was seen, and which namespaces it was leaving and entering there.
+///
+/// On the node side of a pod's veth, ingress leaves the pod and egress enters it; on the node's
+/// own interfaces, ingress enters the node and egress leaves it; on a namespace's loopback a
+/// packet leaves and enters that same namespace. `None` is a side that is not watched (the
+/// network beyond a physical uplink, or the bridge between two pods).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Point {
+    pub ifname: Arc<str>,
+    pub direction: Direction,
+    pub leaves: Option<Namespace>,
+    pub enters: Option<Namespace>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    Udp,
+    Tcp,
+}
+
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Udp => "udp",
+            Self::Tcp => "tcp",
+        }
+    }
+}
+
+/// A domain name as it was sent: uncompressed wire format, root label included, case preserved.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DnsName {
+    wire: Box<[u8]>,
+}
+
+impl DnsName {
+    /// Accepts a well-formed uncompressed name (labels of 1..=63 bytes ending with the root);
+    /// `None` otherwise.
+    pub fn from_wire(wire: &[u8]) -> Option<Self> {
+        let mut at = 0;
+        loop {
+            let len = usize::from(*wire.get(at)?);
+            if len == 0 {
+                return (at + 1 == wire.len() && wire.len() <= 255).then(|| Self { wire: wire.into() });
+            }
+            if len > 63 {
+                return None;
+            }
+            at += 1 + len;
+        }
+    }
+
+    pub fn wire(&self) -> &[u8] {
+        &self.wire
+    }
+
+    /// The labels, without the root.
+    pub fn labels(&self) -> impl Iterator<Item = &[u8]> {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let len = usize::from(*self.wire.get(at)?);
+            if len == 0 {
+                return None;
+            }
+            let label = self.wire.get(at + 1..at + 1 + len)?;
+            at += 1 + len;
+            Some(label)
+        })
+    }
+
+    /// Names compare without regard to ASCII case (RFC 4343).
+    pub fn eq_ignore_case(&self, other: &DnsName) -> bool {
+        self.wire.eq_ignore_ascii_case(&other.wire)
+    }
+
+    /// The key under which case variants of one name meet.
+    pub fn folded(&self) -> Box<[u8]> {
+        self.wire.to_ascii_lowercase().into()
+    }
+
+    /// Presentation format with a trailing dot, case as sent. Bytes that are not printable
+    /// ASCII, and the dot and backslash inside a label, are escaped as dig does (`\DDD`, `\.`),
+    /// so that no control byte ever reaches a terminal or a log.
+    pub fn presentation(&self) -> String {
+        let mut text = String::with_capacity(self.wire.len() + 1);
+        for label in self.labels() {
+            for &byte in label {
+                match byte {
+                    b'.' | b'\\' | b'"' | b'(' | b')' | b';' | b'@' | b'$' => {
+                        text.push('\\');
+                        text.push(char::from(byte));
+                    }
+                    0x21..=0x7e => text.push(char::from(byte)),
+                    _ => text.push_str(&format!("\\{byte:03}")),
+                }
+            }
+            text.push('.');
+        }
+        if text.is_empty() {
+            text.push('.');
+        }
+        text
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Question {
+    pub name: DnsName,
+    pub qtype: u16,
+    pub qclass: u16,
+}
+
+/// One DNS message seen at one point.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observation {
+    pub ts: SystemTime,
+    pub point: Point,
+    pub transport: Transport,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub id: u16,
+    pub is_response: bool,
+    pub opcode: u8,
+    /// The response code, EDNS extended bits included when present.
+    pub rcode: u16,
+    pub question: Option<Question>,
+    pub probe: Probe,
+    /// Length of the DNS message in bytes.
+    pub size: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire(labels: &[&[u8]]) -> Vec<u8> {
+        let mut wire = Vec::new();
+        for label in labels {
+            wire.push(label.len() as u8);
+            wire.extend_from_slice(label);
+        }
+        wire.push(0);
+        wire
+    }
+
+    #[test]
+    fn presentation_keeps_case_and_escapes_like_dig() {
+        let name = DnsName::from_wire(&wire(&[b"Api", b"a.b", b"\x07bell", b"svc"])).unwrap();
+        assert_eq!(name.presentation(), "Api.a\\.b.\\007bell.svc.");
+        assert_eq!(DnsName::from_wire(&[0]).unwrap().presentation(), ".");
+    }
+
+    #[test]
+    fn names_fold_ascii_case_only() {
+        let upper = DnsName::from_wire(&wire(&[b"WWW", b"Example"])).unwrap();
+        let lower = DnsName::from_wire(&wire(&[b"www", b"example"])).unwrap();
+        assert!(upper.eq_ignore_case(&lower));
+        assert_eq!(upper.folded(), lower.folded());
+        let other = DnsName::from_wire(&wire(&[b"www", b"\xc9xample"])).unwrap();
+        assert!(!other.eq_ignore_case(&lower));
+    }
+
+    #[test]
+    fn from_wire_rejects_malformed_names() {
+        assert!(DnsName::from_wire(&[]).is_none());
+        assert!(DnsName::from_wire(&[3, b'a', b'b']).is_none());
+        assert!(DnsName::from_wire(&[64]).is_none());
+        assert!(DnsName::from_wire(&[1, b'a', 0, 0]).is_none());
+        assert!(DnsName::from_wire(&[0xc0, 0x0c]).is_none());
+    }
+}

@@ -1,0 +1,213 @@
+//! Loading the embedded kernel programs with this run's settings.
+use aya::{
+    maps::{HashMap, MapData, RingBuf},
+    programs::SchedClassifier,
+    Ebpf, EbpfLoader,
+};
+use dnsloop_ebpf::{
+    event::{ProgramConfig, PACKET_SNAP_MAX},
+    parse::{LinkLayer, MAX_DNS_PORTS},
+};
+use thiserror::Error;
+
+use crate::topology::Link;
+
+/// The BPF object built by build.rs from the dnsloop-ebpf crate.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dnsloop"));
+
+pub const INGRESS_PROGRAM: &str = "dnsloop_ingress";
+pub const EGRESS_PROGRAM: &str = "dnsloop_egress";
+pub const POINT_COUNTERS_MAP: &str = "POINT_COUNTERS";
+pub const COUNTERS_MAP: &str = "COUNTERS";
+const RECORDS_MAP: &str = "RECORDS";
+const QUESTIONS_MAP: &str = "QUESTIONS";
+const LINK_LAYERS_MAP: &str = "LINK_LAYERS";
+
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("dnsloop needs root (or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON) to load BPF programs: run it with sudo")]
+    NotPrivileged,
+    #[error("at most {MAX_DNS_PORTS} DNS ports can be watched, {0} were given")]
+    TooManyPorts(usize),
+    #[error("DNS port 0 is not a port")]
+    ZeroPort,
+    #[error("the snap length must be between 64 and {PACKET_SNAP_MAX} bytes, not {0}")]
+    SnapLength(usize),
+    #[error("the ring buffer size must be a power of two between 1 and 1024 MiB, not {0}")]
+    RingBufferSize(u32),
+    #[error("the question table must hold between 1024 and 16777216 entries, not {0}")]
+    QuestionTableSize(u32),
+    #[error("loading the BPF object failed (is this kernel built with CONFIG_BPF_SYSCALL and BTF?)")]
+    Object(#[source] aya::EbpfError),
+    #[error("the BPF object has no {0}: the build is broken, rebuild with `cargo xtask build`")]
+    Missing(&'static str),
+    #[error("the kernel verifier rejected program {name}")]
+    Verifier {
+        name: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("setting up map {name} failed")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+}
+
+/// What this run asks of the kernel programs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub dns_ports: Vec<u16>,
+    /// Stream every DNS packet (`--packets`), not only the ones that matter.
+    pub stream_every_packet: bool,
+    pub snap_len: usize,
+    pub question_table_size: u32,
+    pub ring_buffer_mib: u32,
+}
+
+/// Loads the programs into the kernel with `settings` patched in, ready to attach.
+pub fn load(settings: &Settings) -> Result<Ebpf, LoadError> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(LoadError::NotPrivileged);
+    }
+    let ports = port_table(&settings.dns_ports)?;
+    let config = program_config(settings)?;
+    let (questions, ring_bytes) = map_sizes(settings)?;
+    let mut ebpf = EbpfLoader::new()
+        .override_global("DNS_PORTS", &ports, true)
+        .override_global("CONFIG", &config, true)
+        .set_max_entries(QUESTIONS_MAP, questions)
+        .set_max_entries(RECORDS_MAP, ring_bytes)
+        .load(OBJECT)
+        .map_err(LoadError::Object)?;
+    for name in [INGRESS_PROGRAM, EGRESS_PROGRAM] {
+        classifier(&mut ebpf, name)?
+            .load()
+            .map_err(|source| LoadError::Verifier { name, source })?;
+    }
+    Ok(ebpf)
+}
+
+pub fn classifier<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut SchedClassifier, LoadError> {
+    ebpf.program_mut(name)
+        .and_then(|program| program.try_into().ok())
+        .ok_or(LoadError::Missing(name))
+}
+
+/// Tells the programs which of `links` carry no Ethernet header.
+pub fn register_link_layers(ebpf: &mut Ebpf, links: &[Link]) -> Result<(), LoadError> {
+    let map_error = |source| LoadError::Map {
+        name: LINK_LAYERS_MAP,
+        source,
+    };
+    let mut layers: HashMap<_, u32, u8> = HashMap::try_from(
+        ebpf.map_mut(LINK_LAYERS_MAP)
+            .ok_or(LoadError::Missing(LINK_LAYERS_MAP))?,
+    )
+    .map_err(map_error)?;
+    for link in links.iter().filter(|link| !link.ethernet) {
+        layers
+            .insert(link.index, LinkLayer::RawIp as u8, 0)
+            .map_err(map_error)?;
+    }
+    Ok(())
+}
+
+/// Takes the ring buffer the programs stream packets through.
+pub fn take_records(ebpf: &mut Ebpf) -> Result<RingBuf<MapData>, LoadError> {
+    let map = ebpf
+        .take_map(RECORDS_MAP)
+        .ok_or(LoadError::Missing(RECORDS_MAP))?;
+    RingBuf::try_from(map).map_err(|source| LoadError::Map {
+        name: RECORDS_MAP,
+        source,
+    })
+}
+
+fn program_config(settings: &Settings) -> Result<ProgramConfig, LoadError> {
+    if !(64..=PACKET_SNAP_MAX).contains(&settings.snap_len) {
+        return Err(LoadError::SnapLength(settings.snap_len));
+    }
+    Ok(ProgramConfig {
+        snap_len: settings.snap_len as u32,
+        stream_every_packet: u8::from(settings.stream_every_packet),
+        ..ProgramConfig::DEFAULT
+    })
+}
+
+/// The question table's entries and the ring buffer's bytes.
+fn map_sizes(settings: &Settings) -> Result<(u32, u32), LoadError> {
+    if !(1024..=16_777_216).contains(&settings.question_table_size) {
+        return Err(LoadError::QuestionTableSize(settings.question_table_size));
+    }
+    let mib = settings.ring_buffer_mib;
+    if !(1..=1024).contains(&mib) || !mib.is_power_of_two() {
+        return Err(LoadError::RingBufferSize(mib));
+    }
+    Ok((settings.question_table_size, mib * 1024 * 1024))
+}
+
+fn port_table(dns_ports: &[u16]) -> Result<[u16; MAX_DNS_PORTS], LoadError> {
+    if dns_ports.len() > MAX_DNS_PORTS {
+        return Err(LoadError::TooManyPorts(dns_ports.len()));
+    }
+    if dns_ports.contains(&0) {
+        return Err(LoadError::ZeroPort);
+    }
+    let mut table = [0u16; MAX_DNS_PORTS];
+    table[..dns_ports.len()].copy_from_slice(dns_ports);
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_table_pads_with_zeros() {
+        assert_eq!(port_table(&[53, 5353]).unwrap(), [53, 5353, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn port_table_rejects_nine_ports_and_port_zero() {
+        assert!(matches!(port_table(&[1; 9]), Err(LoadError::TooManyPorts(9))));
+        assert!(matches!(port_table(&[53, 0]), Err(LoadError::ZeroPort)));
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            dns_ports: vec![53],
+            stream_every_packet: true,
+            snap_len: 2048,
+            question_table_size: 65536,
+            ring_buffer_mib: 4,
+        }
+    }
+
+    #[test]
+    fn map_sizes_are_bounded_and_the_ring_a_power_of_two() {
+        assert_eq!(map_sizes(&settings()).unwrap(), (65536, 4 << 20));
+        let ring = |ring_buffer_mib| Settings { ring_buffer_mib, ..settings() };
+        assert!(matches!(map_sizes(&ring(3)), Err(LoadError::RingBufferSize(3))));
+        assert!(matches!(map_sizes(&ring(0)), Err(LoadError::RingBufferSize(0))));
+        let questions = |question_table_size| Settings { question_table_size, ..settings() };
+        assert!(matches!(map_sizes(&questions(10)), Err(LoadError::QuestionTableSize(10))));
+    }
+
+    #[test]
+    fn snap_length_is_bounded() {
+        let settings = |snap_len| Settings {
+            snap_len,
+            ..settings()
+        };
+        assert!(matches!(program_config(&settings(63)), Err(LoadError::SnapLength(63))));
+        assert!(matches!(program_config(&settings(PACKET_SNAP_MAX + 1)), Err(LoadError::SnapLength(_))));
+        let config = program_config(&settings(512)).unwrap();
+        assert_eq!((config.snap_len, config.stream_every_packet), (512, 1));
+    }
+}

@@ -1,0 +1,433 @@
+//! One JSON object per line, for log shippers and `jq`. Every object has `kind` and `ts`;
+//! addresses are `ip:port` (`[v6]:port`), codes are names (`A`, `NXDOMAIN`), durations are
+//! milliseconds.
+use std::{
+    io::{self, Write},
+    time::Duration,
+};
+
+use serde_json::{json, Map, Value};
+
+use super::{probe_name, time::rfc3339, Sink};
+use crate::{
+    analyze::{mnemonic, ServerSummary, Summary},
+    finding::{
+        ConntrackEvidence, Finding, Hop, LoopFinding, TimeoutFinding, UnexpectedSourceFinding,
+    },
+    observation::Observation,
+};
+
+pub struct JsonSink<W> {
+    out: W,
+}
+
+impl<W: Write> JsonSink<W> {
+    pub fn new(out: W) -> Self {
+        Self { out }
+    }
+
+    fn line(&mut self, value: &Value) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, value)?;
+        self.out.write_all(b"\n")
+    }
+}
+
+impl<W: Write> Sink for JsonSink<W> {
+    fn finding(&mut self, finding: &Finding) -> io::Result<()> {
+        let value = match finding {
+            Finding::Loop(found) => loop_json(found),
+            Finding::UnexpectedSource(found) => unexpected_source_json(found),
+            Finding::Timeout(found) => timeout_json(found),
+        };
+        self.line(&value)?;
+        // Findings are rare and someone may be waiting on them.
+        self.out.flush()
+    }
+
+    fn packet(&mut self, obs: &Observation) -> io::Result<()> {
+        self.line(&packet_json(obs))
+    }
+
+    fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
+        self.line(&summary_json(summary, extra))?;
+        self.out.flush()
+    }
+}
+
+fn loop_json(found: &LoopFinding) -> Value {
+    json!({
+        "kind": "loop",
+        "ts": rfc3339(found.ts),
+        "qname": found.qname,
+        "qtype": mnemonic::qtype(found.qtype),
+        "count": found.count,
+        "path": found.path.iter().map(hop_json).collect::<Vec<_>>(),
+        "servers": found.servers.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "probe": probe_name(found.probe),
+        "summary": found.summary,
+    })
+}
+
+fn hop_json(hop: &Hop) -> Value {
+    json!({
+        "ts": rfc3339(hop.ts),
+        "ifname": hop.ifname.as_ref(),
+        "dir": hop.direction.as_str(),
+        "src": hop.src.to_string(),
+        "dst": hop.dst.to_string(),
+        "id": hop.id,
+    })
+}
+
+fn unexpected_source_json(found: &UnexpectedSourceFinding) -> Value {
+    json!({
+        "kind": "unexpected_source",
+        "ts": rfc3339(found.ts),
+        "client": found.client.to_string(),
+        "expected": found.expected.to_string(),
+        "actual": found.actual.to_string(),
+        "id": found.id,
+        "qname": found.qname,
+        "qtype": mnemonic::qtype(found.qtype),
+        "conntrack": found.conntrack.as_ref().map(conntrack_json),
+        "cause": found.cause,
+        "summary": found.summary,
+    })
+}
+
+fn conntrack_json(evidence: &ConntrackEvidence) -> Value {
+    json!({
+        "original_dst": evidence.original_dst.to_string(),
+        "reply_src": evidence.reply_src.to_string(),
+        "unreplied": evidence.unreplied,
+    })
+}
+
+fn timeout_json(found: &TimeoutFinding) -> Value {
+    json!({
+        "kind": "timeout",
+        "ts": rfc3339(found.ts),
+        "client": found.client.to_string(),
+        "server": found.server.to_string(),
+        "id": found.id,
+        "qname": found.qname,
+        "qtype": mnemonic::qtype(found.qtype),
+        "waited_ms": u64::try_from(found.waited.as_millis()).unwrap_or(u64::MAX),
+        "summary": found.summary,
+    })
+}
+
+fn packet_json(obs: &Observation) -> Value {
+    let question = obs.question.as_ref();
+    json!({
+        "kind": "packet",
+        "ts": rfc3339(obs.ts),
+        "ifname": obs.point.ifname.as_ref(),
+        "dir": obs.point.direction.as_str(),
+        "proto": obs.transport.as_str(),
+        "src": obs.src.to_string(),
+        "dst": obs.dst.to_string(),
+        "id": obs.id,
+        "qr": obs.is_response,
+        "opcode": mnemonic::opcode(obs.opcode),
+        "rcode": mnemonic::rcode(obs.rcode),
+        "qname": question.map(|question| question.name.presentation()),
+        "qtype": question.map(|question| mnemonic::qtype(question.qtype)),
+        "size": obs.size,
+    })
+}
+
+/// The engine's numbers, with `extra`'s fields added (those it shares with them are the
+/// engine's to say).
+fn summary_json(summary: &Summary, extra: &Value) -> Value {
+    let mut object = Map::new();
+    object.insert("kind".into(), "summary".into());
+    object.insert("ts".into(), rfc3339(summary.at).into());
+    object.insert("observations".into(), summary.observations.into());
+    object.insert("late_observations".into(), summary.late_observations.into());
+    object.insert(
+        "findings".into(),
+        json!({
+            "loop": summary.findings.loops,
+            "unexpected_source": summary.findings.unexpected_sources,
+            "timeout": summary.findings.timeouts,
+        }),
+    );
+    object.insert("evictions".into(), json!(summary.evictions));
+    object.insert("unanswered_at_end".into(), summary.unanswered_at_end.into());
+    object.insert(
+        "servers".into(),
+        summary
+            .servers
+            .iter()
+            .map(server_json)
+            .collect::<Vec<_>>()
+            .into(),
+    );
+    if let Value::Object(extra) = extra {
+        for (key, value) in extra {
+            object.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+    }
+    Value::Object(object)
+}
+
+fn server_json(server: &ServerSummary) -> Value {
+    let rcodes: Map<String, Value> = server
+        .rcodes
+        .iter()
+        .map(|(&rcode, &count)| (mnemonic::rcode(rcode).into_owned(), count.into()))
+        .collect();
+    json!({
+        "server": server.server.to_string(),
+        "count": server.answered,
+        "p50_ms": millis(server.p50),
+        "p90_ms": millis(server.p90),
+        "p99_ms": millis(server.p99),
+        "max_ms": millis(server.max),
+        "rcodes": rcodes,
+    })
+}
+
+fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use dnsloop_ebpf::parse::Probe;
+
+    use super::*;
+    use crate::{analyze::testkit::*, observation::DnsName, sink::samples::*};
+
+    /// Writes with `write`, and parses each line back.
+    fn lines(write: impl FnOnce(&mut JsonSink<&mut Vec<u8>>) -> io::Result<()>) -> Vec<Value> {
+        let mut out = Vec::new();
+        write(&mut JsonSink::new(&mut out)).expect("writing to memory");
+        String::from_utf8(out)
+            .expect("JSON is UTF-8")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("each line is one JSON object"))
+            .collect()
+    }
+
+    fn one(write: impl FnOnce(&mut JsonSink<&mut Vec<u8>>) -> io::Result<()>) -> Value {
+        let mut lines = lines(write);
+        assert_eq!(lines.len(), 1);
+        lines.remove(0)
+    }
+
+    fn keys(value: &Value) -> BTreeSet<&str> {
+        value
+            .as_object()
+            .expect("an object")
+            .keys()
+            .map(String::as_str)
+            .collect()
+    }
+
+    fn set<'a>(names: &[&'a str]) -> BTreeSet<&'a str> {
+        names.iter().copied().collect()
+    }
+
+    #[test]
+    fn packet_fields() {
+        let obs = reply("www.example.test.")
+            .id(4242)
+            .rcode(3)
+            .at_ms(1_123)
+            .seen(CLIENT_IN);
+        let value = one(|sink| sink.packet(&obs));
+        assert_eq!(
+            keys(&value),
+            set(&[
+                "kind", "ts", "ifname", "dir", "proto", "src", "dst", "id", "qr", "opcode",
+                "rcode", "qname", "qtype", "size"
+            ])
+        );
+        assert_eq!(value["kind"], "packet");
+        assert_eq!(value["ts"], "2025-01-01T12:00:01.123Z");
+        assert_eq!(value["ifname"], "veth-client");
+        assert_eq!(value["dir"], "egress");
+        assert_eq!(value["proto"], "udp");
+        assert_eq!(value["src"], "10.244.0.2:41234");
+        assert_eq!(value["dst"], "169.254.25.10:53");
+        assert_eq!(value["id"], 4242);
+        assert_eq!(value["qr"], true);
+        assert_eq!(value["opcode"], "QUERY");
+        assert_eq!(value["rcode"], "NXDOMAIN");
+        assert_eq!(value["qname"], "www.example.test.");
+        assert_eq!(value["qtype"], "A");
+        assert_eq!(value["size"], 40);
+    }
+
+    #[test]
+    fn packet_edge_cases_stay_valid_and_typed() {
+        let mut odd = query("x.test.")
+            .qtype(65280)
+            .from("[fd00::2]:5353")
+            .to("[fd00::1]:53")
+            .tcp()
+            .seen(CLIENT_OUT);
+        odd.opcode = 3;
+        odd.rcode = 4000;
+        odd.question = DnsName::from_wire(b"\x05a\"\x07\xff\x00\x04test\x00").map(|name| {
+            crate::observation::Question {
+                name,
+                qtype: 65280,
+                qclass: 1,
+            }
+        });
+        let mut bare = query("x.test.").seen(CLIENT_OUT);
+        bare.question = None;
+        let values = lines(|sink| {
+            sink.packet(&odd)?;
+            sink.packet(&bare)
+        });
+        assert_eq!(values[0]["src"], "[fd00::2]:5353");
+        assert_eq!(values[0]["proto"], "tcp");
+        assert_eq!(values[0]["qtype"], "TYPE65280");
+        assert_eq!(values[0]["opcode"], "3");
+        assert_eq!(values[0]["rcode"], "RCODE4000");
+        assert_eq!(values[0]["qname"], "a\\\"\\007\\255\\000.test.");
+        assert_eq!(values[1]["qname"], Value::Null);
+        assert_eq!(values[1]["qtype"], Value::Null);
+    }
+
+    #[test]
+    fn loop_fields() {
+        let value = one(|sink| sink.finding(&a_loop(Probe::None)));
+        assert_eq!(
+            keys(&value),
+            set(&["kind", "ts", "qname", "qtype", "count", "path", "servers", "probe", "summary"])
+        );
+        assert_eq!(value["kind"], "loop");
+        assert_eq!(value["ts"], "2025-01-01T12:00:01.123Z");
+        assert_eq!(value["qtype"], "A");
+        assert_eq!(value["count"], 3);
+        assert_eq!(value["probe"], Value::Null);
+        assert_eq!(value["servers"], json!(["10.244.0.3", "169.254.25.10"]));
+        let path = value["path"].as_array().expect("path is an array");
+        assert_eq!(path.len(), 2);
+        assert_eq!(
+            keys(&path[0]),
+            set(&["ts", "ifname", "dir", "src", "dst", "id"])
+        );
+        assert_eq!(
+            path[1],
+            json!({
+                "ts": "2025-01-01T12:00:01.123Z",
+                "ifname": "cni0",
+                "dir": "ingress",
+                "src": "10.244.0.3:40000",
+                "dst": "169.254.25.10:53",
+                "id": 2000,
+            })
+        );
+        assert!(value["summary"]
+            .as_str()
+            .expect("a string")
+            .starts_with("loop: www.example.test. A"));
+        assert_eq!(
+            one(|sink| sink.finding(&a_loop(Probe::CoreDns)))["probe"],
+            "coredns"
+        );
+        assert_eq!(
+            one(|sink| sink.finding(&a_loop(Probe::Dnsmasq)))["probe"],
+            "dnsmasq"
+        );
+    }
+
+    #[test]
+    fn unexpected_source_fields() {
+        let value = one(|sink| sink.finding(&an_unexpected_source(None)));
+        assert_eq!(
+            keys(&value),
+            set(&[
+                "kind",
+                "ts",
+                "client",
+                "expected",
+                "actual",
+                "id",
+                "qname",
+                "qtype",
+                "conntrack",
+                "cause",
+                "summary"
+            ])
+        );
+        assert_eq!(value["kind"], "unexpected_source");
+        assert_eq!(value["client"], "10.244.0.2:41234");
+        assert_eq!(value["expected"], "10.96.0.10:53");
+        assert_eq!(value["actual"], "10.244.0.3:53");
+        assert_eq!(value["id"], 4242);
+        assert_eq!(value["conntrack"], Value::Null);
+        assert_eq!(value["cause"], Value::Null);
+
+        let evidence = ConntrackEvidence {
+            original_dst: addr("10.96.0.10:53"),
+            reply_src: addr("10.244.0.3:53"),
+            unreplied: true,
+        };
+        let value = one(|sink| sink.finding(&an_unexpected_source(Some(evidence))));
+        assert_eq!(
+            value["conntrack"],
+            json!({"original_dst": "10.96.0.10:53", "reply_src": "10.244.0.3:53", "unreplied": true})
+        );
+        assert_eq!(value["cause"], "br_netfilter is off");
+    }
+
+    #[test]
+    fn timeout_fields() {
+        let value = one(|sink| sink.finding(&a_timeout()));
+        assert_eq!(
+            keys(&value),
+            set(&[
+                "kind",
+                "ts",
+                "client",
+                "server",
+                "id",
+                "qname",
+                "qtype",
+                "waited_ms",
+                "summary"
+            ])
+        );
+        assert_eq!(value["kind"], "timeout");
+        assert_eq!(value["ts"], "2025-01-01T12:00:03.000Z");
+        assert_eq!(value["server"], "10.255.0.99:53");
+        assert_eq!(value["waited_ms"], 2000);
+    }
+
+    #[test]
+    fn summary_fields_with_the_callers_merged_in() {
+        let extra = json!({"interfaces": [{"ifname": "cni0", "dir": "ingress", "packets": 10}], "lost_events": 3, "kind": "not mine"});
+        let value = one(|sink| sink.summary(&a_summary(), &extra));
+        assert_eq!(value["kind"], "summary");
+        assert_eq!(value["ts"], "2025-01-01T12:01:00.000Z");
+        assert_eq!(value["observations"], 1234);
+        assert_eq!(value["late_observations"], 2);
+        assert_eq!(
+            value["findings"],
+            json!({"loop": 0, "unexpected_source": 0, "timeout": 0})
+        );
+        assert_eq!(value["evictions"], json!({"reorder": 0, "timeout": 5}));
+        assert_eq!(value["unanswered_at_end"], 1);
+        assert_eq!(value["lost_events"], 3);
+        assert_eq!(value["interfaces"][0]["ifname"], "cni0");
+        let server = &value["servers"][0];
+        assert_eq!(
+            keys(server),
+            set(&["server", "count", "p50_ms", "p90_ms", "p99_ms", "max_ms", "rcodes"])
+        );
+        assert_eq!(server["server"], "169.254.25.10:53");
+        assert_eq!(server["count"], 30);
+        assert_eq!(server["p50_ms"], 1.2);
+        assert_eq!(server["max_ms"], 12.0);
+        assert_eq!(server["rcodes"], json!({"NOERROR": 28, "NXDOMAIN": 2}));
+    }
+}

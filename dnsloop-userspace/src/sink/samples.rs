@@ -1,0 +1,88 @@
+//! Findings and a summary to write in the sinks' tests.
+use std::{collections::BTreeMap, time::Duration};
+
+use dnsloop_ebpf::{event::Direction, parse::Probe};
+
+use crate::{
+    analyze::{testkit::*, ServerSummary, Summary},
+    finding::{
+        ConntrackEvidence, Finding, Hop, LoopFinding, TimeoutFinding, UnexpectedSourceFinding,
+    },
+    observation::Namespace,
+};
+
+fn hop(ms_at: u64, ifname: &str, direction: Direction, src: &str, dst: &str, id: u16) -> Hop {
+    Hop {
+        ts: ms(ms_at),
+        ifname: ifname.into(),
+        direction,
+        enters: Some(Namespace::new("node")),
+        src: addr(src),
+        dst: addr(dst),
+        id,
+    }
+}
+
+pub fn a_loop(probe: Probe) -> Finding {
+    Finding::Loop(LoopFinding {
+        ts: ms(1_123),
+        qname: "www.example.test.".into(),
+        qtype: A,
+        count: 3,
+        path: vec![
+            hop(1_001, "cni0", Direction::Egress, "10.244.0.1:50000", "10.244.0.3:53", 1000),
+            hop(1_123, "cni0", Direction::Ingress, "10.244.0.3:40000", "169.254.25.10:53", 2000),
+        ],
+        servers: vec!["10.244.0.3".parse().expect("an address"), "169.254.25.10".parse().expect("an address")],
+        probe,
+        summary: "loop: www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream".into(),
+    })
+}
+
+pub fn an_unexpected_source(conntrack: Option<ConntrackEvidence>) -> Finding {
+    Finding::UnexpectedSource(UnexpectedSourceFinding {
+        ts: ms(2_000),
+        client: addr("10.244.0.2:41234"),
+        expected: addr("10.96.0.10:53"),
+        actual: addr("10.244.0.3:53"),
+        id: 4242,
+        qname: "www.example.test.".into(),
+        qtype: A,
+        cause: conntrack.as_ref().map(|_| "br_netfilter is off".to_owned()),
+        conntrack,
+        summary: "reply to 10.244.0.2:41234 id 4242 came from 10.244.0.3:53, but the query went to 10.96.0.10:53: the client's socket drops it".into(),
+    })
+}
+
+pub fn a_timeout() -> Finding {
+    Finding::Timeout(TimeoutFinding {
+        ts: ms(3_000),
+        client: addr("10.244.0.3:5353"),
+        server: addr("10.255.0.99:53"),
+        id: 77,
+        qname: "corp.example.".into(),
+        qtype: A,
+        waited: Duration::from_secs(2),
+        summary: "no answer from 10.255.0.99:53 for corp.example. A (client 10.244.0.3:5353, id 77) after 2.0s".into(),
+    })
+}
+
+pub fn a_summary() -> Summary {
+    Summary {
+        at: ms(60_000),
+        observations: 1234,
+        late_observations: 2,
+        findings: Default::default(),
+        evictions: BTreeMap::from([("reorder", 0), ("timeout", 5)]),
+        unanswered_at_end: 1,
+        servers: vec![ServerSummary {
+            server: addr("169.254.25.10:53"),
+            answered: 30,
+            p50: Duration::from_micros(1_200),
+            p90: Duration::from_millis(3),
+            p99: Duration::from_millis(10),
+            max: Duration::from_millis(12),
+            rcodes: BTreeMap::from([(0, 28), (3, 2)]),
+        }],
+    }
+}

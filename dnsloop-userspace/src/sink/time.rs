@@ -1,0 +1,53 @@
+//! Timestamps as the sinks print them, in UTC.
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The last millisecond RFC 3339 can show: 9999-12-31T23:59:59.999Z.
+const LATEST: Duration = Duration::from_millis(253_402_300_799_999);
+
+/// `2025-01-01T12:00:01.123Z`. A time RFC 3339 cannot show (before 1970 or after 9999, from a
+/// broken clock or capture) is clamped to its range rather than lost.
+pub fn rfc3339(at: SystemTime) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + since_epoch(at)).to_string()
+}
+
+/// `12:00:01.123`: the time of day, for a person following along.
+pub fn time_of_day(at: SystemTime) -> String {
+    let since_epoch = since_epoch(at);
+    let seconds = since_epoch.as_secs() % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60,
+        since_epoch.subsec_millis()
+    )
+}
+
+fn since_epoch(at: SystemTime) -> Duration {
+    at.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .min(LATEST)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_utc_with_milliseconds() {
+        let at = UNIX_EPOCH + Duration::from_millis(1_735_732_801_123);
+        assert_eq!(rfc3339(at), "2025-01-01T12:00:01.123Z");
+        assert_eq!(time_of_day(at), "12:00:01.123");
+    }
+
+    #[test]
+    fn clamps_times_rfc_3339_cannot_show() {
+        assert_eq!(
+            rfc3339(UNIX_EPOCH - Duration::from_secs(1)),
+            "1970-01-01T00:00:00.000Z"
+        );
+        let far = UNIX_EPOCH + Duration::from_secs(400_000_000_000);
+        assert_eq!(rfc3339(far), "9999-12-31T23:59:59.999Z");
+        assert_eq!(time_of_day(far), "23:59:59.999");
+    }
+}

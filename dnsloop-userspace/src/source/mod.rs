@@ -1,0 +1,40 @@
+//! Where packets come from. Every source yields [`RawPacket`]s, which the decoder turns into
+//! observations; nothing downstream knows which source it was.
+pub mod clock;
+pub mod ringbuf;
+
+use std::time::SystemTime;
+
+use dnsloop_ebpf::{event::Direction, parse::LinkLayer};
+
+/// The interface a packet was seen on, as its source identifies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InterfaceRef {
+    /// Non-zero only for loopback interfaces seen by the kernel programs (see `ObservationPoint`).
+    pub netns_cookie: u64,
+    pub ifindex: u32,
+}
+
+/// One packet as captured: when, where, and its first bytes from the start of the frame.
+#[derive(Clone, Debug)]
+pub struct RawPacket {
+    pub ts: SystemTime,
+    pub interface: InterfaceRef,
+    pub direction: Direction,
+    pub link_layer: LinkLayer,
+    /// Length of the packet on the wire; `bytes` may hold less (the snap length).
+    pub wire_len: usize,
+    pub bytes: bytes::Bytes,
+}
+
+/// The link layer a kernel record names.
+fn link_layer(raw: u8) -> Option<LinkLayer> {
+    [
+        LinkLayer::Ethernet,
+        LinkLayer::RawIp,
+        LinkLayer::LinuxSll,
+        LinkLayer::LinuxSll2,
+    ]
+    .into_iter()
+    .find(|layer| *layer as u8 == raw)
+}

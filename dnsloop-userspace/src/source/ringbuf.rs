@@ -1,0 +1,75 @@
+//! The kernel programs' ring buffer as a packet source.
+use std::{io, time::Duration};
+
+use aya::maps::{MapData, RingBuf};
+use dnsloop_ebpf::event::{Direction, PacketRecord, PACKET_SNAP_MAX};
+use tokio::io::unix::AsyncFd;
+
+use super::{clock::MonotonicClock, link_layer, InterfaceRef, RawPacket};
+
+/// The programs wake us only once plenty is waiting (see the kernel's `WAKEUP_BYTES`); this poll
+/// bounds how long a lone record can wait.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+pub struct RingBufSource {
+    ring: AsyncFd<RingBuf<MapData>>,
+    clock: MonotonicClock,
+    poll: tokio::time::Interval,
+    /// Records whose bytes made no sense (a version mismatch between the programs and us).
+    pub undecodable_records: u64,
+}
+
+impl RingBufSource {
+    pub fn new(ring: RingBuf<MapData>, clock: MonotonicClock) -> io::Result<Self> {
+        let mut poll = tokio::time::interval(POLL_INTERVAL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Ok(Self {
+            ring: AsyncFd::new(ring)?,
+            clock,
+            poll,
+            undecodable_records: 0,
+        })
+    }
+
+    /// Waits until records may be available, then appends every available one to `out`.
+    pub async fn next_batch(&mut self, out: &mut Vec<RawPacket>) -> io::Result<()> {
+        tokio::select! {
+            guard = self.ring.readable_mut() => guard?.clear_ready(),
+            _ = self.poll.tick() => {}
+        }
+        self.drain(out);
+        Ok(())
+    }
+
+    /// Appends every record already in the ring to `out`, without waiting.
+    pub fn drain(&mut self, out: &mut Vec<RawPacket>) {
+        let ring = self.ring.get_mut();
+        while let Some(item) = ring.next() {
+            match raw_packet(&item, &self.clock) {
+                Some(packet) => out.push(packet),
+                None => self.undecodable_records += 1,
+            }
+        }
+    }
+}
+
+fn raw_packet(item: &[u8], clock: &MonotonicClock) -> Option<RawPacket> {
+    if item.len() < std::mem::size_of::<PacketRecord>() {
+        return None;
+    }
+    // SAFETY: the item holds a whole PacketRecord (checked above), which is plain data; the ring
+    // gives no alignment guarantee, hence the unaligned read.
+    let record: PacketRecord = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+    let captured = usize::from(record.captured_len).min(PACKET_SNAP_MAX);
+    Some(RawPacket {
+        ts: clock.wall_time(record.ts_ns),
+        interface: InterfaceRef {
+            netns_cookie: record.netns_cookie,
+            ifindex: record.ifindex,
+        },
+        direction: Direction::from_u8(record.direction)?,
+        link_layer: link_layer(record.link_layer)?,
+        wire_len: record.wire_len as usize,
+        bytes: bytes::Bytes::copy_from_slice(&record.bytes[..captured]),
+    })
+}

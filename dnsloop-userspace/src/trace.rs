@@ -1,0 +1,163 @@
+//! `dnsloop trace`: watch DNS live until the duration ends or a signal arrives.
+//!
+//! kernel programs -> ring buffer source -> decoder -> analyzers -> sink (stdout).
+use std::{io::Write, time::SystemTime};
+
+use anyhow::Context as _;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::{
+    analyze::{Engine, EngineConfig},
+    attach,
+    cli::TraceArgs,
+    counters, namespaces, netns,
+    finding::Finding,
+    observation::{Namespace, Observation},
+    points::{PointMap, NODE},
+    programs,
+    source::{clock::MonotonicClock, ringbuf::RingBufSource, RawPacket},
+    decode::Decoder,
+    sink, topology,
+};
+
+pub fn run(args: TraceArgs) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(trace(args))
+}
+
+async fn trace(args: TraceArgs) -> anyhow::Result<()> {
+    let links = attach::select(topology::list_links().await?, &args.interfaces)?;
+    let mut ebpf = programs::load(&programs::Settings {
+        dns_ports: args.dns_ports.clone(),
+        stream_every_packet: args.packets,
+        snap_len: args.snap_len,
+        question_table_size: args.question_table_size,
+        ring_buffer_mib: args.ring_buffer_mib,
+    })?;
+    programs::register_link_layers(&mut ebpf, &links)?;
+    let records = programs::take_records(&mut ebpf)?;
+    attach::attach(&mut ebpf, &links)?;
+    let node_cookie = netns::current_cookie()
+        .context("reading this network namespace's cookie (SO_NETNS_COOKIE needs Linux 5.14)")?;
+    // Watching the whole node includes the pods' loopbacks, where a server forwarding to itself
+    // is the only thing to see.
+    let pods = if args.interfaces.is_empty() {
+        namespaces::discover(&links)
+    } else {
+        Vec::new()
+    };
+    let mut points = PointMap::for_node(&links, &pods).with_loopback(node_cookie, Namespace::new(NODE));
+    let mut watched_pods = Vec::new();
+    for pod in &pods {
+        match namespaces::in_namespace(&pod.path, || attach::attach_loopback(&mut ebpf)) {
+            Ok(Ok(())) => {
+                points = points.with_loopback(pod.cookie, Namespace::new(&pod.label));
+                watched_pods.push(pod.label.as_str());
+            }
+            // The pod may be going away; the node's own interfaces still see its traffic.
+            Ok(Err(error)) => tracing::warn!("not watching lo of {}: {error}", pod.label),
+            Err(error) => tracing::warn!("not watching lo of {}: {error}", pod.label),
+        }
+    }
+    eprintln!(
+        "dnsloop: watching {} interface(s): {}{}",
+        links.len(),
+        links.iter().map(|link| link.name.as_str()).collect::<Vec<_>>().join(" "),
+        if watched_pods.is_empty() {
+            String::new()
+        } else {
+            format!("; lo of {}", watched_pods.join(", "))
+        }
+    );
+
+    let mut source = RingBufSource::new(records, MonotonicClock::anchored_now())
+        .context("watching the ring buffer")?;
+    let decoder = Decoder::new(&args.dns_ports);
+    let mut engine = Engine::new(EngineConfig::default());
+    let stdout = std::io::stdout();
+    let mut sink = sink::for_format(args.output, stdout.lock());
+    let mut packets = Vec::new();
+    let mut observations = Vec::new();
+    let mut findings = Vec::new();
+    let mut unplaced_records = 0u64;
+    let mut decode = |packets: &mut Vec<RawPacket>, observations: &mut Vec<Observation>| {
+        for packet in packets.drain(..) {
+            match points.get(packet.interface, packet.direction) {
+                // Packets that are not DNS, or malformed, were already counted by the kernel.
+                Some(point) => drop(decoder.decode(&packet, point, observations)),
+                None => unplaced_records += 1,
+            }
+        }
+    };
+
+    let mut end = end_of_run(args.duration)?;
+    loop {
+        tokio::select! {
+            _ = &mut end => break,
+            batch = source.next_batch(&mut packets) => batch.context("reading the ring buffer")?,
+        }
+        decode(&mut packets, &mut observations);
+        feed(&mut engine, &mut observations, &mut findings, args.packets, sink.as_mut())?;
+        engine.tick(SystemTime::now(), &mut findings);
+        emit(&mut findings, sink.as_mut())?;
+    }
+    source.drain(&mut packets);
+    decode(&mut packets, &mut observations);
+    feed(&mut engine, &mut observations, &mut findings, args.packets, sink.as_mut())?;
+    let summary = engine.finish(SystemTime::now(), &mut findings);
+    emit(&mut findings, sink.as_mut())?;
+
+    let interfaces = counters::read_points(&ebpf, node_cookie, &links)
+        .context("reading the per-interface counters")?;
+    let global = counters::read_global(&ebpf).context("reading the kernel counters")?;
+    let extra = crate::report::summary_extra(&interfaces, &global, source.undecodable_records, unplaced_records);
+    sink.summary(&summary, &extra).context("writing to stdout")?;
+    Ok(())
+}
+
+fn feed(
+    engine: &mut Engine,
+    observations: &mut Vec<Observation>,
+    findings: &mut Vec<Finding>,
+    print_packets: bool,
+    sink: &mut dyn sink::Sink,
+) -> anyhow::Result<()> {
+    for observation in observations.drain(..) {
+        if print_packets {
+            sink.packet(&observation).context("writing to stdout")?;
+        }
+        engine.observe(&observation, findings);
+    }
+    emit(findings, sink)
+}
+
+fn emit(findings: &mut Vec<Finding>, sink: &mut dyn sink::Sink) -> anyhow::Result<()> {
+    for finding in findings.drain(..) {
+        sink.finding(&finding).context("writing to stdout")?;
+    }
+    Ok(())
+}
+
+/// Resolves when `duration` has elapsed or on SIGINT/SIGTERM, whichever comes first.
+fn end_of_run(
+    duration: Option<std::time::Duration>,
+) -> anyhow::Result<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> {
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut terminate = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    Ok(Box::pin(async move {
+        let elapsed = async {
+            match duration {
+                Some(duration) => tokio::time::sleep(duration).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = elapsed => {}
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    }))
+}

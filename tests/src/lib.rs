@@ -1,0 +1,9 @@
+//! The node lab and what the end-to-end tests need to drive `dnsloop` on it.
+//! `cargo xtask lab` and `cargo xtask demo` use the same code.
+pub mod lab;
+pub mod privilege;
+pub mod tracer;
+
+/// Environment variable naming the `dnsloop` binary the end-to-end tests run
+/// (`cargo xtask test` sets it).
+pub const DNSLOOP_BIN_ENV: &str = "DNSLOOP_BIN";

@@ -1,0 +1,47 @@
+//! Whether a privileged test can run here. Under `CI=true` a test that cannot run fails; it
+//! never skips silently.
+
+/// Returns `true` when the calling test can run. Otherwise, outside CI, prints why it is
+/// skipped and returns `false`; under CI it panics with the reason.
+pub fn can_run(test: &str, needs: &[Need]) -> bool {
+    let missing: Vec<String> = needs.iter().filter_map(|need| need.missing()).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let reason = format!("{test} cannot run: {}", missing.join("; "));
+    if std::env::var("CI").is_ok_and(|value| value == "true") {
+        panic!("{reason} (CI=true: privileged tests must run; run `cargo xtask test` as root)");
+    }
+    eprintln!("SKIPPED {reason}");
+    false
+}
+
+pub enum Need {
+    Root,
+    /// The dnsloop binary named by `DNSLOOP_BIN` (set by `cargo xtask test`).
+    DnsloopBinary,
+}
+
+impl Need {
+    fn missing(&self) -> Option<String> {
+        match self {
+            // SAFETY: geteuid has no preconditions.
+            Need::Root => (unsafe { libc::geteuid() } != 0).then(|| "not root".to_string()),
+            Need::DnsloopBinary => match std::env::var_os(crate::DNSLOOP_BIN_ENV) {
+                Some(path) if std::path::Path::new(&path).is_file() => None,
+                Some(path) => Some(format!("{} = {path:?} is not a file", crate::DNSLOOP_BIN_ENV)),
+                None => Some(format!(
+                    "{} is not set (run the tests with `cargo xtask test`)",
+                    crate::DNSLOOP_BIN_ENV
+                )),
+            },
+        }
+    }
+}
+
+/// The dnsloop binary under test; call after `can_run(.., &[Need::DnsloopBinary])`.
+pub fn dnsloop_bin() -> std::path::PathBuf {
+    std::env::var_os(crate::DNSLOOP_BIN_ENV)
+        .map(Into::into)
+        .unwrap_or_default()
+}

@@ -1,0 +1,149 @@
+//! Running `dnsloop trace` inside a lab namespace, as the end-to-end tests and the demo do.
+use std::{
+    io::{BufRead, BufReader, Read},
+    path::Path,
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    thread::{self, JoinHandle},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::lab::Lab;
+
+/// What `dnsloop trace` prints on stderr once its programs are attached.
+pub const READY_MARKER: &str = "dnsloop: watching";
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A running `dnsloop trace`; killed (by PID) if dropped before it ends.
+pub struct Tracer {
+    child: Child,
+    /// Read on its own thread so that a chatty tracer never blocks on a full pipe.
+    stdout: Option<JoinHandle<String>>,
+    stderr_lines: mpsc::Receiver<String>,
+    stderr: String,
+}
+
+pub struct TracerOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Tracer {
+    /// Starts `dnsloop trace ARGS` in namespace `ns` and returns once it is attached.
+    pub fn start(dnsloop: &Path, lab: &Lab, ns: &str, args: &[&str]) -> Result<Tracer> {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(dnsloop)
+            .arg("trace")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {} trace in {ns}", dnsloop.display()))?;
+        let mut stdout = child.stdout.take().context("no stdout pipe")?;
+        let stdout = thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stdout.read_to_string(&mut text);
+            text
+        });
+        let stderr = child.stderr.take().context("no stderr pipe")?;
+        let (sender, stderr_lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut tracer = Tracer {
+            stdout: Some(stdout),
+            child,
+            stderr_lines,
+            stderr: String::new(),
+        };
+        tracer.wait_until_ready(lab)?;
+        Ok(tracer)
+    }
+
+    fn wait_until_ready(&mut self, lab: &Lab) -> Result<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while Instant::now() < deadline {
+            match self.stderr_lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    let ready = line.contains(READY_MARKER);
+                    self.stderr.push_str(&line);
+                    self.stderr.push('\n');
+                    if ready {
+                        return Ok(());
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.drain_stderr();
+        bail!(
+            "dnsloop trace did not become ready in {} (lab {}):\n{}",
+            lab.node_ns(),
+            lab.scenario(),
+            self.stderr
+        )
+    }
+
+    /// Sends SIGINT, as an operator's Ctrl-C would, and collects the output.
+    pub fn interrupt(self) -> Result<TracerOutput> {
+        // SAFETY: signalling our own child by its PID.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        self.wait(Duration::from_secs(10))
+    }
+
+    /// Waits up to `timeout` for the tracer to end by itself (`--duration`).
+    pub fn wait(mut self, timeout: Duration) -> Result<TracerOutput> {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = self.child.try_wait()? {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                self.drain_stderr();
+                bail!("dnsloop trace did not end within {timeout:?}:\n{}", self.stderr);
+            }
+            thread::sleep(Duration::from_millis(50));
+        };
+        let stdout = self
+            .stdout
+            .take()
+            .map(|reader| reader.join().unwrap_or_default())
+            .unwrap_or_default();
+        self.drain_stderr();
+        Ok(TracerOutput {
+            status,
+            stdout,
+            stderr: std::mem::take(&mut self.stderr),
+        })
+    }
+
+    fn drain_stderr(&mut self) {
+        while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(200)) {
+            self.stderr.push_str(&line);
+            self.stderr.push('\n');
+        }
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

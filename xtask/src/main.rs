@@ -1,0 +1,83 @@
+//! Developer and CI entry point: `cargo xtask setup|build|lab|demo|test`.
+//!
+//! Everything a fresh machine needs is installed by `setup`, and `demo` and `test` run it first,
+//! so the README's two commands work from a fresh clone.
+mod command;
+mod demo;
+mod setup;
+mod test;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use dnsloop_tests::lab::{self, Scenario};
+
+/// Name prefix of the lab that `cargo xtask lab up` leaves running.
+const LAB_PREFIX: &str = "dnsloop";
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "Build, lab and test tasks for dnsloop")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what is missing: nightly rust-src, Debian packages, bpf-linker (idempotent).
+    Setup,
+    /// Build the dnsloop binary (kernel programs included) in release mode.
+    Build,
+    /// Bring the node lab up or down, or show it.
+    Lab {
+        #[command(subcommand)]
+        action: LabAction,
+    },
+    /// Show dnsloop on the lab.
+    Demo,
+    /// Run every test: unit, property, and the privileged end-to-end tests on the lab.
+    Test,
+}
+
+#[derive(Subcommand)]
+enum LabAction {
+    /// Build a scenario's namespaces and start its DNS servers; it stays up until `lab down`.
+    Up { scenario: Scenario },
+    /// Remove the lab's namespaces and stop its servers.
+    Down,
+    /// Print the running lab's topology and what each server forwards to.
+    Status,
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Setup => setup::run(),
+        Task::Build => build_release().map(|_| ()),
+        Task::Lab { action } => run_lab(action),
+        Task::Demo => demo::run(),
+        Task::Test => test::run(),
+    }
+}
+
+fn run_lab(action: LabAction) -> Result<()> {
+    match action {
+        LabAction::Up { scenario } => {
+            lab::down(LAB_PREFIX)?;
+            let running = lab::Lab::up_with_prefix(LAB_PREFIX, scenario)?;
+            println!("{}", running.describe());
+            running.keep();
+        }
+        LabAction::Down => lab::down(LAB_PREFIX)?,
+        LabAction::Status => match lab::status(LAB_PREFIX)? {
+            Some(description) => println!("{description}"),
+            None => println!("no lab is up: start one with `cargo xtask lab up <scenario>`"),
+        },
+    }
+    Ok(())
+}
+
+/// Builds `target/release/dnsloop` and returns its path.
+fn build_release() -> Result<std::path::PathBuf> {
+    setup::run()?;
+    command::cargo(&["build", "--release", "--bin", "dnsloop"])?;
+    Ok(command::workspace_root().join("target/release/dnsloop"))
+}

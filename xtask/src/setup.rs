@@ -1,0 +1,78 @@
+//! `cargo xtask setup`: install what building and testing dnsloop needs. Idempotent, and fast
+//! (a few dpkg/rustup queries) when everything is already there.
+use std::process::Command;
+
+use anyhow::{bail, Result};
+
+use crate::command::{self, output_contains};
+
+/// LLVM 22 for bpf-linker; real DNS servers and network tools for the lab.
+const DEBIAN_PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "dnsmasq-base",
+    "unbound",
+    "nftables",
+    "iproute2",
+    "tcpdump",
+    "tshark",
+    "dnsperf",
+    "bpftool",
+    "conntrack",
+    "bind9-dnsutils",
+];
+const BPF_LINKER_VERSION: &str = "0.13.0";
+/// Without it, bpf-linker's build finds the system's LLVM 14 and fails to link `-lLLVM`.
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+
+pub fn run() -> Result<()> {
+    ensure_nightly_rust_src()?;
+    ensure_debian_packages()?;
+    ensure_bpf_linker()?;
+    Ok(())
+}
+
+fn ensure_nightly_rust_src() -> Result<()> {
+    if output_contains("rustup", &["component", "list", "--toolchain", "nightly", "--installed"], "rust-src") {
+        return Ok(());
+    }
+    if !output_contains("rustup", &["toolchain", "list"], "nightly") {
+        bail!("the nightly toolchain is missing (it builds the BPF programs): install it with `rustup toolchain install nightly`");
+    }
+    eprintln!("setup: adding rust-src to the nightly toolchain");
+    command::run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+fn ensure_debian_packages() -> Result<()> {
+    let missing: Vec<&str> = DEBIAN_PACKAGES
+        .iter()
+        .copied()
+        .filter(|package| {
+            !output_contains("dpkg-query", &["-W", "-f=${Status}", package], "install ok installed")
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("setup: installing Debian packages: {}", missing.join(" "));
+    command::run(Command::new("apt-get").args(["update", "-qq"]))?;
+    command::run(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+fn ensure_bpf_linker() -> Result<()> {
+    if output_contains("bpf-linker", &["--version"], BPF_LINKER_VERSION) {
+        return Ok(());
+    }
+    eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about 3 minutes)");
+    command::run(
+        Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .args(["install", "--locked", &format!("bpf-linker@{BPF_LINKER_VERSION}")])
+            .args(["--no-default-features", "--features", "llvm-22"])
+            .env("LLVM_PREFIX", LLVM_PREFIX),
+    )
+}

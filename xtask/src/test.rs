@@ -1,0 +1,16 @@
+//! `cargo xtask test`: every test, from a fresh machine to a verdict.
+use anyhow::Result;
+
+use crate::{command, setup};
+
+pub fn run() -> Result<()> {
+    setup::run()?;
+    // The end-to-end tests run this binary inside the lab's namespaces.
+    command::cargo(&["build", "--bin", "dnsloop"])?;
+    let dnsloop = command::workspace_root().join("target/debug/dnsloop");
+
+    // The shared parser, on the host (its BPF build is exercised by the binary above).
+    command::cargo(&["test", "-p", "dnsloop-ebpf", "--lib"])?;
+    // Userspace unit tests, the lab tests and the end-to-end tests.
+    command::run(command::cargo_command().arg("test").env(dnsloop_tests::DNSLOOP_BIN_ENV, dnsloop))
+}
