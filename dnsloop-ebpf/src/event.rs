@@ -69,6 +69,9 @@ pub enum StreamReason {
     Probe = 2,
     /// A TCP segment whose last DNS message continues in the next segment.
     TcpSplit = 3,
+    /// A reply reaching its client from another address than the query went to; the record's
+    /// `matched_query` says where and when that query went.
+    UnexpectedSource = 4,
 }
 
 impl StreamReason {
@@ -78,6 +81,7 @@ impl StreamReason {
             1 => Some(Self::HotQuestion),
             2 => Some(Self::Probe),
             3 => Some(Self::TcpSplit),
+            4 => Some(Self::UnexpectedSource),
             _ => None,
         }
     }
@@ -103,7 +107,38 @@ pub struct PacketRecord {
     /// The `parse::LinkLayer` of `bytes`.
     pub link_layer: u8,
     pub _pad: [u8; 3],
+    /// For `StreamReason::UnexpectedSource`: the query the reply answers. Zero otherwise.
+    pub matched_query: QueryState,
     pub bytes: [u8; PACKET_SNAP_MAX],
+}
+
+/// A query in flight, as the query table keys it: by its client and id, which its reply
+/// carries back (the server side may be rewritten by DNAT on the way).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QueryKey {
+    /// IPv4 in the first 4 bytes.
+    pub client: [u8; 16],
+    pub client_port: u16,
+    pub id: u16,
+    /// `parse::Transport as u8`.
+    pub transport: u8,
+    pub _pad: [u8; 3],
+}
+
+/// Where and when a query was first seen, and where it was sent from there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueryState {
+    pub first_ns: u64,
+    /// The query's destination at its first sighting, before any DNAT. IPv4 in the first 4 bytes.
+    pub server: [u8; 16],
+    pub server_port: u16,
+    /// Direction of the first sighting; the reply reaches the client at the same interface in
+    /// the other direction.
+    pub direction: u8,
+    pub _pad: u8,
+    pub ifindex: u32,
 }
 
 /// Global counters, one slot each in a per-CPU array; the malformed reasons follow them.
@@ -208,6 +243,13 @@ impl QuestionState {
         }
     }
 
+    /// Whether the question is hot at `now_ns`: a second ID was seen, and it has not been quiet
+    /// for `window_ns` since.
+    #[inline(always)]
+    pub fn is_hot_at(&self, now_ns: u64, window_ns: u64) -> bool {
+        self.hot != 0 && now_ns.saturating_sub(self.last_ns) <= window_ns
+    }
+
     /// Records a query sighting with `id` at `now_ns`; returns whether the question is hot,
     /// i.e. whether this sighting should be streamed.
     ///
@@ -272,6 +314,8 @@ mod user {
     unsafe impl aya::Pod for super::QuestionKey {}
     unsafe impl aya::Pod for super::QuestionState {}
     unsafe impl aya::Pod for super::ProgramConfig {}
+    unsafe impl aya::Pod for super::QueryKey {}
+    unsafe impl aya::Pod for super::QueryState {}
 }
 
 #[cfg(test)]
@@ -285,7 +329,9 @@ mod tests {
     fn shared_types_have_no_implicit_padding() {
         assert_eq!(size_of::<ObservationPoint>(), 16);
         assert_eq!(size_of::<PointCounters>(), 16);
-        assert_eq!(size_of::<PacketRecord>(), 32 + PACKET_SNAP_MAX);
+        assert_eq!(size_of::<QueryKey>(), 24);
+        assert_eq!(size_of::<QueryState>(), 32);
+        assert_eq!(size_of::<PacketRecord>(), 32 + 32 + PACKET_SNAP_MAX);
         assert_eq!(size_of::<QuestionKey>(), 16);
         assert_eq!(size_of::<QuestionState>(), 8 + 8 + 4 + 2 * QUESTION_IDS + 4);
         assert_eq!(size_of::<ProgramConfig>(), 16);
@@ -306,6 +352,8 @@ mod tests {
         let mut state = QuestionState::first_sighting(7, 0);
         assert!(state.record_sighting(8, 1_000, WINDOW), "forward with a new id");
         assert!(state.record_sighting(7, 2_000, WINDOW), "hot questions stream every sighting");
+        assert!(state.is_hot_at(2_000 + WINDOW, WINDOW), "replies stream while it is hot");
+        assert!(!state.is_hot_at(2_000 + WINDOW + 1, WINDOW), "not once it has been quiet");
         assert!(!state.record_sighting(9, 2_000 + WINDOW + 1, WINDOW), "quiet window resets");
         assert_eq!(state, QuestionState::first_sighting(9, 2_000 + WINDOW + 1));
     }
@@ -323,9 +371,10 @@ mod tests {
             StreamReason::HotQuestion,
             StreamReason::Probe,
             StreamReason::TcpSplit,
+            StreamReason::UnexpectedSource,
         ] {
             assert_eq!(StreamReason::from_u8(reason as u8), Some(reason));
         }
-        assert_eq!(StreamReason::from_u8(4), None);
+        assert_eq!(StreamReason::from_u8(5), None);
     }
 }

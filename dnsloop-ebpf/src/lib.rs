@@ -6,4 +6,6 @@
 #![cfg_attr(not(test), no_std)]
 
 pub mod event;
+#[cfg(any(test, feature = "frames"))]
+pub mod frames;
 pub mod parse;

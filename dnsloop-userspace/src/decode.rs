@@ -14,7 +14,7 @@ use hickory_proto::{op::Message, serialize::binary::BinDecodable};
 
 use crate::{
     observation::{DnsName, Observation, Point, Question, Transport},
-    source::RawPacket,
+    source::{MatchedQuery, RawPacket},
 };
 
 /// Offset of the question section in a DNS message.
@@ -39,11 +39,14 @@ impl Decoder {
         }
     }
 
-    /// Appends an observation to `out` for each DNS message in `packet`, seen at `point`.
+    /// Appends an observation to `out` for each DNS message in `packet`, seen at `point`. A
+    /// reply the kernel matched to its query comes after that query, rebuilt as seen at
+    /// `query_point`, so that the analyzers judge the pair as they would from a capture.
     pub fn decode(
         &self,
         packet: &RawPacket,
         point: &Point,
+        query_point: Option<&Point>,
         out: &mut Vec<Observation>,
     ) -> Result<(), NotDecoded> {
         let bytes = SlicePacket(&packet.bytes);
@@ -68,7 +71,8 @@ impl Decoder {
                 continue;
             };
             match decode_message(held) {
-                Ok(decoded) => out.push(Observation {
+                Ok(decoded) => {
+                    let reply = Observation {
                     ts: packet.ts,
                     point: point.clone(),
                     transport,
@@ -81,7 +85,12 @@ impl Decoder {
                     question: decoded.question,
                     probe: decoded.probe,
                     size: message.len,
-                }),
+                    };
+                    if let (Some(query), Some(query_point)) = (&packet.matched_query, query_point) {
+                        out.push(matched_query(&reply, query, segment.family, query_point));
+                    }
+                    out.push(reply);
+                }
                 Err(reason) => {
                     first_error.get_or_insert(reason);
                 }
@@ -92,6 +101,25 @@ impl Decoder {
             (false, None) => Err(NotDecoded::NotDns),
             (true, _) => Ok(()),
         }
+    }
+}
+
+/// The query a reply answers, as the kernel remembered it: the reply's question and id, sent
+/// by the reply's destination to the server the client chose.
+fn matched_query(
+    reply: &Observation,
+    query: &MatchedQuery,
+    family: IpFamily,
+    point: &Point,
+) -> Observation {
+    Observation {
+        ts: query.at,
+        point: point.clone(),
+        src: reply.dst,
+        dst: socket_addr(family, &query.server, query.server_port),
+        is_response: false,
+        rcode: 0,
+        ..reply.clone()
     }
 }
 

@@ -7,7 +7,7 @@ use std::{
 
 use dnsloop_ebpf::{event::Direction, parse::Probe};
 
-use crate::observation::Namespace;
+use crate::observation::{Namespace, Transport};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Finding {
@@ -55,6 +55,8 @@ pub struct UnexpectedSourceFinding {
     pub id: u16,
     pub qname: String,
     pub qtype: u16,
+    /// How the query and its reply travelled: conntrack keys the flow by it.
+    pub transport: Transport,
     pub conntrack: Option<ConntrackEvidence>,
     pub cause: Option<String>,
     pub summary: String,

@@ -11,6 +11,8 @@ mod counters;
 mod decode;
 mod enrich;
 mod finding;
+#[cfg(test)]
+mod kernel_tests;
 mod namespaces;
 mod netns;
 mod observation;

@@ -78,8 +78,8 @@ pub fn load(settings: &Settings) -> Result<Ebpf, LoadError> {
     let mut ebpf = EbpfLoader::new()
         .override_global("DNS_PORTS", &ports, true)
         .override_global("CONFIG", &config, true)
-        .set_max_entries(QUESTIONS_MAP, questions)
-        .set_max_entries(RECORDS_MAP, ring_bytes)
+        .map_max_entries(QUESTIONS_MAP, questions)
+        .map_max_entries(RECORDS_MAP, ring_bytes)
         .load(OBJECT)
         .map_err(LoadError::Object)?;
     for name in [INGRESS_PROGRAM, EGRESS_PROGRAM] {

@@ -1,8 +1,6 @@
 //! `dnsloop trace`: watch DNS live until the duration ends or a signal arrives.
 //!
 //! kernel programs -> ring buffer source -> decoder -> analyzers -> sink (stdout).
-use std::{io::Write, time::SystemTime};
-
 use anyhow::Context as _;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -10,7 +8,9 @@ use crate::{
     analyze::{Engine, EngineConfig},
     attach,
     cli::TraceArgs,
-    counters, namespaces, netns,
+    counters,
+    enrich::Enricher,
+    namespaces, netns,
     finding::Finding,
     observation::{Namespace, Observation},
     points::{PointMap, NODE},
@@ -83,11 +83,16 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
     let mut observations = Vec::new();
     let mut findings = Vec::new();
     let mut unplaced_records = 0u64;
+    // Built here, on the node's namespace thread: its conntrack socket stays in that namespace.
+    let mut enricher = Enricher::new();
     let mut decode = |packets: &mut Vec<RawPacket>, observations: &mut Vec<Observation>| {
         for packet in packets.drain(..) {
+            let query_point = packet
+                .matched_query
+                .and_then(|query| points.get(packet.interface, query.direction));
             match points.get(packet.interface, packet.direction) {
                 // Packets that are not DNS, or malformed, were already counted by the kernel.
-                Some(point) => drop(decoder.decode(&packet, point, observations)),
+                Some(point) => drop(decoder.decode(&packet, point, query_point, observations)),
                 None => unplaced_records += 1,
             }
         }
@@ -101,14 +106,14 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
         }
         decode(&mut packets, &mut observations);
         feed(&mut engine, &mut observations, &mut findings, args.packets, sink.as_mut())?;
-        engine.tick(SystemTime::now(), &mut findings);
-        emit(&mut findings, sink.as_mut())?;
+        engine.tick(source.watermark(), &mut findings);
+        emit(&mut findings, &mut enricher, sink.as_mut())?;
     }
     source.drain(&mut packets);
     decode(&mut packets, &mut observations);
     feed(&mut engine, &mut observations, &mut findings, args.packets, sink.as_mut())?;
-    let summary = engine.finish(SystemTime::now(), &mut findings);
-    emit(&mut findings, sink.as_mut())?;
+    let summary = engine.finish(source.watermark(), &mut findings);
+    emit(&mut findings, &mut enricher, sink.as_mut())?;
 
     let interfaces = counters::read_points(&ebpf, node_cookie, &links)
         .context("reading the per-interface counters")?;
@@ -118,6 +123,8 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Hands decoded observations to the engine (and the sink, with `--packets`); findings wait in
+/// `findings` for `emit`.
 fn feed(
     engine: &mut Engine,
     observations: &mut Vec<Observation>,
@@ -131,11 +138,19 @@ fn feed(
         }
         engine.observe(&observation, findings);
     }
-    emit(findings, sink)
+    Ok(())
 }
 
-fn emit(findings: &mut Vec<Finding>, sink: &mut dyn sink::Sink) -> anyhow::Result<()> {
-    for finding in findings.drain(..) {
+/// Adds the node's evidence to each finding and writes it out.
+fn emit(
+    findings: &mut Vec<Finding>,
+    enricher: &mut Enricher,
+    sink: &mut dyn sink::Sink,
+) -> anyhow::Result<()> {
+    for mut finding in findings.drain(..) {
+        if let Finding::UnexpectedSource(unexpected) = &mut finding {
+            enricher.enrich(unexpected);
+        }
         sink.finding(&finding).context("writing to stdout")?;
     }
     Ok(())

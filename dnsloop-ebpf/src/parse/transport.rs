@@ -46,6 +46,11 @@ impl DnsPorts {
         Self { ports: slots }
     }
 
+    /// The ports in slot form, unused slots zero: for a global the loader patches as is.
+    pub const fn from_slots(slots: [u16; MAX_DNS_PORTS]) -> Self {
+        Self { ports: slots }
+    }
+
     #[inline(always)]
     pub fn contains(&self, port: u16) -> bool {
         port != 0 && self.ports.contains(&port)

@@ -5,10 +5,10 @@ use aya_ebpf::{
 };
 use dnsloop_ebpf::{
     event::{
-        ObservationPoint, PointCounters, ProgramConfig, QuestionKey, QuestionState, StreamReason,
-        COUNTER_SLOTS,
+        ObservationPoint, PointCounters, ProgramConfig, QueryKey, QueryState, QuestionKey,
+        QuestionState, StreamReason, COUNTER_SLOTS,
     },
-    parse::{LinkLayer, Segment, TcpFraming, DNS_BUF_LEN, MAX_DNS_PORTS},
+    parse::{DnsPorts, LinkLayer, Segment, TcpFraming, DNS_BUF_LEN},
 };
 
 /// Observation points are few (interfaces x 2 directions); 4096 covers a node with ~2000 pods.
@@ -27,6 +27,11 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SL
 #[map]
 pub static QUESTIONS: LruHashMap<QuestionKey, QuestionState> =
     LruHashMap::with_max_entries(65536, 0);
+
+/// Queries in flight, to check their replies' source (see `queries`). LRU: a query never
+/// answered is forgotten when room is needed.
+#[map]
+pub static QUERIES: LruHashMap<QueryKey, QueryState> = LruHashMap::with_max_entries(65536, 0);
 
 /// Packets streamed to userspace.
 #[map]
@@ -47,9 +52,14 @@ pub struct Verdict {
     pub parsed: u8,
     /// `StreamReason as u8 + 1`, or 0 for none: the first reason found wins.
     pub stream: u8,
+    /// Where the packet is being seen.
+    pub ifindex: u32,
+    pub direction: u8,
     /// The segment being inspected, and where its messages are (one for UDP).
     pub segment: Segment,
     pub framing: TcpFraming,
+    /// The query a reply from an unexpected source answers.
+    pub matched_query: QueryState,
 }
 
 impl Verdict {
@@ -58,6 +68,13 @@ impl Verdict {
         if self.stream == 0 {
             self.stream = reason as u8 + 1;
         }
+    }
+
+    /// Streams the packet for `reason` whatever was decided before: the record will carry data
+    /// only this reason has.
+    #[inline(always)]
+    pub fn stream_because(&mut self, reason: StreamReason) {
+        self.stream = reason as u8 + 1;
     }
 
     #[inline(always)]
@@ -76,9 +93,9 @@ pub fn verdict() -> Option<*mut Verdict> {
 #[map]
 pub static LINK_LAYERS: HashMap<u32, u8> = HashMap::with_max_entries(256, 0);
 
-/// The DNS ports, written by userspace at load time (`--dns-port`); zero entries are unused.
+/// The DNS ports, written by userspace at load time (`--dns-port`) as `[u16; 8]` slots.
 #[no_mangle]
-static DNS_PORTS: [u16; MAX_DNS_PORTS] = [53, 0, 0, 0, 0, 0, 0, 0];
+static DNS_PORTS: DnsPorts = DnsPorts::from_slots([53, 0, 0, 0, 0, 0, 0, 0]);
 
 #[no_mangle]
 static CONFIG: ProgramConfig = ProgramConfig::DEFAULT;
@@ -87,7 +104,7 @@ static CONFIG: ProgramConfig = ProgramConfig::DEFAULT;
 // these globals before the programs are verified.
 
 #[inline(always)]
-pub fn dns_ports() -> [u16; MAX_DNS_PORTS] {
+pub fn dns_ports() -> DnsPorts {
     // SAFETY: reading a global of plain data.
     unsafe { core::ptr::read_volatile(&DNS_PORTS) }
 }

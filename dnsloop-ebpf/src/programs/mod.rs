@@ -2,15 +2,18 @@
 mod bounded_loop;
 mod counters;
 mod maps;
+mod queries;
 mod questions;
 mod skb;
 mod stream;
 
-use aya_ebpf::{helpers::generated::bpf_get_netns_cookie, programs::TcContext};
+use aya_ebpf::{
+    bindings::__sk_buff, helpers::generated::bpf_get_netns_cookie, programs::TcContext,
+};
 use dnsloop_ebpf::{
-    event::{Counter, Direction, ObservationPoint, StreamReason},
+    event::{Counter, Direction, ObservationPoint, QueryState, StreamReason},
     parse::{
-        classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, LinkLayer,
+        classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, LinkLayer,
         PacketClass, Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
     },
 };
@@ -32,9 +35,18 @@ pub fn observe(ctx: &TcContext, direction: Direction) {
     // SAFETY: reading a field of the context the kernel handed us.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     let link = maps::link_layer(ifindex);
-    let packet = SkbBytes(ctx);
-    let inspection = match maps::verdict() {
-        Some(verdict) if classify_into(&packet, link, verdict) => inspect_dns(&packet, verdict),
+    let verdict = maps::verdict();
+    let inspection = match verdict {
+        // The raw context goes to the out-of-line call: a reference would pin a copy of it in
+        // this frame, which shares the 512-byte stack budget with classification's.
+        Some(verdict) if classify_into(ctx.skb.skb, link, verdict) => {
+            // SAFETY: the per-CPU value belongs to this program run until it returns.
+            unsafe {
+                (*verdict).ifindex = ifindex;
+                (*verdict).direction = direction as u8;
+            }
+            inspect_dns(&SkbBytes(ctx), verdict)
+        }
         _ => None,
     };
     // Built only now: what is live across the calls above shares their 512-byte stack budget.
@@ -48,8 +60,8 @@ pub fn observe(ctx: &TcContext, direction: Direction) {
     if inspection.is_some() {
         counters::bump(Counter::DnsPackets);
     }
-    if let Some(reason) = inspection.and_then(|inspection| inspection.stream) {
-        stream::packet(ctx, &point, link, reason);
+    if let (Some(reason), Some(verdict)) = (inspection.and_then(|inspection| inspection.stream), verdict) {
+        stream::packet(ctx, &point, link, reason, verdict);
     }
 }
 
@@ -66,9 +78,9 @@ struct Inspection {
 /// stack limit applies to a whole call chain, which later includes the `bpf_loop` body. As a
 /// separate call its frame is gone by then.
 #[inline(never)]
-fn classify_into(packet: &SkbBytes, link: LinkLayer, verdict: *mut Verdict) -> bool {
-    let ports = DnsPorts::new(&maps::dns_ports());
-    match classify(packet, link, &ports) {
+fn classify_into(skb: *mut __sk_buff, link: LinkLayer, verdict: *mut Verdict) -> bool {
+    let ctx = TcContext::new(skb);
+    match classify(&SkbBytes(&ctx), link, &maps::dns_ports()) {
         PacketClass::Dns(segment) => {
             // SAFETY: the per-CPU value belongs to this program run until it returns.
             unsafe { (*verdict).segment = segment };
@@ -126,6 +138,7 @@ fn frame_messages(packet: &SkbBytes, verdict: *mut Verdict) {
     let verdict = unsafe { &mut *verdict };
     verdict.parsed = 0;
     verdict.stream = if stream_every_packet { StreamReason::EveryPacket as u8 + 1 } else { 0 };
+    verdict.matched_query = QueryState::default();
     let segment = verdict.segment;
     match segment.transport {
         Transport::Udp => single_message(&mut verdict.framing, udp_message(&segment)),
@@ -173,11 +186,28 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
     let Some(question) = summary.question else {
         return;
     };
+    let id = summary.header.id;
+    if summary.header.qr() {
+        if let Some(query) =
+            queries::answered_at_client(&verdict.segment, id, verdict.ifindex, verdict.direction)
+        {
+            if queries::from_elsewhere(&verdict.segment, &query) {
+                verdict.matched_query = query;
+                verdict.stream_because(StreamReason::UnexpectedSource);
+            }
+        }
+    } else {
+        queries::remember(&verdict.segment, id, verdict.ifindex, verdict.direction);
+    }
+    let window = config().hot_window_ns;
     if !matches!(question.probe, Probe::None) {
         verdict.stream_unless_set(StreamReason::Probe);
-    } else if !summary.header.qr()
-        && questions::sighting(&question, summary.header.id, config().hot_window_ns)
-    {
+    } else if summary.header.qr() {
+        // Replies to a hot question go up too: without them every forward would look unanswered.
+        if questions::is_hot(&question, window) {
+            verdict.stream_unless_set(StreamReason::HotQuestion);
+        }
+    } else if questions::sighting(&question, id, window) {
         verdict.stream_unless_set(StreamReason::HotQuestion);
     }
 }

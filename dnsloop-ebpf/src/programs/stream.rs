@@ -9,14 +9,22 @@ use dnsloop_ebpf::{
     parse::LinkLayer,
 };
 
-use super::{counters, maps, skb};
+use super::{counters, maps, maps::Verdict, skb};
 
 /// Userspace also polls on a short timer, so records need not wake it one by one: only once this
 /// much is waiting. That keeps the tracer asleep on a busy node.
 const WAKEUP_BYTES: u64 = 256 * 1024;
 
-#[inline(always)]
-pub fn packet(ctx: &TcContext, point: &ObservationPoint, link: LinkLayer, reason: StreamReason) {
+/// Its own BPF function, not inlined: its locals would otherwise enlarge the classifier's static
+/// frame, which shares the 512-byte stack budget with classification's.
+#[inline(never)]
+pub fn packet(
+    ctx: &TcContext,
+    point: &ObservationPoint,
+    link: LinkLayer,
+    reason: StreamReason,
+    verdict: *const Verdict,
+) {
     let Some(mut entry) = maps::RECORDS.reserve::<PacketRecord>(0) else {
         counters::bump(Counter::LostRecords);
         return;
@@ -34,6 +42,8 @@ pub fn packet(ctx: &TcContext, point: &ObservationPoint, link: LinkLayer, reason
         (*record).reason = reason as u8;
         (*record).link_layer = link as u8;
         (*record)._pad = [0; 3];
+        // Map to ring memory directly: a copy through the stack would not fit its budget.
+        (*record).matched_query = (*verdict).matched_query;
         let captured = skb::copy_into(ctx, 0, &mut (*record).bytes, wanted).unwrap_or(0);
         (*record).captured_len = captured as u16;
     }

@@ -63,6 +63,9 @@ pub const NODE_TO_UPLINK: Spot = spot("eth0", Egress, Some(NODE), None);
 pub const NODE_FROM_UPLINK: Spot = spot("eth0", Ingress, None, Some(NODE));
 // Loopbacks: a packet leaves and enters the same namespace.
 pub const NODE_LO: Spot = spot("lo", Egress, Some(NODE), Some(NODE));
+pub const COREDNS_B: &str = "pod 10.244.0.4";
+pub const COREDNS_B_OUT: Spot = spot("veth-coredns-b", Ingress, Some(COREDNS_B), None);
+pub const COREDNS_B_IN: Spot = spot("veth-coredns-b", Egress, None, Some(COREDNS_B));
 pub const COREDNS_LO: Spot = spot("lo", Egress, Some(COREDNS), Some(COREDNS));
 // A routed CNI (point-to-point veths, no bridge): pods connect straight to the node.
 pub const POD_B: &str = "pod 10.244.1.5";

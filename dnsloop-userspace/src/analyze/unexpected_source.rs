@@ -51,6 +51,7 @@ fn finding(query: &SentQuery, reply: &Observation) -> UnexpectedSourceFinding {
         id: query.id,
         qname: query.question.name.presentation(),
         qtype: query.question.qtype,
+        transport: reply.transport,
         conntrack: None,
         cause: None,
         summary: summary(query.client, query.id, reply.src, query.server, 1),

@@ -131,6 +131,7 @@ mod tests {
     use std::{net::SocketAddr, time::SystemTime};
 
     use super::*;
+    use crate::observation::Transport;
 
     const ALL_BRIDGE_STATES: [Option<BridgeNetfilter>; 4] = [
         Some(BridgeNetfilter::Enabled),
@@ -153,6 +154,7 @@ mod tests {
             id: 4242,
             qname: "kubernetes.default.svc.cluster.local.".to_string(),
             qtype: 1,
+            transport: Transport::Udp,
             conntrack,
             cause: None,
             summary: "the analyzer's summary".to_string(),

@@ -35,8 +35,8 @@ impl Enricher {
 
     /// Fills `finding.conntrack` and `finding.cause`, and rewrites `finding.summary` when a
     /// cause is established.
-    pub fn enrich(&mut self, finding: &mut UnexpectedSourceFinding, transport: Transport) {
-        finding.conntrack = self.conntrack_evidence(finding, transport);
+    pub fn enrich(&mut self, finding: &mut UnexpectedSourceFinding) {
+        finding.conntrack = self.conntrack_evidence(finding, finding.transport);
         let bridge = bridge_netfilter(BridgeSysctl::for_address(finding.client.ip()));
         if let Some(explanation) = cause::explain(finding, bridge) {
             finding.cause = Some(explanation.cause);

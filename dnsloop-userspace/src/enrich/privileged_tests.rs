@@ -140,12 +140,13 @@ fn the_enricher_establishes_the_bypass_in_its_namespace() {
         id: 4242,
         qname: "kubernetes.default.svc.cluster.local.".to_string(),
         qtype: 1,
+        transport: Transport::Udp,
         conntrack: None,
         cause: None,
         summary: "the analyzer's summary".to_string(),
     };
     let finding = namespace.run(move || {
-        Enricher::new().enrich(&mut finding, Transport::Udp);
+        Enricher::new().enrich(&mut finding);
         finding
     });
 

@@ -8,7 +8,7 @@ use crate::{
     finding::{
         ConntrackEvidence, Finding, Hop, LoopFinding, TimeoutFinding, UnexpectedSourceFinding,
     },
-    observation::Namespace,
+    observation::{Namespace, Transport},
 };
 
 fn hop(ms_at: u64, ifname: &str, direction: Direction, src: &str, dst: &str, id: u16) -> Hop {
@@ -48,6 +48,7 @@ pub fn an_unexpected_source(conntrack: Option<ConntrackEvidence>) -> Finding {
         id: 4242,
         qname: "www.example.test.".into(),
         qtype: A,
+        transport: Transport::Udp,
         cause: conntrack.as_ref().map(|_| "br_netfilter is off".to_owned()),
         conntrack,
         summary: "reply to 10.244.0.2:41234 id 4242 came from 10.244.0.3:53, but the query went to 10.96.0.10:53: the client's socket drops it".into(),

@@ -17,6 +17,11 @@ impl MonotonicClock {
         }
     }
 
+    /// The current time on this clock.
+    pub fn now(&self) -> SystemTime {
+        self.wall_time(monotonic_now_ns())
+    }
+
     pub fn wall_time(&self, monotonic_ns: u64) -> SystemTime {
         if monotonic_ns >= self.anchor_monotonic_ns {
             self.anchor_wall + Duration::from_nanos(monotonic_ns - self.anchor_monotonic_ns)

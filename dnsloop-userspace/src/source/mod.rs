@@ -22,9 +22,22 @@ pub struct RawPacket {
     pub interface: InterfaceRef,
     pub direction: Direction,
     pub link_layer: LinkLayer,
-    /// Length of the packet on the wire; `bytes` may hold less (the snap length).
-    pub wire_len: usize,
+    /// The packet's first bytes: all of it, or up to the snap length.
     pub bytes: bytes::Bytes,
+    /// For a reply the kernel matched to its query (without streaming the query): where and
+    /// when that query went.
+    pub matched_query: Option<MatchedQuery>,
+}
+
+/// A query as the kernel remembered it: first seen at `at`, on the reply's interface in
+/// `direction`, addressed to `server` (in the reply's address family; IPv4 in the first 4
+/// bytes) port `server_port`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatchedQuery {
+    pub at: SystemTime,
+    pub direction: Direction,
+    pub server: [u8; 16],
+    pub server_port: u16,
 }
 
 /// The link layer a kernel record names.

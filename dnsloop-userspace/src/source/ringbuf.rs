@@ -1,11 +1,14 @@
 //! The kernel programs' ring buffer as a packet source.
-use std::{io, time::Duration};
+use std::{
+    io,
+    time::{Duration, SystemTime},
+};
 
 use aya::maps::{MapData, RingBuf};
-use dnsloop_ebpf::event::{Direction, PacketRecord, PACKET_SNAP_MAX};
+use dnsloop_ebpf::event::{Direction, PacketRecord, StreamReason, PACKET_SNAP_MAX};
 use tokio::io::unix::AsyncFd;
 
-use super::{clock::MonotonicClock, link_layer, InterfaceRef, RawPacket};
+use super::{clock::MonotonicClock, link_layer, InterfaceRef, MatchedQuery, RawPacket};
 
 /// The programs wake us only once plenty is waiting (see the kernel's `WAKEUP_BYTES`); this poll
 /// bounds how long a lone record can wait.
@@ -24,7 +27,9 @@ impl RingBufSource {
         let mut poll = tokio::time::interval(POLL_INTERVAL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ok(Self {
-            ring: AsyncFd::new(ring)?,
+            // SAFETY: the ring buffer owns its map descriptor, which stays open and unchanged
+            // for as long as the AsyncFd owns the ring.
+            ring: unsafe { AsyncFd::register(ring)? },
             clock,
             poll,
             undecodable_records: 0,
@@ -39,6 +44,13 @@ impl RingBufSource {
         }
         self.drain(out);
         Ok(())
+    }
+
+    /// A time no record still to come can be older than, on the records' clock: the programs
+    /// wake us late by up to one poll interval, so now minus that (and a margin for the batch
+    /// being handled).
+    pub fn watermark(&self) -> SystemTime {
+        self.clock.now() - 2 * POLL_INTERVAL
     }
 
     /// Appends every record already in the ring to `out`, without waiting.
@@ -69,7 +81,21 @@ fn raw_packet(item: &[u8], clock: &MonotonicClock) -> Option<RawPacket> {
         },
         direction: Direction::from_u8(record.direction)?,
         link_layer: link_layer(record.link_layer)?,
-        wire_len: record.wire_len as usize,
         bytes: bytes::Bytes::copy_from_slice(&record.bytes[..captured]),
+        matched_query: matched_query(&record, clock),
+    })
+}
+
+/// The query the kernel matched a reply to, when the record carries one.
+fn matched_query(record: &PacketRecord, clock: &MonotonicClock) -> Option<MatchedQuery> {
+    if StreamReason::from_u8(record.reason) != Some(StreamReason::UnexpectedSource) {
+        return None;
+    }
+    let query = &record.matched_query;
+    Some(MatchedQuery {
+        at: clock.wall_time(query.first_ns),
+        direction: Direction::from_u8(query.direction)?,
+        server: query.server,
+        server_port: query.server_port,
     })
 }

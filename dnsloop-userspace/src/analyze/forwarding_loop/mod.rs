@@ -258,7 +258,7 @@ impl ForwardingLoops {
             self.touch(id, at);
         }
         let flights: Vec<&Flight> = cycle.iter().filter_map(|id| self.flights.get(id)).collect();
-        let key = LoopKey::new(question, &flights);
+        let key = LoopKey::new(question);
         let finding = self
             .reports
             .occurred(key, at, || describe::loop_finding(&flights, at));

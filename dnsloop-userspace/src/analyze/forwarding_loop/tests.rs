@@ -148,9 +148,10 @@ fn nodelocal_loop_is_reported_at_the_first_reentry_with_its_path() {
     );
     assert_eq!(
         found.summary,
-        "loop: www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> \
-         169.254.25.10 (4 hops): check the upstream (resolv.conf) that pod 10.244.0.3 forwards to: \
-         169.254.25.10 points back at the node-local cache (for CoreDNS, the kubelet resolvConf)"
+        "loop: www.example.test. A: node -> 10.244.0.3 (pod 10.244.0.3) -> 169.254.25.10 (node) \
+         (4 hops): pod 10.244.0.3 forwards to 169.254.25.10 on the node, which sends the question \
+         back: its upstream points at the node-local cache; check the resolv.conf CoreDNS uses \
+         (kubelet resolvConf, `forward . /etc/resolv.conf`)"
     );
 }
 
@@ -187,7 +188,8 @@ fn a_forward_first_seen_before_dnat_names_the_cluster_ip() {
     assert_eq!(servers(&found[0]), ["10.96.0.10"]);
     assert!(
         found[0].summary.starts_with(
-            "loop: www.example.test. A re-entered pod 10.244.0.3 after pod 10.244.0.3 -> 10.96.0.10 (2 hops)"
+            "loop: www.example.test. A: pod 10.244.0.3 -> 10.96.0.10 (pod 10.244.0.3) (2 hops): \
+             pod 10.244.0.3 forwards to 10.96.0.10, which leads back to itself"
         ),
         "{}",
         found[0].summary
@@ -263,8 +265,9 @@ fn a_pod_forwarding_to_its_own_loopback_is_a_loop_once_it_comes_round_again() {
     );
     assert_eq!(
         found.summary,
-        "loop: www.example.test. A re-entered pod 10.244.0.3 after pod 10.244.0.3 -> 127.0.0.53 (1 hop): \
-         pod 10.244.0.3 forwards to its own loopback (127.0.0.53): give it an upstream outside itself in its resolv.conf"
+        "loop: www.example.test. A: pod 10.244.0.3 -> 127.0.0.53 (pod 10.244.0.3) (1 hop): \
+         pod 10.244.0.3 forwards to itself over loopback (127.0.0.53): give it an upstream outside \
+         itself (its resolv.conf, or the Corefile's forward target)"
     );
 }
 
@@ -297,8 +300,10 @@ fn coredns_probe_is_a_loop_on_its_first_return() {
     assert_eq!(found[0].qtype, HINFO);
     assert_eq!(
         found[0].summary,
-        "loop: 4086431233.1853066397. HINFO re-entered pod 10.244.0.3 after pod 10.244.0.3 -> 169.254.25.10 -> \
-         node -> 10.244.0.3 (4 hops): check the upstream (resolv.conf) that node forwards to"
+        "loop: 4086431233.1853066397. HINFO: node -> 10.244.0.3 (pod 10.244.0.3) -> 169.254.25.10 \
+         (node) (4 hops): pod 10.244.0.3 forwards to 169.254.25.10 on the node, which sends the \
+         question back: its upstream points at the node-local cache; check the resolv.conf CoreDNS \
+         uses (kubelet resolvConf, `forward . /etc/resolv.conf`)"
     );
 }
 
@@ -331,9 +336,9 @@ fn dnsmasq_probe_coming_back_through_an_unwatched_resolver() {
     assert_eq!(servers(&found[0]), ["192.0.2.53", "192.168.1.10"]);
     assert_eq!(
         found[0].summary,
-        "loop: 0a1b2c3d.test. TXT re-entered node after node -> 192.0.2.53 -> (unwatched) -> 192.168.1.10 \
-         (2 hops): the question came back through a resolver outside the watched namespaces: check where its \
-         upstreams forward to"
+        "loop: 0a1b2c3d.test. TXT: node -> 192.0.2.53 -> 192.168.1.10 (node) (2 hops): the question \
+         came back through a resolver outside the watched namespaces: check where its upstreams \
+         forward to"
     );
 }
 
@@ -667,4 +672,43 @@ fn malformed_and_questionless_messages_are_ignored() {
     no_question.question = None;
     let findings = run(&mut analyzer(), vec![no_question], ms(100));
     assert_eq!(findings, []);
+}
+
+#[test]
+fn a_loop_through_both_coredns_pods_is_one_loop() {
+    // kube-proxy spreads the cache's forwards over both CoreDNS pods, so the question goes round
+    // node -> pod A -> node -> pod B -> node...: several cycles, one loop for the operator.
+    let mut observations = client_asks_node_cache(0);
+    for round in 0..4u16 {
+        let (pod, into_pod, out_of_pod) = if round % 2 == 0 {
+            ("10.244.0.3", COREDNS_IN, COREDNS_OUT)
+        } else {
+            ("10.244.0.4", COREDNS_B_IN, COREDNS_B_OUT)
+        };
+        let at = 1 + 2 * u64::from(round);
+        observations.extend(
+            query(NAME)
+                .id(1000 + round)
+                .from(&format!("10.244.0.1:{}", 50000 + round))
+                .to(&format!("{pod}:53"))
+                .at_ms(at)
+                .route(&[NODE_TO_BRIDGE, into_pod]),
+        );
+        observations.extend(
+            query(NAME)
+                .id(2000 + round)
+                .from(&format!("{pod}:{}", 40000 + round))
+                .to("169.254.25.10:53")
+                .at_ms(at + 1)
+                .route(&[out_of_pod, NODE_FROM_BRIDGE]),
+        );
+    }
+    let mut loops_seen = analyzer();
+    let found = loops(run(&mut loops_seen, observations, ms(100)));
+    assert_eq!(found.len(), 1, "one report for the question: {found:?}");
+    // The end of the input reports the final count: 8 forwards re-enter 6 times (the first
+    // forward to each CoreDNS pod is no re-entry).
+    let mut last = Vec::new();
+    loops_seen.finish(ms(100), &mut last);
+    assert_eq!(loops(last)[0].count, 6);
 }

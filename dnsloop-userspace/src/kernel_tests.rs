@@ -1,0 +1,703 @@
+//! The real kernel programs, loaded as `dnsloop trace` loads them, run on crafted frames with
+//! `BPF_PROG_TEST_RUN`: what they count, what they stream to userspace, and that they hand every
+//! frame on untouched.
+//!
+//! Each test loads programs of its own, so its maps start empty and the counts it checks are
+//! exact. The kernel runs a test frame on the loopback device of the calling thread's namespace
+//! (no `ifindex` is given in the context), so records name loopback and that namespace's cookie.
+use aya::{
+    maps::{MapData, PerCpuHashMap, RingBuf},
+    Ebpf, TestRun as _, TestRunOptions,
+};
+use dnsloop_ebpf::{
+    event::{
+        Counter, Direction, ObservationPoint, PacketRecord, PointCounters, StreamReason,
+        PACKET_SNAP_MAX,
+    },
+    frames::*,
+    parse::{LinkLayer, Malformed, Transport},
+};
+
+use crate::{
+    counters::{read_global, GlobalCounts},
+    netns,
+    programs::{self, Settings, EGRESS_PROGRAM, INGRESS_PROGRAM, POINT_COUNTERS_MAP},
+    topology::{Link, LinkRole},
+};
+
+/// `TC_ACT_UNSPEC` (-1) as the kernel reports a program's return value: "carry on", the only
+/// verdict the programs ever give.
+const TC_ACT_UNSPEC: u32 = u32::MAX;
+/// Every network namespace gives its loopback this index.
+const LOOPBACK_IFINDEX: u32 = 1;
+const QTYPE_AAAA: u16 = 28;
+const ETHERTYPE_ARP: u16 = 0x0806;
+const ETHERTYPE_VLAN: u16 = 0x8100;
+
+// --- counting -------------------------------------------------------------------------------
+
+#[test]
+fn a_dns_query_is_counted_and_handed_on_unchanged() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    let query = FrameSpec::default().build();
+
+    kernel.run(Direction::Ingress, &query);
+    kernel.run(Direction::Egress, &query);
+
+    assert_eq!(
+        kernel.counts(),
+        counted(
+            &[(Counter::Packets, 2), (Counter::DnsPackets, 2), (Counter::DnsMessages, 2)],
+            &[]
+        )
+    );
+    let one_dns_packet = PointCounters {
+        packets: 1,
+        dns_packets: 1,
+    };
+    assert_eq!(kernel.point_counters(Direction::Ingress), one_dns_packet);
+    assert_eq!(kernel.point_counters(Direction::Egress), one_dns_packet);
+}
+
+#[test]
+fn frames_that_are_not_dns_count_only_as_packets_even_when_every_packet_is_asked_for() {
+    let Some(mut kernel) = Kernel::load(every_packet(PACKET_SNAP_MAX))
+    else {
+        return;
+    };
+    // A DNS message on another port is not DNS: the port decides.
+    let http_port = FrameSpec {
+        dport: 80,
+        ..FrameSpec::default()
+    };
+    let https_over_tcp = FrameSpec {
+        dport: 443,
+        ..FrameSpec::default()
+    }
+    .tcp();
+    let mut arp = link_header(LinkLayer::Ethernet, 0, ETHERTYPE_ARP);
+    arp.extend_from_slice(&[0; 28]);
+    // Two tags are walked, a third is not.
+    let mut three_vlan_tags = link_header(LinkLayer::Ethernet, 2, ETHERTYPE_VLAN);
+    three_vlan_tags.extend_from_slice(&[0, 102, 0x08, 0x00]);
+    three_vlan_tags.extend_from_slice(&FrameSpec::default().ip_packet());
+
+    for frame in [http_port.build(), https_over_tcp.build(), arp, three_vlan_tags] {
+        kernel.run(Direction::Ingress, &frame);
+    }
+
+    assert_eq!(kernel.counts(), counted(&[(Counter::Packets, 4)], &[]));
+    assert_eq!(
+        kernel.point_counters(Direction::Ingress),
+        PointCounters {
+            packets: 4,
+            dns_packets: 0
+        }
+    );
+    assert_eq!(kernel.streamed().len(), 0);
+}
+
+#[test]
+fn malformed_frames_are_counted_by_reason() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    let valid = FrameSpec::default();
+    let ip_start = valid.link_header_len();
+    let udp_start = ip_start + 20;
+    let truncated_ipv4 = valid.build()[..ip_start + 10].to_vec();
+    let mut udp_length_below_its_header = valid.build();
+    udp_length_below_its_header[udp_start + 4..udp_start + 6].copy_from_slice(&4u16.to_be_bytes());
+    let short_dns_header = FrameSpec {
+        payload: vec![0x12, 0x34, 0x01, 0x00, 0x00],
+        ..FrameSpec::default()
+    };
+    // A pointer to the header, where a query's first question must spell its name out.
+    let pointer_in_question = FrameSpec {
+        payload: dns_query_wire(0x1234, &[0xc0, 0x0c], QTYPE_A),
+        ..FrameSpec::default()
+    };
+
+    for frame in [
+        truncated_ipv4,
+        udp_length_below_its_header,
+        short_dns_header.build(),
+        pointer_in_question.build(),
+    ] {
+        kernel.run(Direction::Ingress, &frame);
+    }
+
+    assert_eq!(
+        kernel.counts(),
+        counted(
+            &[(Counter::Packets, 4)],
+            &[
+                (Malformed::TruncatedIpv4, 1),
+                (Malformed::BadUdpLength, 1),
+                (Malformed::DnsTruncatedHeader, 1),
+                (Malformed::DnsCompressionPointer, 1),
+            ]
+        )
+    );
+    assert_eq!(kernel.point_counters(Direction::Ingress).dns_packets, 0);
+}
+
+#[test]
+fn non_first_fragments_are_counted_apart_and_first_fragments_parsed() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    // 185 eight-byte units: where the second fragment of a 1500-byte MTU datagram starts.
+    let ipv4_later_fragment = FrameSpec {
+        ipv4_fragment: (185, false),
+        ..FrameSpec::default()
+    };
+    let ipv6_later_fragment = FrameSpec {
+        ipv6_extensions: vec![ExtensionHeader::Fragment {
+            offset: 185,
+            more: false,
+        }],
+        ..FrameSpec::default().ipv6()
+    };
+    let ipv4_first_fragment = FrameSpec {
+        ipv4_fragment: (0, true),
+        ..FrameSpec::default()
+    };
+
+    for spec in [ipv4_later_fragment, ipv6_later_fragment, ipv4_first_fragment] {
+        kernel.run(Direction::Ingress, &spec.build());
+    }
+
+    assert_eq!(
+        kernel.counts(),
+        counted(
+            &[
+                (Counter::Packets, 3),
+                (Counter::NonFirstFragments, 2),
+                (Counter::DnsPackets, 1),
+                (Counter::DnsMessages, 1),
+            ],
+            &[]
+        )
+    );
+}
+
+// --- what is streamed to userspace ----------------------------------------------------------
+
+#[test]
+fn a_query_and_its_retries_with_the_same_id_are_only_counted() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    let query = query_frame(0x1001, "www.example.test", QTYPE_A);
+
+    // The client's first try, its retry, and the query crossing a second hop unchanged.
+    kernel.run(Direction::Ingress, &query);
+    kernel.run(Direction::Ingress, &query);
+    kernel.run(Direction::Egress, &query);
+
+    assert_eq!(kernel.streamed().len(), 0);
+    assert_eq!(kernel.counts().get(Counter::StreamedRecords), 0);
+    assert_eq!(kernel.counts().get(Counter::DnsMessages), 3);
+}
+
+#[test]
+fn a_question_asked_again_with_a_new_id_is_streamed_from_then_on() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    let client_query = query_frame(0x1001, "www.example.test", QTYPE_A);
+    // A forwarder gives the question a new ID, and may randomise its case (DNS 0x20).
+    let forwarded = query_frame(0x2002, "WWW.Example.TEST", QTYPE_A);
+    // The same name with another type is another question.
+    let other_question = query_frame(0x3003, "www.example.test", QTYPE_AAAA);
+
+    let before = monotonic_ns();
+    kernel.run(Direction::Ingress, &client_query);
+    kernel.run(Direction::Egress, &forwarded);
+    kernel.run(Direction::Ingress, &client_query);
+    kernel.run(Direction::Egress, &other_question);
+    let after = monotonic_ns();
+
+    let records = kernel.streamed();
+    assert_eq!(records.len(), 2, "the forward and the sighting after it");
+    kernel.assert_streamed(&records[0], &forwarded, Direction::Egress, StreamReason::HotQuestion);
+    kernel.assert_streamed(&records[1], &client_query, Direction::Ingress, StreamReason::HotQuestion);
+    for record in &records {
+        assert!(
+            (before..=after).contains(&record.ts_ns),
+            "records are stamped with CLOCK_MONOTONIC: {} is not in {before}..={after}",
+            record.ts_ns
+        );
+    }
+    assert!(records[0].ts_ns <= records[1].ts_ns);
+    assert_eq!(kernel.counts().get(Counter::StreamedRecords), 2);
+}
+
+#[test]
+fn loop_probes_are_streamed_and_near_misses_are_not() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    let coredns_probe = query_frame(0x0101, "1234.5678.cluster.local.", QTYPE_HINFO);
+    let dnsmasq_probe = query_frame(0x0102, "deadbeef.test.", QTYPE_TXT);
+    let near_misses = [
+        query_frame(0x0201, "1234.abcd.cluster.local.", QTYPE_HINFO),
+        query_frame(0x0202, "1234.cluster.local.", QTYPE_HINFO),
+        query_frame(0x0203, "1234.5678.cluster.local.", QTYPE_A),
+        query_frame(0x0204, "deadbee.test.", QTYPE_TXT),
+        query_frame(0x0205, "deadbeeg.test.", QTYPE_TXT),
+        query_frame(0x0206, "deadbeef.example.", QTYPE_TXT),
+        query_frame(0x0207, "deadbeef.test.", QTYPE_A),
+    ];
+
+    kernel.run(Direction::Ingress, &coredns_probe);
+    for frame in &near_misses {
+        kernel.run(Direction::Ingress, frame);
+    }
+    kernel.run(Direction::Ingress, &dnsmasq_probe);
+
+    let records = kernel.streamed();
+    assert_eq!(records.len(), 2, "only the two probes");
+    kernel.assert_streamed(&records[0], &coredns_probe, Direction::Ingress, StreamReason::Probe);
+    kernel.assert_streamed(&records[1], &dnsmasq_probe, Direction::Ingress, StreamReason::Probe);
+}
+
+#[test]
+fn every_packet_mode_streams_every_dns_packet_cut_at_the_snap_length() {
+    const SNAP_LEN: usize = 64;
+    let Some(mut kernel) = Kernel::load(every_packet(SNAP_LEN)) else {
+        return;
+    };
+    let query = query_frame(0x4242, "www.example.test", QTYPE_A);
+    let response = FrameSpec {
+        src: FrameSpec::default().dst,
+        dst: FrameSpec::default().src,
+        sport: 53,
+        dport: 40000,
+        payload: dns_response(0x4242, "www.example.test", QTYPE_A),
+        ..FrameSpec::default()
+    }
+    .build();
+    let shorter_than_the_snap_length = query_frame(0x4343, "a.b", QTYPE_A);
+    assert!(query.len() > SNAP_LEN && shorter_than_the_snap_length.len() < SNAP_LEN);
+
+    kernel.run(Direction::Ingress, &query);
+    kernel.run(Direction::Egress, &response);
+    kernel.run(Direction::Ingress, &shorter_than_the_snap_length);
+
+    let records = kernel.streamed();
+    assert_eq!(records.len(), 3);
+    kernel.assert_streamed(&records[0], &query, Direction::Ingress, StreamReason::EveryPacket);
+    kernel.assert_streamed(&records[1], &response, Direction::Egress, StreamReason::EveryPacket);
+    kernel.assert_streamed(
+        &records[2],
+        &shorter_than_the_snap_length,
+        Direction::Ingress,
+        StreamReason::EveryPacket,
+    );
+}
+
+// --- TCP, IPv6, VLANs, raw IP ----------------------------------------------------------------
+
+#[test]
+fn a_tcp_segment_with_two_messages_has_both_parsed() {
+    let Some(mut kernel) = Kernel::load(trace_settings())
+    else {
+        return;
+    };
+    // Only the second message is a probe: the segment is streamed only if it was parsed too.
+    let ordinary = dns_query(0x0001, "www.example.test", QTYPE_A);
+    let probe = dns_query(0x0002, "1234.5678.cluster.local", QTYPE_HINFO);
+    let segment = tcp_frame(tcp_stream(&[&ordinary, &probe]));
+
+    kernel.run(Direction::Ingress, &segment);
+
+    assert_eq!(
+        kernel.counts(),
+        counted(
+            &[
+                (Counter::Packets, 1),
+                (Counter::DnsPackets, 1),
+                (Counter::DnsMessages, 2),
+                (Counter::StreamedRecords, 1),
+            ],
+            &[]
+        )
+    );
+    let records = kernel.streamed();
+    assert_eq!(records.len(), 1);
+    kernel.assert_streamed(&records[0], &segment, Direction::Ingress, StreamReason::Probe);
+}
+
+#[test]
+fn a_tcp_segment_with_more_messages_than_inspected_says_so() {
+    let Some(mut kernel) = Kernel::load(trace_settings())
+    else {
+        return;
+    };
+    let messages: Vec<Vec<u8>> = (0..5)
+        .map(|index| dns_query(index, &format!("pipelined-{index}.example.test"), QTYPE_A))
+        .collect();
+    let messages: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
+
+    kernel.run(Direction::Ingress, &tcp_frame(tcp_stream(&messages)));
+
+    assert_eq!(
+        kernel.counts(),
+        counted(
+            &[
+                (Counter::Packets, 1),
+                (Counter::DnsPackets, 1),
+                (Counter::DnsMessages, 4),
+                (Counter::TcpMessagesBeyondLimit, 1),
+            ],
+            &[]
+        )
+    );
+}
+
+#[test]
+fn a_tcp_message_continuing_in_the_next_segment_is_streamed_as_split() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    // A message longer than the segment: its question is in this segment, the rest (here
+    // padding, as an EDNS option would be) in the next.
+    let mut message = dns_query(0x5151, "www.example.test", QTYPE_A);
+    message.extend_from_slice(&[0; 100]);
+    let stream = tcp_stream(&[&message]);
+    let first_segment = tcp_frame(stream[..stream.len() - 60].to_vec());
+
+    kernel.run(Direction::Ingress, &first_segment);
+
+    assert_eq!(
+        kernel.counts(),
+        counted(
+            &[
+                (Counter::Packets, 1),
+                (Counter::DnsPackets, 1),
+                (Counter::DnsMessages, 1),
+                (Counter::TcpSplits, 1),
+                (Counter::StreamedRecords, 1),
+            ],
+            &[]
+        )
+    );
+    let records = kernel.streamed();
+    assert_eq!(records.len(), 1);
+    kernel.assert_streamed(&records[0], &first_segment, Direction::Ingress, StreamReason::TcpSplit);
+}
+
+#[test]
+fn a_tcp_segment_holding_only_a_length_prefix_is_streamed_as_split() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    // Some clients write the 2-byte length and the message separately, which can put them in
+    // two segments: the first one holds no byte of the message yet.
+    let message = dns_query(0x5252, "www.example.test", QTYPE_A);
+    let stream = tcp_stream(&[&message]);
+    let length_prefix = tcp_frame(stream[..2].to_vec());
+
+    kernel.run(Direction::Ingress, &length_prefix);
+
+    let counts = kernel.counts();
+    assert_eq!(counts.get(Counter::TcpSplits), 1, "{counts:?}");
+    assert_eq!(counts.malformed, [], "a valid stream is not malformed");
+    let records = kernel.streamed();
+    assert_eq!(records.len(), 1, "the split is streamed: {counts:?}");
+    kernel.assert_streamed(&records[0], &length_prefix, Direction::Ingress, StreamReason::TcpSplit);
+}
+
+#[test]
+fn ipv6_through_extension_headers_is_parsed() {
+    let Some(mut kernel) = Kernel::load("ipv6_through_extension_headers", trace_settings())
+    else {
+        return;
+    };
+    let udp = FrameSpec {
+        ipv6_extensions: vec![
+            ExtensionHeader::HopByHop,
+            ExtensionHeader::DestinationOptions,
+            ExtensionHeader::Fragment {
+                offset: 0,
+                more: false,
+            },
+        ],
+        ..FrameSpec::default().ipv6()
+    };
+    let tcp = FrameSpec {
+        ipv6_extensions: vec![ExtensionHeader::Routing, ExtensionHeader::Authentication],
+        ..FrameSpec::default().ipv6().tcp()
+    };
+
+    kernel.run(Direction::Ingress, &udp.build());
+    kernel.run(Direction::Egress, &tcp.build());
+
+    assert_eq!(
+        kernel.counts(),
+        counted(
+            &[(Counter::Packets, 2), (Counter::DnsPackets, 2), (Counter::DnsMessages, 2)],
+            &[]
+        )
+    );
+}
+
+#[test]
+fn vlan_tagged_frames_are_parsed() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    let single_tag = FrameSpec {
+        vlan_tags: 1,
+        ..FrameSpec::default()
+    };
+    let double_tag_ipv6 = FrameSpec {
+        vlan_tags: 2,
+        ..FrameSpec::default().ipv6()
+    };
+
+    kernel.run(Direction::Ingress, &single_tag.build());
+    kernel.run(Direction::Ingress, &double_tag_ipv6.build());
+
+    assert_eq!(
+        kernel.counts(),
+        counted(
+            &[(Counter::Packets, 2), (Counter::DnsPackets, 2), (Counter::DnsMessages, 2)],
+            &[]
+        )
+    );
+}
+
+#[test]
+fn frames_of_an_interface_without_ethernet_are_parsed_from_the_ip_header() {
+    let Some(mut kernel) = Kernel::load(every_packet(PACKET_SNAP_MAX))
+    else {
+        return;
+    };
+    let tunnel = Link {
+        index: LOOPBACK_IFINDEX,
+        name: "wg0".into(),
+        role: LinkRole::Other { bridged: false },
+        ethernet: false,
+    };
+    programs::register_link_layers(&mut kernel.ebpf, &[tunnel]).expect("registering wg0");
+    let raw_ip = FrameSpec {
+        link: LinkLayer::RawIp,
+        ..FrameSpec::default()
+    }
+    .build();
+
+    kernel.run(Direction::Ingress, &raw_ip);
+
+    assert_eq!(kernel.counts().get(Counter::DnsMessages), 1);
+    let records = kernel.streamed();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].link_layer, LinkLayer::RawIp as u8);
+    kernel.assert_streamed(&records[0], &raw_ip, Direction::Ingress, StreamReason::EveryPacket);
+}
+
+// --- helpers --------------------------------------------------------------------------------
+
+/// What `dnsloop trace` loads without `--packets`.
+fn trace_settings() -> Settings {
+    Settings {
+        dns_ports: vec![53],
+        stream_every_packet: false,
+        snap_len: PACKET_SNAP_MAX,
+        question_table_size: 65536,
+        ring_buffer_mib: 4,
+    }
+}
+
+/// What `dnsloop trace --packets --snap-len SNAP_LEN` loads.
+fn every_packet(snap_len: usize) -> Settings {
+    Settings {
+        stream_every_packet: true,
+        snap_len,
+        ..trace_settings()
+    }
+}
+
+/// An Ethernet/IPv4/UDP frame from a client to port 53 carrying a query.
+fn query_frame(id: u16, name: &str, qtype: u16) -> Vec<u8> {
+    FrameSpec {
+        payload: dns_query(id, name, qtype),
+        ..FrameSpec::default()
+    }
+    .build()
+}
+
+/// An Ethernet/IPv4/TCP segment to port 53 whose payload is `stream`.
+fn tcp_frame(stream: Vec<u8>) -> Vec<u8> {
+    FrameSpec {
+        transport: Transport::Tcp,
+        payload: stream,
+        ..FrameSpec::default()
+    }
+    .build()
+}
+
+/// The global counters when only `counters` and `malformed` (in `Malformed::ALL` order) are
+/// non-zero.
+fn counted(counters: &[(Counter, u64)], malformed: &[(Malformed, u64)]) -> GlobalCounts {
+    let value = |counter: Counter| {
+        counters
+            .iter()
+            .find(|(candidate, _)| *candidate == counter)
+            .map_or(0, |(_, value)| *value)
+    };
+    GlobalCounts {
+        counters: Counter::ALL.iter().map(|&counter| (counter, value(counter))).collect(),
+        malformed: malformed.to_vec(),
+    }
+}
+
+/// Now on CLOCK_MONOTONIC, the clock `bpf_ktime_get_ns` reads.
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: CLOCK_MONOTONIC always exists; `now` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// Whether the calling test can load BPF programs, which needs root. Under `CI=true` a test
+/// that cannot run fails, so that CI never passes by skipping; elsewhere it says why it skips.
+fn can_run() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    // The test harness names each test's thread after the test.
+    let current = std::thread::current();
+    let test = current.name().unwrap_or("a kernel test");
+    if std::env::var("CI").is_ok_and(|value| value == "true") {
+        panic!("{test} cannot run: not root (CI=true: privileged tests must run; run `cargo xtask test` as root)");
+    }
+    eprintln!("SKIPPED {test}: not root");
+    false
+}
+
+/// Programs loaded for one test, with their ring buffer.
+struct Kernel {
+    ebpf: Ebpf,
+    records: RingBuf<MapData>,
+    snap_len: usize,
+}
+
+impl Kernel {
+    /// Loads the programs with `settings`; `None` when the calling test cannot run here (see
+    /// `can_run`).
+    fn load(settings: Settings) -> Option<Kernel> {
+        if !can_run() {
+            return None;
+        }
+        let mut ebpf = programs::load(&settings)
+            .unwrap_or_else(|error| panic!("loading the programs: {:#}", anyhow::Error::from(error)));
+        let records = programs::take_records(&mut ebpf).expect("the programs have a ring buffer");
+        Some(Kernel {
+            ebpf,
+            records,
+            snap_len: settings.snap_len,
+        })
+    }
+
+    /// Runs the program of `direction` on `frame` and checks that it handed the frame on as it
+    /// came: the programs never drop, redirect or modify a packet.
+    fn run(&mut self, direction: Direction, frame: &[u8]) {
+        let name = match direction {
+            Direction::Ingress => INGRESS_PROGRAM,
+            Direction::Egress => EGRESS_PROGRAM,
+        };
+        let program = programs::classifier(&mut self.ebpf, name).expect("the program is loaded");
+        // Room to spare, so that a grown packet shows as a length mismatch, not as ENOSPC.
+        let mut data_out = vec![0; frame.len() + 64];
+        let result = program
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut data_out),
+                ..TestRunOptions::default()
+            })
+            .unwrap_or_else(|error| panic!("BPF_PROG_TEST_RUN of {name}: {error}"));
+        assert_eq!(result.return_value, TC_ACT_UNSPEC, "{name} returned another verdict");
+        assert_eq!(
+            &data_out[..result.data_size_out as usize],
+            frame,
+            "{name} changed the frame"
+        );
+    }
+
+    fn counts(&self) -> GlobalCounts {
+        read_global(&self.ebpf).expect("reading the global counters")
+    }
+
+    /// The counters of loopback in `direction`, where test runs are seen.
+    fn point_counters(&self, direction: Direction) -> PointCounters {
+        let map = self.ebpf.map(POINT_COUNTERS_MAP).expect("the programs have point counters");
+        let counters: PerCpuHashMap<_, ObservationPoint, PointCounters> =
+            PerCpuHashMap::try_from(map).expect("point counters are a per-CPU hash map");
+        let point = ObservationPoint {
+            netns_cookie: this_namespace_cookie(),
+            ifindex: LOOPBACK_IFINDEX,
+            direction: direction as u8,
+            _pad: [0; 3],
+        };
+        let per_cpu = counters
+            .get(&point, 0)
+            .unwrap_or_else(|error| panic!("no counters for loopback {direction:?}: {error}"));
+        per_cpu.iter().fold(PointCounters::default(), |sum, cpu| PointCounters {
+            packets: sum.packets + cpu.packets,
+            dns_packets: sum.dns_packets + cpu.dns_packets,
+        })
+    }
+
+    /// Every record streamed since the last call, oldest first.
+    fn streamed(&mut self) -> Vec<PacketRecord> {
+        let mut records = Vec::new();
+        while let Some(item) = self.records.next() {
+            assert!(
+                item.len() >= size_of::<PacketRecord>(),
+                "a ring buffer item of {} bytes is no PacketRecord",
+                item.len()
+            );
+            // SAFETY: the item holds a whole PacketRecord (checked above), which is plain
+            // data; the ring gives no alignment guarantee, hence the unaligned read.
+            records.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) });
+        }
+        records
+    }
+
+    /// Checks that `record` carries `frame` (up to the snap length) as seen in `direction` on
+    /// loopback, streamed for `reason`.
+    fn assert_streamed(
+        &self,
+        record: &PacketRecord,
+        frame: &[u8],
+        direction: Direction,
+        reason: StreamReason,
+    ) {
+        let captured = frame.len().min(self.snap_len);
+        assert_eq!(
+            StreamReason::from_u8(record.reason),
+            Some(reason),
+            "reason of the record of a {}-byte frame",
+            frame.len()
+        );
+        assert_eq!(Direction::from_u8(record.direction), Some(direction));
+        assert_eq!(record.ifindex, LOOPBACK_IFINDEX);
+        assert_eq!(record.netns_cookie, this_namespace_cookie(), "loopback names its namespace");
+        assert_eq!(record.wire_len as usize, frame.len());
+        assert_eq!(usize::from(record.captured_len), captured);
+        assert_eq!(&record.bytes[..captured], &frame[..captured]);
+    }
+}
+
+fn this_namespace_cookie() -> u64 {
+    netns::current_cookie().expect("reading this namespace's cookie")
+}
