@@ -18,8 +18,8 @@ pub fn summary_extra(
             json!({
                 "ifname": count.ifname,
                 "dir": count.direction.as_str(),
-                "packets": count.packets,
                 "dns_packets": count.dns_packets,
+                "packets": count.packets,
             })
         })
         .collect();

@@ -122,7 +122,8 @@ fn inspect_dns(packet: &SkbBytes, verdict: *mut Verdict) -> Option<Inspection> {
     if verdict.framing.more {
         counters::bump(Counter::TcpMessagesBeyondLimit);
     }
-    (verdict.parsed != 0).then(|| Inspection {
+    // A split segment is DNS even when it holds too little of its message to parse.
+    (verdict.parsed != 0 || verdict.framing.split).then(|| Inspection {
         stream: verdict.stream_reason(),
     })
 }
@@ -176,6 +177,8 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
     };
     let summary = match parse_dns(buffer, len) {
         Ok(summary) => summary,
+        // A message cut by the segment's end is not malformed: the rest is in the next segment.
+        Err(_) if !message.complete => return,
         Err(reason) => {
             counters::bump_malformed(reason);
             return;

@@ -45,8 +45,11 @@ impl<W: Write> TextSink<W> {
             time_of_day(found.ts),
             found.count
         ))?;
-        for hop in &found.path {
-            self.line(&hop_line(hop))?;
+        // A repeat only updates the count: the path was drawn with the first report.
+        if found.count == 1 {
+            for hop in &found.path {
+                self.line(&hop_line(hop))?;
+            }
         }
         Ok(())
     }
@@ -226,6 +229,7 @@ fn hop_line(hop: &Hop) -> String {
 fn inline(value: &Value) -> String {
     match value {
         Value::String(text) => text.clone(),
+        Value::Object(fields) if fields.is_empty() => "none".to_owned(),
         Value::Object(fields) => fields
             .iter()
             .map(|(key, value)| format!("{key} {}", inline(value)))
@@ -288,15 +292,28 @@ mod tests {
 
     #[test]
     fn a_loop_is_one_line_then_its_path() {
-        let text = written(|sink| sink.finding(&a_loop(Probe::CoreDns)));
+        let mut first = a_loop(Probe::CoreDns);
+        if let Finding::Loop(found) = &mut first {
+            found.count = 1;
+        }
+        let text = written(|sink| sink.finding(&first));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines,
             [
-                "12:00:01.123  LOOP  x3 [coredns probe]  www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream",
+                "12:00:01.123  LOOP  x1 [coredns probe]  www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream",
                 "  12:00:01.001  cni0             egress   10.244.0.1:50000 -> 10.244.0.3:53  id 1000",
                 "  12:00:01.123  cni0             ingress  10.244.0.3:40000 -> 169.254.25.10:53  id 2000",
             ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_loop_is_one_line_with_its_count() {
+        let text = written(|sink| sink.finding(&a_loop(Probe::CoreDns)));
+        assert_eq!(
+            text.lines().collect::<Vec<_>>(),
+            ["12:00:01.123  LOOP  x3 [coredns probe]  www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream"]
         );
     }
 
