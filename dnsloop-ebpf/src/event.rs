@@ -109,6 +109,9 @@ pub struct PacketRecord {
     pub _pad: [u8; 3],
     /// For `StreamReason::UnexpectedSource`: the query the reply answers. Zero otherwise.
     pub matched_query: QueryState,
+    /// For the query that made its question hot: the last sighting before it, of the query it
+    /// forwards (`family` 0 otherwise).
+    pub prior: Sighting,
     pub bytes: [u8; PACKET_SNAP_MAX],
 }
 
@@ -226,6 +229,43 @@ pub struct QuestionState {
     /// Set once a second ID was seen: from then on, every sighting is streamed.
     pub hot: u8,
     pub _pad: [u8; 2],
+    /// The latest sighting while the question was not hot: where the query that the first hot
+    /// one forwards was last seen (it was not streamed).
+    pub last_cold: Sighting,
+}
+
+/// One sighting of a query: enough for userspace to rebuild the observation of a packet that
+/// was counted but not streamed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sighting {
+    pub ts_ns: u64,
+    /// As in [`ObservationPoint`].
+    pub netns_cookie: u64,
+    /// IPv4 in the first 4 bytes.
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub ifindex: u32,
+    pub sport: u16,
+    pub dport: u16,
+    pub id: u16,
+    pub direction: u8,
+    /// `parse::Transport as u8`.
+    pub transport: u8,
+    /// `parse::IpFamily as u8`; 0 when there is no sighting.
+    pub family: u8,
+    pub _pad: [u8; 3],
+}
+
+/// What a query sighting made of its question.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Heat {
+    /// Asked with one ID so far (or a retry): not streamed.
+    Cold,
+    /// This sighting brought a second ID: streamed, with the last cold sighting attached.
+    BecameHot,
+    /// Already hot: streamed.
+    Hot,
 }
 
 impl QuestionState {
@@ -240,6 +280,20 @@ impl QuestionState {
             id_count: 1,
             hot: 0,
             _pad: [0; 2],
+            last_cold: Sighting {
+                ts_ns: 0,
+                netns_cookie: 0,
+                src: [0; 16],
+                dst: [0; 16],
+                ifindex: 0,
+                sport: 0,
+                dport: 0,
+                id: 0,
+                direction: 0,
+                transport: 0,
+                family: 0,
+                _pad: [0; 3],
+            },
         }
     }
 
@@ -250,29 +304,29 @@ impl QuestionState {
         self.hot != 0 && now_ns.saturating_sub(self.last_ns) <= window_ns
     }
 
-    /// Records a query sighting with `id` at `now_ns`; returns whether the question is hot,
-    /// i.e. whether this sighting should be streamed.
+    /// Records a query sighting with `id` at `now_ns` and says whether it should be streamed.
+    /// The caller keeps `last_cold` up to date for `Heat::Cold` sightings.
     ///
     /// A question becomes hot when a second distinct ID asks it within `window_ns` of the
     /// previous sighting (a forwarder gives every upstream query a new ID; a client's retry keeps
     /// its ID), and stays hot until it has been quiet for `window_ns`.
     #[inline(always)]
-    pub fn record_sighting(&mut self, id: u16, now_ns: u64, window_ns: u64) -> bool {
+    pub fn record_sighting(&mut self, id: u16, now_ns: u64, window_ns: u64) -> Heat {
         if now_ns.saturating_sub(self.last_ns) > window_ns {
             *self = Self::first_sighting(id, now_ns);
-            return false;
+            return Heat::Cold;
         }
         self.last_ns = now_ns;
         self.sightings = self.sightings.saturating_add(1);
         if self.hot != 0 {
-            return true;
+            return Heat::Hot;
         }
         let mut known = false;
         for slot in 0..QUESTION_IDS {
             known |= slot < usize::from(self.id_count) && self.ids[slot] == id;
         }
         if known {
-            return false;
+            return Heat::Cold;
         }
         let slot = usize::from(self.id_count);
         if slot < QUESTION_IDS {
@@ -280,7 +334,7 @@ impl QuestionState {
             self.id_count += 1;
         }
         self.hot = 1;
-        true
+        Heat::BecameHot
     }
 }
 
@@ -316,6 +370,7 @@ mod user {
     unsafe impl aya::Pod for super::ProgramConfig {}
     unsafe impl aya::Pod for super::QueryKey {}
     unsafe impl aya::Pod for super::QueryState {}
+    unsafe impl aya::Pod for super::Sighting {}
 }
 
 #[cfg(test)]
@@ -331,9 +386,10 @@ mod tests {
         assert_eq!(size_of::<PointCounters>(), 16);
         assert_eq!(size_of::<QueryKey>(), 24);
         assert_eq!(size_of::<QueryState>(), 32);
-        assert_eq!(size_of::<PacketRecord>(), 32 + 32 + PACKET_SNAP_MAX);
+        assert_eq!(size_of::<PacketRecord>(), 32 + 32 + 64 + PACKET_SNAP_MAX);
         assert_eq!(size_of::<QuestionKey>(), 16);
-        assert_eq!(size_of::<QuestionState>(), 8 + 8 + 4 + 2 * QUESTION_IDS + 4);
+        assert_eq!(size_of::<Sighting>(), 64);
+        assert_eq!(size_of::<QuestionState>(), 8 + 8 + 4 + 2 * QUESTION_IDS + 4 + 64);
         assert_eq!(size_of::<ProgramConfig>(), 16);
     }
 
@@ -342,26 +398,26 @@ mod tests {
     #[test]
     fn a_retry_with_the_same_id_is_not_hot() {
         let mut state = QuestionState::first_sighting(7, 0);
-        assert!(!state.record_sighting(7, 1_000, WINDOW));
-        assert!(!state.record_sighting(7, 500_000_000, WINDOW));
+        assert_eq!(state.record_sighting(7, 1_000, WINDOW), Heat::Cold);
+        assert_eq!(state.record_sighting(7, 500_000_000, WINDOW), Heat::Cold);
         assert_eq!(state.sightings, 3);
     }
 
     #[test]
     fn a_new_id_makes_the_question_hot_until_it_is_quiet() {
         let mut state = QuestionState::first_sighting(7, 0);
-        assert!(state.record_sighting(8, 1_000, WINDOW), "forward with a new id");
-        assert!(state.record_sighting(7, 2_000, WINDOW), "hot questions stream every sighting");
+        assert_eq!(state.record_sighting(8, 1_000, WINDOW), Heat::BecameHot, "a forward");
+        assert_eq!(state.record_sighting(7, 2_000, WINDOW), Heat::Hot, "every sighting streams");
         assert!(state.is_hot_at(2_000 + WINDOW, WINDOW), "replies stream while it is hot");
         assert!(!state.is_hot_at(2_000 + WINDOW + 1, WINDOW), "not once it has been quiet");
-        assert!(!state.record_sighting(9, 2_000 + WINDOW + 1, WINDOW), "quiet window resets");
+        assert_eq!(state.record_sighting(9, 2_000 + WINDOW + 1, WINDOW), Heat::Cold, "reset");
         assert_eq!(state, QuestionState::first_sighting(9, 2_000 + WINDOW + 1));
     }
 
     #[test]
     fn clock_going_backwards_does_not_reset() {
         let mut state = QuestionState::first_sighting(7, 5_000);
-        assert!(state.record_sighting(8, 4_000, WINDOW));
+        assert_eq!(state.record_sighting(8, 4_000, WINDOW), Heat::BecameHot);
     }
 
     #[test]

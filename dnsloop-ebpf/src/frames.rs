@@ -229,13 +229,15 @@ impl FrameSpec {
         segment.extend_from_slice(&self.dport.to_be_bytes());
         match self.transport {
             Transport::Udp => {
-                let len = u16::try_from(8 + self.payload.len()).expect("a UDP datagram fits 64 KiB");
+                let len =
+                    u16::try_from(8 + self.payload.len()).expect("a UDP datagram fits 64 KiB");
                 segment.extend_from_slice(&len.to_be_bytes());
                 segment.extend_from_slice(&[0, 0]);
             }
             Transport::Tcp => {
                 assert_eq!(self.tcp_options.len() % 4, 0);
-                let data_offset = u8::try_from(5 + self.tcp_options.len() / 4).expect("TCP options fit");
+                let data_offset =
+                    u8::try_from(5 + self.tcp_options.len() / 4).expect("TCP options fit");
                 segment.extend_from_slice(&1000u32.to_be_bytes()); // sequence
                 segment.extend_from_slice(&0u32.to_be_bytes()); // acknowledgement
                 segment.push(data_offset << 4);
@@ -255,7 +257,8 @@ impl FrameSpec {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
                 assert_eq!(self.ipv4_options.len() % 4, 0);
                 let ihl = u8::try_from(5 + self.ipv4_options.len() / 4).expect("IPv4 options fit");
-                let total = u16::try_from(usize::from(ihl) * 4 + l4.len()).expect("an IPv4 packet fits 64 KiB");
+                let total = u16::try_from(usize::from(ihl) * 4 + l4.len())
+                    .expect("an IPv4 packet fits 64 KiB");
                 let (fragment_offset, more) = self.ipv4_fragment;
                 let fragment = fragment_offset | if more { 0x2000 } else { 0 };
                 let mut packet = vec![0x40 | ihl, 0];
@@ -278,7 +281,8 @@ impl FrameSpec {
                     extensions.extend_from_slice(&extension.bytes(next));
                 }
                 let first_next = protocols.first().copied().unwrap_or(protocol);
-                let payload_len = u16::try_from(extensions.len() + l4.len()).expect("an IPv6 payload fits 64 KiB");
+                let payload_len = u16::try_from(extensions.len() + l4.len())
+                    .expect("an IPv6 payload fits 64 KiB");
                 let mut packet = vec![0x60, 0, 0, 0];
                 packet.extend_from_slice(&payload_len.to_be_bytes());
                 packet.extend_from_slice(&[first_next, 64]);

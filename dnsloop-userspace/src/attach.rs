@@ -1,5 +1,10 @@
 //! Choosing interfaces and attaching the classifiers to them.
-use aya::{programs::TcAttachType, Ebpf};
+use std::collections::HashMap;
+
+use aya::{
+    programs::{tc::SchedClassifierLinkId, TcAttachType},
+    Ebpf,
+};
 use dnsloop_ebpf::event::Direction;
 use thiserror::Error;
 
@@ -54,28 +59,49 @@ pub fn select(available: Vec<Link>, requested: &[String]) -> Result<Vec<Link>, A
         .collect()
 }
 
-/// Attaches the classifiers to every link in its watched directions. The links live as long as
-/// `ebpf`: with TCX a process that dies, even by SIGKILL, leaves nothing attached.
-pub fn attach(ebpf: &mut Ebpf, links: &[Link]) -> Result<(), AttachError> {
-    for (direction, program, attach_type) in [
-        (Direction::Ingress, INGRESS_PROGRAM, TcAttachType::Ingress),
-        (Direction::Egress, EGRESS_PROGRAM, TcAttachType::Egress),
-    ] {
-        let classifier = programs::classifier(ebpf, program)?;
-        for link in links
-            .iter()
-            .filter(|link| watched_directions(link).contains(&direction))
-        {
-            classifier
+/// The classifiers attached to the node's links, by interface index, so that an interface that
+/// goes away can be let go of. The attachments live as long as the programs: with TCX a
+/// process that dies, even by SIGKILL, leaves nothing attached.
+#[derive(Default)]
+pub struct Attachments {
+    by_index: HashMap<u32, Vec<(&'static str, SchedClassifierLinkId)>>,
+}
+
+impl Attachments {
+    pub fn is_attached(&self, index: u32) -> bool {
+        self.by_index.contains_key(&index)
+    }
+
+    /// Attaches the classifiers to `link` in its watched directions.
+    pub fn attach(&mut self, ebpf: &mut Ebpf, link: &Link) -> Result<(), AttachError> {
+        let mut attached = Vec::with_capacity(2);
+        for &direction in watched_directions(link) {
+            let (program, attach_type) = match direction {
+                Direction::Ingress => (INGRESS_PROGRAM, TcAttachType::Ingress),
+                Direction::Egress => (EGRESS_PROGRAM, TcAttachType::Egress),
+            };
+            let id = programs::classifier(ebpf, program)?
                 .attach(&link.name, attach_type)
                 .map_err(|source| AttachError::Attach {
                     program,
                     interface: link.name.clone(),
                     source,
                 })?;
+            attached.push((program, id));
+        }
+        self.by_index.insert(link.index, attached);
+        Ok(())
+    }
+
+    /// Lets go of interface `index`'s attachments. The interface is gone, and the kernel with it
+    /// detached the programs: this only releases our handles, so failures are not errors.
+    pub fn forget(&mut self, ebpf: &mut Ebpf, index: u32) {
+        for (program, id) in self.by_index.remove(&index).into_iter().flatten() {
+            if let Ok(classifier) = programs::classifier(ebpf, program) {
+                let _ = classifier.detach(id);
+            }
         }
     }
-    Ok(())
 }
 
 /// Attaches the egress classifier to the loopback of the calling thread's namespace (a pod's,

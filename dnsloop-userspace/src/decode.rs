@@ -6,6 +6,7 @@
 //! the shared parser's reading of the header and first question is used instead.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use dnsloop_ebpf::event::Direction;
 use dnsloop_ebpf::parse::{
     classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, IpFamily, Malformed,
     PacketClass, Segment, SlicePacket, Transport as WireTransport, DNS_BUF_LEN,
@@ -14,7 +15,7 @@ use hickory_proto::{op::Message, serialize::binary::BinDecodable};
 
 use crate::{
     observation::{DnsName, Observation, Point, Question, Transport},
-    source::{MatchedQuery, RawPacket},
+    source::{InterfaceRef, MatchedQuery, PriorSighting, RawPacket},
 };
 
 /// Offset of the question section in a DNS message.
@@ -25,6 +26,8 @@ const QUESTION_OFFSET: usize = 12;
 pub enum NotDecoded {
     /// Not DNS on a watched port (ARP, other traffic, a non-first fragment).
     NotDns,
+    /// Seen on an interface the caller cannot place (one that has just gone away).
+    Unplaced,
     Malformed(Malformed),
 }
 
@@ -39,16 +42,24 @@ impl Decoder {
         }
     }
 
-    /// Appends an observation to `out` for each DNS message in `packet`, seen at `point`. A
-    /// reply the kernel matched to its query comes after that query, rebuilt as seen at
-    /// `query_point`, so that the analyzers judge the pair as they would from a capture.
-    pub fn decode(
+    /// Appends an observation to `out` for each DNS message in `packet`, at the point
+    /// `point_of` places its interface and direction. Queries the kernel counted but did not
+    /// stream, and that the packet's record describes, come first, rebuilt at their own points:
+    /// the query a reply from an unexpected source answers, and the sighting before the query
+    /// that made its question hot. The analyzers then judge the packet as from a capture.
+    pub fn decode<'p>(
         &self,
         packet: &RawPacket,
-        point: &Point,
-        query_point: Option<&Point>,
+        point_of: impl Fn(InterfaceRef, Direction) -> Option<&'p Point>,
         out: &mut Vec<Observation>,
     ) -> Result<(), NotDecoded> {
+        let point = point_of(packet.interface, packet.direction).ok_or(NotDecoded::Unplaced)?;
+        let query_point = packet
+            .matched_query
+            .and_then(|query| point_of(packet.interface, query.direction));
+        let prior_point = packet
+            .prior
+            .and_then(|prior| point_of(prior.interface, prior.direction));
         let bytes = SlicePacket(&packet.bytes);
         let segment = match classify(&bytes, packet.link_layer, &self.ports) {
             PacketClass::Dns(segment) => segment,
@@ -72,7 +83,7 @@ impl Decoder {
             };
             match decode_message(held) {
                 Ok(decoded) => {
-                    let reply = Observation {
+                    let observation = Observation {
                     ts: packet.ts,
                     point: point.clone(),
                     transport,
@@ -85,11 +96,15 @@ impl Decoder {
                     question: decoded.question,
                     probe: decoded.probe,
                     size: message.len,
+                    partial: false,
                     };
                     if let (Some(query), Some(query_point)) = (&packet.matched_query, query_point) {
-                        out.push(matched_query(&reply, query, segment.family, query_point));
+                        out.push(matched_query(&observation, query, segment.family, query_point));
                     }
-                    out.push(reply);
+                    if let (Some(prior), Some(prior_point)) = (&packet.prior, prior_point) {
+                        out.push(prior_sighting(&observation, prior, prior_point));
+                    }
+                    out.push(observation);
                 }
                 Err(reason) => {
                     first_error.get_or_insert(reason);
@@ -120,6 +135,21 @@ fn matched_query(
         is_response: false,
         rcode: 0,
         ..reply.clone()
+    }
+}
+
+/// The query seen before `query` made its question hot: `query`'s question, asked by the
+/// sighting's own addresses and id.
+fn prior_sighting(query: &Observation, prior: &PriorSighting, point: &Point) -> Observation {
+    Observation {
+        ts: prior.at,
+        point: point.clone(),
+        transport: if prior.tcp { Transport::Tcp } else { Transport::Udp },
+        src: prior.src,
+        dst: prior.dst,
+        id: prior.id,
+        partial: true,
+        ..query.clone()
     }
 }
 

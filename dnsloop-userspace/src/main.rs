@@ -23,6 +23,7 @@ mod sink;
 mod source;
 mod topology;
 mod trace;
+mod watch;
 
 use std::process::ExitCode;
 

@@ -7,7 +7,10 @@
 use std::{
     collections::HashSet,
     fs::File,
-    os::{fd::AsRawFd, unix::fs::MetadataExt},
+    os::{
+        fd::{AsFd, AsRawFd},
+        unix::fs::MetadataExt,
+    },
     path::{Path, PathBuf},
 };
 
@@ -40,28 +43,87 @@ pub struct PodNamespace {
     /// The node end of the veth.
     pub node_veth: u32,
     pub path: PathBuf,
-    /// `pod 10.244.0.3` (its first address), or the namespace's file name when it has none.
+    /// `pod 10.244.0.3` (its first address; `netns ...` when its veth is not on a bridge), or
+    /// the namespace's file name when it has none.
     pub label: String,
     pub cookie: u64,
 }
 
 /// The namespaces at the other end of the veths among `node_links`.
+///
+/// Interface numbers repeat across namespaces (labs, or kind nodes, built alike on one host), so
+/// a candidate must first be the namespace a veth's `peer_netns_id` names: the kernel says
+/// which id this namespace knows each candidate by. Only those are entered.
 pub fn discover(node_links: &[Link]) -> Vec<PodNamespace> {
-    let veths: Vec<(u32, u32)> = node_links
+    let veths: Vec<Veth> = node_links
         .iter()
         .filter_map(|link| match link.role {
-            LinkRole::Veth { peer_index, .. } => Some((link.index, peer_index)),
+            LinkRole::Veth {
+                peer_netns_id,
+                peer_index,
+                bridged,
+            } => Some(Veth {
+                index: link.index,
+                peer_netns_id,
+                peer_index,
+                bridged,
+            }),
             _ => None,
         })
         .collect();
     if veths.is_empty() {
         return Vec::new();
     }
+    // Netlink is asked from a thread of our own with its own runtime: the caller may be inside
+    // one already. The thread stays in the caller's namespace.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(pods_behind(&veths)),
+                Err(error) => {
+                    tracing::warn!("not looking for pod namespaces: {error}");
+                    Vec::new()
+                }
+            })
+            .join()
+            .unwrap_or_default()
+    })
+}
+
+/// The node end of a veth, and where its other end is.
+struct Veth {
+    index: u32,
+    peer_netns_id: i32,
+    peer_index: u32,
+    /// On a bridge, as pods' veths are (a veth straight to the node leads elsewhere, e.g. to
+    /// another host's namespace).
+    bridged: bool,
+}
+
+async fn pods_behind(veths: &[Veth]) -> Vec<PodNamespace> {
     let mut found = Vec::new();
     for path in candidate_namespaces() {
+        // A process may exit, or a namespace vanish, while we look: skip it.
+        let Ok(file) = File::open(&path) else {
+            continue;
+        };
+        let netns_id = match topology::netns_id(file.as_fd()).await {
+            Ok(Some(id)) => id,
+            Ok(None) => continue,
+            Err(error) => {
+                tracing::debug!("skipping {}: {error}", path.display());
+                continue;
+            }
+        };
+        let leading_here: Vec<&Veth> = veths
+            .iter()
+            .filter(|veth| veth.peer_netns_id == netns_id)
+            .collect();
+        if leading_here.is_empty() {
+            continue;
+        }
         match inspect(&path) {
-            Ok(inspection) => found.extend(inspection.pods_of(&veths, &path)),
-            // A process may exit, or a namespace vanish, while we look: skip it.
+            Ok(inspection) => found.extend(inspection.pods_of(&leading_here, &path)),
             Err(error) => tracing::debug!("skipping {}: {error}", path.display()),
         }
     }
@@ -130,30 +192,31 @@ struct Inspection {
 }
 
 impl Inspection {
-    fn pods_of(&self, node_veths: &[(u32, u32)], path: &Path) -> Vec<PodNamespace> {
+    fn pods_of(&self, node_veths: &[&Veth], path: &Path) -> Vec<PodNamespace> {
         self.links
             .iter()
             .filter_map(|link| {
                 let LinkRole::Veth { peer_index, .. } = link.role else {
                     return None;
                 };
-                let &(node_veth, _) = node_veths
+                let node_veth = node_veths
                     .iter()
-                    .find(|(node_index, node_peer)| *node_index == peer_index && *node_peer == link.index)?;
+                    .find(|veth| veth.index == peer_index && veth.peer_index == link.index)?;
+                let kind = if node_veth.bridged { "pod" } else { "netns" };
                 let address = self
                     .addresses
                     .iter()
                     .find(|(index, _)| *index == link.index)
                     .and_then(|(_, address)| *address);
                 let label = match address {
-                    Some(address) => format!("pod {address}"),
+                    Some(address) => format!("{kind} {address}"),
                     None => path
                         .file_name()
                         .map(|name| name.to_string_lossy().into_owned())
                         .unwrap_or_else(|| path.display().to_string()),
                 };
                 Some(PodNamespace {
-                    node_veth,
+                    node_veth: node_veth.index,
                     path: path.into(),
                     label,
                     cookie: self.cookie,

@@ -143,6 +143,10 @@ pub struct Observation {
     pub probe: Probe,
     /// Length of the DNS message in bytes.
     pub size: usize,
+    /// A query seen in the middle of its path, its earlier hops unseen (the kernel streams a
+    /// question's queries only once it is forwarded). It still shows where the query went;
+    /// analyzers that judge a query from where its client sent it skip it.
+    pub partial: bool,
 }
 
 #[cfg(test)]

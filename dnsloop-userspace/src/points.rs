@@ -14,47 +14,50 @@ use crate::{
 pub const NODE: &str = "node";
 
 /// Resolves the interface and direction of a raw packet to a [`Point`].
+#[derive(Default)]
 pub struct PointMap {
     points: HashMap<(InterfaceRef, Direction), Point>,
 }
 
 impl PointMap {
-    /// Points for `links` of the node namespace, whose veths lead to `pods`; a veth whose far
-    /// end was not found is named after itself (`pod@veth-coredns-a`).
-    pub fn for_node(links: &[Link], pods: &[PodNamespace]) -> Self {
+    /// Registers `link` of the node namespace, whose veth, if it is one, leads to one of `pods`;
+    /// a veth whose far end was not found is named after itself (`pod@veth-coredns-a`).
+    pub fn insert_link(&mut self, link: &Link, pods: &[PodNamespace]) {
         let node = Namespace::new(NODE);
-        let mut points = HashMap::new();
-        for link in links {
-            let far = pods
-                .iter()
-                .find(|pod| pod.node_veth == link.index)
-                .map(|pod| Namespace::new(&pod.label))
-                .unwrap_or_else(|| Namespace::new(&format!("pod@{}", link.name)));
-            let interface = InterfaceRef {
-                // The kernel tags loopback records with the namespace's cookie; the node's own
-                // loopback is resolved by `with_loopback` once that cookie is known.
-                netns_cookie: 0,
-                ifindex: link.index,
-            };
-            let name: Arc<str> = link.name.as_str().into();
-            for direction in [Direction::Ingress, Direction::Egress] {
-                let (leaves, enters) = crossing(&link.role, &node, &far, direction);
-                points.insert(
-                    (interface, direction),
-                    Point {
-                        ifname: name.clone(),
-                        direction,
-                        leaves,
-                        enters,
-                    },
-                );
-            }
+        let far = pods
+            .iter()
+            .find(|pod| pod.node_veth == link.index)
+            .map(|pod| Namespace::new(&pod.label))
+            .unwrap_or_else(|| Namespace::new(&format!("pod@{}", link.name)));
+        let interface = InterfaceRef {
+            // The kernel tags loopback records with their namespace's cookie; the node's own
+            // loopback is registered by `insert_loopback`.
+            netns_cookie: 0,
+            ifindex: link.index,
+        };
+        let name: Arc<str> = link.name.as_str().into();
+        for direction in [Direction::Ingress, Direction::Egress] {
+            let (leaves, enters) = crossing(&link.role, &node, &far, direction);
+            self.points.insert(
+                (interface, direction),
+                Point {
+                    ifname: name.clone(),
+                    direction,
+                    leaves,
+                    enters,
+                },
+            );
         }
-        Self { points }
+    }
+
+    /// Forgets interface `index` of the node namespace.
+    pub fn remove_link(&mut self, index: u32) {
+        self.points
+            .retain(|(interface, _), _| interface.netns_cookie != 0 || interface.ifindex != index);
     }
 
     /// Registers the loopback of the namespace with `netns_cookie`, named `namespace`.
-    pub fn with_loopback(mut self, netns_cookie: u64, namespace: Namespace) -> Self {
+    pub fn insert_loopback(&mut self, netns_cookie: u64, namespace: Namespace) {
         let interface = InterfaceRef {
             netns_cookie,
             ifindex: crate::attach::LOOPBACK_INDEX,
@@ -68,7 +71,6 @@ impl PointMap {
                 enters: Some(namespace),
             },
         );
-        self
     }
 
     pub fn get(&self, interface: InterfaceRef, direction: Direction) -> Option<&Point> {
@@ -130,7 +132,7 @@ mod tests {
     #[test]
     fn bridge_ports_lead_into_pods_and_the_bridge_into_the_node() {
         let (node, pod) = (Namespace::new(NODE), Namespace::new("pod 10.244.0.2"));
-        let port = LinkRole::Veth { peer_index: 3, bridged: true };
+        let port = LinkRole::Veth { peer_netns_id: 1, peer_index: 3, bridged: true };
         assert_eq!(
             names(crossing(&port, &node, &pod, Direction::Ingress)),
             (Some("pod 10.244.0.2".into()), None)
@@ -147,7 +149,7 @@ mod tests {
     #[test]
     fn a_point_to_point_veth_joins_the_node_and_the_far_namespace() {
         let (node, far) = (Namespace::new(NODE), Namespace::new("pod 10.255.0.53"));
-        let uplink = LinkRole::Veth { peer_index: 5, bridged: false };
+        let uplink = LinkRole::Veth { peer_netns_id: 2, peer_index: 5, bridged: false };
         assert_eq!(
             names(crossing(&uplink, &node, &far, Direction::Egress)),
             (Some("node".into()), Some("pod 10.255.0.53".into()))

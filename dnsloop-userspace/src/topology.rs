@@ -1,11 +1,21 @@
 //! The node's interfaces, what each one connects, and so which namespaces a packet seen on it
 //! leaves and enters.
-use std::net::IpAddr;
+use std::{
+    net::IpAddr,
+    os::fd::{AsRawFd, BorrowedFd},
+};
 
-use futures::TryStreamExt as _;
-use rtnetlink::packet_route::{
-    address::{AddressAttribute, AddressMessage},
-    link::{InfoKind, LinkAttribute, LinkInfo, LinkLayerType, LinkMessage},
+use futures::{Stream, StreamExt as _, TryStreamExt as _};
+use netlink_sys::{AsyncSocket as _, SocketAddr};
+use rtnetlink::{
+    constants::RTMGRP_LINK,
+    packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_REQUEST},
+    packet_route::{
+        address::{AddressAttribute, AddressMessage},
+        link::{InfoKind, LinkAttribute, LinkInfo, LinkLayerType, LinkMessage},
+        nsid::{NsidAttribute, NsidMessage},
+        RouteNetlinkMessage,
+    },
 };
 use thiserror::Error;
 
@@ -15,6 +25,42 @@ pub enum TopologyError {
     Socket(#[source] std::io::Error),
     #[error("listing links over netlink failed")]
     List(#[source] rtnetlink::Error),
+    #[error("subscribing to link changes over netlink failed")]
+    Subscribe(#[source] std::io::Error),
+}
+
+/// A change to the namespace's links.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// A link appeared, or changed (a link already known may be announced again).
+    Added(Link),
+    Removed { index: u32 },
+}
+
+/// The link changes of the calling thread's network namespace, as they happen. The stream ends
+/// only if netlink closes the socket.
+pub fn link_events() -> Result<impl Stream<Item = LinkEvent>, TopologyError> {
+    let (mut connection, _, messages) =
+        rtnetlink::new_connection().map_err(TopologyError::Socket)?;
+    connection
+        .socket_mut()
+        .socket_mut()
+        .bind(&SocketAddr::new(0, RTMGRP_LINK))
+        .map_err(TopologyError::Subscribe)?;
+    tokio::spawn(connection);
+    Ok(messages.filter_map(|(message, _)| async move {
+        match message.payload {
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
+                link_of(&link).map(LinkEvent::Added)
+            }
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelLink(link)) => {
+                Some(LinkEvent::Removed {
+                    index: link.header.index,
+                })
+            }
+            _ => None,
+        }
+    }))
 }
 
 /// What an interface connects, as far as DNS paths are concerned.
@@ -23,9 +69,13 @@ pub enum LinkRole {
     Loopback,
     /// A bridge's own interface: packets cross between the bridge and the node's stack.
     BridgeMaster,
-    /// The end of a veth whose other end, interface `peer_index`, is in another namespace: a
-    /// pod, or any other namespace behind a veth.
-    Veth { peer_index: u32, bridged: bool },
+    /// The end of a veth whose other end, interface `peer_index`, is in the namespace this one
+    /// knows as `peer_netns_id`: a pod, or any other namespace behind a veth.
+    Veth {
+        peer_netns_id: i32,
+        peer_index: u32,
+        bridged: bool,
+    },
     /// Anything else: a physical uplink, a dummy or portless bridge holding an address.
     Other { bridged: bool },
 }
@@ -82,13 +132,13 @@ pub async fn addresses(index: u32) -> Result<Vec<IpAddr>, TopologyError> {
 fn link_of(message: &LinkMessage) -> Option<Link> {
     let mut name = None;
     let mut kind = None;
-    let mut peer_in_other_namespace = false;
+    let mut peer_netns_id = None;
     let mut peer_index = None;
     let mut bridged = false;
     for attribute in &message.attributes {
         match attribute {
             LinkAttribute::IfName(value) => name = Some(value.clone()),
-            LinkAttribute::LinkNetNsId(_) => peer_in_other_namespace = true,
+            LinkAttribute::LinkNetNsId(id) => peer_netns_id = Some(*id),
             LinkAttribute::Link(index) => peer_index = Some(*index),
             LinkAttribute::Controller(_) => bridged = true,
             LinkAttribute::LinkInfo(infos) => {
@@ -101,10 +151,11 @@ fn link_of(message: &LinkMessage) -> Option<Link> {
         }
     }
     let link_type = message.header.link_layer_type;
-    let role = match (link_type, kind, peer_index) {
-        (LinkLayerType::Loopback, _, _) => LinkRole::Loopback,
-        (_, Some(InfoKind::Bridge), _) => LinkRole::BridgeMaster,
-        (_, Some(InfoKind::Veth), Some(peer_index)) if peer_in_other_namespace => LinkRole::Veth {
+    let role = match (link_type, kind, peer_index, peer_netns_id) {
+        (LinkLayerType::Loopback, ..) => LinkRole::Loopback,
+        (_, Some(InfoKind::Bridge), ..) => LinkRole::BridgeMaster,
+        (_, Some(InfoKind::Veth), Some(peer_index), Some(peer_netns_id)) => LinkRole::Veth {
+            peer_netns_id,
             peer_index,
             bridged,
         },
@@ -116,4 +167,34 @@ fn link_of(message: &LinkMessage) -> Option<Link> {
         role,
         ethernet: matches!(link_type, LinkLayerType::Ether | LinkLayerType::Loopback),
     })
+}
+
+/// The id the calling thread's namespace knows the namespace open as `namespace` by (the
+/// `peer_netns_id` of a veth leading there); `None` when it has none.
+pub async fn netns_id(namespace: BorrowedFd<'_>) -> Result<Option<i32>, TopologyError> {
+    let (connection, mut handle, _) = rtnetlink::new_connection().map_err(TopologyError::Socket)?;
+    let connection = tokio::spawn(connection);
+    let mut request = NsidMessage::default();
+    request
+        .attributes
+        .push(NsidAttribute::Fd(namespace.as_raw_fd() as u32));
+    let mut message = NetlinkMessage::from(RouteNetlinkMessage::GetNsId(request));
+    message.header.flags = NLM_F_REQUEST;
+    let id = match handle.request(message) {
+        Ok(mut replies) => {
+            let mut id = None;
+            while let Some(reply) = replies.next().await {
+                if let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNsId(reply)) = reply.payload {
+                    id = reply.attributes.iter().find_map(|attribute| match attribute {
+                        NsidAttribute::Id(id) if *id >= 0 => Some(*id),
+                        _ => None,
+                    });
+                }
+            }
+            Ok(id)
+        }
+        Err(error) => Err(TopologyError::List(error)),
+    };
+    connection.abort();
+    id
 }

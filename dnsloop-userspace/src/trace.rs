@@ -2,6 +2,7 @@
 //!
 //! kernel programs -> ring buffer source -> decoder -> analyzers -> sink (stdout).
 use anyhow::Context as _;
+use futures::StreamExt as _;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
@@ -10,13 +11,13 @@ use crate::{
     cli::TraceArgs,
     counters,
     enrich::Enricher,
-    namespaces, netns,
     finding::Finding,
-    observation::{Namespace, Observation},
-    points::{PointMap, NODE},
+    observation::Observation,
+    points::PointMap,
     programs,
+    watch::Watch,
     source::{clock::MonotonicClock, ringbuf::RingBufSource, RawPacket},
-    decode::Decoder,
+    decode::{Decoder, NotDecoded},
     sink, topology,
 };
 
@@ -37,41 +38,12 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
         question_table_size: args.question_table_size,
         ring_buffer_mib: args.ring_buffer_mib,
     })?;
-    programs::register_link_layers(&mut ebpf, &links)?;
     let records = programs::take_records(&mut ebpf)?;
-    attach::attach(&mut ebpf, &links)?;
-    let node_cookie = netns::current_cookie()
-        .context("reading this network namespace's cookie (SO_NETNS_COOKIE needs Linux 5.14)")?;
-    // Watching the whole node includes the pods' loopbacks, where a server forwarding to itself
-    // is the only thing to see.
-    let pods = if args.interfaces.is_empty() {
-        namespaces::discover(&links)
-    } else {
-        Vec::new()
-    };
-    let mut points = PointMap::for_node(&links, &pods).with_loopback(node_cookie, Namespace::new(NODE));
-    let mut watched_pods = Vec::new();
-    for pod in &pods {
-        match namespaces::in_namespace(&pod.path, || attach::attach_loopback(&mut ebpf)) {
-            Ok(Ok(())) => {
-                points = points.with_loopback(pod.cookie, Namespace::new(&pod.label));
-                watched_pods.push(pod.label.as_str());
-            }
-            // The pod may be going away; the node's own interfaces still see its traffic.
-            Ok(Err(error)) => tracing::warn!("not watching lo of {}: {error}", pod.label),
-            Err(error) => tracing::warn!("not watching lo of {}: {error}", pod.label),
-        }
-    }
-    eprintln!(
-        "dnsloop: watching {} interface(s): {}{}",
-        links.len(),
-        links.iter().map(|link| link.name.as_str()).collect::<Vec<_>>().join(" "),
-        if watched_pods.is_empty() {
-            String::new()
-        } else {
-            format!("; lo of {}", watched_pods.join(", "))
-        }
-    );
+    // Without -i the whole node is watched, including pods that appear while we run.
+    let whole_node = args.interfaces.is_empty();
+    let mut link_events = Box::pin(topology::link_events()?);
+    let mut watch = Watch::start(ebpf, links, whole_node)?;
+    eprintln!("dnsloop: {}", watch.describe());
 
     let mut source = RingBufSource::new(records, MonotonicClock::anchored_now())
         .context("watching the ring buffer")?;
@@ -85,15 +57,12 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
     let mut unplaced_records = 0u64;
     // Built here, on the node's namespace thread: its conntrack socket stays in that namespace.
     let mut enricher = Enricher::new();
-    let mut decode = |packets: &mut Vec<RawPacket>, observations: &mut Vec<Observation>| {
+    let mut decode = |points: &PointMap, packets: &mut Vec<RawPacket>, observations: &mut Vec<Observation>| {
         for packet in packets.drain(..) {
-            let query_point = packet
-                .matched_query
-                .and_then(|query| points.get(packet.interface, query.direction));
-            match points.get(packet.interface, packet.direction) {
+            match decoder.decode(&packet, |interface, direction| points.get(interface, direction), observations) {
+                Err(NotDecoded::Unplaced) => unplaced_records += 1,
                 // Packets that are not DNS, or malformed, were already counted by the kernel.
-                Some(point) => drop(decoder.decode(&packet, point, query_point, observations)),
-                None => unplaced_records += 1,
+                Err(NotDecoded::NotDns | NotDecoded::Malformed(_)) | Ok(()) => {}
             }
         }
     };
@@ -103,21 +72,22 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = &mut end => break,
             batch = source.next_batch(&mut packets) => batch.context("reading the ring buffer")?,
+            Some(event) = link_events.next() => watch.apply(event),
         }
-        decode(&mut packets, &mut observations);
+        decode(&watch.points, &mut packets, &mut observations);
         feed(&mut engine, &mut observations, &mut findings, args.packets, sink.as_mut())?;
         engine.tick(source.watermark(), &mut findings);
         emit(&mut findings, &mut enricher, sink.as_mut())?;
     }
     source.drain(&mut packets);
-    decode(&mut packets, &mut observations);
+    decode(&watch.points, &mut packets, &mut observations);
     feed(&mut engine, &mut observations, &mut findings, args.packets, sink.as_mut())?;
     let summary = engine.finish(source.watermark(), &mut findings);
     emit(&mut findings, &mut enricher, sink.as_mut())?;
 
-    let interfaces = counters::read_points(&ebpf, node_cookie, &links)
+    let interfaces = counters::read_points(&watch.ebpf, watch.node_cookie, &watch.links)
         .context("reading the per-interface counters")?;
-    let global = counters::read_global(&ebpf).context("reading the kernel counters")?;
+    let global = counters::read_global(&watch.ebpf).context("reading the kernel counters")?;
     let extra = crate::report::summary_extra(&interfaces, &global, source.undecodable_records, unplaced_records);
     sink.summary(&summary, &extra).context("writing to stdout")?;
     Ok(())

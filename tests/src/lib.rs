@@ -1,6 +1,11 @@
 //! The node lab and what the end-to-end tests need to drive `dnsloop` on it.
 //! `cargo xtask lab` and `cargo xtask demo` use the same code.
+pub mod dns_query;
+pub mod exchange;
+pub mod findings;
 pub mod lab;
+pub mod packet_lines;
+pub mod pcap;
 pub mod privilege;
 pub mod tracer;
 

@@ -6,7 +6,7 @@ use aya_ebpf::{
 use dnsloop_ebpf::{
     event::{
         ObservationPoint, PointCounters, ProgramConfig, QueryKey, QueryState, QuestionKey,
-        QuestionState, StreamReason, COUNTER_SLOTS,
+        QuestionState, Sighting, StreamReason, COUNTER_SLOTS,
     },
     parse::{DnsPorts, LinkLayer, Segment, TcpFraming, DNS_BUF_LEN},
 };
@@ -52,7 +52,8 @@ pub struct Verdict {
     pub parsed: u8,
     /// `StreamReason as u8 + 1`, or 0 for none: the first reason found wins.
     pub stream: u8,
-    /// Where the packet is being seen.
+    /// Where the packet is being seen (the cookie as in `ObservationPoint`).
+    pub netns_cookie: u64,
     pub ifindex: u32,
     pub direction: u8,
     /// The segment being inspected, and where its messages are (one for UDP).
@@ -60,6 +61,8 @@ pub struct Verdict {
     pub framing: TcpFraming,
     /// The query a reply from an unexpected source answers.
     pub matched_query: QueryState,
+    /// For a query that made its question hot: the last sighting before it.
+    pub prior: Sighting,
 }
 
 impl Verdict {

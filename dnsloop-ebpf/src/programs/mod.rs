@@ -11,7 +11,7 @@ use aya_ebpf::{
     bindings::__sk_buff, helpers::generated::bpf_get_netns_cookie, programs::TcContext,
 };
 use dnsloop_ebpf::{
-    event::{Counter, Direction, ObservationPoint, QueryState, StreamReason},
+    event::{Counter, Direction, Heat, ObservationPoint, QueryState, StreamReason},
     parse::{
         classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, LinkLayer,
         PacketClass, Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
@@ -42,6 +42,7 @@ pub fn observe(ctx: &TcContext, direction: Direction) {
         Some(verdict) if classify_into(ctx.skb.skb, link, verdict) => {
             // SAFETY: the per-CPU value belongs to this program run until it returns.
             unsafe {
+                (*verdict).netns_cookie = loopback_netns_cookie(ctx, ifindex);
                 (*verdict).ifindex = ifindex;
                 (*verdict).direction = direction as u8;
             }
@@ -140,6 +141,7 @@ fn frame_messages(packet: &SkbBytes, verdict: *mut Verdict) {
     verdict.parsed = 0;
     verdict.stream = if stream_every_packet { StreamReason::EveryPacket as u8 + 1 } else { 0 };
     verdict.matched_query = QueryState::default();
+    verdict.prior.family = 0;
     let segment = verdict.segment;
     match segment.transport {
         Transport::Udp => single_message(&mut verdict.framing, udp_message(&segment)),
@@ -210,8 +212,11 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
         if questions::is_hot(&question, window) {
             verdict.stream_unless_set(StreamReason::HotQuestion);
         }
-    } else if questions::sighting(&question, id, window) {
-        verdict.stream_unless_set(StreamReason::HotQuestion);
+    } else {
+        match questions::sighting(&question, id, window, verdict) {
+            Heat::Cold => {}
+            Heat::BecameHot | Heat::Hot => verdict.stream_unless_set(StreamReason::HotQuestion),
+        }
     }
 }
 

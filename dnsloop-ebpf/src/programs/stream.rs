@@ -44,6 +44,7 @@ pub fn packet(
         (*record)._pad = [0; 3];
         // Map to ring memory directly: a copy through the stack would not fit its budget.
         (*record).matched_query = (*verdict).matched_query;
+        (*record).prior = (*verdict).prior;
         let captured = skb::copy_into(ctx, 0, &mut (*record).bytes, wanted).unwrap_or(0);
         (*record).captured_len = captured as u16;
     }

@@ -132,6 +132,7 @@ impl Message {
                 }),
                 probe: Probe::None,
                 size: 40,
+                partial: false,
             },
         }
     }

@@ -27,6 +27,21 @@ pub struct RawPacket {
     /// For a reply the kernel matched to its query (without streaming the query): where and
     /// when that query went.
     pub matched_query: Option<MatchedQuery>,
+    /// For the query that made its question hot: the last, unstreamed, sighting before it of the
+    /// query it forwards.
+    pub prior: Option<PriorSighting>,
+}
+
+/// A query sighting the kernel counted but did not stream, in full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PriorSighting {
+    pub at: SystemTime,
+    pub interface: InterfaceRef,
+    pub direction: Direction,
+    pub src: std::net::SocketAddr,
+    pub dst: std::net::SocketAddr,
+    pub id: u16,
+    pub tcp: bool,
 }
 
 /// A query as the kernel remembered it: first seen at `at`, on the reply's interface in

@@ -5,10 +5,17 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use dnsloop_ebpf::event::{Direction, PacketRecord, StreamReason, PACKET_SNAP_MAX};
+use std::net::{IpAddr, SocketAddr};
+
+use dnsloop_ebpf::{
+    event::{Direction, PacketRecord, StreamReason, PACKET_SNAP_MAX},
+    parse::{IpFamily, Transport},
+};
 use tokio::io::unix::AsyncFd;
 
-use super::{clock::MonotonicClock, link_layer, InterfaceRef, MatchedQuery, RawPacket};
+use super::{
+    clock::MonotonicClock, link_layer, InterfaceRef, MatchedQuery, PriorSighting, RawPacket,
+};
 
 /// The programs wake us only once plenty is waiting (see the kernel's `WAKEUP_BYTES`); this poll
 /// bounds how long a lone record can wait.
@@ -83,6 +90,7 @@ fn raw_packet(item: &[u8], clock: &MonotonicClock) -> Option<RawPacket> {
         link_layer: link_layer(record.link_layer)?,
         bytes: bytes::Bytes::copy_from_slice(&record.bytes[..captured]),
         matched_query: matched_query(&record, clock),
+        prior: prior_sighting(&record, clock),
     })
 }
 
@@ -97,5 +105,32 @@ fn matched_query(record: &PacketRecord, clock: &MonotonicClock) -> Option<Matche
         direction: Direction::from_u8(query.direction)?,
         server: query.server,
         server_port: query.server_port,
+    })
+}
+
+/// The sighting before the one that made its question hot, when the record carries one.
+fn prior_sighting(record: &PacketRecord, clock: &MonotonicClock) -> Option<PriorSighting> {
+    let prior = &record.prior;
+    let address = |bytes: &[u8; 16], port: u16| -> Option<SocketAddr> {
+        let ip = match prior.family {
+            family if family == IpFamily::V4 as u8 => {
+                IpAddr::from([bytes[0], bytes[1], bytes[2], bytes[3]])
+            }
+            family if family == IpFamily::V6 as u8 => IpAddr::from(*bytes),
+            _ => return None,
+        };
+        Some(SocketAddr::new(ip, port))
+    };
+    Some(PriorSighting {
+        at: clock.wall_time(prior.ts_ns),
+        interface: InterfaceRef {
+            netns_cookie: prior.netns_cookie,
+            ifindex: prior.ifindex,
+        },
+        direction: Direction::from_u8(prior.direction)?,
+        src: address(&prior.src, prior.sport)?,
+        dst: address(&prior.dst, prior.dport)?,
+        id: prior.id,
+        tcp: prior.transport == Transport::Tcp as u8,
     })
 }

@@ -3,8 +3,8 @@
 
 pub use crate::frames::*;
 use crate::parse::{
-    classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, DnsSummary,
-    LinkLayer, Malformed, PacketClass, Segment, SlicePacket, Transport, DNS_BUF_LEN,
+    classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, DnsSummary, LinkLayer,
+    Malformed, PacketClass, Segment, SlicePacket, Transport, DNS_BUF_LEN,
 };
 
 pub const ALL_LINKS: [LinkLayer; 4] = [

@@ -1,0 +1,114 @@
+//! The node as it is being watched: its links, the programs attached to them and to its pods'
+//! loopbacks, and where each observation point sits. Kept current as links come and go.
+use anyhow::Context as _;
+use aya::Ebpf;
+
+use crate::{
+    attach::{self, Attachments},
+    namespaces::{self, PodNamespace},
+    netns,
+    observation::Namespace,
+    points::{PointMap, NODE},
+    programs,
+    topology::{Link, LinkEvent},
+};
+
+pub struct Watch {
+    pub ebpf: Ebpf,
+    pub links: Vec<Link>,
+    pub points: PointMap,
+    /// Cookie of the node's namespace, which tags its loopback's records.
+    pub node_cookie: u64,
+    attachments: Attachments,
+    /// Whole-node mode: pods' loopbacks are watched too, and new links are followed.
+    whole_node: bool,
+    watched_pods: Vec<String>,
+}
+
+impl Watch {
+    /// Attaches the programs to `links`; with `whole_node`, also to the loopback of every pod
+    /// behind them.
+    pub fn start(ebpf: Ebpf, links: Vec<Link>, whole_node: bool) -> anyhow::Result<Self> {
+        let node_cookie = netns::current_cookie()
+            .context("reading this network namespace's cookie (SO_NETNS_COOKIE needs Linux 5.14)")?;
+        let mut watch = Self {
+            ebpf,
+            links: Vec::new(),
+            points: PointMap::default(),
+            node_cookie,
+            attachments: Attachments::default(),
+            whole_node,
+            watched_pods: Vec::new(),
+        };
+        watch.points.insert_loopback(node_cookie, Namespace::new(NODE));
+        watch.add(links)?;
+        Ok(watch)
+    }
+
+    /// `watching 7 interface(s): lo cni0 ...; lo of pod 10.244.0.3, ...`
+    pub fn describe(&self) -> String {
+        let names: Vec<&str> = self.links.iter().map(|link| link.name.as_str()).collect();
+        let mut text = format!("watching {} interface(s): {}", names.len(), names.join(" "));
+        if !self.watched_pods.is_empty() {
+            text.push_str(&format!("; lo of {}", self.watched_pods.join(", ")));
+        }
+        text
+    }
+
+    /// Follows a change of the node's links (whole-node mode only).
+    pub fn apply(&mut self, event: LinkEvent) {
+        if !self.whole_node {
+            return;
+        }
+        match event {
+            LinkEvent::Added(link) if !self.attachments.is_attached(link.index) => {
+                let name = link.name.clone();
+                match self.add(vec![link]) {
+                    Ok(()) => tracing::info!("now watching {name}"),
+                    // It may be gone already, or not up yet: its traffic is seen elsewhere too.
+                    Err(error) => tracing::warn!("not watching new interface {name}: {error:#}"),
+                }
+            }
+            LinkEvent::Added(_) => {}
+            LinkEvent::Removed { index } => {
+                self.attachments.forget(&mut self.ebpf, index);
+                self.points.remove_link(index);
+                self.links.retain(|link| link.index != index);
+            }
+        }
+    }
+
+    fn add(&mut self, links: Vec<Link>) -> anyhow::Result<()> {
+        programs::register_link_layers(&mut self.ebpf, &links)?;
+        for link in &links {
+            self.attachments.attach(&mut self.ebpf, link)?;
+        }
+        let pods = if self.whole_node {
+            namespaces::discover(&links)
+        } else {
+            Vec::new()
+        };
+        for link in &links {
+            self.points.insert_link(link, &pods);
+        }
+        for pod in &pods {
+            self.watch_pod_loopback(pod);
+        }
+        self.links.extend(links);
+        Ok(())
+    }
+
+    /// A server forwarding to itself over its loopback shows nowhere else.
+    fn watch_pod_loopback(&mut self, pod: &PodNamespace) {
+        let ebpf = &mut self.ebpf;
+        match namespaces::in_namespace(&pod.path, || attach::attach_loopback(ebpf)) {
+            Ok(Ok(())) => {
+                self.points.insert_loopback(pod.cookie, Namespace::new(&pod.label));
+                self.watched_pods.push(pod.label.clone());
+            }
+            // The pod may be going away; the node's own interfaces still see its traffic.
+            Ok(Err(error)) => tracing::warn!("not watching lo of {}: {error}", pod.label),
+            Err(error) => tracing::warn!("not watching lo of {}: {error}", pod.label),
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Hand-made DNS queries sent from inside a lab namespace, for traffic dig cannot make: one
+//! query sent twice from one socket with one id, as a stub resolver retries.
+use std::{
+    fs::File,
+    net::{SocketAddr, UdpSocket},
+    os::fd::AsRawFd,
+    path::Path,
+    thread,
+    time::Duration,
+};
+
+use anyhow::{bail, Context as _, Result};
+
+const QTYPE_A: u16 = 1;
+const QCLASS_IN: u16 = 1;
+/// Recursion desired, as every stub resolver sets it.
+const FLAGS_RD: u16 = 0x0100;
+/// How long to wait for the replies once both copies are sent.
+const REPLY_WAIT: Duration = Duration::from_secs(1);
+
+/// Sends the same `A` query for `name` (same id, same source port) twice in a row to `server`
+/// from the network namespace mounted at `netns`, and returns how many replies with that id
+/// came back within a second (a server may answer each copy, or fold the two).
+pub fn send_twice(netns: &Path, server: SocketAddr, name: &str, id: u16) -> Result<usize> {
+    let namespace = File::open(netns).with_context(|| format!("opening {}", netns.display()))?;
+    let query = a_query(id, name)?;
+    // setns changes the namespace of the calling thread only: do it on a thread of our own.
+    thread::spawn(move || -> Result<usize> {
+        // SAFETY: setns on a namespace file we hold open; it affects only this thread.
+        if unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("entering the namespace");
+        }
+        let unspecified: SocketAddr = if server.is_ipv4() {
+            "0.0.0.0:0".parse()?
+        } else {
+            "[::]:0".parse()?
+        };
+        let socket = UdpSocket::bind(unspecified).context("binding a UDP socket")?;
+        socket.set_read_timeout(Some(REPLY_WAIT))?;
+        for _ in 0..2 {
+            socket
+                .send_to(&query, server)
+                .with_context(|| format!("sending to {server}"))?;
+        }
+        let mut replies = 0;
+        let mut buffer = [0u8; 1500];
+        while replies < 2 {
+            match socket.recv_from(&mut buffer) {
+                Ok((len, _)) if len >= 2 && buffer[..2] == id.to_be_bytes() => replies += 1,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        Ok(replies)
+    })
+    .join()
+    .unwrap_or_else(|_| bail!("the sending thread panicked"))
+}
+
+/// A standard query with recursion desired for `name` (dotted, trailing dot optional), type A.
+fn a_query(id: u16, name: &str) -> Result<Vec<u8>> {
+    let mut message = Vec::with_capacity(17 + name.len());
+    message.extend_from_slice(&id.to_be_bytes());
+    message.extend_from_slice(&FLAGS_RD.to_be_bytes());
+    // One question; no answer, authority or additional records.
+    message.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.split('.').filter(|label| !label.is_empty()) {
+        let len = u8::try_from(label.len())
+            .ok()
+            .filter(|&len| len <= 63)
+            .with_context(|| format!("label `{label}` is too long"))?;
+        message.push(len);
+        message.extend_from_slice(label.as_bytes());
+    }
+    message.push(0);
+    message.extend_from_slice(&QTYPE_A.to_be_bytes());
+    message.extend_from_slice(&QCLASS_IN.to_be_bytes());
+    Ok(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_the_wire_form_of_a_query() {
+        let query = a_query(0x1234, "api.default.").expect("valid name");
+        assert_eq!(
+            query,
+            b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\
+              \x03api\x07default\x00\x00\x01\x00\x01"
+        );
+        assert!(a_query(1, &"x".repeat(64)).is_err());
+    }
+}

@@ -1,0 +1,296 @@
+//! `dnsloop trace --packets` shows every hop of a query: each DNS message at each interface and
+//! direction it crossed on the node, with the fields dig sent and got.
+//!
+//! Each test sends queries with dig from the client pod of a healthy lab to the node-local
+//! cache, each from a source port of its own, and holds the `packet` lines against dig's own
+//! report. On the node a query crosses veth-client and cni0 inward; the cache asks CoreDNS
+//! (out of cni0 and the CoreDNS pod's veth, the reply back in) or the upstream resolver (out of
+//! eth0 and back); the reply to the client crosses cni0 and veth-client outward.
+use std::{
+    net::{IpAddr, SocketAddr},
+    time::SystemTime,
+};
+
+use dnsloop_tests::{
+    exchange::{Exchange, Query},
+    findings::Trace,
+    lab::{Lab, Pod, Scenario, CLUSTER_DOMAIN, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, UPSTREAM_DNS},
+    packet_lines::{packet_lines, PacketLine},
+    privilege::{can_run, dnsloop_bin, Need},
+    tracer::Tracer,
+};
+
+const DNS_PORT: u16 = 53;
+const QUERY: bool = false;
+const REPLY: bool = true;
+/// The client's query and the cache's reply, as the node sees them pass.
+const CLIENT_HOPS: [(&str, &str, bool); 4] = [
+    ("veth-client", "ingress", QUERY),
+    ("cni0", "ingress", QUERY),
+    ("cni0", "egress", REPLY),
+    ("veth-client", "egress", REPLY),
+];
+const UPSTREAM_HOPS: [(&str, &str, bool); 2] =
+    [("eth0", "egress", QUERY), ("eth0", "ingress", REPLY)];
+
+#[test]
+fn a_cluster_and_an_external_query_are_shown_on_every_hop() {
+    assert_every_hop_shown(
+        "a_cluster_and_an_external_query_are_shown_on_every_hop",
+        &[
+            Query::udp(NODE_LOCAL_DNS, "api.default.svc.cluster.local", "A"),
+            Query::udp(NODE_LOCAL_DNS, "www.example.test", "A"),
+        ],
+    );
+}
+
+#[test]
+fn tcp_and_ipv6_queries_are_shown_on_every_hop() {
+    assert_every_hop_shown(
+        "tcp_and_ipv6_queries_are_shown_on_every_hop",
+        &[
+            Query::tcp(NODE_LOCAL_DNS, "kubernetes.default.svc.cluster.local", "A"),
+            Query::udp(NODE_LOCAL_DNS_V6, "www.example.test", "AAAA"),
+        ],
+    );
+}
+
+#[test]
+fn names_are_shown_exactly_as_sent() {
+    // Labels of 63, 63, 63 and 61 bytes: 255 bytes in wire form, the most a name may have.
+    let longest = [63, 63, 63, 61]
+        .iter()
+        .zip('a'..)
+        .map(|(&len, letter)| letter.to_string().repeat(len))
+        .collect::<Vec<_>>()
+        .join(".");
+    assert_every_hop_shown(
+        "names_are_shown_exactly_as_sent",
+        &[
+            Query::udp(NODE_LOCAL_DNS, "WwW.ExAmPlE.TeSt", "A"),
+            Query::udp(NODE_LOCAL_DNS, &longest, "A"),
+            // A BEL byte inside a label: printed escaped, as dig writes it.
+            Query::udp(NODE_LOCAL_DNS, "bell\\007.example.test", "TXT"),
+            // CoreDNS's loop probe.
+            Query::udp(NODE_LOCAL_DNS, "1234.5678.cluster.local", "HINFO"),
+        ],
+    );
+}
+
+/// Where the node-local cache sends a name.
+#[derive(Clone, Copy, Debug)]
+enum Forward {
+    /// Cluster names: to the ClusterIP, which nftables DNATs to a CoreDNS pod.
+    ToCoreDns,
+    /// Everything else: to the upstream resolver behind the uplink.
+    ToUpstream,
+}
+
+impl Forward {
+    fn of(query: &Query) -> Forward {
+        let cluster_suffix = format!(".{CLUSTER_DOMAIN}.");
+        if query.presented_qname().ends_with(&cluster_suffix) {
+            Forward::ToCoreDns
+        } else {
+            Forward::ToUpstream
+        }
+    }
+}
+
+/// Sends `queries` on a healthy lab traced with `--packets` and checks that every hop of each
+/// one, and of the cache's forward of it, is shown with the right fields.
+fn assert_every_hop_shown(test: &str, queries: &[Query]) {
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
+        return;
+    }
+    let lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let tracer = Tracer::start(
+        &dnsloop_bin(),
+        &lab,
+        lab.node_ns(),
+        &["--packets", "--output", "json"],
+    )
+    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let started = SystemTime::now();
+    let exchanges: Vec<Exchange> = queries
+        .iter()
+        .map(|query| {
+            query
+                .send(&lab)
+                .unwrap_or_else(|error| panic!("{test}: {error:#}"))
+        })
+        .collect();
+    let ended = SystemTime::now();
+    let output = tracer
+        .interrupt()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let mut packets = packet_lines(&trace).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    // The output is in the order the kernel streamed the packets; put it in the order they
+    // were seen, keeping that order among packets of the same millisecond.
+    packets.sort_by_key(|packet| packet.ts);
+
+    for exchange in &exchanges {
+        let client_leg = client_leg(exchange, &packets);
+        assert_leg(exchange, &client_leg, &CLIENT_HOPS, &trace);
+        let forward_leg = forward_leg(exchange, &packets);
+        assert_leg(
+            exchange,
+            &forward_leg,
+            &forward_hops(exchange, &forward_leg),
+            &trace,
+        );
+        for line in client_leg.lines.iter().chain(&forward_leg.lines) {
+            assert!(
+                (started..=ended).contains(&line.ts.0),
+                "{exchange}: {line:?} is not stamped while the query was under way"
+            );
+        }
+    }
+}
+
+/// One query and its reply between two addresses, as the packet lines show them.
+struct Leg<'a> {
+    /// The querier's and the server's address, as printed.
+    client: String,
+    server: String,
+    id: u16,
+    query_size: usize,
+    reply_size: usize,
+    /// Every line of the leg, in the order seen.
+    lines: Vec<&'a PacketLine>,
+}
+
+/// The client's own exchange with the cache: what dig sent and got.
+fn client_leg<'a>(exchange: &Exchange, packets: &'a [PacketLine]) -> Leg<'a> {
+    let client = exchange.client.to_string();
+    Leg {
+        server: exchange.server.to_string(),
+        id: exchange.report.id,
+        query_size: exchange.report.query_size,
+        reply_size: exchange.report.reply_size,
+        lines: packets
+            .iter()
+            .filter(|packet| packet.src == client || packet.dst == client)
+            .collect(),
+        client,
+    }
+}
+
+/// The cache's query for the same question, and its reply: dig does not see them, so their
+/// ID, addresses and sizes are taken from the first query and reply shown, and must be the same
+/// on every hop.
+fn forward_leg<'a>(exchange: &Exchange, packets: &'a [PacketLine]) -> Leg<'a> {
+    let client = exchange.client.to_string();
+    let qname = exchange.query.presented_qname();
+    let lines: Vec<&PacketLine> = packets
+        .iter()
+        .filter(|packet| packet.qname.as_deref() == Some(qname.as_str()))
+        .filter(|packet| packet.qtype.as_deref() == Some(exchange.query.qtype))
+        .filter(|packet| packet.src != client && packet.dst != client)
+        .collect();
+    let query = lines
+        .iter()
+        .find(|line| !line.qr)
+        .unwrap_or_else(|| panic!("{exchange}: the cache's query is not shown: {lines:#?}"));
+    let reply_size = lines
+        .iter()
+        .find(|line| line.qr)
+        .map_or(0, |line| line.size);
+    Leg {
+        client: query.src.clone(),
+        server: query.dst.clone(),
+        id: query.id,
+        query_size: query.size,
+        reply_size,
+        lines,
+    }
+}
+
+/// The hops of the cache's forward: to the CoreDNS pod the DNAT picked, or out of the uplink.
+fn forward_hops(exchange: &Exchange, leg: &Leg) -> Vec<(String, &'static str, bool)> {
+    let server: SocketAddr = leg
+        .server
+        .parse()
+        .unwrap_or_else(|error| panic!("{exchange}: server {}: {error}", leg.server));
+    match Forward::of(&exchange.query) {
+        Forward::ToCoreDns => {
+            let pod = Pod::COREDNS
+                .into_iter()
+                .find(|pod| server == SocketAddr::new(IpAddr::V4(pod.ip()), DNS_PORT))
+                .unwrap_or_else(|| {
+                    panic!("{exchange}: forwarded to {server}, not to a CoreDNS pod")
+                });
+            let veth = pod.host_veth();
+            vec![
+                ("cni0".to_owned(), "egress", QUERY),
+                (veth.clone(), "egress", QUERY),
+                (veth.clone(), "ingress", REPLY),
+                ("cni0".to_owned(), "ingress", REPLY),
+            ]
+        }
+        Forward::ToUpstream => {
+            assert_eq!(
+                server,
+                SocketAddr::new(IpAddr::V4(UPSTREAM_DNS), DNS_PORT),
+                "{exchange}"
+            );
+            UPSTREAM_HOPS
+                .iter()
+                .map(|&(ifname, dir, qr)| (ifname.to_owned(), dir, qr))
+                .collect()
+        }
+    }
+}
+
+/// Checks that `leg` is shown on exactly `hops`, in that order, each line with every field of
+/// the query or reply it is.
+fn assert_leg<S: AsRef<str>>(
+    exchange: &Exchange,
+    leg: &Leg,
+    hops: &[(S, &str, bool)],
+    trace: &Trace,
+) {
+    let shown: Vec<(&str, &str, bool)> = leg
+        .lines
+        .iter()
+        .map(|line| (line.ifname.as_str(), line.dir.as_str(), line.qr))
+        .collect();
+    let expected: Vec<(&str, &str, bool)> = hops
+        .iter()
+        .map(|(ifname, dir, qr)| (ifname.as_ref(), *dir, *qr))
+        .collect();
+    assert_eq!(
+        shown, expected,
+        "{exchange}: hops of {} <-> {}\n{trace}",
+        leg.client, leg.server
+    );
+    for line in &leg.lines {
+        let (src, dst, rcode, size) = if line.qr {
+            (
+                &leg.server,
+                &leg.client,
+                exchange.report.rcode.as_str(),
+                leg.reply_size,
+            )
+        } else {
+            (&leg.client, &leg.server, "NOERROR", leg.query_size)
+        };
+        let expected = PacketLine {
+            ts: line.ts,
+            ifname: line.ifname.clone(),
+            dir: line.dir.clone(),
+            proto: exchange.query.transport.as_str().to_owned(),
+            src: src.clone(),
+            dst: dst.clone(),
+            id: leg.id,
+            qr: line.qr,
+            opcode: "QUERY".to_owned(),
+            rcode: rcode.to_owned(),
+            qname: Some(exchange.query.presented_qname()),
+            qtype: Some(exchange.query.qtype.to_owned()),
+            size,
+        };
+        assert_eq!(**line, expected, "{exchange}");
+    }
+}

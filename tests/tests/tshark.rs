@@ -1,0 +1,281 @@
+//! dnsloop and tshark agree on the DNS packets of an interface: `dnsloop trace --packets -i
+//! veth-client` runs while tcpdump captures the same interface, and tshark's decoding of the
+//! capture must name the same packets, each seen at the same time.
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::Path,
+    process::Command,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use dnsloop_tests::{
+    exchange::Query,
+    findings::Trace,
+    lab::{Lab, Pod, Scenario, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6},
+    packet_lines::{packet_lines, PacketLine},
+    pcap::PcapCapture,
+    privilege::{can_run, dnsloop_bin, Need},
+    tracer::Tracer,
+};
+
+/// dnsloop stamps a packet in the kernel on the monotonic clock, which it maps to wall-clock
+/// time; tcpdump stamps it on the wall clock as it reaches the capture socket. This allows for
+/// that mapping, dnsloop's millisecond rounding and scheduling.
+const SAME_TIME_WITHIN: Duration = Duration::from_millis(100);
+
+#[test]
+fn dnsloop_and_tshark_see_the_same_dns_packets_on_an_interface() {
+    let test = "dnsloop_and_tshark_see_the_same_dns_packets_on_an_interface";
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
+        return;
+    }
+    let lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let interface = Pod::Client.host_veth();
+    let pcap = lab.state_dir().join(format!("{interface}.pcap"));
+    let capture = PcapCapture::start(&lab, lab.node_ns(), &interface, "port 53", &pcap)
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let tracer = Tracer::start(
+        &dnsloop_bin(),
+        &lab,
+        lab.node_ns(),
+        &["--packets", "--output", "json", "-i", &interface],
+    )
+    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+
+    let queries = [
+        Query::udp(NODE_LOCAL_DNS, "api.default.svc.cluster.local", "A"),
+        Query::tcp(NODE_LOCAL_DNS, "kubernetes.default.svc.cluster.local", "A"),
+        Query::udp(NODE_LOCAL_DNS_V6, "www.example.test", "AAAA"),
+        Query::udp(NODE_LOCAL_DNS, "WwW.ExAmPlE.TeSt", "A"),
+        Query::udp(NODE_LOCAL_DNS, "1234.5678.cluster.local", "HINFO"),
+        Query::udp(NODE_LOCAL_DNS, "bell\\007.example.test", "TXT"),
+    ];
+    for query in &queries {
+        query
+            .send(&lab)
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    }
+
+    let output = tracer
+        .interrupt()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    capture
+        .stop()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let dnsloop = sorted(
+        packet_lines(&trace)
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"))
+            .iter()
+            .map(Seen::from_dnsloop)
+            .collect(),
+    );
+    let tshark = sorted(tshark_dns_packets(&pcap));
+
+    assert_eq!(
+        tshark.len(),
+        2 * queries.len(),
+        "the capture holds each query and its reply: {tshark:#?}"
+    );
+    let keys = |seen: &[Seen]| {
+        seen.iter()
+            .map(|packet| packet.key.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        keys(&dnsloop),
+        keys(&tshark),
+        "dnsloop (left) and tshark (right)\n{trace}"
+    );
+    for (by_dnsloop, by_tshark) in dnsloop.iter().zip(&tshark) {
+        let apart = by_dnsloop
+            .at
+            .duration_since(by_tshark.at)
+            .unwrap_or_else(|earlier| earlier.duration());
+        assert!(
+            apart <= SAME_TIME_WITHIN,
+            "{:?} seen {apart:?} apart by dnsloop and tshark",
+            by_dnsloop.key
+        );
+    }
+}
+
+/// What both tools say about a DNS packet.
+#[derive(Debug)]
+struct Seen {
+    key: PacketKey,
+    at: SystemTime,
+}
+
+/// What identifies a DNS packet in both tools' output.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct PacketKey {
+    src: SocketAddr,
+    id: u16,
+    qr: bool,
+    /// Raw bytes, ASCII lower-cased, without the trailing dot: the tools escape differently.
+    qname: Vec<u8>,
+    qtype: u16,
+}
+
+impl Seen {
+    fn from_dnsloop(line: &PacketLine) -> Seen {
+        let qname = line.qname.as_deref().expect("dnsloop shows the question");
+        let qtype = line
+            .qtype
+            .as_deref()
+            .expect("dnsloop shows the question's type");
+        Seen {
+            key: PacketKey {
+                src: line
+                    .src
+                    .parse()
+                    .unwrap_or_else(|error| panic!("dnsloop's src {}: {error}", line.src)),
+                id: line.id,
+                qr: line.qr,
+                qname: unescape(qname.strip_suffix('.').unwrap_or(qname), dnsloop_escape),
+                qtype: qtype_number(qtype),
+            },
+            at: line.ts.0,
+        }
+    }
+
+    /// One line of [`TSHARK_FIELDS`].
+    fn from_tshark(line: &str) -> Seen {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let [time, ipv4, ipv6, udp_port, tcp_port, id, response, qname, qtype] = fields[..] else {
+            panic!("tshark printed {} fields, not 9: {line}", fields.len());
+        };
+        let ip: IpAddr = [ipv4, ipv6]
+            .into_iter()
+            .find(|address| !address.is_empty())
+            .and_then(|address| address.parse().ok())
+            .unwrap_or_else(|| panic!("no source address in {line}"));
+        let port = [udp_port, tcp_port]
+            .into_iter()
+            .find(|port| !port.is_empty())
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_else(|| panic!("no source port in {line}"));
+        let number = |text: &str| -> u16 {
+            let parsed = match text.strip_prefix("0x") {
+                Some(hex) => u16::from_str_radix(hex, 16),
+                None => text.parse(),
+            };
+            parsed.unwrap_or_else(|error| panic!("{text} in {line}: {error}"))
+        };
+        let seconds: f64 = time
+            .parse()
+            .unwrap_or_else(|error| panic!("{time} in {line}: {error}"));
+        Seen {
+            key: PacketKey {
+                src: SocketAddr::new(ip, port),
+                id: number(id),
+                qr: response == "1",
+                qname: unescape(qname, tshark_escape),
+                qtype: number(qtype),
+            },
+            at: UNIX_EPOCH + Duration::from_secs_f64(seconds),
+        }
+    }
+}
+
+/// The fields asked of tshark, in this order, for one DNS message per packet.
+const TSHARK_FIELDS: [&str; 9] = [
+    "frame.time_epoch",
+    "ip.src",
+    "ipv6.src",
+    "udp.srcport",
+    "tcp.srcport",
+    "dns.id",
+    "dns.flags.response",
+    "dns.qry.name",
+    "dns.qry.type",
+];
+
+/// tshark's reading of the DNS packets in the capture `pcap`.
+fn tshark_dns_packets(pcap: &Path) -> Vec<Seen> {
+    let mut tshark = Command::new("tshark");
+    tshark
+        .arg("-r")
+        .arg(pcap)
+        .args(["-Y", "dns", "-T", "fields"]);
+    for field in TSHARK_FIELDS {
+        tshark.args(["-e", field]);
+    }
+    let output = tshark
+        .output()
+        .unwrap_or_else(|error| panic!("running tshark (is it installed?): {error}"));
+    assert!(
+        output.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(Seen::from_tshark)
+        .collect()
+}
+
+fn sorted(mut seen: Vec<Seen>) -> Vec<Seen> {
+    seen.sort_by(|a, b| a.key.cmp(&b.key));
+    seen
+}
+
+fn qtype_number(mnemonic: &str) -> u16 {
+    match mnemonic {
+        "A" => 1,
+        "HINFO" => 13,
+        "TXT" => 16,
+        "AAAA" => 28,
+        other => panic!("add {other} to the types this test knows"),
+    }
+}
+
+/// A name's bytes, ASCII lower-cased, with the escapes `escape` reads resolved.
+fn unescape(text: &str, escape: fn(&mut std::str::Chars) -> Option<u8>) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        let byte = if c == '\\' {
+            escape(&mut chars).unwrap_or_else(|| panic!("a bad escape in {text}"))
+        } else {
+            u8::try_from(c).unwrap_or_else(|_| panic!("{c:?} in {text} is not a byte"))
+        };
+        bytes.push(byte.to_ascii_lowercase());
+    }
+    bytes
+}
+
+/// dnsloop's escapes, which are dig's: `\DDD` (decimal) or `\` before the character itself.
+fn dnsloop_escape(rest: &mut std::str::Chars) -> Option<u8> {
+    let first = rest.next()?;
+    if !first.is_ascii_digit() {
+        return u8::try_from(first).ok();
+    }
+    let digits: String = [Some(first), rest.next(), rest.next()]
+        .into_iter()
+        .collect::<Option<_>>()?;
+    digits.parse().ok()
+}
+
+/// tshark's escapes, which are C's: `\a`, `\t`, ..., `\\`, and `\xHH` for other bytes.
+fn tshark_escape(rest: &mut std::str::Chars) -> Option<u8> {
+    let byte = match rest.next()? {
+        'a' => 0x07,
+        'b' => 0x08,
+        't' => b'\t',
+        'n' => b'\n',
+        'v' => 0x0b,
+        'f' => 0x0c,
+        'r' => b'\r',
+        '\\' => b'\\',
+        'x' => {
+            let hex: String = [rest.next(), rest.next()]
+                .into_iter()
+                .collect::<Option<_>>()?;
+            u8::from_str_radix(&hex, 16).ok()?
+        }
+        _ => return None,
+    };
+    Some(byte)
+}
