@@ -1,9 +1,10 @@
 //! Deciding whether a delivered query closed a forwarding cycle.
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::analyze::table::Table;
 
 use super::flight::{Flight, FlightId};
+use crate::observation::Namespace;
 
 /// Chains are followed this many forwards up; real cycles are two or three forwards long.
 const MAX_CHAIN: usize = 16;
@@ -11,6 +12,11 @@ const MAX_CHAIN: usize = 16;
 /// A server forwarding to itself over loopback does so as soon as it has read the query; a
 /// client on the same host asking the same question again first waits for its timeout.
 const LOOPBACK_FORWARD_DELAY: Duration = Duration::from_millis(50);
+
+/// When the question was last sent out of a namespace (a query leaving it for elsewhere).
+pub trait SentOut {
+    fn sent_out_since(&self, namespace: &Namespace, since: SystemTime) -> bool;
+}
 
 /// The forwards that brought a question back, in the order they were sent.
 #[derive(Debug, PartialEq, Eq)]
@@ -24,10 +30,12 @@ pub struct Cycle {
 /// - the question left M and comes back: some query of the chain was sent by M as a forward
 ///   (or a probe), and a hop since then was outside M. M will get it again and send it round
 ///   again; the cycle is that query down to `arrival`.
-/// - the question never left M (forwards over M's loopback, each sent at once) and comes back
-///   to an address it was already delivered to in M. A single forward over loopback is no
-///   proof: a node cache forwarding to systemd-resolved on 127.0.0.53 is a healthy chain. The
-///   same server twice is.
+/// - the question never left M (forwards over M's loopback) and comes back to an address it was
+///   already delivered to in M. A single forward over loopback is no proof: a node cache
+///   forwarding to systemd-resolved on 127.0.0.53 is a healthy chain. The same server twice is,
+///   if the forwards were sent at once, or if nothing sent the question out of M in between: a
+///   resolver behind the loopback address sends it on (and its client may well retry), while a
+///   server that merges the copy it gets from itself (unbound) only sends it round again.
 /// - a probe (`probe_origin` is the query that sent it) comes back to M, its sender's
 ///   namespace, from outside, even when the chain was broken by an unwatched resolver: probe
 ///   names are unique to their sender, so nothing but a loop brings one back.
@@ -35,8 +43,12 @@ pub fn find(
     flights: &Table<FlightId, Flight>,
     arrival: FlightId,
     probe_origin: Option<FlightId>,
+    sent_out: &impl SentOut,
 ) -> Option<Cycle> {
     let (home, address) = flights.get(&arrival)?.delivered_to()?;
+    // Since the chain began, has the question been sent out of M? A resolver behind a loopback
+    // address sends it on at once; a server going round through itself never does.
+    let kept_in = !sent_out.sent_out_since(home, chain_start(flights, arrival)?);
     let mut chain = Vec::new();
     let mut left_home = false;
     let mut forwarded_at_once = true;
@@ -56,7 +68,7 @@ pub fn find(
         }
         let back_at_the_same_server =
             chain.len() > 1 && flight.delivered_to() == Some((home, address));
-        if !left_home && forwarded_at_once && back_at_the_same_server {
+        if !left_home && back_at_the_same_server && (forwarded_at_once || kept_in) {
             // The earlier arrival is where the cycle starts from, not one of its forwards.
             chain.pop();
             return Some(Cycle::sent_in_order(chain));
@@ -71,6 +83,20 @@ pub fn find(
         chain.push(probe_id);
         Cycle::sent_in_order(chain)
     })
+}
+
+/// When the first query of `arrival`'s chain of forwards was sent.
+fn chain_start(flights: &Table<FlightId, Flight>, arrival: FlightId) -> Option<SystemTime> {
+    let mut start = flights.get(&arrival)?.started;
+    let mut next = flights.get(&arrival)?.parent;
+    for _ in 0..MAX_CHAIN {
+        let Some(flight) = next.and_then(|id| flights.get(&id)) else {
+            break;
+        };
+        start = start.min(flight.started);
+        next = flight.parent;
+    }
+    Some(start)
 }
 
 impl Cycle {

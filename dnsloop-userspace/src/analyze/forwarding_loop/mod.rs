@@ -40,7 +40,7 @@ use super::{
 };
 use crate::{
     finding::{Finding, LoopFinding},
-    observation::{Observation, Question},
+    observation::{Namespace, Observation, Question},
 };
 
 /// A busy question is delivered to many namespaces; its parent is looked for among the most
@@ -61,6 +61,8 @@ pub struct ForwardingLoops {
     deliveries: Table<QuestionKey, VecDeque<(SystemTime, FlightId)>>,
     /// The flight that sent each loop probe.
     probes: Table<QuestionKey, FlightId>,
+    /// When each question was last sent out of each namespace (see `cycle::SentOut`).
+    sent_out: Table<(QuestionKey, Namespace), SystemTime>,
     reports: Repeats<LoopKey, LoopFinding>,
     next_id: FlightId,
 }
@@ -82,6 +84,7 @@ impl ForwardingLoops {
             entered_overflows: 0,
             deliveries: Table::new(capacity),
             probes: Table::new(capacity),
+            sent_out: Table::new(capacity),
             reports: Repeats::new(report_interval, capacity),
             next_id: 0,
         }
@@ -98,6 +101,12 @@ impl ForwardingLoops {
         let (Some(message), Some(question)) = (MessageKey::of(obs), obs.question.as_ref()) else {
             return;
         };
+        if let Some(left) = &obs.point.leaves {
+            if obs.point.enters.as_ref() != Some(left) {
+                self.sent_out
+                    .insert((message.question.clone(), left.clone()), obs.ts);
+            }
+        }
         let moving = self.latest.get(&message).copied().filter(|id| {
             self.flights
                 .get(id)
@@ -193,7 +202,11 @@ impl ForwardingLoops {
         }
         self.remember_delivery(question.clone(), since, id);
         let probe_origin = self.probes.get(&question).copied();
-        if let Some(cycle) = cycle::find(&self.flights, id, probe_origin) {
+        let sent_out = SentOutOf {
+            table: &self.sent_out,
+            question: &question,
+        };
+        if let Some(cycle) = cycle::find(&self.flights, id, probe_origin, &sent_out) {
             self.report(question, &cycle.flights, since, out);
         }
     }
@@ -282,10 +295,29 @@ impl ForwardingLoops {
         while self.latest.pop_stalest_if(|_, id| gone(id)).is_some() {}
         while self.probes.pop_stalest_if(|_, id| gone(id)).is_some() {}
         while self
+            .sent_out
+            .pop_stalest_if(|_, &last| stale(last))
+            .is_some()
+        {}
+        while self
             .deliveries
             .pop_stalest_if(|_, recent| recent.back().is_none_or(|&(since, _)| stale(since)))
             .is_some()
         {}
+    }
+}
+
+/// `cycle::SentOut` for one question.
+struct SentOutOf<'a> {
+    table: &'a Table<(QuestionKey, Namespace), SystemTime>,
+    question: &'a QuestionKey,
+}
+
+impl cycle::SentOut for SentOutOf<'_> {
+    fn sent_out_since(&self, namespace: &Namespace, since: SystemTime) -> bool {
+        self.table
+            .get(&(self.question.clone(), namespace.clone()))
+            .is_some_and(|&last| last >= since)
     }
 }
 

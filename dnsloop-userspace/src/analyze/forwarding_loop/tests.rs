@@ -712,3 +712,32 @@ fn a_loop_through_both_coredns_pods_is_one_loop() {
     loops_seen.finish(ms(100), &mut last);
     assert_eq!(loops(last)[0].count, 6);
 }
+
+#[test]
+fn a_server_that_merges_the_copy_it_sends_itself_is_a_loop_when_it_sends_it_again() {
+    // unbound forwarding to itself folds the copy it receives into the query it is working on
+    // and sends the question round again only when it retries, hundreds of milliseconds later.
+    // Nothing ever leaves the pod: unlike a resolver behind a loopback address, which sends the
+    // question on at once.
+    let mut observations = vec![
+        query(NAME)
+            .from("10.244.0.2:41234")
+            .to("10.244.0.3:53")
+            .at_ms(0)
+            .seen(COREDNS_IN),
+    ];
+    for round in 0..3u16 {
+        observations.push(
+            query(NAME)
+                .id(100 + round)
+                .from(&format!("127.0.0.1:{}", 40000 + round))
+                .to("127.0.0.1:53")
+                .at_ms(1 + 370 * u64::from(round))
+                .seen(COREDNS_LO),
+        );
+    }
+    let found = loops(run(&mut analyzer(), observations, ms(2_000)));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].ts, ms(371), "reported when it comes round again");
+    assert_eq!(servers(&found[0]), ["127.0.0.1"]);
+}
