@@ -192,11 +192,13 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
         return;
     };
     let id = summary.header.id;
+    // With every packet streamed, userspace has the queries already: nothing to attach.
+    let attach_unstreamed = config().stream_every_packet == 0;
     if summary.header.qr() {
         if let Some(query) =
             queries::answered_at_client(&verdict.segment, id, verdict.ifindex, verdict.direction)
         {
-            if queries::from_elsewhere(&verdict.segment, &query) {
+            if attach_unstreamed && queries::from_elsewhere(&verdict.segment, &query) {
                 verdict.matched_query = query;
                 verdict.stream_because(StreamReason::UnexpectedSource);
             }
@@ -216,6 +218,9 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
         match questions::sighting(&question, id, window, verdict) {
             Heat::Cold => {}
             Heat::BecameHot | Heat::Hot => verdict.stream_unless_set(StreamReason::HotQuestion),
+        }
+        if !attach_unstreamed {
+            verdict.prior.family = 0;
         }
     }
 }
