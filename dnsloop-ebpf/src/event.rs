@@ -163,10 +163,13 @@ pub enum Counter {
     LostRecords = 6,
     /// Records streamed to userspace.
     StreamedRecords = 7,
+    /// ICMP port unreachables refusing a DNS reply: a client dropped an answer (a reply from an
+    /// unexpected source, or one that came too late).
+    DnsPortUnreachable = 8,
 }
 
 impl Counter {
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Packets,
         Self::DnsPackets,
         Self::DnsMessages,
@@ -175,6 +178,7 @@ impl Counter {
         Self::TcpMessagesBeyondLimit,
         Self::LostRecords,
         Self::StreamedRecords,
+        Self::DnsPortUnreachable,
     ];
     pub const COUNT: u32 = Self::ALL.len() as u32;
 
@@ -188,6 +192,7 @@ impl Counter {
             Self::TcpMessagesBeyondLimit => "tcp_messages_beyond_limit",
             Self::LostRecords => "lost_records",
             Self::StreamedRecords => "streamed_records",
+            Self::DnsPortUnreachable => "dns_port_unreachable",
         }
     }
 }

@@ -63,7 +63,9 @@ impl Decoder {
         let bytes = SlicePacket(&packet.bytes);
         let segment = match classify(&bytes, packet.link_layer, &self.ports) {
             PacketClass::Dns(segment) => segment,
-            PacketClass::Skip(_) => return Err(NotDecoded::NotDns),
+            PacketClass::Skip(_) | PacketClass::DnsPortUnreachable => {
+                return Err(NotDecoded::NotDns)
+            }
             PacketClass::Malformed(reason) => return Err(NotDecoded::Malformed(reason)),
         };
         let (transport, messages) = match segment.transport {

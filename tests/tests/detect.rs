@@ -302,6 +302,9 @@ fn unexpected_source_is_reported_with_conntrack_evidence_and_its_cause() {
         cause.contains("bridge-nf-call-iptables"),
         "the cause should name the bridge setting:\n{trace}"
     );
+    // The client's socket refused the reply with an ICMP port unreachable, counted.
+    let refused = trace.summary().kernel.get("dns_port_unreachable").copied();
+    assert!(refused >= Some(1), "the ICMP refusal is counted:\n{trace}");
 }
 
 #[test]

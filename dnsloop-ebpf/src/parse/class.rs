@@ -1,6 +1,6 @@
 //! What the parser concludes about a packet: DNS, not interesting, or malformed (and why).
 
-use super::Segment;
+use super::{IpFamily, Segment};
 
 /// The verdict of [`classify`](super::classify) on one packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -9,6 +9,8 @@ pub enum PacketClass {
     Dns(Segment),
     /// A well-formed packet that is not DNS, or that cannot be inspected as DNS.
     Skip(Skip),
+    /// An ICMP port unreachable quoting a DNS reply: a client refused an answer.
+    DnsPortUnreachable,
     /// A packet whose headers contradict themselves or end early.
     Malformed(Malformed),
 }
@@ -149,6 +151,8 @@ impl Malformed {
 pub(crate) enum Rejected {
     Skip(Skip),
     Malformed(Malformed),
+    /// ICMP (v4 or v6, per `family`) at `offset`: neither UDP nor TCP, but perhaps about DNS.
+    Icmp { family: IpFamily, offset: usize },
 }
 
 impl From<Skip> for Rejected {
@@ -171,6 +175,8 @@ impl From<Rejected> for PacketClass {
         match rejected {
             Rejected::Skip(skip) => Self::Skip(skip),
             Rejected::Malformed(malformed) => Self::Malformed(malformed),
+            // `classify` looks into ICMP first; what reaches here is not about DNS.
+            Rejected::Icmp { .. } => Self::Skip(Skip::NotUdpOrTcp),
         }
     }
 }

@@ -89,7 +89,7 @@ fn parse_ipv4<P: PacketBytes>(pkt: &P, offset: usize) -> Result<Datagram, Reject
     if u16::from_be_bytes([header[6], header[7]]) & IPV4_FRAGMENT_OFFSET_MASK != 0 {
         return Err(Skip::NonFirstFragment.into());
     }
-    let transport = Transport::from_protocol(header[9]).ok_or(Skip::NotUdpOrTcp)?;
+    let transport = transport_of(header[9], IpFamily::V4, offset + header_len)?;
     Ok(Datagram {
         src: address_slot(&header, 12, 4),
         dst: address_slot(&header, 16, 4),
@@ -149,7 +149,7 @@ fn parse_ipv6<P: PacketBytes>(pkt: &P, offset: usize) -> Result<Datagram, Reject
     ) {
         return Err(Malformed::TooManyExtensionHeaders.into());
     }
-    let transport = Transport::from_protocol(next_header).ok_or(Skip::NotUdpOrTcp)?;
+    let transport = transport_of(next_header, IpFamily::V6, cursor)?;
     Ok(Datagram {
         src: address_slot(&header, 8, 16),
         dst: address_slot(&header, 24, 16),
@@ -157,6 +157,27 @@ fn parse_ipv6<P: PacketBytes>(pkt: &P, offset: usize) -> Result<Datagram, Reject
         l4_offset: cursor,
         end,
     })
+}
+
+const IPPROTO_ICMP: u8 = 1;
+const IPPROTO_ICMPV6: u8 = 58;
+
+/// The transport of IP protocol `protocol`, whose header is at `offset`: UDP or TCP; ICMP of the
+/// datagram's own family goes back to `classify` to be looked into.
+#[inline(always)]
+fn transport_of(protocol: u8, family: IpFamily, offset: usize) -> Result<Transport, Rejected> {
+    if let Some(transport) = Transport::from_protocol(protocol) {
+        return Ok(transport);
+    }
+    let icmp = match family {
+        IpFamily::V4 => IPPROTO_ICMP,
+        IpFamily::V6 => IPPROTO_ICMPV6,
+    };
+    if protocol == icmp {
+        Err(Rejected::Icmp { family, offset })
+    } else {
+        Err(Skip::NotUdpOrTcp.into())
+    }
 }
 
 /// Copies the `len`-byte address at `start` of `header` into a 16-byte slot (IPv4 leaves the tail

@@ -13,6 +13,7 @@ mod bytes;
 mod class;
 mod dns;
 mod framing;
+mod icmp;
 mod ip;
 mod link;
 mod message;
@@ -58,6 +59,11 @@ pub struct Segment {
 pub fn classify<P: PacketBytes>(pkt: &P, link: LinkLayer, ports: &DnsPorts) -> PacketClass {
     match dns_segment(pkt, link, ports) {
         Ok(segment) => PacketClass::Dns(segment),
+        Err(Rejected::Icmp { family, offset })
+            if icmp::refuses_dns_reply(pkt, family, offset, ports) =>
+        {
+            PacketClass::DnsPortUnreachable
+        }
         Err(rejected) => rejected.into(),
     }
 }

@@ -91,6 +91,10 @@ fn classify_into(skb: *mut __sk_buff, link: LinkLayer, verdict: *mut Verdict) ->
             counters::bump(Counter::NonFirstFragments);
             false
         }
+        PacketClass::DnsPortUnreachable => {
+            counters::bump(Counter::DnsPortUnreachable);
+            false
+        }
         PacketClass::Skip(_) => false,
         PacketClass::Malformed(reason) => {
             counters::bump_malformed(reason);

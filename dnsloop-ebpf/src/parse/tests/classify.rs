@@ -20,13 +20,6 @@ fn malformed(frame: &[u8], link: LinkLayer) -> Malformed {
     }
 }
 
-fn skipped(frame: &[u8], link: LinkLayer) -> Skip {
-    match classify_frame(frame, link) {
-        PacketClass::Skip(reason) => reason,
-        other => panic!("expected Skip, got {other:?}"),
-    }
-}
-
 /// Overwrites bytes of the IP packet inside `frame`.
 fn patch_l3(spec: &FrameSpec, frame: &mut [u8], at: usize, bytes: &[u8]) {
     let start = spec.link_header_len() + at;

@@ -4,7 +4,7 @@
 pub use crate::frames::*;
 use crate::parse::{
     classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, DnsSummary, LinkLayer,
-    Malformed, PacketClass, Segment, SlicePacket, Transport, DNS_BUF_LEN,
+    Malformed, PacketClass, Segment, Skip, SlicePacket, Transport, DNS_BUF_LEN,
 };
 
 pub const ALL_LINKS: [LinkLayer; 4] = [
@@ -78,4 +78,12 @@ pub fn parse_bytes(msg: &[u8]) -> Result<DnsSummary, Malformed> {
     let len = msg.len().min(DNS_BUF_LEN);
     buf[..len].copy_from_slice(&msg[..len]);
     parse_dns(&buf, len)
+}
+
+/// Why `classify` skipped `frame`; fails the test if it did anything else.
+pub fn skipped(frame: &[u8], link: LinkLayer) -> Skip {
+    match classify_frame(frame, link) {
+        PacketClass::Skip(reason) => reason,
+        other => panic!("expected Skip, got {other:?}"),
+    }
 }

@@ -8,5 +8,6 @@ mod common;
 mod dns;
 mod framing;
 mod fuzz_seeds;
+mod icmp;
 mod properties;
 mod truncation;

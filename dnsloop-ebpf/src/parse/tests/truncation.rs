@@ -75,6 +75,7 @@ fn every_cut_of_a_valid_frame() {
                     )
                 }
                 PacketClass::Skip(reason) => panic!("{spec:?} cut at {cut}: skipped as {reason:?}"),
+                PacketClass::DnsPortUnreachable => panic!("{spec:?} cut at {cut}: taken for ICMP"),
                 PacketClass::Dns(segment) => {
                     assert!(
                         cut >= payload_offset,

@@ -1,0 +1,59 @@
+//! ICMP errors about DNS: a client whose socket refused a reply (a reply from an unexpected
+//! source, for one) answers with a port unreachable quoting that reply.
+
+use super::bytes::{read_u16, PacketBytes};
+use super::ip::IpFamily;
+use super::transport::DnsPorts;
+
+const ICMPV4_DEST_UNREACHABLE: u8 = 3;
+const ICMPV4_PORT_UNREACHABLE: u8 = 3;
+const ICMPV6_DEST_UNREACHABLE: u8 = 1;
+const ICMPV6_PORT_UNREACHABLE: u8 = 4;
+/// Type, code, checksum and 4 unused bytes precede the quoted datagram.
+const ICMP_HEADER_LEN: usize = 8;
+const IPPROTO_UDP: u8 = 17;
+const IPV6_HEADER_LEN: usize = 40;
+
+/// Whether the ICMP message at `offset` is a port unreachable quoting a UDP datagram sent from
+/// one of `ports`: a DNS reply its destination refused.
+#[inline(always)]
+pub(crate) fn refuses_dns_reply<P: PacketBytes>(
+    pkt: &P,
+    family: IpFamily,
+    offset: usize,
+    ports: &DnsPorts,
+) -> bool {
+    let Some([kind, code]) = pkt.read::<2>(offset) else {
+        return false;
+    };
+    let port_unreachable = match family {
+        IpFamily::V4 => kind == ICMPV4_DEST_UNREACHABLE && code == ICMPV4_PORT_UNREACHABLE,
+        IpFamily::V6 => kind == ICMPV6_DEST_UNREACHABLE && code == ICMPV6_PORT_UNREACHABLE,
+    };
+    if !port_unreachable {
+        return false;
+    }
+    let quoted = offset + ICMP_HEADER_LEN;
+    let udp = match family {
+        IpFamily::V4 => {
+            let Some(header) = pkt.read::<10>(quoted) else {
+                return false;
+            };
+            if header[0] >> 4 != 4 || header[9] != IPPROTO_UDP {
+                return false;
+            }
+            quoted + usize::from(header[0] & 0x0f) * 4
+        }
+        // Quoted extension headers are not walked: a DNS reply carries none.
+        IpFamily::V6 => {
+            let Some(header) = pkt.read::<7>(quoted) else {
+                return false;
+            };
+            if header[0] >> 4 != 6 || header[6] != IPPROTO_UDP {
+                return false;
+            }
+            quoted + IPV6_HEADER_LEN
+        }
+    };
+    read_u16(pkt, udp).is_some_and(|source_port| ports.contains(source_port))
+}
