@@ -39,6 +39,15 @@ pub struct TraceArgs {
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 
+    /// A query with no answer after this long is reported as a timeout.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s", value_name = "DURATION")]
+    pub timeout: Duration,
+
+    /// A loop or an unexpected source still happening is reported again, with its count, at
+    /// most this often.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s", value_name = "DURATION")]
+    pub report_interval: Duration,
+
     /// Print every DNS packet seen, on every hop (one line, or one JSON object, per packet).
     #[arg(long)]
     pub packets: bool,
@@ -47,10 +56,15 @@ pub struct TraceArgs {
     #[arg(long, value_name = "BYTES", default_value_t = dnsloop_ebpf::event::PACKET_SNAP_MAX)]
     pub snap_len: usize,
 
-    /// Questions the kernel remembers to spot forwards (LRU). Each entry takes about 112 bytes
-    /// of kernel memory: the default 65536 is about 7 MiB.
+    /// Questions the kernel remembers to spot forwards (LRU). Each entry takes about 160 bytes
+    /// of kernel memory: the default 65536 is about 10 MiB.
     #[arg(long, value_name = "ENTRIES", default_value_t = 65536)]
     pub question_table_size: u32,
+
+    /// Queries in flight the kernel remembers to check their replies' source (LRU). Each entry
+    /// takes about 100 bytes of kernel memory: the default 65536 is about 6.5 MiB.
+    #[arg(long, value_name = "ENTRIES", default_value_t = 65536)]
+    pub query_table_size: u32,
 
     /// Size of the ring buffer that carries packets to dnsloop, in MiB (a power of two). Each
     /// packet takes about 2 KiB: the default 4 MiB holds about 2000 before any is lost.

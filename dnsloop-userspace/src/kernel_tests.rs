@@ -499,6 +499,7 @@ fn trace_settings() -> Settings {
         stream_every_packet: false,
         snap_len: PACKET_SNAP_MAX,
         question_table_size: 65536,
+        query_table_size: 65536,
         ring_buffer_mib: 4,
     }
 }

@@ -21,11 +21,12 @@ pub const POINT_COUNTERS_MAP: &str = "POINT_COUNTERS";
 pub const COUNTERS_MAP: &str = "COUNTERS";
 const RECORDS_MAP: &str = "RECORDS";
 const QUESTIONS_MAP: &str = "QUESTIONS";
+const QUERIES_MAP: &str = "QUERIES";
 const LINK_LAYERS_MAP: &str = "LINK_LAYERS";
 
 #[derive(Debug, Error)]
 pub enum LoadError {
-    #[error("dnsloop needs root (or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON) to load BPF programs: run it with sudo")]
+    #[error("loading BPF programs needs root (or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON): run it with sudo")]
     NotPrivileged,
     #[error("at most {MAX_DNS_PORTS} DNS ports can be watched, {0} were given")]
     TooManyPorts(usize),
@@ -35,8 +36,8 @@ pub enum LoadError {
     SnapLength(usize),
     #[error("the ring buffer size must be a power of two between 1 and 1024 MiB, not {0}")]
     RingBufferSize(u32),
-    #[error("the question table must hold between 1024 and 16777216 entries, not {0}")]
-    QuestionTableSize(u32),
+    #[error("the {table} table must hold between 1024 and 16777216 entries, not {entries}")]
+    TableSize { table: &'static str, entries: u32 },
     #[error("loading the BPF object failed (is this kernel built with CONFIG_BPF_SYSCALL and BTF?)")]
     Object(#[source] aya::EbpfError),
     #[error("the BPF object has no {0}: the build is broken, rebuild with `cargo xtask build`")]
@@ -63,6 +64,7 @@ pub struct Settings {
     pub stream_every_packet: bool,
     pub snap_len: usize,
     pub question_table_size: u32,
+    pub query_table_size: u32,
     pub ring_buffer_mib: u32,
 }
 
@@ -74,11 +76,16 @@ pub fn load(settings: &Settings) -> Result<Ebpf, LoadError> {
     }
     let ports = port_table(&settings.dns_ports)?;
     let config = program_config(settings)?;
-    let (questions, ring_bytes) = map_sizes(settings)?;
+    let MapSizes {
+        questions,
+        queries,
+        ring_bytes,
+    } = map_sizes(settings)?;
     let mut ebpf = EbpfLoader::new()
         .override_global("DNS_PORTS", &ports, true)
         .override_global("CONFIG", &config, true)
         .map_max_entries(QUESTIONS_MAP, questions)
+        .map_max_entries(QUERIES_MAP, queries)
         .map_max_entries(RECORDS_MAP, ring_bytes)
         .load(OBJECT)
         .map_err(LoadError::Object)?;
@@ -140,16 +147,30 @@ fn program_config(settings: &Settings) -> Result<ProgramConfig, LoadError> {
     })
 }
 
-/// The question table's entries and the ring buffer's bytes.
-fn map_sizes(settings: &Settings) -> Result<(u32, u32), LoadError> {
-    if !(1024..=16_777_216).contains(&settings.question_table_size) {
-        return Err(LoadError::QuestionTableSize(settings.question_table_size));
-    }
+#[derive(Debug, PartialEq, Eq)]
+struct MapSizes {
+    questions: u32,
+    queries: u32,
+    ring_bytes: u32,
+}
+
+fn map_sizes(settings: &Settings) -> Result<MapSizes, LoadError> {
+    let table = |table: &'static str, entries: u32| {
+        if (1024..=16_777_216).contains(&entries) {
+            Ok(entries)
+        } else {
+            Err(LoadError::TableSize { table, entries })
+        }
+    };
     let mib = settings.ring_buffer_mib;
     if !(1..=1024).contains(&mib) || !mib.is_power_of_two() {
         return Err(LoadError::RingBufferSize(mib));
     }
-    Ok((settings.question_table_size, mib * 1024 * 1024))
+    Ok(MapSizes {
+        questions: table("question", settings.question_table_size)?,
+        queries: table("query", settings.query_table_size)?,
+        ring_bytes: mib * 1024 * 1024,
+    })
 }
 
 fn port_table(dns_ports: &[u16]) -> Result<[u16; MAX_DNS_PORTS], LoadError> {
@@ -185,18 +206,29 @@ mod tests {
             stream_every_packet: true,
             snap_len: 2048,
             question_table_size: 65536,
+            query_table_size: 65536,
             ring_buffer_mib: 4,
         }
     }
 
     #[test]
     fn map_sizes_are_bounded_and_the_ring_a_power_of_two() {
-        assert_eq!(map_sizes(&settings()).unwrap(), (65536, 4 << 20));
+        assert_eq!(
+            map_sizes(&settings()).unwrap(),
+            MapSizes {
+                questions: 65536,
+                queries: 65536,
+                ring_bytes: 4 << 20
+            }
+        );
         let ring = |ring_buffer_mib| Settings { ring_buffer_mib, ..settings() };
         assert!(matches!(map_sizes(&ring(3)), Err(LoadError::RingBufferSize(3))));
         assert!(matches!(map_sizes(&ring(0)), Err(LoadError::RingBufferSize(0))));
         let questions = |question_table_size| Settings { question_table_size, ..settings() };
-        assert!(matches!(map_sizes(&questions(10)), Err(LoadError::QuestionTableSize(10))));
+        assert!(matches!(
+            map_sizes(&questions(10)),
+            Err(LoadError::TableSize { table: "question", entries: 10 })
+        ));
     }
 
     #[test]

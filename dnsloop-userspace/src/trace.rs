@@ -36,6 +36,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
         stream_every_packet: args.packets,
         snap_len: args.snap_len,
         question_table_size: args.question_table_size,
+        query_table_size: args.query_table_size,
         ring_buffer_mib: args.ring_buffer_mib,
     })?;
     let records = programs::take_records(&mut ebpf)?;
@@ -48,7 +49,11 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
     let mut source = RingBufSource::new(records, MonotonicClock::anchored_now())
         .context("watching the ring buffer")?;
     let decoder = Decoder::new(&args.dns_ports);
-    let mut engine = Engine::new(EngineConfig::default());
+    let mut engine = Engine::new(EngineConfig {
+        timeout: args.timeout,
+        loop_report_interval: args.report_interval,
+        ..EngineConfig::default()
+    });
     let stdout = std::io::stdout();
     let mut sink = sink::for_format(args.output, stdout.lock());
     let mut packets = Vec::new();

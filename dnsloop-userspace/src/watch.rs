@@ -69,13 +69,27 @@ impl Watch {
                     Err(error) => tracing::warn!("not watching new interface {name}: {error:#}"),
                 }
             }
-            LinkEvent::Added(_) => {}
+            // A CNI creates a pod's veth, then puts it on the bridge: place it again.
+            LinkEvent::Added(link) => self.update(link),
             LinkEvent::Removed { index } => {
                 self.attachments.forget(&mut self.ebpf, index);
                 self.points.remove_link(index);
                 self.links.retain(|link| link.index != index);
             }
         }
+    }
+
+    /// A known link changed: if what it connects did, re-place its points.
+    fn update(&mut self, link: Link) {
+        let Some(known) = self.links.iter_mut().find(|known| known.index == link.index) else {
+            return;
+        };
+        if known.role == link.role && known.name == link.name {
+            return;
+        }
+        let pods = namespaces::discover(std::slice::from_ref(&link));
+        self.points.insert_link(&link, &pods);
+        *known = link;
     }
 
     fn add(&mut self, links: Vec<Link>) -> anyhow::Result<()> {

@@ -1,5 +1,10 @@
 //! `dnsloop trace` on the lab: the programs load, attach in the node namespace, and count DNS
 //! packets on the interfaces a query really crosses.
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
 use dnsloop_tests::{
     lab::{Lab, Pod, Scenario},
     privilege::{can_run, dnsloop_bin, Need},
@@ -33,12 +38,7 @@ fn trace_counts_dns_packets_on_every_hop_of_the_healthy_lab() {
 
     let output = tracer.interrupt().expect("tracer ends on SIGINT");
     assert!(output.status.success(), "exit {:?}: {}", output.status, output.stderr);
-    let summary: Value = output
-        .stdout
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("every stdout line is JSON"))
-        .find(|value| value["kind"] == "summary")
-        .unwrap_or_else(|| panic!("no summary in {}", output.stdout));
+    let summary = summary_of(&output.stdout);
     let dns = |ifname: &str, dir: &str| -> u64 {
         summary["interfaces"]
             .as_array()
@@ -62,4 +62,94 @@ fn trace_counts_dns_packets_on_every_hop_of_the_healthy_lab() {
     // The external name went out of the uplink to the upstream, and its answer came back.
     assert!(dns("eth0", "egress") >= 1, "{summary}");
     assert!(dns("eth0", "ingress") >= 1, "{summary}");
+}
+
+/// A pod plugged into the lab's bridge after the tracer started, as a CNI would; its namespace
+/// is deleted on drop.
+struct LatePod {
+    namespace: String,
+}
+
+impl LatePod {
+    const ADDRESS: &'static str = "10.244.0.9";
+    const VETH: &'static str = "veth-late";
+
+    fn plug_into(lab: &Lab) -> Self {
+        let pod = Self {
+            namespace: format!("{}-late", lab.node_ns()),
+        };
+        let node = lab.node_ns();
+        let ns = pod.namespace.as_str();
+        for argv in [
+            vec!["ip", "netns", "add", ns],
+            vec!["ip", "-n", node, "link", "add", Self::VETH, "type", "veth", "peer", "name", "eth0", "netns", ns],
+            vec!["ip", "-n", node, "link", "set", Self::VETH, "master", "cni0", "up"],
+            vec!["ip", "-n", ns, "addr", "add", &format!("{}/24", Self::ADDRESS), "dev", "eth0"],
+            vec!["ip", "-n", ns, "link", "set", "eth0", "up"],
+            vec!["ip", "-n", ns, "link", "set", "lo", "up"],
+            vec!["ip", "-n", ns, "route", "add", "default", "via", "10.244.0.1"],
+        ] {
+            let status = Command::new(argv[0]).args(&argv[1..]).status().expect("run ip");
+            assert!(status.success(), "{argv:?} failed");
+        }
+        pod
+    }
+
+    fn dig(&self, server: &str, name: &str) -> String {
+        let output = Command::new("ip")
+            .args(["netns", "exec", &self.namespace, "dig", "+tries=1", "+timeout=1", "+short"])
+            .arg(format!("@{server}"))
+            .arg(name)
+            .output()
+            .expect("run dig");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for LatePod {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.namespace]).status();
+    }
+}
+
+#[test]
+fn trace_follows_a_pod_that_appears_while_it_runs() {
+    if !can_run("trace_follows_a_new_pod", &[Need::Root, Need::DnsloopBinary]) {
+        return;
+    }
+    let lab = Lab::up(Scenario::Healthy).expect("lab up");
+    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"])
+        .expect("tracer starts");
+    let pod = LatePod::plug_into(&lab);
+    // The tracer attaches on the netlink event; give it a moment, bounded.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut answer = String::new();
+    while answer.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+        answer = pod.dig("169.254.25.10", "api.default.svc.cluster.local");
+    }
+    assert_eq!(answer, "10.96.0.50", "the late pod resolves");
+    for _ in 0..3 {
+        pod.dig("169.254.25.10", "api.default.svc.cluster.local");
+    }
+
+    let output = tracer.interrupt().expect("tracer ends on SIGINT");
+    assert!(output.status.success(), "exit {:?}: {}", output.status, output.stderr);
+    let summary = summary_of(&output.stdout);
+    let late = summary["interfaces"]
+        .as_array()
+        .expect("interfaces array")
+        .iter()
+        .find(|point| point["ifname"] == LatePod::VETH && point["dir"] == "ingress")
+        .unwrap_or_else(|| panic!("{} is not watched: {summary}", LatePod::VETH));
+    assert!(late["dns_packets"].as_u64() >= Some(3), "{summary}");
+    drop(pod);
+}
+
+fn summary_of(stdout: &str) -> Value {
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("every stdout line is JSON"))
+        .find(|value| value["kind"] == "summary")
+        .unwrap_or_else(|| panic!("no summary in {stdout}"))
 }
