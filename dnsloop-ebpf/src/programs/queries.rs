@@ -13,13 +13,7 @@ use super::maps::QUERIES;
 /// no longer the one the client chose.
 #[inline(always)]
 pub fn remember(segment: &Segment, id: u16, ifindex: u32, direction: u8) {
-    let key = QueryKey {
-        client: segment.src,
-        client_port: segment.sport,
-        id,
-        transport: segment.transport as u8,
-        _pad: [0; 3],
-    };
+    let key = key(segment.src, segment.sport, id, segment);
     let state = QueryState {
         // SAFETY: bpf_ktime_get_ns has no preconditions.
         first_ns: unsafe { bpf_ktime_get_ns() },
@@ -41,13 +35,7 @@ pub fn answered_at_client(
     ifindex: u32,
     direction: u8,
 ) -> Option<QueryState> {
-    let key = QueryKey {
-        client: segment.dst,
-        client_port: segment.dport,
-        id,
-        transport: segment.transport as u8,
-        _pad: [0; 3],
-    };
+    let key = key(segment.dst, segment.dport, id, segment);
     // SAFETY: a plain-data value of our map, copied out at once.
     let query = *unsafe { QUERIES.get(&key) }?;
     if query.ifindex != ifindex || query.direction == direction {
@@ -55,6 +43,18 @@ pub fn answered_at_client(
     }
     let _ = QUERIES.remove(&key);
     Some(query)
+}
+
+/// The key of the query sent by `client`:`client_port` with `id` over `segment`'s transport.
+#[inline(always)]
+fn key(client: [u8; 16], client_port: u16, id: u16, segment: &Segment) -> QueryKey {
+    QueryKey {
+        client,
+        client_port,
+        id,
+        transport: segment.transport as u8,
+        _pad: [0; 3],
+    }
 }
 
 /// Whether the reply in `segment` comes from somewhere other than where `query` was sent.

@@ -91,9 +91,7 @@ impl Engine {
     pub fn finish(mut self, now: SystemTime, out: &mut Vec<Finding>) -> Summary {
         let start = out.len();
         while let Some(obs) = self.reorder.pop() {
-            for analyzer in self.analyzers() {
-                analyzer.observe(&obs, out);
-            }
+            Self::feed(self.analyzers(), &obs, out);
         }
         for analyzer in self.analyzers() {
             analyzer.finish(now, out);
@@ -120,9 +118,7 @@ impl Engine {
     fn run_due(&mut self, out: &mut Vec<Finding>) {
         let start = out.len();
         while let Some(obs) = self.reorder.pop_due() {
-            for analyzer in self.analyzers() {
-                analyzer.observe(&obs, out);
-            }
+            Self::feed(self.analyzers(), &obs, out);
         }
         if let Some(horizon) = self.reorder.horizon() {
             for analyzer in self.analyzers() {
@@ -130,6 +126,14 @@ impl Engine {
             }
         }
         self.findings.count(&out[start..]);
+    }
+
+    fn feed(analyzers: [&mut dyn Analyzer; 4], obs: &Observation, out: &mut Vec<Finding>) {
+        for analyzer in analyzers {
+            if !obs.partial || analyzer.takes_partial() {
+                analyzer.observe(obs, out);
+            }
+        }
     }
 
     fn analyzers(&mut self) -> [&mut dyn Analyzer; 4] {

@@ -37,6 +37,12 @@ pub trait Analyzer {
     /// Takes the next observation; what it proves is appended to `out`.
     fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>);
 
+    /// Whether it takes partial observations (queries seen mid-path, see
+    /// `Observation::partial`); those that judge a query from where its client sent it do not.
+    fn takes_partial(&self) -> bool {
+        false
+    }
+
     /// Time has reached `now`: no observation up to `now` is still to come. Reports what was
     /// waiting for that (a deadline passed, a packet settled).
     fn tick(&mut self, now: SystemTime, out: &mut Vec<Finding>);

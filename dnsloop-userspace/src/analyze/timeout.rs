@@ -70,10 +70,6 @@ impl Timeouts {
 impl Analyzer for Timeouts {
     fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
         self.tick(obs.ts, out);
-        // A query seen mid-path is not where its client sent it from.
-        if obs.partial {
-            return;
-        }
         let Some(key) = MessageKey::of(obs) else {
             return;
         };

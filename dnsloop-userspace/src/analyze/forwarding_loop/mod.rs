@@ -322,6 +322,11 @@ impl cycle::SentOut for SentOutOf<'_> {
 }
 
 impl Analyzer for ForwardingLoops {
+    /// A query seen mid-path still shows where it went, which is what a chain needs.
+    fn takes_partial(&self) -> bool {
+        true
+    }
+
     fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
         self.tick(obs.ts, out);
         if obs.is_response {
