@@ -51,7 +51,6 @@ pub struct PointCounters {
     pub dns_packets: u64,
 }
 
-
 /// Most bytes of one packet a [`PacketRecord`] carries (from the start of the frame): a 1232-byte
 /// EDNS answer with its headers fits.
 pub const PACKET_SNAP_MAX: usize = 2048;
@@ -394,7 +393,10 @@ mod tests {
         assert_eq!(size_of::<PacketRecord>(), 32 + 32 + 64 + PACKET_SNAP_MAX);
         assert_eq!(size_of::<QuestionKey>(), 16);
         assert_eq!(size_of::<Sighting>(), 64);
-        assert_eq!(size_of::<QuestionState>(), 8 + 8 + 4 + 2 * QUESTION_IDS + 4 + 64);
+        assert_eq!(
+            size_of::<QuestionState>(),
+            8 + 8 + 4 + 2 * QUESTION_IDS + 4 + 64
+        );
         assert_eq!(size_of::<ProgramConfig>(), 16);
     }
 
@@ -411,11 +413,29 @@ mod tests {
     #[test]
     fn a_new_id_makes_the_question_hot_until_it_is_quiet() {
         let mut state = QuestionState::first_sighting(7, 0);
-        assert_eq!(state.record_sighting(8, 1_000, WINDOW), Heat::BecameHot, "a forward");
-        assert_eq!(state.record_sighting(7, 2_000, WINDOW), Heat::Hot, "every sighting streams");
-        assert!(state.is_hot_at(2_000 + WINDOW, WINDOW), "replies stream while it is hot");
-        assert!(!state.is_hot_at(2_000 + WINDOW + 1, WINDOW), "not once it has been quiet");
-        assert_eq!(state.record_sighting(9, 2_000 + WINDOW + 1, WINDOW), Heat::Cold, "reset");
+        assert_eq!(
+            state.record_sighting(8, 1_000, WINDOW),
+            Heat::BecameHot,
+            "a forward"
+        );
+        assert_eq!(
+            state.record_sighting(7, 2_000, WINDOW),
+            Heat::Hot,
+            "every sighting streams"
+        );
+        assert!(
+            state.is_hot_at(2_000 + WINDOW, WINDOW),
+            "replies stream while it is hot"
+        );
+        assert!(
+            !state.is_hot_at(2_000 + WINDOW + 1, WINDOW),
+            "not once it has been quiet"
+        );
+        assert_eq!(
+            state.record_sighting(9, 2_000 + WINDOW + 1, WINDOW),
+            Heat::Cold,
+            "reset"
+        );
         assert_eq!(state, QuestionState::first_sighting(9, 2_000 + WINDOW + 1));
     }
 

@@ -42,7 +42,8 @@ impl GlobalCounts {
 }
 
 fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map, MapError> {
-    ebpf.map(name).ok_or_else(|| MapError::InvalidName { name: name.into() })
+    ebpf.map(name)
+        .ok_or_else(|| MapError::InvalidName { name: name.into() })
 }
 
 /// Sums the counters of the watched `links` of the namespace whose loopback cookie is
@@ -59,18 +60,24 @@ pub fn read_points(
         for &direction in watched_directions(link) {
             let point = ObservationPoint {
                 // The kernel tells namespaces apart only for loopback (see ObservationPoint).
-                netns_cookie: if link.role == LinkRole::Loopback { loopback_cookie } else { 0 },
+                netns_cookie: if link.role == LinkRole::Loopback {
+                    loopback_cookie
+                } else {
+                    0
+                },
                 ifindex: link.index,
                 direction: direction as u8,
                 _pad: [0; 3],
             };
             let total = match counters.get(&point, 0) {
-                Ok(per_cpu) => per_cpu.iter().fold(PointCounters::default(), |sum, cpu| {
-                    PointCounters {
-                        packets: sum.packets + cpu.packets,
-                        dns_packets: sum.dns_packets + cpu.dns_packets,
-                    }
-                }),
+                Ok(per_cpu) => {
+                    per_cpu
+                        .iter()
+                        .fold(PointCounters::default(), |sum, cpu| PointCounters {
+                            packets: sum.packets + cpu.packets,
+                            dns_packets: sum.dns_packets + cpu.dns_packets,
+                        })
+                }
                 Err(MapError::KeyNotFound) => PointCounters::default(),
                 Err(error) => return Err(error),
             };
@@ -87,9 +94,7 @@ pub fn read_points(
 
 pub fn read_global(ebpf: &Ebpf) -> Result<GlobalCounts, MapError> {
     let array: PerCpuArray<_, u64> = PerCpuArray::try_from(map(ebpf, COUNTERS_MAP)?)?;
-    let slot = |index: u32| -> Result<u64, MapError> {
-        Ok(array.get(&index, 0)?.iter().sum())
-    };
+    let slot = |index: u32| -> Result<u64, MapError> { Ok(array.get(&index, 0)?.iter().sum()) };
     let mut counts = GlobalCounts::default();
     for counter in Counter::ALL {
         counts.counters.push((counter, slot(counter as u32)?));

@@ -86,22 +86,27 @@ impl Decoder {
             match decode_message(held) {
                 Ok(decoded) => {
                     let observation = Observation {
-                    ts: packet.ts,
-                    point: point.clone(),
-                    transport,
-                    src,
-                    dst,
-                    id: decoded.id,
-                    is_response: decoded.is_response,
-                    opcode: decoded.opcode,
-                    rcode: decoded.rcode,
-                    question: decoded.question,
-                    probe: decoded.probe,
-                    size: message.len,
-                    partial: false,
+                        ts: packet.ts,
+                        point: point.clone(),
+                        transport,
+                        src,
+                        dst,
+                        id: decoded.id,
+                        is_response: decoded.is_response,
+                        opcode: decoded.opcode,
+                        rcode: decoded.rcode,
+                        question: decoded.question,
+                        probe: decoded.probe,
+                        size: message.len,
+                        partial: false,
                     };
                     if let (Some(query), Some(query_point)) = (&packet.matched_query, query_point) {
-                        out.push(matched_query(&observation, query, segment.family, query_point));
+                        out.push(matched_query(
+                            &observation,
+                            query,
+                            segment.family,
+                            query_point,
+                        ));
                     }
                     if let (Some(prior), Some(prior_point)) = (&packet.prior, prior_point) {
                         out.push(prior_sighting(&observation, prior, prior_point));
@@ -146,7 +151,11 @@ fn prior_sighting(query: &Observation, prior: &PriorSighting, point: &Point) -> 
     Observation {
         ts: prior.at,
         point: point.clone(),
-        transport: if prior.tcp { Transport::Tcp } else { Transport::Udp },
+        transport: if prior.tcp {
+            Transport::Tcp
+        } else {
+            Transport::Udp
+        },
         src: prior.src,
         dst: prior.dst,
         id: prior.id,
@@ -214,6 +223,9 @@ fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
         opcode: summary.header.opcode(),
         rcode,
         question,
-        probe: summary.question.map(|question| question.probe).unwrap_or(dnsloop_ebpf::parse::Probe::None),
+        probe: summary
+            .question
+            .map(|question| question.probe)
+            .unwrap_or(dnsloop_ebpf::parse::Probe::None),
     })
 }

@@ -27,6 +27,8 @@ pub struct Hop {
     pub src: SocketAddr,
     pub dst: SocketAddr,
     pub id: u16,
+    /// How the packet travelled: conntrack keys its flow by it.
+    pub transport: Transport,
 }
 
 /// A question that re-entered a namespace along a chain of forwards.
@@ -43,6 +45,18 @@ pub struct LoopFinding {
     pub servers: Vec<IpAddr>,
     pub probe: Probe,
     pub summary: String,
+    /// The destination NATs that conntrack applied to forwards on the path (none until an
+    /// enricher looked), each once.
+    pub dnat: Vec<Dnat>,
+}
+
+/// A forward's destination as its sender addressed it (a `ClusterIP`) and as conntrack's DNAT
+/// rewrote it (a pod): `path` and `servers` show only the latter when the DNAT happened before
+/// the first hop was seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dnat {
+    pub service: SocketAddr,
+    pub backend: SocketAddr,
 }
 
 /// A response that matched a query by id and client address/port but came from another source.

@@ -78,11 +78,16 @@ pub fn discover(node_links: &[Link]) -> Vec<PodNamespace> {
     // one already. The thread stays in the caller's namespace.
     std::thread::scope(|scope| {
         scope
-            .spawn(|| match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(runtime) => runtime.block_on(pods_behind(&veths)),
-                Err(error) => {
-                    tracing::warn!("not looking for pod namespaces: {error}");
-                    Vec::new()
+            .spawn(|| {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime.block_on(pods_behind(&veths)),
+                    Err(error) => {
+                        tracing::warn!("not looking for pod namespaces: {error}");
+                        Vec::new()
+                    }
                 }
             })
             .join()
@@ -163,7 +168,9 @@ pub fn in_namespace<T: Send>(
 
 /// Every distinct network namespace file, except our own.
 fn candidate_namespaces() -> Vec<PathBuf> {
-    let own = std::fs::metadata("/proc/thread-self/ns/net").map(|meta| meta.ino()).ok();
+    let own = std::fs::metadata("/proc/thread-self/ns/net")
+        .map(|meta| meta.ino())
+        .ok();
     let mut seen: HashSet<u64> = own.into_iter().collect();
     let named = std::fs::read_dir("/var/run/netns")
         .into_iter()
@@ -174,13 +181,17 @@ fn candidate_namespaces() -> Vec<PathBuf> {
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|entry| entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
         .map(|entry| entry.path().join("ns/net"));
     named
         .chain(of_processes)
-        .filter(|path| {
-            std::fs::metadata(path).is_ok_and(|meta| seen.insert(meta.ino()))
-        })
+        .filter(|path| std::fs::metadata(path).is_ok_and(|meta| seen.insert(meta.ino())))
         .collect()
 }
 
@@ -227,27 +238,33 @@ impl Inspection {
 }
 
 fn inspect(path: &Path) -> Result<Inspection, NamespaceError> {
-    let inspect_error = |source: Box<dyn std::error::Error + Send + Sync>| NamespaceError::Inspect {
-        path: path.into(),
-        source,
-    };
-    in_namespace(path, || -> Result<Inspection, Box<dyn std::error::Error + Send + Sync>> {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        runtime.block_on(async {
-            let links = topology::list_links().await?;
-            let mut addresses = Vec::new();
-            for link in &links {
-                if matches!(link.role, LinkRole::Veth { .. }) {
-                    let first = topology::addresses(link.index).await?.into_iter().next();
-                    addresses.push((link.index, first));
+    let inspect_error =
+        |source: Box<dyn std::error::Error + Send + Sync>| NamespaceError::Inspect {
+            path: path.into(),
+            source,
+        };
+    in_namespace(
+        path,
+        || -> Result<Inspection, Box<dyn std::error::Error + Send + Sync>> {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let links = topology::list_links().await?;
+                let mut addresses = Vec::new();
+                for link in &links {
+                    if matches!(link.role, LinkRole::Veth { .. }) {
+                        let first = topology::addresses(link.index).await?.into_iter().next();
+                        addresses.push((link.index, first));
+                    }
                 }
-            }
-            Ok(Inspection {
-                links,
-                cookie: netns::current_cookie()?,
-                addresses,
+                Ok(Inspection {
+                    links,
+                    cookie: netns::current_cookie()?,
+                    addresses,
+                })
             })
-        })
-    })?
+        },
+    )?
     .map_err(inspect_error)
 }

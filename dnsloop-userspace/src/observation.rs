@@ -66,7 +66,8 @@ impl DnsName {
         loop {
             let len = usize::from(*wire.get(at)?);
             if len == 0 {
-                return (at + 1 == wire.len() && wire.len() <= 255).then(|| Self { wire: wire.into() });
+                return (at + 1 == wire.len() && wire.len() <= 255)
+                    .then(|| Self { wire: wire.into() });
             }
             if len > 63 {
                 return None;

@@ -132,7 +132,11 @@ mod tests {
     #[test]
     fn bridge_ports_lead_into_pods_and_the_bridge_into_the_node() {
         let (node, pod) = (Namespace::new(NODE), Namespace::new("pod 10.244.0.2"));
-        let port = LinkRole::Veth { peer_netns_id: 1, peer_index: 3, bridged: true };
+        let port = LinkRole::Veth {
+            peer_netns_id: 1,
+            peer_index: 3,
+            bridged: true,
+        };
         assert_eq!(
             names(crossing(&port, &node, &pod, Direction::Ingress)),
             (Some("pod 10.244.0.2".into()), None)
@@ -142,19 +146,32 @@ mod tests {
             (None, Some("pod 10.244.0.2".into()))
         );
         let bridge = LinkRole::BridgeMaster;
-        assert_eq!(names(crossing(&bridge, &node, &pod, Direction::Ingress)), (None, Some("node".into())));
-        assert_eq!(names(crossing(&bridge, &node, &pod, Direction::Egress)), (Some("node".into()), None));
+        assert_eq!(
+            names(crossing(&bridge, &node, &pod, Direction::Ingress)),
+            (None, Some("node".into()))
+        );
+        assert_eq!(
+            names(crossing(&bridge, &node, &pod, Direction::Egress)),
+            (Some("node".into()), None)
+        );
     }
 
     #[test]
     fn a_point_to_point_veth_joins_the_node_and_the_far_namespace() {
         let (node, far) = (Namespace::new(NODE), Namespace::new("pod 10.255.0.53"));
-        let uplink = LinkRole::Veth { peer_netns_id: 2, peer_index: 5, bridged: false };
+        let uplink = LinkRole::Veth {
+            peer_netns_id: 2,
+            peer_index: 5,
+            bridged: false,
+        };
         assert_eq!(
             names(crossing(&uplink, &node, &far, Direction::Egress)),
             (Some("node".into()), Some("pod 10.255.0.53".into()))
         );
         let physical = LinkRole::Other { bridged: false };
-        assert_eq!(names(crossing(&physical, &node, &far, Direction::Egress)), (Some("node".into()), None));
+        assert_eq!(
+            names(crossing(&physical, &node, &far, Direction::Egress)),
+            (Some("node".into()), None)
+        );
     }
 }

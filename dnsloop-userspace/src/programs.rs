@@ -38,7 +38,9 @@ pub enum LoadError {
     RingBufferSize(u32),
     #[error("the {table} table must hold between 1024 and 16777216 entries, not {entries}")]
     TableSize { table: &'static str, entries: u32 },
-    #[error("loading the BPF object failed (is this kernel built with CONFIG_BPF_SYSCALL and BTF?)")]
+    #[error(
+        "loading the BPF object failed (is this kernel built with CONFIG_BPF_SYSCALL and BTF?)"
+    )]
     Object(#[source] aya::EbpfError),
     #[error("the BPF object has no {0}: the build is broken, rebuild with `cargo xtask build`")]
     Missing(&'static str),
@@ -191,12 +193,18 @@ mod tests {
 
     #[test]
     fn port_table_pads_with_zeros() {
-        assert_eq!(port_table(&[53, 5353]).unwrap(), [53, 5353, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            port_table(&[53, 5353]).unwrap(),
+            [53, 5353, 0, 0, 0, 0, 0, 0]
+        );
     }
 
     #[test]
     fn port_table_rejects_nine_ports_and_port_zero() {
-        assert!(matches!(port_table(&[1; 9]), Err(LoadError::TooManyPorts(9))));
+        assert!(matches!(
+            port_table(&[1; 9]),
+            Err(LoadError::TooManyPorts(9))
+        ));
         assert!(matches!(port_table(&[53, 0]), Err(LoadError::ZeroPort)));
     }
 
@@ -221,13 +229,28 @@ mod tests {
                 ring_bytes: 4 << 20
             }
         );
-        let ring = |ring_buffer_mib| Settings { ring_buffer_mib, ..settings() };
-        assert!(matches!(map_sizes(&ring(3)), Err(LoadError::RingBufferSize(3))));
-        assert!(matches!(map_sizes(&ring(0)), Err(LoadError::RingBufferSize(0))));
-        let questions = |question_table_size| Settings { question_table_size, ..settings() };
+        let ring = |ring_buffer_mib| Settings {
+            ring_buffer_mib,
+            ..settings()
+        };
+        assert!(matches!(
+            map_sizes(&ring(3)),
+            Err(LoadError::RingBufferSize(3))
+        ));
+        assert!(matches!(
+            map_sizes(&ring(0)),
+            Err(LoadError::RingBufferSize(0))
+        ));
+        let questions = |question_table_size| Settings {
+            question_table_size,
+            ..settings()
+        };
         assert!(matches!(
             map_sizes(&questions(10)),
-            Err(LoadError::TableSize { table: "question", entries: 10 })
+            Err(LoadError::TableSize {
+                table: "question",
+                entries: 10
+            })
         ));
     }
 
@@ -237,8 +260,14 @@ mod tests {
             snap_len,
             ..settings()
         };
-        assert!(matches!(program_config(&settings(63)), Err(LoadError::SnapLength(63))));
-        assert!(matches!(program_config(&settings(PACKET_SNAP_MAX + 1)), Err(LoadError::SnapLength(_))));
+        assert!(matches!(
+            program_config(&settings(63)),
+            Err(LoadError::SnapLength(63))
+        ));
+        assert!(matches!(
+            program_config(&settings(PACKET_SNAP_MAX + 1)),
+            Err(LoadError::SnapLength(_))
+        ));
         let config = program_config(&settings(512)).unwrap();
         assert_eq!((config.snap_len, config.stream_every_packet), (512, 1));
     }

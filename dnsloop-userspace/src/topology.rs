@@ -34,7 +34,9 @@ pub enum TopologyError {
 pub enum LinkEvent {
     /// A link appeared, or changed (a link already known may be announced again).
     Added(Link),
-    Removed { index: u32 },
+    Removed {
+        index: u32,
+    },
 }
 
 /// The link changes of the calling thread's network namespace, as they happen. The stream ends
@@ -77,7 +79,9 @@ pub enum LinkRole {
         bridged: bool,
     },
     /// Anything else: a physical uplink, a dummy or portless bridge holding an address.
-    Other { bridged: bool },
+    Other {
+        bridged: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,8 +97,7 @@ pub struct Link {
 pub async fn list_links() -> Result<Vec<Link>, TopologyError> {
     let (connection, handle, _) = rtnetlink::new_connection().map_err(TopologyError::Socket)?;
     let connection = tokio::spawn(connection);
-    let messages: Result<Vec<LinkMessage>, _> =
-        handle.link().get().execute().try_collect().await;
+    let messages: Result<Vec<LinkMessage>, _> = handle.link().get().execute().try_collect().await;
     connection.abort();
     Ok(messages
         .map_err(TopologyError::List)?
@@ -184,11 +187,16 @@ pub async fn netns_id(namespace: BorrowedFd<'_>) -> Result<Option<i32>, Topology
         Ok(mut replies) => {
             let mut id = None;
             while let Some(reply) = replies.next().await {
-                if let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNsId(reply)) = reply.payload {
-                    id = reply.attributes.iter().find_map(|attribute| match attribute {
-                        NsidAttribute::Id(id) if *id >= 0 => Some(*id),
-                        _ => None,
-                    });
+                if let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNsId(reply)) =
+                    reply.payload
+                {
+                    id = reply
+                        .attributes
+                        .iter()
+                        .find_map(|attribute| match attribute {
+                            NsidAttribute::Id(id) if *id >= 0 => Some(*id),
+                            _ => None,
+                        });
                 }
             }
             Ok(id)

@@ -10,15 +10,15 @@ use crate::{
     attach,
     cli::TraceArgs,
     counters,
+    decode::{Decoder, NotDecoded},
     enrich::Enricher,
     finding::Finding,
     observation::Observation,
     points::PointMap,
-    programs,
-    watch::Watch,
+    programs, sink,
     source::{clock::MonotonicClock, ringbuf::RingBufSource, RawPacket},
-    decode::{Decoder, NotDecoded},
-    sink, topology,
+    topology,
+    watch::Watch,
 };
 
 pub fn run(args: TraceArgs) -> anyhow::Result<()> {
@@ -62,15 +62,20 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
     let mut unplaced_records = 0u64;
     // Built here, on the node's namespace thread: its conntrack socket stays in that namespace.
     let mut enricher = Enricher::new();
-    let mut decode = |points: &PointMap, packets: &mut Vec<RawPacket>, observations: &mut Vec<Observation>| {
-        for packet in packets.drain(..) {
-            match decoder.decode(&packet, |interface, direction| points.get(interface, direction), observations) {
-                Err(NotDecoded::Unplaced) => unplaced_records += 1,
-                // Packets that are not DNS, or malformed, were already counted by the kernel.
-                Err(NotDecoded::NotDns | NotDecoded::Malformed(_)) | Ok(()) => {}
+    let mut decode =
+        |points: &PointMap, packets: &mut Vec<RawPacket>, observations: &mut Vec<Observation>| {
+            for packet in packets.drain(..) {
+                match decoder.decode(
+                    &packet,
+                    |interface, direction| points.get(interface, direction),
+                    observations,
+                ) {
+                    Err(NotDecoded::Unplaced) => unplaced_records += 1,
+                    // Packets that are not DNS, or malformed, were already counted by the kernel.
+                    Err(NotDecoded::NotDns | NotDecoded::Malformed(_)) | Ok(()) => {}
+                }
             }
-        }
-    };
+        };
 
     let mut end = end_of_run(args.duration)?;
     loop {
@@ -80,21 +85,39 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
             Some(event) = link_events.next() => watch.apply(event),
         }
         decode(&watch.points, &mut packets, &mut observations);
-        feed(&mut engine, &mut observations, &mut findings, args.packets, sink.as_mut())?;
+        feed(
+            &mut engine,
+            &mut observations,
+            &mut findings,
+            args.packets,
+            sink.as_mut(),
+        )?;
         engine.tick(source.watermark(), &mut findings);
         emit(&mut findings, &mut enricher, sink.as_mut())?;
     }
     source.drain(&mut packets);
     decode(&watch.points, &mut packets, &mut observations);
-    feed(&mut engine, &mut observations, &mut findings, args.packets, sink.as_mut())?;
+    feed(
+        &mut engine,
+        &mut observations,
+        &mut findings,
+        args.packets,
+        sink.as_mut(),
+    )?;
     let summary = engine.finish(source.watermark(), &mut findings);
     emit(&mut findings, &mut enricher, sink.as_mut())?;
 
     let interfaces = counters::read_points(&watch.ebpf, watch.node_cookie, &watch.links)
         .context("reading the per-interface counters")?;
     let global = counters::read_global(&watch.ebpf).context("reading the kernel counters")?;
-    let extra = crate::report::summary_extra(&interfaces, &global, source.undecodable_records, unplaced_records);
-    sink.summary(&summary, &extra).context("writing to stdout")?;
+    let extra = crate::report::summary_extra(
+        &interfaces,
+        &global,
+        source.undecodable_records,
+        unplaced_records,
+    );
+    sink.summary(&summary, &extra)
+        .context("writing to stdout")?;
     Ok(())
 }
 
@@ -123,8 +146,10 @@ fn emit(
     sink: &mut dyn sink::Sink,
 ) -> anyhow::Result<()> {
     for mut finding in findings.drain(..) {
-        if let Finding::UnexpectedSource(unexpected) = &mut finding {
-            enricher.enrich(unexpected);
+        match &mut finding {
+            Finding::UnexpectedSource(unexpected) => enricher.enrich(unexpected),
+            Finding::Loop(found) => enricher.enrich_loop(found),
+            Finding::Timeout(_) => {}
         }
         sink.finding(&finding).context("writing to stdout")?;
     }
@@ -136,7 +161,8 @@ fn end_of_run(
     duration: Option<std::time::Duration>,
 ) -> anyhow::Result<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> {
     let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut terminate = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     Ok(Box::pin(async move {
         let elapsed = async {
             match duration {

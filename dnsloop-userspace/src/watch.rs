@@ -29,8 +29,9 @@ impl Watch {
     /// Attaches the programs to `links`; with `whole_node`, also to the loopback of every pod
     /// behind them.
     pub fn start(ebpf: Ebpf, links: Vec<Link>, whole_node: bool) -> anyhow::Result<Self> {
-        let node_cookie = netns::current_cookie()
-            .context("reading this network namespace's cookie (SO_NETNS_COOKIE needs Linux 5.14)")?;
+        let node_cookie = netns::current_cookie().context(
+            "reading this network namespace's cookie (SO_NETNS_COOKIE needs Linux 5.14)",
+        )?;
         let mut watch = Self {
             ebpf,
             links: Vec::new(),
@@ -40,7 +41,9 @@ impl Watch {
             whole_node,
             watched_pods: Vec::new(),
         };
-        watch.points.insert_loopback(node_cookie, Namespace::new(NODE));
+        watch
+            .points
+            .insert_loopback(node_cookie, Namespace::new(NODE));
         watch.add(links)?;
         Ok(watch)
     }
@@ -81,7 +84,11 @@ impl Watch {
 
     /// A known link changed: if what it connects did, re-place its points.
     fn update(&mut self, link: Link) {
-        let Some(known) = self.links.iter_mut().find(|known| known.index == link.index) else {
+        let Some(known) = self
+            .links
+            .iter_mut()
+            .find(|known| known.index == link.index)
+        else {
             return;
         };
         if known.role == link.role && known.name == link.name {
@@ -117,7 +124,8 @@ impl Watch {
         let ebpf = &mut self.ebpf;
         match namespaces::in_namespace(&pod.path, || attach::attach_loopback(ebpf)) {
             Ok(Ok(())) => {
-                self.points.insert_loopback(pod.cookie, Namespace::new(&pod.label));
+                self.points
+                    .insert_loopback(pod.cookie, Namespace::new(&pod.label));
                 self.watched_pods.push(pod.label.clone());
             }
             // The pod may be going away; the node's own interfaces still see its traffic.

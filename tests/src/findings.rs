@@ -40,6 +40,14 @@ pub struct LoopFinding {
     /// `coredns` or `dnsmasq` when the looping question is that server's loop probe.
     pub probe: Option<String>,
     pub summary: String,
+    /// The services (ClusterIPs) conntrack says DNAT'ed forwards of the path were sent to.
+    pub dnat: Vec<Dnat>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct Dnat {
+    pub service: SocketAddr,
+    pub backend: SocketAddr,
 }
 
 /// One packet of a loop's path.
@@ -314,7 +322,7 @@ mod tests {
     #[test]
     fn reads_every_kind_of_line_and_ignores_unknown_ones() {
         let lines = [
-            r#"{"kind":"loop","ts":"2025-01-01T12:00:01.500Z","qname":"www.example.test.","qtype":"A","count":3,"path":[{"ts":"2025-01-01T12:00:01.123Z","ifname":"cni0","dir":"ingress","src":"10.244.0.3:40000","dst":"169.254.25.10:53","id":2000}],"servers":["169.254.25.10"],"probe":null,"summary":"loop: ..."}"#,
+            r#"{"kind":"loop","ts":"2025-01-01T12:00:01.500Z","qname":"www.example.test.","qtype":"A","count":3,"path":[{"ts":"2025-01-01T12:00:01.123Z","ifname":"cni0","dir":"ingress","src":"10.244.0.3:40000","dst":"169.254.25.10:53","id":2000}],"servers":["169.254.25.10"],"probe":null,"summary":"loop: ...","dnat":[{"service":"10.96.0.10:53","backend":"10.244.0.3:53"}]}"#,
             r#"{"kind":"unexpected_source","ts":"2025-01-01T12:00:01.123Z","client":"10.244.0.2:41234","expected":"10.96.0.10:53","actual":"10.244.0.3:53","id":4242,"qname":"a.","qtype":"A","conntrack":{"original_dst":"10.96.0.10:53","reply_src":"10.244.0.3:53","unreplied":true},"cause":"bridge-nf-call-iptables=0","summary":"..."}"#,
             r#"{"kind":"timeout","ts":"2025-01-01T12:00:03.000Z","client":"[fd00::2]:5353","server":"10.255.0.99:53","id":1,"qname":"a.","qtype":"A","waited_ms":2000,"summary":"...","new_field":1}"#,
             r#"{"kind":"packet","ts":"2025-01-01T12:00:03.000Z","proto":"udp"}"#,

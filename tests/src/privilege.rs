@@ -29,7 +29,10 @@ impl Need {
             Need::Root => (unsafe { libc::geteuid() } != 0).then(|| "not root".to_string()),
             Need::DnsloopBinary => match std::env::var_os(crate::DNSLOOP_BIN_ENV) {
                 Some(path) if std::path::Path::new(&path).is_file() => None,
-                Some(path) => Some(format!("{} = {path:?} is not a file", crate::DNSLOOP_BIN_ENV)),
+                Some(path) => Some(format!(
+                    "{} = {path:?} is not a file",
+                    crate::DNSLOOP_BIN_ENV
+                )),
                 None => Some(format!(
                     "{} is not set (run the tests with `cargo xtask test`)",
                     crate::DNSLOOP_BIN_ENV

@@ -114,7 +114,10 @@ impl Tracer {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 self.drain_stderr();
-                bail!("dnsloop trace did not end within {timeout:?}:\n{}", self.stderr);
+                bail!(
+                    "dnsloop trace did not end within {timeout:?}:\n{}",
+                    self.stderr
+                );
             }
             thread::sleep(Duration::from_millis(50));
         };

@@ -150,6 +150,15 @@ fn nodelocal_loop_is_reported_within_a_second_and_not_per_packet() {
         found.servers.contains(&IpAddr::V4(NODE_LOCAL_DNS)),
         "the node cache forwards in the loop:\n{trace}"
     );
+    // The cache's forward was DNAT'ed before tc saw it: conntrack names the ClusterIP.
+    assert!(
+        found
+            .dnat
+            .iter()
+            .any(|dnat| dnat.service == dns_server(CLUSTER_DNS)),
+        "the ClusterIP behind the CoreDNS pod is named:\n{trace}"
+    );
+    assert!(found.summary.contains("10.96.0.10 (DNAT -> "), "{trace}");
     let delay = found.reported_after().expect("the path has hops");
     assert!(
         delay <= LOOP_REPORTED_WITHIN,

@@ -16,7 +16,10 @@ const QUERIES: u64 = 5;
 
 #[test]
 fn trace_counts_dns_packets_on_every_hop_of_the_healthy_lab() {
-    if !can_run("trace_counts_dns_packets", &[Need::Root, Need::DnsloopBinary]) {
+    if !can_run(
+        "trace_counts_dns_packets",
+        &[Need::Root, Need::DnsloopBinary],
+    ) {
         return;
     }
     let lab = Lab::up(Scenario::Healthy).expect("lab up");
@@ -26,18 +29,37 @@ fn trace_counts_dns_packets_on_every_hop_of_the_healthy_lab() {
     for _ in 0..QUERIES {
         // A cluster name: client -> node-local cache -> ClusterIP (DNAT) -> CoreDNS pod.
         let cluster = lab
-            .dig(Pod::Client, "169.254.25.10", &["api.default.svc.cluster.local"])
+            .dig(
+                Pod::Client,
+                "169.254.25.10",
+                &["api.default.svc.cluster.local"],
+            )
             .expect("dig");
-        assert_eq!(cluster.status.as_deref(), Some("NOERROR"), "{}", cluster.stdout);
+        assert_eq!(
+            cluster.status.as_deref(),
+            Some("NOERROR"),
+            "{}",
+            cluster.stdout
+        );
     }
     // An external name: client -> node-local cache -> upstream over the uplink.
     let external = lab
         .dig(Pod::Client, "169.254.25.10", &["www.example.test"])
         .expect("dig");
-    assert_eq!(external.status.as_deref(), Some("NOERROR"), "{}", external.stdout);
+    assert_eq!(
+        external.status.as_deref(),
+        Some("NOERROR"),
+        "{}",
+        external.stdout
+    );
 
     let output = tracer.interrupt().expect("tracer ends on SIGINT");
-    assert!(output.status.success(), "exit {:?}: {}", output.status, output.stderr);
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status,
+        output.stderr
+    );
     let summary = summary_of(&output.stdout);
     let dns = |ifname: &str, dir: &str| -> u64 {
         summary["interfaces"]
@@ -82,14 +104,59 @@ impl LatePod {
         let ns = pod.namespace.as_str();
         for argv in [
             vec!["ip", "netns", "add", ns],
-            vec!["ip", "-n", node, "link", "add", Self::VETH, "type", "veth", "peer", "name", "eth0", "netns", ns],
-            vec!["ip", "-n", node, "link", "set", Self::VETH, "master", "cni0", "up"],
-            vec!["ip", "-n", ns, "addr", "add", &format!("{}/24", Self::ADDRESS), "dev", "eth0"],
+            vec![
+                "ip",
+                "-n",
+                node,
+                "link",
+                "add",
+                Self::VETH,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                ns,
+            ],
+            vec![
+                "ip",
+                "-n",
+                node,
+                "link",
+                "set",
+                Self::VETH,
+                "master",
+                "cni0",
+                "up",
+            ],
+            vec![
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{}/24", Self::ADDRESS),
+                "dev",
+                "eth0",
+            ],
             vec!["ip", "-n", ns, "link", "set", "eth0", "up"],
             vec!["ip", "-n", ns, "link", "set", "lo", "up"],
-            vec!["ip", "-n", ns, "route", "add", "default", "via", "10.244.0.1"],
+            vec![
+                "ip",
+                "-n",
+                ns,
+                "route",
+                "add",
+                "default",
+                "via",
+                "10.244.0.1",
+            ],
         ] {
-            let status = Command::new(argv[0]).args(&argv[1..]).status().expect("run ip");
+            let status = Command::new(argv[0])
+                .args(&argv[1..])
+                .status()
+                .expect("run ip");
             assert!(status.success(), "{argv:?} failed");
         }
         pod
@@ -97,7 +164,15 @@ impl LatePod {
 
     fn dig(&self, server: &str, name: &str) -> String {
         let output = Command::new("ip")
-            .args(["netns", "exec", &self.namespace, "dig", "+tries=1", "+timeout=1", "+short"])
+            .args([
+                "netns",
+                "exec",
+                &self.namespace,
+                "dig",
+                "+tries=1",
+                "+timeout=1",
+                "+short",
+            ])
             .arg(format!("@{server}"))
             .arg(name)
             .output()
@@ -108,13 +183,18 @@ impl LatePod {
 
 impl Drop for LatePod {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.namespace]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.namespace])
+            .status();
     }
 }
 
 #[test]
 fn trace_follows_a_pod_that_appears_while_it_runs() {
-    if !can_run("trace_follows_a_new_pod", &[Need::Root, Need::DnsloopBinary]) {
+    if !can_run(
+        "trace_follows_a_new_pod",
+        &[Need::Root, Need::DnsloopBinary],
+    ) {
         return;
     }
     let lab = Lab::up(Scenario::Healthy).expect("lab up");
@@ -134,7 +214,12 @@ fn trace_follows_a_pod_that_appears_while_it_runs() {
     }
 
     let output = tracer.interrupt().expect("tracer ends on SIGINT");
-    assert!(output.status.success(), "exit {:?}: {}", output.status, output.stderr);
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status,
+        output.stderr
+    );
     let summary = summary_of(&output.stdout);
     let late = summary["interfaces"]
         .as_array()

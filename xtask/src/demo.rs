@@ -19,9 +19,14 @@ pub fn run() -> Result<()> {
     println!("== {} ==\n{}\n", Scenario::NodelocalLoop, lab.describe());
     let tracer = Tracer::start(&dnsloop, &lab, lab.node_ns(), &[])?;
     let probe = coredns_probe_name();
-    println!("coredns-a sends a CoreDNS loop probe to its upstream: dig @169.254.25.10 HINFO {probe}");
+    println!(
+        "coredns-a sends a CoreDNS loop probe to its upstream: dig @169.254.25.10 HINFO {probe}"
+    );
     let outcome = lab.dig(Pod::CoreDnsA, "169.254.25.10", &["HINFO", &probe])?;
-    println!("  -> {}\n", outcome.status.as_deref().unwrap_or("timed out"));
+    println!(
+        "  -> {}\n",
+        outcome.status.as_deref().unwrap_or("timed out")
+    );
     std::thread::sleep(SETTLE);
     print_trace(tracer)?;
     drop(lab);
@@ -29,9 +34,18 @@ pub fn run() -> Result<()> {
     let lab = Lab::up(Scenario::UnexpectedSource)?;
     println!("== {} ==", Scenario::UnexpectedSource);
     let tracer = Tracer::start(&dnsloop, &lab, lab.node_ns(), &[])?;
-    println!("the client asks the cluster DNS: dig @10.96.0.10 kubernetes.default.svc.cluster.local");
-    let outcome = lab.dig(Pod::Client, "10.96.0.10", &["kubernetes.default.svc.cluster.local"])?;
-    println!("  -> {}\n", outcome.status.as_deref().unwrap_or("timed out"));
+    println!(
+        "the client asks the cluster DNS: dig @10.96.0.10 kubernetes.default.svc.cluster.local"
+    );
+    let outcome = lab.dig(
+        Pod::Client,
+        "10.96.0.10",
+        &["kubernetes.default.svc.cluster.local"],
+    )?;
+    println!(
+        "  -> {}\n",
+        outcome.status.as_deref().unwrap_or("timed out")
+    );
     std::thread::sleep(SETTLE);
     print_trace(tracer)?;
     Ok(())

@@ -33,14 +33,24 @@ pub fn run() -> Result<()> {
 }
 
 fn ensure_nightly_rust_src() -> Result<()> {
-    if output_contains("rustup", &["component", "list", "--toolchain", "nightly", "--installed"], "rust-src") {
+    if output_contains(
+        "rustup",
+        &["component", "list", "--toolchain", "nightly", "--installed"],
+        "rust-src",
+    ) {
         return Ok(());
     }
     if !output_contains("rustup", &["toolchain", "list"], "nightly") {
         bail!("the nightly toolchain is missing (it builds the BPF programs): install it with `rustup toolchain install nightly`");
     }
     eprintln!("setup: adding rust-src to the nightly toolchain");
-    command::run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+    command::run(Command::new("rustup").args([
+        "component",
+        "add",
+        "rust-src",
+        "--toolchain",
+        "nightly",
+    ]))
 }
 
 fn ensure_debian_packages() -> Result<()> {
@@ -48,7 +58,11 @@ fn ensure_debian_packages() -> Result<()> {
         .iter()
         .copied()
         .filter(|package| {
-            !output_contains("dpkg-query", &["-W", "-f=${Status}", package], "install ok installed")
+            !output_contains(
+                "dpkg-query",
+                &["-W", "-f=${Status}", package],
+                "install ok installed",
+            )
         })
         .collect();
     if missing.is_empty() {
@@ -71,7 +85,11 @@ fn ensure_bpf_linker() -> Result<()> {
     eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about 3 minutes)");
     command::run(
         Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-            .args(["install", "--locked", &format!("bpf-linker@{BPF_LINKER_VERSION}")])
+            .args([
+                "install",
+                "--locked",
+                &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+            ])
             .args(["--no-default-features", "--features", "llvm-22"])
             .env("LLVM_PREFIX", LLVM_PREFIX),
     )

@@ -12,5 +12,9 @@ pub fn run() -> Result<()> {
     // The shared parser, on the host (its BPF build is exercised by the binary above).
     command::cargo(&["test", "-p", "dnsloop-ebpf", "--lib"])?;
     // Userspace unit tests, the lab tests and the end-to-end tests.
-    command::run(command::cargo_command().arg("test").env(dnsloop_tests::DNSLOOP_BIN_ENV, dnsloop))
+    command::run(
+        command::cargo_command()
+            .arg("test")
+            .env(dnsloop_tests::DNSLOOP_BIN_ENV, dnsloop),
+    )
 }

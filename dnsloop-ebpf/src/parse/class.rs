@@ -152,7 +152,10 @@ pub(crate) enum Rejected {
     Skip(Skip),
     Malformed(Malformed),
     /// ICMP (v4 or v6, per `family`) at `offset`: neither UDP nor TCP, but perhaps about DNS.
-    Icmp { family: IpFamily, offset: usize },
+    Icmp {
+        family: IpFamily,
+        offset: usize,
+    },
 }
 
 impl From<Skip> for Rejected {

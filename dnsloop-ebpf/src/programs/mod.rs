@@ -13,8 +13,8 @@ use aya_ebpf::{
 use dnsloop_ebpf::{
     event::{Counter, Direction, Heat, ObservationPoint, QueryState, StreamReason},
     parse::{
-        classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, LinkLayer,
-        PacketClass, Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
+        classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, LinkLayer, PacketClass,
+        Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
     },
 };
 
@@ -61,7 +61,9 @@ pub fn observe(ctx: &TcContext, direction: Direction) {
     if inspection.is_some() {
         counters::bump(Counter::DnsPackets);
     }
-    if let (Some(reason), Some(verdict)) = (inspection.and_then(|inspection| inspection.stream), verdict) {
+    if let (Some(reason), Some(verdict)) =
+        (inspection.and_then(|inspection| inspection.stream), verdict)
+    {
         stream::packet(ctx, &point, link, reason, verdict);
     }
 }
@@ -143,7 +145,11 @@ fn frame_messages(packet: &SkbBytes, verdict: *mut Verdict) {
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     let verdict = unsafe { &mut *verdict };
     verdict.parsed = 0;
-    verdict.stream = if stream_every_packet { StreamReason::EveryPacket as u8 + 1 } else { 0 };
+    verdict.stream = if stream_every_packet {
+        StreamReason::EveryPacket as u8 + 1
+    } else {
+        0
+    };
     verdict.matched_query = QueryState::default();
     verdict.prior.family = 0;
     let segment = verdict.segment;

@@ -45,7 +45,12 @@ pub fn copy_into<const N: usize>(
     let len = verifier_len::<N>(len)?;
     // SAFETY: `dst` holds at least `len` bytes; the helper fails cleanly past the packet end.
     let rc = unsafe {
-        bpf_skb_load_bytes(ctx.skb.skb as *const _, offset as u32, dst.as_mut_ptr().cast(), len)
+        bpf_skb_load_bytes(
+            ctx.skb.skb as *const _,
+            offset as u32,
+            dst.as_mut_ptr().cast(),
+            len,
+        )
     };
     (rc == 0).then_some(len as usize)
 }

@@ -1,11 +1,13 @@
 //! Evidence enrichment: what the node's conntrack table and bridge settings say about a finding,
-//! and the cause they establish.
+//! and the cause they establish (for an unexpected source) or the services behind the DNAT'ed
+//! forwards (for a loop).
 //!
 //! Best effort throughout: evidence that cannot be had (no entry, no permission, a timeout) is
 //! left out and logged at debug level, and the cause claims no more than the evidence shows.
 mod bridge_netfilter;
 mod cause;
 mod conntrack;
+mod dnat;
 #[cfg(test)]
 mod privileged_tests;
 
@@ -16,7 +18,7 @@ use self::{
     conntrack::{ConntrackTable, QueryFlow},
 };
 use crate::{
-    finding::{ConntrackEvidence, UnexpectedSourceFinding},
+    finding::{ConntrackEvidence, Dnat, Hop, LoopFinding, UnexpectedSourceFinding},
     observation::Transport,
 };
 
@@ -44,6 +46,40 @@ impl Enricher {
                 finding.summary = summary;
             }
         }
+    }
+
+    /// Fills `finding.dnat` with the DNATs conntrack recorded for the path's flows, and names
+    /// their services in `finding.summary`. Each report of a loop is enriched anew: repeats
+    /// come from the analyzer's unenriched copy.
+    pub fn enrich_loop(&mut self, finding: &mut LoopFinding) {
+        finding.dnat = self.translations(&finding.path);
+        finding.summary = dnat::name_services(&finding.summary, &finding.dnat);
+    }
+
+    /// The distinct DNATs conntrack recorded for the flows of `path`, first seen first.
+    fn translations(&mut self, path: &[Hop]) -> Vec<Dnat> {
+        let mut translations = Vec::new();
+        for flow in dnat::flows_to_look_up(path) {
+            match self.conntrack.lookup_delivered(&flow) {
+                Ok(Some(entry)) => {
+                    let found = dnat::translation(&flow, &entry);
+                    if let Some(found) = found.filter(|found| !translations.contains(found)) {
+                        translations.push(found);
+                    }
+                }
+                Ok(None) => tracing::debug!("conntrack has no entry delivering {flow:?}"),
+                Err(error) => {
+                    tracing::debug!(
+                        "no conntrack evidence for the loop's {flow:?}: {}",
+                        error_chain(&error)
+                    );
+                    // A failed lookup may have waited the whole timeout, and the next one
+                    // would most likely fail the same way.
+                    break;
+                }
+            }
+        }
+        translations
     }
 
     fn conntrack_evidence(

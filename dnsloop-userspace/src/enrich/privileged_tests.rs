@@ -8,14 +8,16 @@ use std::{
     time::SystemTime,
 };
 
+use dnsloop_ebpf::{event::Direction, parse::Probe};
+
 use super::{
     conntrack::{ConntrackTable, QueryFlow},
     Enricher,
 };
 use crate::{
-    finding::{ConntrackEvidence, UnexpectedSourceFinding},
+    finding::{ConntrackEvidence, Dnat, Hop, LoopFinding, UnexpectedSourceFinding},
     namespaces,
-    observation::Transport,
+    observation::{Namespace, Transport},
 };
 
 /// The fault's flow: 10.244.0.2 queried the ClusterIP, DNAT sent it to the pod 10.244.0.3.
@@ -170,6 +172,158 @@ fn the_enricher_establishes_the_bypass_in_its_namespace() {
              Fix: load br_netfilter and set net.bridge.bridge-nf-call-iptables=1"
         )
     );
+}
+
+/// The node cache's forward to the ClusterIP, which the output chain DNAT'ed to the CoreDNS pod
+/// 10.244.0.4 before any hop saw it.
+const NODE_CACHE_TO_CLUSTER_IP: &str = "-p udp -s 10.255.0.1 -d 10.96.0.10 --sport 43913 \
+    --dport 53 --reply-src 10.244.0.4 --reply-dst 10.255.0.1 --reply-port-src 53 \
+    --reply-port-dst 43913";
+
+/// CoreDNS's forward back to the node cache: delivered where it was sent.
+const COREDNS_TO_NODE_CACHE: &str = "-p udp -s 10.244.0.4 -d 169.254.25.10 --sport 40000 \
+    --dport 53 --reply-src 169.254.25.10 --reply-dst 10.244.0.4 --reply-port-src 53 \
+    --reply-port-dst 40000";
+
+#[test]
+fn a_delivered_flow_is_found_by_its_reply_tuple() {
+    if !can_run("a_delivered_flow_is_found_by_its_reply_tuple") {
+        return;
+    }
+    let namespace = TestNamespace::create("reply4");
+    namespace.insert_entry(NODE_CACHE_TO_CLUSTER_IP);
+
+    let (found, as_sent, missing) = namespace.run(|| {
+        let mut table = ConntrackTable::default();
+        let found = table.lookup_delivered(&udp_flow("10.255.0.1:43913", "10.244.0.4:53"));
+        // The flow as sent is the original tuple, not the reply's mirror image.
+        let as_sent = table.lookup_delivered(&udp_flow("10.255.0.1:43913", "10.96.0.10:53"));
+        let missing = table.lookup_delivered(&udp_flow("10.255.0.1:43914", "10.244.0.4:53"));
+        (found, as_sent, missing)
+    });
+
+    assert_eq!(
+        found.expect("the lookup succeeds"),
+        Some(ConntrackEvidence {
+            original_dst: addr("10.96.0.10:53"),
+            reply_src: addr("10.244.0.4:53"),
+            unreplied: true,
+        })
+    );
+    assert_eq!(as_sent.expect("a lookup of an absent flow succeeds"), None);
+    assert_eq!(missing.expect("a lookup of an absent flow succeeds"), None);
+}
+
+/// The loop's enrichment: the forward to the pod is named by its ClusterIP, the forward back
+/// to the node cache (not DNAT'ed) is not.
+#[test]
+fn the_enricher_names_the_cluster_ip_a_loops_forward_was_sent_to() {
+    if !can_run("the_enricher_names_the_cluster_ip_a_loops_forward_was_sent_to") {
+        return;
+    }
+    let namespace = TestNamespace::create("loop");
+    namespace.insert_entry(NODE_CACHE_TO_CLUSTER_IP);
+    namespace.insert_entry(COREDNS_TO_NODE_CACHE);
+
+    let mut finding = unenriched_loop(
+        vec![
+            loop_hop(
+                Direction::Egress,
+                "10.255.0.1:43913",
+                "10.244.0.4:53",
+                "pod 10.244.0.4",
+            ),
+            loop_hop(
+                Direction::Ingress,
+                "10.244.0.4:40000",
+                "169.254.25.10:53",
+                "node",
+            ),
+        ],
+        "loop: www.example.test. A: node -> 10.244.0.4 (pod 10.244.0.4) -> 169.254.25.10 (node) \
+         (2 hops): check the resolv.conf CoreDNS uses",
+    );
+    let finding = namespace.run(move || {
+        Enricher::new().enrich_loop(&mut finding);
+        finding
+    });
+
+    assert_eq!(
+        finding.dnat,
+        [Dnat {
+            service: addr("10.96.0.10:53"),
+            backend: addr("10.244.0.4:53"),
+        }]
+    );
+    assert_eq!(
+        finding.summary,
+        "loop: www.example.test. A: node -> 10.96.0.10 (DNAT -> 10.244.0.4) (pod 10.244.0.4) \
+         -> 169.254.25.10 (node) (2 hops): check the resolv.conf CoreDNS uses"
+    );
+    assert_eq!(
+        finding.servers,
+        [
+            "10.244.0.4"
+                .parse::<std::net::IpAddr>()
+                .expect("an address"),
+            "169.254.25.10".parse().expect("an address"),
+        ],
+        "servers stay as observed"
+    );
+}
+
+/// Without conntrack entries a loop keeps its summary and gets no DNAT: never an error.
+#[test]
+fn a_loop_without_entries_is_left_as_it_was() {
+    if !can_run("a_loop_without_entries_is_left_as_it_was") {
+        return;
+    }
+    let namespace = TestNamespace::create("noloop");
+    let unenriched = unenriched_loop(
+        vec![loop_hop(
+            Direction::Egress,
+            "10.255.0.1:43913",
+            "10.244.0.4:53",
+            "pod 10.244.0.4",
+        )],
+        "loop: www.example.test. A: node -> 10.244.0.4 (pod 10.244.0.4) -> 169.254.25.10 (node) \
+         (1 hop): check",
+    );
+    let mut finding = unenriched.clone();
+    let finding = namespace.run(move || {
+        Enricher::new().enrich_loop(&mut finding);
+        finding
+    });
+
+    assert_eq!(finding, unenriched);
+}
+
+/// A loop report as the analyzer makes it: `servers` are the hops' destinations.
+fn unenriched_loop(path: Vec<Hop>, summary: &str) -> LoopFinding {
+    LoopFinding {
+        ts: SystemTime::now(),
+        qname: "www.example.test.".to_string(),
+        qtype: 1,
+        count: 1,
+        servers: path.iter().map(|hop| hop.dst.ip()).collect(),
+        path,
+        probe: Probe::None,
+        summary: summary.to_string(),
+        dnat: Vec::new(),
+    }
+}
+
+fn loop_hop(direction: Direction, src: &str, dst: &str, enters: &str) -> Hop {
+    Hop {
+        ts: SystemTime::now(),
+        ifname: "cni0".into(),
+        direction,
+        enters: Some(Namespace::new(enters)),
+        src: addr(src),
+        dst: addr(dst),
+        id: 4242,
+        transport: Transport::Udp,
+    }
 }
 
 const BRIDGE_CALL_IPTABLES: &str = "/proc/sys/net/bridge/bridge-nf-call-iptables";

@@ -12,7 +12,7 @@ use super::{probe_name, time::rfc3339, Sink};
 use crate::{
     analyze::{mnemonic, ServerSummary, Summary},
     finding::{
-        ConntrackEvidence, Finding, Hop, LoopFinding, TimeoutFinding, UnexpectedSourceFinding,
+        ConntrackEvidence, Dnat, Finding, Hop, LoopFinding, TimeoutFinding, UnexpectedSourceFinding,
     },
     observation::Observation,
 };
@@ -65,6 +65,14 @@ fn loop_json(found: &LoopFinding) -> Value {
         "servers": found.servers.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "probe": probe_name(found.probe),
         "summary": found.summary,
+        "dnat": found.dnat.iter().map(dnat_json).collect::<Vec<_>>(),
+    })
+}
+
+fn dnat_json(dnat: &Dnat) -> Value {
+    json!({
+        "service": dnat.service.to_string(),
+        "backend": dnat.backend.to_string(),
     })
 }
 
@@ -301,7 +309,10 @@ mod tests {
         let value = one(|sink| sink.finding(&a_loop(Probe::None)));
         assert_eq!(
             keys(&value),
-            set(&["kind", "ts", "qname", "qtype", "count", "path", "servers", "probe", "summary"])
+            set(&[
+                "kind", "ts", "qname", "qtype", "count", "path", "servers", "probe", "summary",
+                "dnat"
+            ])
         );
         assert_eq!(value["kind"], "loop");
         assert_eq!(value["ts"], "2025-01-01T12:00:01.123Z");
@@ -309,6 +320,7 @@ mod tests {
         assert_eq!(value["count"], 3);
         assert_eq!(value["probe"], Value::Null);
         assert_eq!(value["servers"], json!(["10.244.0.3", "169.254.25.10"]));
+        assert_eq!(value["dnat"], json!([]));
         let path = value["path"].as_array().expect("path is an array");
         assert_eq!(path.len(), 2);
         assert_eq!(
@@ -338,6 +350,16 @@ mod tests {
             one(|sink| sink.finding(&a_loop(Probe::Dnsmasq)))["probe"],
             "dnsmasq"
         );
+    }
+
+    #[test]
+    fn a_loop_through_a_cluster_ip_lists_its_dnat_and_keeps_the_servers_seen() {
+        let value = one(|sink| sink.finding(&a_loop_through_a_cluster_ip()));
+        assert_eq!(
+            value["dnat"],
+            json!([{"service": "10.96.0.10:53", "backend": "10.244.0.3:53"}])
+        );
+        assert_eq!(value["servers"], json!(["10.244.0.3", "169.254.25.10"]));
     }
 
     #[test]

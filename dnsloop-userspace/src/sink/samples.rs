@@ -6,7 +6,7 @@ use dnsloop_ebpf::{event::Direction, parse::Probe};
 use crate::{
     analyze::{testkit::*, ServerSummary, Summary},
     finding::{
-        ConntrackEvidence, Finding, Hop, LoopFinding, TimeoutFinding, UnexpectedSourceFinding,
+        ConntrackEvidence, Dnat, Finding, Hop, LoopFinding, TimeoutFinding, UnexpectedSourceFinding,
     },
     observation::{Namespace, Transport},
 };
@@ -20,11 +20,16 @@ fn hop(ms_at: u64, ifname: &str, direction: Direction, src: &str, dst: &str, id:
         src: addr(src),
         dst: addr(dst),
         id,
+        transport: Transport::Udp,
     }
 }
 
 pub fn a_loop(probe: Probe) -> Finding {
-    Finding::Loop(LoopFinding {
+    Finding::Loop(a_loop_finding(probe))
+}
+
+fn a_loop_finding(probe: Probe) -> LoopFinding {
+    LoopFinding {
         ts: ms(1_123),
         qname: "www.example.test.".into(),
         qtype: A,
@@ -36,6 +41,21 @@ pub fn a_loop(probe: Probe) -> Finding {
         servers: vec!["10.244.0.3".parse().expect("an address"), "169.254.25.10".parse().expect("an address")],
         probe,
         summary: "loop: www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream".into(),
+        dnat: Vec::new(),
+    }
+}
+
+/// The first report of a loop whose forward to 10.244.0.3 an enricher found DNAT'ed from the
+/// ClusterIP, and named so in the summary.
+pub fn a_loop_through_a_cluster_ip() -> Finding {
+    Finding::Loop(LoopFinding {
+        count: 1,
+        dnat: vec![Dnat {
+            service: addr("10.96.0.10:53"),
+            backend: addr("10.244.0.3:53"),
+        }],
+        summary: "loop: www.example.test. A: node -> 10.96.0.10 (DNAT -> 10.244.0.3) (pod 10.244.0.3) -> 169.254.25.10 (node) (2 hops): check the upstream".into(),
+        ..a_loop_finding(Probe::None)
     })
 }
 

@@ -7,6 +7,7 @@ use std::{
     borrow::Cow,
     fmt::Write as _,
     io::{self, Write},
+    net::SocketAddr,
     time::Duration,
 };
 
@@ -48,7 +49,7 @@ impl<W: Write> TextSink<W> {
         // A repeat only updates the count: the path was drawn with the first report.
         if found.count == 1 {
             for hop in &found.path {
-                self.line(&hop_line(hop))?;
+                self.line(&hop_line(hop, dnat_service(found, hop)))?;
             }
         }
         Ok(())
@@ -213,9 +214,11 @@ impl<W: Write> Sink for TextSink<W> {
     }
 }
 
-fn hop_line(hop: &Hop) -> String {
+/// `service`: where the hop's packet was sent, when a DNAT sent it to `hop.dst` instead.
+fn hop_line(hop: &Hop, service: Option<SocketAddr>) -> String {
+    let via = service.map_or(String::new(), |service| format!(" ({service} via DNAT)"));
     format!(
-        "  {}  {:<16} {:<7}  {} -> {}  id {}",
+        "  {}  {:<16} {:<7}  {} -> {}{via}  id {}",
         time_of_day(hop.ts),
         hop.ifname,
         hop.direction.as_str(),
@@ -223,6 +226,17 @@ fn hop_line(hop: &Hop) -> String {
         hop.dst,
         hop.id
     )
+}
+
+/// The service `found` records a DNAT from to `hop`'s destination; `None` unless exactly one.
+fn dnat_service(found: &LoopFinding, hop: &Hop) -> Option<SocketAddr> {
+    let mut services = found
+        .dnat
+        .iter()
+        .filter(|dnat| dnat.backend == hop.dst)
+        .map(|dnat| dnat.service);
+    let service = services.next()?;
+    services.next().is_none().then_some(service)
 }
 
 /// A value on one line: strings bare, objects as `key value, ...`, the rest as JSON.
@@ -314,6 +328,20 @@ mod tests {
         assert_eq!(
             text.lines().collect::<Vec<_>>(),
             ["12:00:01.123  LOOP  x3 [coredns probe]  www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream"]
+        );
+    }
+
+    #[test]
+    fn a_loop_through_a_cluster_ip_names_the_service_on_its_line_and_path() {
+        let text = written(|sink| sink.finding(&a_loop_through_a_cluster_ip()));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "12:00:01.123  LOOP  x1  www.example.test. A: node -> 10.96.0.10 (DNAT -> 10.244.0.3) (pod 10.244.0.3) -> 169.254.25.10 (node) (2 hops): check the upstream",
+                "  12:00:01.001  cni0             egress   10.244.0.1:50000 -> 10.244.0.3:53 (10.96.0.10:53 via DNAT)  id 1000",
+                "  12:00:01.123  cni0             ingress  10.244.0.3:40000 -> 169.254.25.10:53  id 2000",
+            ]
         );
     }
 

@@ -51,7 +51,10 @@ mod tests {
             anchor_monotonic_ns: 5_000,
             anchor_wall: SystemTime::UNIX_EPOCH + Duration::from_secs(100),
         };
-        assert_eq!(clock.wall_time(5_000), SystemTime::UNIX_EPOCH + Duration::from_secs(100));
+        assert_eq!(
+            clock.wall_time(5_000),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(100)
+        );
         assert_eq!(
             clock.wall_time(1_005_000),
             SystemTime::UNIX_EPOCH + Duration::from_secs(100) + Duration::from_millis(1)

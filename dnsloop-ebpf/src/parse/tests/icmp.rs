@@ -70,7 +70,11 @@ fn only_a_quoted_reply_from_a_dns_port_counts() {
 fn other_icmp_messages_are_skipped() {
     for (kind, code) in [(8, 0), (3, 1), (11, 0)] {
         let frame = icmp_frame(false, kind, code, &dns_reply(false, 53));
-        assert_eq!(skipped(&frame, LinkLayer::Ethernet), Skip::NotUdpOrTcp, "{kind}/{code}");
+        assert_eq!(
+            skipped(&frame, LinkLayer::Ethernet),
+            Skip::NotUdpOrTcp,
+            "{kind}/{code}"
+        );
     }
     // ICMPv4's port unreachable numbers mean something else in ICMPv6.
     let frame = icmp_frame(true, 3, 3, &dns_reply(true, 53));

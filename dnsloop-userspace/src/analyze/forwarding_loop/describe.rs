@@ -53,6 +53,7 @@ pub fn loop_finding(cycle: &[&Flight], at: SystemTime) -> Option<LoopFinding> {
         servers,
         probe: arrival.probe,
         summary,
+        dnat: Vec::new(),
     })
 }
 
@@ -119,7 +120,10 @@ fn advice(home: &Namespace, cycle: &[&Flight], arrival: &Flight) -> String {
             server = flight.server.ip(),
         );
     }
-    if cycle.iter().all(|flight| flight.origin.as_ref() == Some(home)) {
+    if cycle
+        .iter()
+        .all(|flight| flight.origin.as_ref() == Some(home))
+    {
         return format!(
             "{home} forwards to {server}, which leads back to itself (its own address, or a \
              ClusterIP that DNATs to it): give it an upstream outside itself"

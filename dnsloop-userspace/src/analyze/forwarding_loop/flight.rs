@@ -120,6 +120,7 @@ impl Flight {
                 src: obs.src,
                 dst: obs.dst,
                 id: obs.id,
+                transport: obs.transport,
             });
         }
         self.position = match &obs.point.enters {

@@ -719,13 +719,11 @@ fn a_server_that_merges_the_copy_it_sends_itself_is_a_loop_when_it_sends_it_agai
     // and sends the question round again only when it retries, hundreds of milliseconds later.
     // Nothing ever leaves the pod: unlike a resolver behind a loopback address, which sends the
     // question on at once.
-    let mut observations = vec![
-        query(NAME)
-            .from("10.244.0.2:41234")
-            .to("10.244.0.3:53")
-            .at_ms(0)
-            .seen(COREDNS_IN),
-    ];
+    let mut observations = vec![query(NAME)
+        .from("10.244.0.2:41234")
+        .to("10.244.0.3:53")
+        .at_ms(0)
+        .seen(COREDNS_IN)];
     for round in 0..3u16 {
         observations.push(
             query(NAME)

@@ -1,5 +1,5 @@
-//! ctnetlink messages: the `IPCTNL_MSG_CT_GET` request for one flow, and the evidence in the
-//! kernel's answer to it.
+//! ctnetlink messages: the `IPCTNL_MSG_CT_GET` request for one flow, by either of its tuples, and
+//! the evidence in the kernel's answer to it.
 use std::net::{IpAddr, SocketAddr};
 
 use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
@@ -10,35 +10,33 @@ use netlink_packet_netfilter::{
     NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
 };
 
-use super::{ConntrackError, QueryFlow};
+use super::{ConntrackError, KeyTuple, QueryFlow};
 use crate::{finding::ConntrackEvidence, observation::Transport};
 
 /// `nfgenmsg.version`: `NFNETLINK_V0`, the only version there is.
 const NFNETLINK_V0: u8 = 0;
 
-/// The serialized request for the entry whose original tuple is `flow` (in conntrack zone 0,
-/// where kube-proxy's entries live).
-pub fn get_request(flow: &QueryFlow) -> Result<Vec<u8>, ConntrackError> {
+/// The serialized request for the entry that `flow` is the `by` direction of (in conntrack zone 0,
+/// where kube-proxy's entries live): with [`KeyTuple::Reply`], `flow` is the query as delivered,
+/// so the entry's reply tuple is its mirror image.
+pub fn get_request(flow: &QueryFlow, by: KeyTuple) -> Result<Vec<u8>, ConntrackError> {
     // The kernel reads the tuple's addresses in the family of the netfilter header.
     let family = match (flow.client.ip(), flow.server.ip()) {
         (IpAddr::V4(_), IpAddr::V4(_)) => NetfilterProtoFamily::IPv4,
         (IpAddr::V6(_), IpAddr::V6(_)) => NetfilterProtoFamily::IPv6,
         (client, server) => return Err(ConntrackError::MixedFamilies { client, server }),
     };
-    let original = vec![
-        Tuple::Ip(vec![
-            IPTuple::SourceAddress(flow.client.ip()),
-            IPTuple::DestinationAddress(flow.server.ip()),
-        ]),
-        Tuple::Proto(vec![
-            ProtoTuple::Protocol(protocol(flow.transport)),
-            ProtoTuple::SourcePort(flow.client.port()),
-            ProtoTuple::DestinationPort(flow.server.port()),
-        ]),
-    ];
+    let key = match by {
+        KeyTuple::Original => {
+            ConntrackAttribute::CtaTupleOrig(key_tuple(flow.transport, flow.client, flow.server))
+        }
+        KeyTuple::Reply => {
+            ConntrackAttribute::CtaTupleReply(key_tuple(flow.transport, flow.server, flow.client))
+        }
+    };
     let request = NetfilterMessage::new(
         NetfilterHeader::new(family, NFNETLINK_V0, 0),
-        ConntrackMessage::Get(vec![ConntrackAttribute::CtaTupleOrig(original)]),
+        ConntrackMessage::Get(vec![key]),
     );
     let mut header = NetlinkHeader::default();
     // No NLM_F_ACK: the kernel answers with the entry or with an error, never with both.
@@ -68,6 +66,21 @@ pub fn parse_reply(bytes: &[u8]) -> Result<Option<ConntrackEvidence>, ConntrackE
         },
         _ => Err(ConntrackError::Unexpected("neither an entry nor an error")),
     }
+}
+
+/// One direction of a flow, as a request names it.
+fn key_tuple(transport: Transport, source: SocketAddr, destination: SocketAddr) -> Vec<Tuple> {
+    vec![
+        Tuple::Ip(vec![
+            IPTuple::SourceAddress(source.ip()),
+            IPTuple::DestinationAddress(destination.ip()),
+        ]),
+        Tuple::Proto(vec![
+            ProtoTuple::Protocol(protocol(transport)),
+            ProtoTuple::SourcePort(source.port()),
+            ProtoTuple::DestinationPort(destination.port()),
+        ]),
+    ]
 }
 
 fn protocol(transport: Transport) -> Protocol {
@@ -234,8 +247,11 @@ mod tests {
 
     #[test]
     fn the_request_asks_for_the_original_tuple_of_the_flow() {
-        let bytes = get_request(&flow(Transport::Udp, "10.244.0.2:41234", "10.96.0.10:53"))
-            .expect("an IPv4 flow makes a request");
+        let bytes = get_request(
+            &flow(Transport::Udp, "10.244.0.2:41234", "10.96.0.10:53"),
+            KeyTuple::Original,
+        )
+        .expect("an IPv4 flow makes a request");
         let message =
             NetlinkMessage::<NetfilterMessage>::deserialize(&bytes).expect("the request decodes");
         assert_eq!(message.header.flags, NLM_F_REQUEST);
@@ -259,11 +275,14 @@ mod tests {
 
     #[test]
     fn an_ipv6_tcp_request_names_its_family_and_protocol() {
-        let bytes = get_request(&flow(
-            Transport::Tcp,
-            "[fd00:10:244::2]:41234",
-            "[fd00:10:96::a]:53",
-        ))
+        let bytes = get_request(
+            &flow(
+                Transport::Tcp,
+                "[fd00:10:244::2]:41234",
+                "[fd00:10:96::a]:53",
+            ),
+            KeyTuple::Original,
+        )
         .expect("an IPv6 flow makes a request");
         let message =
             NetlinkMessage::<NetfilterMessage>::deserialize(&bytes).expect("the request decodes");
@@ -285,15 +304,69 @@ mod tests {
 
     #[test]
     fn a_flow_mixing_families_makes_no_request() {
-        let error = get_request(&flow(
-            Transport::Udp,
-            "10.244.0.2:41234",
-            "[fd00:10:96::a]:53",
-        ))
-        .unwrap_err();
-        assert!(
-            matches!(error, ConntrackError::MixedFamilies { .. }),
-            "{error:?}"
+        for by in [KeyTuple::Original, KeyTuple::Reply] {
+            let error = get_request(
+                &flow(Transport::Udp, "10.244.0.2:41234", "[fd00:10:96::a]:53"),
+                by,
+            )
+            .unwrap_err();
+            assert!(
+                matches!(error, ConntrackError::MixedFamilies { .. }),
+                "{by:?}: {error:?}"
+            );
+        }
+    }
+
+    /// The node cache's query to the ClusterIP, seen only after the output chain DNAT'ed it to
+    /// the pod: the entry's reply tuple runs from the pod back to the cache.
+    #[test]
+    fn a_delivered_query_is_asked_for_by_its_mirror_image_as_the_reply_tuple() {
+        let delivered = flow(Transport::Udp, "10.255.0.1:43913", "10.244.0.4:53");
+        let bytes = get_request(&delivered, KeyTuple::Reply).expect("an IPv4 flow makes a request");
+        let message =
+            NetlinkMessage::<NetfilterMessage>::deserialize(&bytes).expect("the request decodes");
+        assert_eq!(message.header.flags, NLM_F_REQUEST);
+        // NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_GET
+        assert_eq!(message.header.message_type, 0x0101);
+        let NetlinkPayload::InnerMessage(request) = message.payload else {
+            panic!("not a netfilter message: {:?}", message.payload);
+        };
+        assert_eq!(request.header.family, NetfilterProtoFamily::IPv4);
+        assert_eq!(
+            request.inner,
+            NetfilterMessageInner::Conntrack(ConntrackMessage::Get(vec![
+                ConntrackAttribute::CtaTupleReply(tuple(
+                    addr("10.244.0.4:53"),
+                    addr("10.255.0.1:43913"),
+                    Protocol::Udp
+                ))
+            ]))
+        );
+    }
+
+    #[test]
+    fn a_reply_tuple_request_keeps_the_flows_protocol() {
+        let delivered = flow(
+            Transport::Tcp,
+            "[fd00:10:255::1]:43913",
+            "[fd00:10:244::4]:53",
+        );
+        let bytes = get_request(&delivered, KeyTuple::Reply).expect("an IPv6 flow makes a request");
+        let message =
+            NetlinkMessage::<NetfilterMessage>::deserialize(&bytes).expect("the request decodes");
+        let NetlinkPayload::InnerMessage(request) = message.payload else {
+            panic!("not a netfilter message: {:?}", message.payload);
+        };
+        assert_eq!(request.header.family, NetfilterProtoFamily::IPv6);
+        assert_eq!(
+            request.inner,
+            NetfilterMessageInner::Conntrack(ConntrackMessage::Get(vec![
+                ConntrackAttribute::CtaTupleReply(tuple(
+                    addr("[fd00:10:244::4]:53"),
+                    addr("[fd00:10:255::1]:43913"),
+                    Protocol::Tcp
+                ))
+            ]))
         );
     }
 

@@ -36,12 +36,22 @@ pub enum ConntrackError {
     Unexpected(&'static str),
 }
 
-/// A query's flow in its original direction: from the client to where it sent the query.
+/// A query's flow, from the client to a server: where it sent the query, or where the query was
+/// delivered after DNAT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueryFlow {
     pub transport: Transport,
     pub client: SocketAddr,
     pub server: SocketAddr,
+}
+
+/// Which of its two tuples an entry is asked for by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyTuple {
+    /// The query as the client sent it, before any NAT.
+    Original,
+    /// Replies, from where the query was delivered back to the client: after DNAT.
+    Reply,
 }
 
 /// The conntrack table of the network namespace the first lookup ran in: the socket is opened
@@ -57,7 +67,25 @@ impl ConntrackTable {
         &mut self,
         flow: &QueryFlow,
     ) -> Result<Option<ConntrackEvidence>, ConntrackError> {
-        let request = message::get_request(flow)?;
+        self.get(flow, KeyTuple::Original)
+    }
+
+    /// The entry of `flow`, a query seen after any DNAT, found by its reply tuple (from
+    /// `flow.server` back to `flow.client`): its original destination is where the client sent
+    /// the query. `Ok(None)` when conntrack has none.
+    pub fn lookup_delivered(
+        &mut self,
+        flow: &QueryFlow,
+    ) -> Result<Option<ConntrackEvidence>, ConntrackError> {
+        self.get(flow, KeyTuple::Reply)
+    }
+
+    fn get(
+        &mut self,
+        flow: &QueryFlow,
+        by: KeyTuple,
+    ) -> Result<Option<ConntrackEvidence>, ConntrackError> {
+        let request = message::get_request(flow, by)?;
         let socket = match &mut self.socket {
             Some(socket) => socket,
             None => self.socket.insert(NetfilterSocket::open(REPLY_TIMEOUT)?),
