@@ -22,7 +22,8 @@ pub struct Hop {
     pub ts: SystemTime,
     pub ifname: Arc<str>,
     pub direction: Direction,
-    /// The namespace the packet entered at this hop, when known.
+    /// The namespaces the packet left and entered at this hop, when watched (a pod, `node`).
+    pub leaves: Option<Namespace>,
     pub enters: Option<Namespace>,
     pub src: SocketAddr,
     pub dst: SocketAddr,

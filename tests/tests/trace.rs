@@ -75,8 +75,14 @@ fn trace_counts_dns_packets_on_every_hop_of_the_healthy_lab() {
     };
 
     // Queries leave the client (ingress on the node side of its veth), answers come back.
-    assert!(dns("veth-client", "ingress") >= QUERIES + EXTERNAL_QUERIES, "{summary}");
-    assert!(dns("veth-client", "egress") >= QUERIES + EXTERNAL_QUERIES, "{summary}");
+    assert!(
+        dns("veth-client", "ingress") >= QUERIES + EXTERNAL_QUERIES,
+        "{summary}"
+    );
+    assert!(
+        dns("veth-client", "egress") >= QUERIES + EXTERNAL_QUERIES,
+        "{summary}"
+    );
     // The cache's cluster queries reach the CoreDNS pods, DNAT'ed from the ClusterIP.
     let to_coredns = dns("veth-coredns-a", "egress") + dns("veth-coredns-b", "egress");
     assert!(to_coredns >= QUERIES, "{summary}");

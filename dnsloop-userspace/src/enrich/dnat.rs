@@ -101,6 +101,7 @@ mod tests {
             ts: SystemTime::UNIX_EPOCH,
             ifname: Arc::from("cni0"),
             direction: Direction::Egress,
+            leaves: None,
             enters: None,
             src: addr(src),
             dst: addr(dst),

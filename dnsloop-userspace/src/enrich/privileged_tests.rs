@@ -318,6 +318,7 @@ fn loop_hop(direction: Direction, src: &str, dst: &str, enters: &str) -> Hop {
         ts: SystemTime::now(),
         ifname: "cni0".into(),
         direction,
+        leaves: None,
         enters: Some(Namespace::new(enters)),
         src: addr(src),
         dst: addr(dst),

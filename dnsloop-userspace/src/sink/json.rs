@@ -84,6 +84,8 @@ fn hop_json(hop: &Hop) -> Value {
         "src": hop.src.to_string(),
         "dst": hop.dst.to_string(),
         "id": hop.id,
+        "leaves": hop.leaves.as_ref().map(ToString::to_string),
+        "enters": hop.enters.as_ref().map(ToString::to_string),
     })
 }
 
@@ -325,7 +327,7 @@ mod tests {
         assert_eq!(path.len(), 2);
         assert_eq!(
             keys(&path[0]),
-            set(&["ts", "ifname", "dir", "src", "dst", "id"])
+            set(&["ts", "ifname", "dir", "src", "dst", "id", "leaves", "enters"])
         );
         assert_eq!(
             path[1],
@@ -336,6 +338,8 @@ mod tests {
                 "src": "10.244.0.3:40000",
                 "dst": "169.254.25.10:53",
                 "id": 2000,
+                "leaves": null,
+                "enters": "node",
             })
         );
         assert!(value["summary"]

@@ -16,7 +16,9 @@ fn hop(ms_at: u64, ifname: &str, direction: Direction, src: &str, dst: &str, id:
         ts: ms(ms_at),
         ifname: ifname.into(),
         direction,
-        enters: Some(Namespace::new("node")),
+        // The bridge's own interface: egress leaves the node's stack, ingress enters it.
+        leaves: (direction == Direction::Egress).then(|| Namespace::new("node")),
+        enters: (direction == Direction::Ingress).then(|| Namespace::new("node")),
         src: addr(src),
         dst: addr(dst),
         id,

@@ -217,8 +217,9 @@ impl<W: Write> Sink for TextSink<W> {
 /// `service`: where the hop's packet was sent, when a DNAT sent it to `hop.dst` instead.
 fn hop_line(hop: &Hop, service: Option<SocketAddr>) -> String {
     let via = service.map_or(String::new(), |service| format!(" ({service} via DNAT)"));
+    let crossing = crossing(hop).map_or(String::new(), |crossing| format!("  [{crossing}]"));
     format!(
-        "  {}  {:<16} {:<7}  {} -> {}{via}  id {}",
+        "  {}  {:<16} {:<7}  {} -> {}{via}  id {}{crossing}",
         time_of_day(hop.ts),
         hop.ifname,
         hop.direction.as_str(),
@@ -226,6 +227,18 @@ fn hop_line(hop: &Hop, service: Option<SocketAddr>) -> String {
         hop.dst,
         hop.id
     )
+}
+
+/// Where the hop took the packet: `leaves pod 10.244.0.3`, `enters node`, `within pod ...` (a
+/// loopback), `pod A -> node`; `None` between two unwatched sides.
+fn crossing(hop: &Hop) -> Option<String> {
+    match (&hop.leaves, &hop.enters) {
+        (Some(left), Some(entered)) if left == entered => Some(format!("within {left}")),
+        (Some(left), Some(entered)) => Some(format!("{left} -> {entered}")),
+        (Some(left), None) => Some(format!("leaves {left}")),
+        (None, Some(entered)) => Some(format!("enters {entered}")),
+        (None, None) => None,
+    }
 }
 
 /// The service `found` records a DNAT from to `hop`'s destination; `None` unless exactly one.
@@ -316,8 +329,8 @@ mod tests {
             lines,
             [
                 "12:00:01.123  LOOP  x1 [coredns probe]  www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream",
-                "  12:00:01.001  cni0             egress   10.244.0.1:50000 -> 10.244.0.3:53  id 1000",
-                "  12:00:01.123  cni0             ingress  10.244.0.3:40000 -> 169.254.25.10:53  id 2000",
+                "  12:00:01.001  cni0             egress   10.244.0.1:50000 -> 10.244.0.3:53  id 1000  [leaves node]",
+                "  12:00:01.123  cni0             ingress  10.244.0.3:40000 -> 169.254.25.10:53  id 2000  [enters node]",
             ]
         );
     }
@@ -339,8 +352,8 @@ mod tests {
             lines,
             [
                 "12:00:01.123  LOOP  x1  www.example.test. A: node -> 10.96.0.10 (DNAT -> 10.244.0.3) (pod 10.244.0.3) -> 169.254.25.10 (node) (2 hops): check the upstream",
-                "  12:00:01.001  cni0             egress   10.244.0.1:50000 -> 10.244.0.3:53 (10.96.0.10:53 via DNAT)  id 1000",
-                "  12:00:01.123  cni0             ingress  10.244.0.3:40000 -> 169.254.25.10:53  id 2000",
+                "  12:00:01.001  cni0             egress   10.244.0.1:50000 -> 10.244.0.3:53 (10.96.0.10:53 via DNAT)  id 1000  [leaves node]",
+                "  12:00:01.123  cni0             ingress  10.244.0.3:40000 -> 169.254.25.10:53  id 2000  [enters node]",
             ]
         );
     }

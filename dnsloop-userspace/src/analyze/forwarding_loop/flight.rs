@@ -116,6 +116,7 @@ impl Flight {
                 ts: obs.ts,
                 ifname: obs.point.ifname.clone(),
                 direction: obs.point.direction,
+                leaves: obs.point.leaves.clone(),
                 enters: obs.point.enters.clone(),
                 src: obs.src,
                 dst: obs.dst,
