@@ -3,7 +3,7 @@
 //! Each test brings up one scenario on a lab of its own, runs `dnsloop trace --output json` in
 //! the node namespace while it sends traffic from the pods, then stops the tracer as an
 //! operator would (Ctrl-C) and reads what it printed. Tests run in parallel threads, but keep
-//! to one lab at a time for now (see [`ONE_LAB_AT_A_TIME`]).
+//! to one lab at a time (see [`ONE_LAB_AT_A_TIME`]).
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     sync::{Mutex, MutexGuard},
@@ -35,11 +35,10 @@ const MAX_REPORTS_PER_LOOP: usize = 5;
 /// A loop must be reported while it is still going on.
 const LOOP_REPORTED_WITHIN: Duration = Duration::from_secs(1);
 
-/// dnsloop watches the loopback of every namespace whose veth pairs up with one of its node's
-/// by interface number, and the labs are built alike: a lab traced while another is up sees
-/// that lab's loopback traffic, and its verdict depends on what the other test does
-/// (`another_labs_traffic_stays_out_of_the_trace` shows it). Until dnsloop tells them apart,
-/// the tests keep to one lab at a time; then this lock can go.
+/// Labs no longer see each other (`another_labs_traffic_stays_out_of_the_trace` holds without
+/// this lock), but a loop storm in one lab loads a 2-core machine enough to delay another
+/// test's tracer past the deadlines these tests assert (a loop reported within a second). The
+/// tests keep to one lab at a time so that what they measure is dnsloop, not the neighbours.
 static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn one_lab_at_a_time() -> MutexGuard<'static, ()> {
