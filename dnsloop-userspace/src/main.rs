@@ -1,9 +1,10 @@
 //! `dnsloop`: find DNS forwarding loops and broken DNS paths on a Kubernetes node while they happen.
 //!
-//! Data flow, readable from `trace`: the kernel programs (`programs`, attached by `attach` to the
-//! links `topology` lists) stream packets to a `source`; the `decode`r turns them into
-//! `observation`s at `points`; the `analyze` engine turns those into `finding`s; a `sink` writes
-//! them. `analyze` never learns which source a packet came from.
+//! Data flow, readable from `trace`: the kernel programs (`programs`, attached by `attach` and
+//! kept current by `watch` on the links `topology` lists, pods' loopbacks found by `namespaces`)
+//! stream packets to a `source`; the `pipeline` has the `decode`r turn them into `observation`s
+//! at `points`, the `analyze` engine turn those into `finding`s, `enrich` add the node's
+//! evidence, and a `sink` write them. `analyze` never learns which source a packet came from.
 mod analyze;
 mod attach;
 mod cli;
@@ -16,6 +17,7 @@ mod kernel_tests;
 mod namespaces;
 mod netns;
 mod observation;
+mod pipeline;
 mod points;
 mod programs;
 mod report;

@@ -1,6 +1,6 @@
 //! `dnsloop trace`: watch DNS live until the duration ends or a signal arrives.
 //!
-//! kernel programs -> ring buffer source -> decoder -> analyzers -> sink (stdout).
+//! kernel programs -> ring buffer source -> pipeline (decoder -> analyzers -> sink on stdout).
 use anyhow::Context as _;
 use futures::StreamExt as _;
 use tokio::signal::unix::{signal, SignalKind};
@@ -10,13 +10,11 @@ use crate::{
     attach,
     cli::TraceArgs,
     counters,
-    decode::{Decoder, NotDecoded},
+    decode::Decoder,
     enrich::Enricher,
-    finding::Finding,
-    observation::Observation,
-    points::PointMap,
-    programs, sink,
-    source::{clock::MonotonicClock, ringbuf::RingBufSource, RawPacket},
+    pipeline::Pipeline,
+    programs, report, sink,
+    source::{clock::MonotonicClock, ringbuf::RingBufSource},
     topology,
     watch::Watch,
 };
@@ -48,35 +46,23 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
 
     let mut source = RingBufSource::new(records, MonotonicClock::anchored_now())
         .context("watching the ring buffer")?;
-    let decoder = Decoder::new(&args.dns_ports);
-    let mut engine = Engine::new(EngineConfig {
+    let engine = Engine::new(EngineConfig {
         timeout: args.timeout,
         loop_report_interval: args.report_interval,
         ..EngineConfig::default()
     });
     let stdout = std::io::stdout();
-    let mut sink = sink::for_format(args.output, stdout.lock());
-    let mut packets = Vec::new();
-    let mut observations = Vec::new();
-    let mut findings = Vec::new();
-    let mut unplaced_records = 0u64;
-    // Built here, on the node's namespace thread: its conntrack socket stays in that namespace.
-    let mut enricher = Enricher::new();
-    let mut decode =
-        |points: &PointMap, packets: &mut Vec<RawPacket>, observations: &mut Vec<Observation>| {
-            for packet in packets.drain(..) {
-                match decoder.decode(
-                    &packet,
-                    |interface, direction| points.get(interface, direction),
-                    observations,
-                ) {
-                    Err(NotDecoded::Unplaced) => unplaced_records += 1,
-                    // Packets that are not DNS, or malformed, were already counted by the kernel.
-                    Err(NotDecoded::NotDns | NotDecoded::Malformed(_)) | Ok(()) => {}
-                }
-            }
-        };
+    // The enricher is built here, on the node's namespace thread: its conntrack socket stays in
+    // that namespace.
+    let mut pipeline = Pipeline::new(
+        Decoder::new(&args.dns_ports),
+        engine,
+        Enricher::new(),
+        sink::for_format(args.output, stdout.lock()),
+        args.packets,
+    );
 
+    let mut packets = Vec::new();
     let mut end = end_of_run(args.duration)?;
     loop {
         tokio::select! {
@@ -84,76 +70,23 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
             batch = source.next_batch(&mut packets) => batch.context("reading the ring buffer")?,
             Some(event) = link_events.next() => watch.apply(event),
         }
-        decode(&watch.points, &mut packets, &mut observations);
-        feed(
-            &mut engine,
-            &mut observations,
-            &mut findings,
-            args.packets,
-            sink.as_mut(),
-        )?;
-        engine.tick(source.watermark(), &mut findings);
-        emit(&mut findings, &mut enricher, sink.as_mut())?;
+        pipeline.ingest(&mut packets, &watch.points)?;
+        pipeline.tick(source.watermark())?;
     }
     source.drain(&mut packets);
-    decode(&watch.points, &mut packets, &mut observations);
-    feed(
-        &mut engine,
-        &mut observations,
-        &mut findings,
-        args.packets,
-        sink.as_mut(),
-    )?;
-    let summary = engine.finish(source.watermark(), &mut findings);
-    emit(&mut findings, &mut enricher, sink.as_mut())?;
+    pipeline.ingest(&mut packets, &watch.points)?;
 
     let interfaces = counters::read_points(&watch.ebpf, watch.node_cookie, &watch.links)
         .context("reading the per-interface counters")?;
-    let global = counters::read_global(&watch.ebpf).context("reading the kernel counters")?;
-    let extra = crate::report::summary_extra(
-        &interfaces,
-        &global,
-        source.undecodable_records,
-        unplaced_records,
-    );
-    sink.summary(&summary, &extra)
-        .context("writing to stdout")?;
-    Ok(())
-}
-
-/// Hands decoded observations to the engine (and the sink, with `--packets`); findings wait in
-/// `findings` for `emit`.
-fn feed(
-    engine: &mut Engine,
-    observations: &mut Vec<Observation>,
-    findings: &mut Vec<Finding>,
-    print_packets: bool,
-    sink: &mut dyn sink::Sink,
-) -> anyhow::Result<()> {
-    for observation in observations.drain(..) {
-        if print_packets {
-            sink.packet(&observation).context("writing to stdout")?;
-        }
-        engine.observe(&observation, findings);
-    }
-    Ok(())
-}
-
-/// Adds the node's evidence to each finding and writes it out.
-fn emit(
-    findings: &mut Vec<Finding>,
-    enricher: &mut Enricher,
-    sink: &mut dyn sink::Sink,
-) -> anyhow::Result<()> {
-    for mut finding in findings.drain(..) {
-        match &mut finding {
-            Finding::UnexpectedSource(unexpected) => enricher.enrich(unexpected),
-            Finding::Loop(found) => enricher.enrich_loop(found),
-            Finding::Timeout(_) => {}
-        }
-        sink.finding(&finding).context("writing to stdout")?;
-    }
-    Ok(())
+    let kernel = counters::read_global(&watch.ebpf).context("reading the kernel counters")?;
+    pipeline.finish(source.watermark(), |unplaced_records| {
+        report::summary_extra(
+            &interfaces,
+            &kernel,
+            source.undecodable_records,
+            unplaced_records,
+        )
+    })
 }
 
 /// Resolves when `duration` has elapsed or on SIGINT/SIGTERM, whichever comes first.
