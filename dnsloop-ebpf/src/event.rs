@@ -204,6 +204,13 @@ pub const fn malformed_counter_slot(reason: u8) -> u32 {
 /// Slots in the counter array.
 pub const COUNTER_SLOTS: u32 = Counter::COUNT + crate::parse::Malformed::COUNT as u32;
 
+/// An address that forwards DNS, as the forwarder table keys it (IPv4 in the first 4 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ForwarderKey {
+    pub address: [u8; 16],
+}
+
 /// A question, as the question table keys it: the case-folded name hash, type and class.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -311,11 +318,18 @@ impl QuestionState {
     /// Records a query sighting with `id` at `now_ns` and says whether it should be streamed.
     /// The caller keeps `last_cold` up to date for `Heat::Cold` sightings.
     ///
-    /// A question becomes hot when a second distinct ID asks it within `window_ns` of the
-    /// previous sighting (a forwarder gives every upstream query a new ID; a client's retry keeps
-    /// its ID), and stays hot until it has been quiet for `window_ns`.
+    /// A question becomes hot when a forwarder asks it with a new ID within `window_ns` of the
+    /// previous sighting (a forwarder gives every upstream query a new ID), and stays hot until
+    /// it has been quiet for `window_ns`. New IDs from clients (`from_forwarder` false) leave it
+    /// cold: a popular name is asked by many clients, each with its own ID, and is no loop.
     #[inline(always)]
-    pub fn record_sighting(&mut self, id: u16, now_ns: u64, window_ns: u64) -> Heat {
+    pub fn record_sighting(
+        &mut self,
+        id: u16,
+        now_ns: u64,
+        window_ns: u64,
+        from_forwarder: bool,
+    ) -> Heat {
         if now_ns.saturating_sub(self.last_ns) > window_ns {
             *self = Self::first_sighting(id, now_ns);
             return Heat::Cold;
@@ -329,7 +343,7 @@ impl QuestionState {
         for slot in 0..QUESTION_IDS {
             known |= slot < usize::from(self.id_count) && self.ids[slot] == id;
         }
-        if known {
+        if known || !from_forwarder {
             return Heat::Cold;
         }
         let slot = usize::from(self.id_count);
@@ -375,6 +389,7 @@ mod user {
     unsafe impl aya::Pod for super::QueryKey {}
     unsafe impl aya::Pod for super::QueryState {}
     unsafe impl aya::Pod for super::Sighting {}
+    unsafe impl aya::Pod for super::ForwarderKey {}
 }
 
 #[cfg(test)]
@@ -405,8 +420,11 @@ mod tests {
     #[test]
     fn a_retry_with_the_same_id_is_not_hot() {
         let mut state = QuestionState::first_sighting(7, 0);
-        assert_eq!(state.record_sighting(7, 1_000, WINDOW), Heat::Cold);
-        assert_eq!(state.record_sighting(7, 500_000_000, WINDOW), Heat::Cold);
+        assert_eq!(state.record_sighting(7, 1_000, WINDOW, true), Heat::Cold);
+        assert_eq!(
+            state.record_sighting(7, 500_000_000, WINDOW, true),
+            Heat::Cold
+        );
         assert_eq!(state.sightings, 3);
     }
 
@@ -414,12 +432,12 @@ mod tests {
     fn a_new_id_makes_the_question_hot_until_it_is_quiet() {
         let mut state = QuestionState::first_sighting(7, 0);
         assert_eq!(
-            state.record_sighting(8, 1_000, WINDOW),
+            state.record_sighting(8, 1_000, WINDOW, true),
             Heat::BecameHot,
             "a forward"
         );
         assert_eq!(
-            state.record_sighting(7, 2_000, WINDOW),
+            state.record_sighting(7, 2_000, WINDOW, true),
             Heat::Hot,
             "every sighting streams"
         );
@@ -432,7 +450,7 @@ mod tests {
             "not once it has been quiet"
         );
         assert_eq!(
-            state.record_sighting(9, 2_000 + WINDOW + 1, WINDOW),
+            state.record_sighting(9, 2_000 + WINDOW + 1, WINDOW, true),
             Heat::Cold,
             "reset"
         );
@@ -440,9 +458,24 @@ mod tests {
     }
 
     #[test]
+    fn clients_asking_with_their_own_ids_leave_a_question_cold() {
+        let mut state = QuestionState::first_sighting(7, 0);
+        for id in 8..40 {
+            assert_eq!(state.record_sighting(id, 1_000, WINDOW, false), Heat::Cold);
+        }
+        assert_eq!(
+            state.record_sighting(99, 2_000, WINDOW, true),
+            Heat::BecameHot
+        );
+    }
+
+    #[test]
     fn clock_going_backwards_does_not_reset() {
         let mut state = QuestionState::first_sighting(7, 5_000);
-        assert_eq!(state.record_sighting(8, 4_000, WINDOW), Heat::BecameHot);
+        assert_eq!(
+            state.record_sighting(8, 4_000, WINDOW, true),
+            Heat::BecameHot
+        );
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! Each test loads programs of its own, so its maps start empty and the counts it checks are
 //! exact. The kernel runs a test frame on the loopback device of the calling thread's namespace
 //! (no `ifindex` is given in the context), so records name loopback and that namespace's cookie.
+use std::net::{IpAddr, Ipv4Addr};
+
 use aya::{
     maps::{MapData, PerCpuHashMap, RingBuf},
     Ebpf, TestRun as _, TestRunOptions,
@@ -215,13 +217,25 @@ fn a_question_asked_again_with_a_new_id_is_streamed_from_then_on() {
         return;
     };
     let client_query = query_frame(0x1001, "www.example.test", QTYPE_A);
-    // A forwarder gives the question a new ID, and may randomise its case (DNS 0x20).
-    let forwarded = query_frame(0x2002, "WWW.Example.TEST", QTYPE_A);
+    // Another client asks too, with its own ID: a popular name, no forward.
+    let other_client = query_frame(0x1717, "www.example.test", QTYPE_A);
+    // A forwarder (here the node, whose addresses userspace registers) gives the question a
+    // new ID, and may randomise its case (DNS 0x20).
+    let node = Ipv4Addr::new(10, 255, 0, 1);
+    programs::register_forwarders(&mut kernel.ebpf, &[IpAddr::V4(node)])
+        .expect("registering the node's address");
+    let forwarded = FrameSpec {
+        src: IpAddr::V4(node),
+        payload: dns_query(0x2002, "WWW.Example.TEST", QTYPE_A),
+        ..FrameSpec::default()
+    }
+    .build();
     // The same name with another type is another question.
     let other_question = query_frame(0x3003, "www.example.test", QTYPE_AAAA);
 
     let before = monotonic_ns();
     kernel.run(Direction::Ingress, &client_query);
+    kernel.run(Direction::Ingress, &other_client);
     kernel.run(Direction::Egress, &forwarded);
     kernel.run(Direction::Ingress, &client_query);
     kernel.run(Direction::Egress, &other_question);

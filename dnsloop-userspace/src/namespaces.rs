@@ -254,7 +254,10 @@ fn inspect(path: &Path) -> Result<Inspection, NamespaceError> {
                 let mut addresses = Vec::new();
                 for link in &links {
                     if matches!(link.role, LinkRole::Veth { .. }) {
-                        let first = topology::addresses(link.index).await?.into_iter().next();
+                        let first = topology::addresses(Some(link.index))
+                            .await?
+                            .into_iter()
+                            .next();
                         addresses.push((link.index, first));
                     }
                 }

@@ -4,8 +4,10 @@ use aya::{
     programs::SchedClassifier,
     Ebpf, EbpfLoader,
 };
+use std::net::IpAddr;
+
 use dnsloop_ebpf::{
-    event::{ProgramConfig, PACKET_SNAP_MAX},
+    event::{ForwarderKey, ProgramConfig, PACKET_SNAP_MAX},
     parse::{LinkLayer, MAX_DNS_PORTS},
 };
 use thiserror::Error;
@@ -23,6 +25,7 @@ const RECORDS_MAP: &str = "RECORDS";
 const QUESTIONS_MAP: &str = "QUESTIONS";
 const QUERIES_MAP: &str = "QUERIES";
 const LINK_LAYERS_MAP: &str = "LINK_LAYERS";
+const FORWARDERS_MAP: &str = "FORWARDERS";
 
 #[derive(Debug, Error)]
 pub enum LoadError {
@@ -123,6 +126,29 @@ pub fn register_link_layers(ebpf: &mut Ebpf, links: &[Link]) -> Result<(), LoadE
         layers
             .insert(link.index, LinkLayer::RawIp as u8, 0)
             .map_err(map_error)?;
+    }
+    Ok(())
+}
+
+/// Tells the programs that `addresses` forward DNS: the node's own, from which node-local-dns
+/// forwards (it listens on a link-local address, but sends from the node's).
+pub fn register_forwarders(ebpf: &mut Ebpf, addresses: &[IpAddr]) -> Result<(), LoadError> {
+    let map_error = |source| LoadError::Map {
+        name: FORWARDERS_MAP,
+        source,
+    };
+    let mut forwarders: HashMap<_, ForwarderKey, u8> = HashMap::try_from(
+        ebpf.map_mut(FORWARDERS_MAP)
+            .ok_or(LoadError::Missing(FORWARDERS_MAP))?,
+    )
+    .map_err(map_error)?;
+    for address in addresses {
+        let mut key = ForwarderKey { address: [0; 16] };
+        match address {
+            IpAddr::V4(v4) => key.address[..4].copy_from_slice(&v4.octets()),
+            IpAddr::V6(v6) => key.address = v6.octets(),
+        }
+        forwarders.insert(key, 1, 0).map_err(map_error)?;
     }
     Ok(())
 }

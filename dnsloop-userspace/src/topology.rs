@@ -106,17 +106,17 @@ pub async fn list_links() -> Result<Vec<Link>, TopologyError> {
         .collect())
 }
 
-/// The addresses on link `index` of the calling thread's network namespace, IPv4 first.
-pub async fn addresses(index: u32) -> Result<Vec<IpAddr>, TopologyError> {
+/// The addresses of the calling thread's network namespace, of link `index` only if given,
+/// IPv4 first (IPv6 link-local ones left out).
+pub async fn addresses(index: Option<u32>) -> Result<Vec<IpAddr>, TopologyError> {
     let (connection, handle, _) = rtnetlink::new_connection().map_err(TopologyError::Socket)?;
     let connection = tokio::spawn(connection);
-    let messages: Result<Vec<AddressMessage>, _> = handle
-        .address()
-        .get()
-        .set_link_index_filter(index)
-        .execute()
-        .try_collect()
-        .await;
+    let request = handle.address().get();
+    let request = match index {
+        Some(index) => request.set_link_index_filter(index),
+        None => request,
+    };
+    let messages: Result<Vec<AddressMessage>, _> = request.execute().try_collect().await;
     connection.abort();
     let mut addresses: Vec<IpAddr> = messages
         .map_err(TopologyError::List)?

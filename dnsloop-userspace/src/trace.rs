@@ -38,6 +38,8 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
         ring_buffer_mib: args.ring_buffer_mib,
     })?;
     let records = programs::take_records(&mut ebpf)?;
+    let node_addresses = topology::addresses(None).await?;
+    programs::register_forwarders(&mut ebpf, &node_addresses)?;
     // Without -i the whole node is watched, including pods that appear while we run.
     let whole_node = args.interfaces.is_empty();
     let mut link_events = Box::pin(topology::link_events()?);

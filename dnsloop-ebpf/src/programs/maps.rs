@@ -5,8 +5,8 @@ use aya_ebpf::{
 };
 use dnsloop_ebpf::{
     event::{
-        ObservationPoint, PointCounters, ProgramConfig, QueryKey, QueryState, QuestionKey,
-        QuestionState, Sighting, StreamReason, COUNTER_SLOTS,
+        ForwarderKey, ObservationPoint, PointCounters, ProgramConfig, QueryKey, QueryState,
+        QuestionKey, QuestionState, Sighting, StreamReason, COUNTER_SLOTS,
     },
     parse::{DnsPorts, LinkLayer, Segment, TcpFraming, DNS_BUF_LEN},
 };
@@ -32,6 +32,11 @@ pub static QUESTIONS: LruHashMap<QuestionKey, QuestionState> =
 /// answered is forgotten when room is needed.
 #[map]
 pub static QUERIES: LruHashMap<QueryKey, QueryState> = LruHashMap::with_max_entries(65536, 0);
+
+/// Addresses that forward DNS (see `forwarders`); userspace adds the node's own. LRU: a storm of
+/// responders evicts the oldest.
+#[map]
+pub static FORWARDERS: LruHashMap<ForwarderKey, u8> = LruHashMap::with_max_entries(4096, 0);
 
 /// Packets streamed to userspace.
 #[map]

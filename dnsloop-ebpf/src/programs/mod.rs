@@ -1,6 +1,7 @@
 //! What the classifiers do with one packet.
 mod bounded_loop;
 mod counters;
+mod forwarders;
 mod maps;
 mod queries;
 mod questions;
@@ -205,6 +206,7 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
     // With every packet streamed, userspace has the queries already: nothing to attach.
     let attach_unstreamed = config().stream_every_packet == 0;
     if summary.header.qr() {
+        forwarders::note_responder(&verdict.segment);
         if let Some(query) =
             queries::answered_at_client(&verdict.segment, id, verdict.ifindex, verdict.direction)
         {
@@ -225,7 +227,8 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
             verdict.stream_unless_set(StreamReason::HotQuestion);
         }
     } else {
-        match questions::sighting(&question, id, window, verdict) {
+        let from_forwarder = forwarders::sent_by_forwarder(&verdict.segment);
+        match questions::sighting(&question, id, window, from_forwarder, verdict) {
             Heat::Cold => {}
             Heat::BecameHot | Heat::Hot => verdict.stream_unless_set(StreamReason::HotQuestion),
         }

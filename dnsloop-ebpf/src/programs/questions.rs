@@ -11,7 +11,13 @@ use super::maps::{Verdict, QUESTIONS};
 /// `QuestionState::record_sighting`). While the question is cold the sighting is remembered;
 /// when this one makes it hot, the remembered one goes to `verdict.prior` to be streamed with it.
 #[inline(always)]
-pub fn sighting(question: &Question, id: u16, window_ns: u64, verdict: &mut Verdict) -> Heat {
+pub fn sighting(
+    question: &Question,
+    id: u16,
+    window_ns: u64,
+    from_forwarder: bool,
+    verdict: &mut Verdict,
+) -> Heat {
     let key = key_of(question);
     let now = now_ns();
     let Some(state) = QUESTIONS.get_ptr_mut(&key) else {
@@ -25,7 +31,7 @@ pub fn sighting(question: &Question, id: u16, window_ns: u64, verdict: &mut Verd
     };
     // SAFETY: a value of our map; a concurrent update on another CPU can only skew what it holds.
     let state = unsafe { &mut *state };
-    let heat = state.record_sighting(id, now, window_ns);
+    let heat = state.record_sighting(id, now, window_ns, from_forwarder);
     match heat {
         Heat::Cold => remember(&mut state.last_cold, id, now, verdict),
         Heat::BecameHot => verdict.prior = state.last_cold,
