@@ -71,6 +71,9 @@ pub enum StreamReason {
     /// A reply reaching its client from another address than the query went to; the record's
     /// `matched_query` says where and when that query went.
     UnexpectedSource = 4,
+    /// A query its client sent again (same socket, same ID) with no answer yet, with the first
+    /// sending in `matched_query`; or the reply that finally answers such a query.
+    Retried = 5,
 }
 
 impl StreamReason {
@@ -81,6 +84,7 @@ impl StreamReason {
             2 => Some(Self::Probe),
             3 => Some(Self::TcpSplit),
             4 => Some(Self::UnexpectedSource),
+            5 => Some(Self::Retried),
             _ => None,
         }
     }
@@ -139,7 +143,9 @@ pub struct QueryState {
     /// Direction of the first sighting; the reply reaches the client at the same interface in
     /// the other direction.
     pub direction: u8,
-    pub _pad: u8,
+    /// Non-zero once the client sent the query again without an answer (it was streamed then,
+    /// and its reply will be).
+    pub retried: u8,
     pub ifindex: u32,
 }
 
@@ -486,9 +492,10 @@ mod tests {
             StreamReason::Probe,
             StreamReason::TcpSplit,
             StreamReason::UnexpectedSource,
+            StreamReason::Retried,
         ] {
             assert_eq!(StreamReason::from_u8(reason as u8), Some(reason));
         }
-        assert_eq!(StreamReason::from_u8(5), None);
+        assert_eq!(StreamReason::from_u8(6), None);
     }
 }

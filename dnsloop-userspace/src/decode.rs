@@ -126,22 +126,23 @@ impl Decoder {
     }
 }
 
-/// The query a reply answers, as the kernel remembered it: the reply's question and id, sent
-/// by the reply's destination to the server the client chose.
+/// The first sending of the query `seen` answers (a reply) or repeats (a retry), as the kernel
+/// remembered it: `seen`'s question and id, sent by its client to the server the client chose.
 fn matched_query(
-    reply: &Observation,
+    seen: &Observation,
     query: &MatchedQuery,
     family: IpFamily,
     point: &Point,
 ) -> Observation {
+    let client = if seen.is_response { seen.dst } else { seen.src };
     Observation {
         ts: query.at,
         point: point.clone(),
-        src: reply.dst,
+        src: client,
         dst: socket_addr(family, &query.server, query.server_port),
         is_response: false,
         rcode: 0,
-        ..reply.clone()
+        ..seen.clone()
     }
 }
 

@@ -5,7 +5,10 @@
 //! Each test loads programs of its own, so its maps start empty and the counts it checks are
 //! exact. The kernel runs a test frame on the loopback device of the calling thread's namespace
 //! (no `ifindex` is given in the context), so records name loopback and that namespace's cookie.
-use std::net::{IpAddr, Ipv4Addr};
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    time::Duration,
+};
 
 use aya::{
     maps::{MapData, PerCpuHashMap, RingBuf},
@@ -255,6 +258,51 @@ fn a_question_asked_again_with_a_new_id_is_streamed_from_then_on() {
     }
     assert!(records[0].ts_ns <= records[1].ts_ns);
     assert_eq!(kernel.counts().get(Counter::StreamedRecords), 2);
+}
+
+#[test]
+fn a_query_sent_again_unanswered_is_streamed_with_its_first_sending_and_so_is_its_answer() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    let query = query_frame(0x4242, "www.example.test", QTYPE_A);
+    let answer = FrameSpec {
+        src: FrameSpec::default().dst,
+        dst: FrameSpec::default().src,
+        sport: 53,
+        dport: 40000,
+        payload: dns_response(0x4242, "www.example.test", QTYPE_A),
+        ..FrameSpec::default()
+    }
+    .build();
+
+    let first = monotonic_ns();
+    kernel.run(Direction::Ingress, &query);
+    // Met again at once: the same query, not a retry (a client waits before it resends).
+    kernel.run(Direction::Ingress, &query);
+    std::thread::sleep(Duration::from_millis(250));
+    // The client's retry: same socket, same ID, no answer yet.
+    kernel.run(Direction::Ingress, &query);
+    // The answer at last, back where the query left.
+    kernel.run(Direction::Egress, &answer);
+
+    let records = kernel.assert_streamed(&[
+        (&query, Direction::Ingress, StreamReason::Retried),
+        (&answer, Direction::Egress, StreamReason::Retried),
+    ]);
+    let sent = &records[0].matched_query;
+    assert!(
+        sent.first_ns >= first && records[0].ts_ns - sent.first_ns >= 200_000_000,
+        "the retry carries the first sending: {sent:?}"
+    );
+    assert_eq!(
+        (&sent.server[..4], sent.server_port),
+        (&[10, 96, 0, 10][..], 53)
+    );
+    assert_eq!(
+        records[1].matched_query.first_ns, 0,
+        "the answer carries no query"
+    );
 }
 
 #[test]

@@ -18,10 +18,17 @@ const FLAGS_RD: u16 = 0x0100;
 /// How long to wait for the replies once both copies are sent.
 const REPLY_WAIT: Duration = Duration::from_secs(1);
 
-/// Sends the same `A` query for `name` (same id, same source port) twice in a row to `server`
-/// from the network namespace mounted at `netns`, and returns how many replies with that id
-/// came back within a second (a server may answer each copy, or fold the two).
-pub fn send_twice(netns: &Path, server: SocketAddr, name: &str, id: u16) -> Result<usize> {
+/// Sends the same `A` query for `name` (same id, same source port) twice, `gap` apart, to
+/// `server` from the network namespace mounted at `netns`, and returns how many replies with
+/// that id came back within a second (a server may answer each copy, or fold the two). A gap of
+/// a second is how glibc retries an unanswered query.
+pub fn send_twice(
+    netns: &Path,
+    server: SocketAddr,
+    name: &str,
+    id: u16,
+    gap: Duration,
+) -> Result<usize> {
     let namespace = File::open(netns).with_context(|| format!("opening {}", netns.display()))?;
     let query = a_query(id, name)?;
     // setns changes the namespace of the calling thread only: do it on a thread of our own.
@@ -37,7 +44,10 @@ pub fn send_twice(netns: &Path, server: SocketAddr, name: &str, id: u16) -> Resu
         };
         let socket = UdpSocket::bind(unspecified).context("binding a UDP socket")?;
         socket.set_read_timeout(Some(REPLY_WAIT))?;
-        for _ in 0..2 {
+        for copy in 0..2 {
+            if copy > 0 {
+                thread::sleep(gap);
+            }
             socket
                 .send_to(&query, server)
                 .with_context(|| format!("sending to {server}"))?;

@@ -365,6 +365,42 @@ fn dead_upstream_times_out_naming_the_dead_server_and_nothing_else() {
     );
 }
 
+#[test]
+fn a_client_retrying_a_dead_server_directly_times_out_naming_it() {
+    // No forwarder is involved: only the client's own query, sent again after a second on the
+    // same socket with the same id, as glibc retries.
+    let Some((trace, _)) = traced("dead-server-retry", Scenario::DeadUpstream, |lab| {
+        let client_ns = lab.netns_path(&lab.pod_ns(Pod::Client));
+        let replies = dns_query::send_twice(
+            &client_ns,
+            dns_server(DEAD_DNS),
+            EXTERNAL_NAME,
+            0x5151,
+            Duration::from_secs(1),
+        )
+        .expect("query sent twice");
+        assert_eq!(replies, 0, "nothing answers at {DEAD_DNS}");
+        thread::sleep(TIMEOUT_REPORTED_WITHIN);
+    }) else {
+        return;
+    };
+    let dead = dns_server(DEAD_DNS);
+    let timeout = trace
+        .timeouts()
+        .into_iter()
+        .find(|timeout| timeout.server == dead)
+        .unwrap_or_else(|| panic!("no timeout naming {dead}:\n{trace}"));
+    assert_eq!(timeout.qname, fqdn(EXTERNAL_NAME), "{trace}");
+    assert_eq!(timeout.client.ip(), Pod::Client.ip(), "{trace}");
+    assert_eq!(timeout.id, 0x5151, "{trace}");
+    assert!(timeout.waited_ms >= 2_000, "{trace}");
+    assert_eq!(
+        trace.timeouts().len(),
+        1,
+        "one query, retried once, is one timeout:\n{trace}"
+    );
+}
+
 /// The search list of a pod in namespace `default` (ndots 5) tried for `api`, in order.
 const SEARCH_LIST_EXPANSION: [&str; 4] = [
     "api.default.svc.cluster.local",
@@ -393,6 +429,7 @@ fn repetitive_legitimate_traffic(lab: &Lab) {
         dns_server(NODE_LOCAL_DNS),
         EXTERNAL_NAME,
         0x4242,
+        Duration::ZERO,
     )
     .expect("query sent twice");
     assert!(

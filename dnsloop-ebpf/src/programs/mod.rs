@@ -213,10 +213,18 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
             if attach_unstreamed && queries::from_elsewhere(&verdict.segment, &query) {
                 verdict.matched_query = query;
                 verdict.stream_because(StreamReason::UnexpectedSource);
+            } else if query.retried != 0 {
+                // The retry was streamed: so is its answer, or the query would look unanswered.
+                verdict.stream_unless_set(StreamReason::Retried);
             }
         }
-    } else {
-        queries::remember(&verdict.segment, id, verdict.ifindex, verdict.direction);
+    } else if let Some(first) =
+        queries::remember(&verdict.segment, id, verdict.ifindex, verdict.direction)
+    {
+        if attach_unstreamed {
+            verdict.matched_query = first;
+            verdict.stream_because(StreamReason::Retried);
+        }
     }
     let window = config().hot_window_ns;
     if !matches!(question.probe, Probe::None) {

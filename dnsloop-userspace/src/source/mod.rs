@@ -24,8 +24,8 @@ pub struct RawPacket {
     pub link_layer: LinkLayer,
     /// The packet's first bytes: all of it, or up to the snap length.
     pub bytes: bytes::Bytes,
-    /// For a reply the kernel matched to its query (without streaming the query): where and
-    /// when that query went.
+    /// For a reply from an unexpected source, or a query sent again unanswered, the query's
+    /// first sending as the kernel remembered it (it was not streamed).
     pub matched_query: Option<MatchedQuery>,
     /// For the query that made its question hot: the last, unstreamed, sighting before it of the
     /// query it forwards.

@@ -94,12 +94,17 @@ fn raw_packet(item: &[u8], clock: &MonotonicClock) -> Option<RawPacket> {
     })
 }
 
-/// The query the kernel matched a reply to, when the record carries one.
+/// The first sending of the query the record's packet answers (a reply from an unexpected
+/// source) or repeats (a retry), when the record carries one.
 fn matched_query(record: &PacketRecord, clock: &MonotonicClock) -> Option<MatchedQuery> {
-    if StreamReason::from_u8(record.reason) != Some(StreamReason::UnexpectedSource) {
+    let carries_one = matches!(
+        StreamReason::from_u8(record.reason),
+        Some(StreamReason::UnexpectedSource | StreamReason::Retried)
+    );
+    let query = &record.matched_query;
+    if !carries_one || query.first_ns == 0 {
         return None;
     }
-    let query = &record.matched_query;
     Some(MatchedQuery {
         at: clock.wall_time(query.first_ns),
         direction: Direction::from_u8(query.direction)?,
