@@ -5,7 +5,6 @@ pub mod exchange;
 pub mod findings;
 pub mod lab;
 pub mod packet_lines;
-pub mod pcap;
 pub mod privilege;
 pub mod tracer;
 

@@ -13,7 +13,6 @@ use dnsloop_tests::{
     findings::Trace,
     lab::{Lab, Pod, Scenario, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6},
     packet_lines::{packet_lines, PacketLine},
-    pcap::PcapCapture,
     privilege::{can_run, dnsloop_bin, Need},
     tracer::Tracer,
 };
@@ -32,7 +31,8 @@ fn dnsloop_and_tshark_see_the_same_dns_packets_on_an_interface() {
     let lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let interface = Pod::Client.host_veth();
     let pcap = lab.state_dir().join(format!("{interface}.pcap"));
-    let capture = PcapCapture::start(&lab, lab.node_ns(), &interface, "port 53", &pcap)
+    let capture = lab
+        .capture_pcap(lab.node_ns(), &interface, "port 53", &pcap)
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let tracer = Tracer::start(
         &dnsloop_bin(),

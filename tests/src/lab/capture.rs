@@ -1,9 +1,10 @@
 //! Packet captures with tcpdump inside a lab namespace: the evidence that a query really
-//! travelled where a scenario says it does.
+//! travelled where a scenario says it does ([`Capture`], tcpdump's lines), and captures for
+//! tools that read pcap, such as tshark ([`PcapCapture`]).
 use std::{
     fs,
-    path::PathBuf,
-    process::{Child, Stdio},
+    path::{Path, PathBuf},
+    process::{Child, ExitStatus, Stdio},
     thread,
     time::{Duration, Instant},
 };
@@ -18,19 +19,18 @@ const POLL: Duration = Duration::from_millis(20);
 /// What tcpdump prints on stderr once it is capturing.
 const LISTENING: &str = "listening on";
 
-/// A running tcpdump. [`Capture::stop`] ends it and returns what it saw; dropping it kills it.
+/// A running `tcpdump -i INTERFACE FILTER`; the caller owns what it writes. [`Capture::stop`]
+/// ends it and returns the packets it saw as lines; dropping it ends it too.
 pub struct Capture {
-    child: Child,
+    tcpdump: Tcpdump,
     /// tcpdump's stdout: one line per packet. Written to a file, not a pipe, so that a busy
     /// loop never blocks tcpdump on a full pipe.
     packets: PathBuf,
-    /// tcpdump's stderr.
-    messages: PathBuf,
 }
 
 impl Capture {
-    /// Starts `tcpdump -i INTERFACE FILTER` in `namespace`, writing to `<file_stem>.txt` and
-    /// `<file_stem>.err`, and returns once it is capturing.
+    /// Starts capturing in `namespace`, writing to `<file_stem>.txt` and `<file_stem>.err`, and
+    /// returns once tcpdump captures.
     pub(crate) fn start(
         namespace: &str,
         interface: &str,
@@ -38,85 +38,154 @@ impl Capture {
         file_stem: PathBuf,
     ) -> Result<Capture> {
         let packets = file_stem.with_extension("txt");
-        let messages = file_stem.with_extension("err");
         let stdout = fs::File::create(&packets)
             .with_context(|| format!("creating {}", packets.display()))?;
-        let stderr = fs::File::create(&messages)
-            .with_context(|| format!("creating {}", messages.display()))?;
-        let child = netns::exec_command(
+        // -l and --immediate-mode: every packet is printed as it arrives.
+        let tcpdump = Tcpdump::start(
             namespace,
-            // -n: no name lookups (they would be DNS traffic); -l and --immediate-mode: every
-            // packet is printed as it arrives.
+            &["-l", "--immediate-mode", "-i", interface, filter],
+            stdout.into(),
+            file_stem.with_extension("err"),
+        )?;
+        Ok(Capture { tcpdump, packets })
+    }
+
+    /// Stops tcpdump (SIGINT, so it flushes) and returns one line per captured packet.
+    pub fn stop(self) -> Result<Vec<String>> {
+        self.tcpdump.stop()?;
+        let packets = fs::read_to_string(&self.packets)
+            .with_context(|| format!("reading {}", self.packets.display()))?;
+        Ok(packets.lines().map(str::to_owned).collect())
+    }
+}
+
+/// A running `tcpdump -w FILE`. [`PcapCapture::stop`] ends it so that the file is complete;
+/// dropping it ends it too.
+pub struct PcapCapture {
+    tcpdump: Tcpdump,
+}
+
+impl PcapCapture {
+    /// Starts capturing in `namespace` into `file` (tcpdump's messages beside it, `.err`), and
+    /// returns once tcpdump captures.
+    pub(crate) fn start(
+        namespace: &str,
+        interface: &str,
+        filter: &str,
+        file: &Path,
+    ) -> Result<PcapCapture> {
+        let file_arg = file
+            .to_str()
+            .context("the capture file's path is not UTF-8")?;
+        // --immediate-mode: packets are not held in the kernel's buffer, where SIGINT would
+        // leave them. -U: each packet is written as it arrives. -Z root: Debian's tcpdump
+        // drops to its own user, which could not write into the lab's state directory.
+        let tcpdump = Tcpdump::start(
+            namespace,
             &[
-                "tcpdump",
-                "-n",
-                "-l",
                 "--immediate-mode",
+                "-U",
+                "-Z",
+                "root",
                 "-i",
                 interface,
+                "-w",
+                file_arg,
                 filter,
             ],
-        )
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .spawn()
-        .with_context(|| format!("starting tcpdump on {interface} in {namespace}"))?;
-        let mut capture = Capture {
-            child,
-            packets,
-            messages,
-        };
-        capture.wait_until_listening()?;
-        Ok(capture)
+            Stdio::null(),
+            file.with_extension("err"),
+        )?;
+        Ok(PcapCapture { tcpdump })
+    }
+
+    /// Stops tcpdump with SIGINT, as a person would, so that it writes out what it holds.
+    pub fn stop(self) -> Result<()> {
+        self.tcpdump.stop()
+    }
+}
+
+/// tcpdump in a lab namespace, started until it says it captures and ended with SIGINT; killed
+/// by PID if it will not end, and reaped in any case.
+struct Tcpdump {
+    child: Child,
+    /// tcpdump's stderr, in a file: the process never blocks on it.
+    messages: PathBuf,
+}
+
+impl Tcpdump {
+    fn start(namespace: &str, args: &[&str], stdout: Stdio, messages: PathBuf) -> Result<Tcpdump> {
+        let stderr = fs::File::create(&messages)
+            .with_context(|| format!("creating {}", messages.display()))?;
+        // -n: no name lookups (they would be DNS traffic).
+        let argv: Vec<&str> = ["tcpdump", "-n"]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
+        let child = netns::exec_command(namespace, &argv)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("starting `{}` in {namespace}", argv.join(" ")))?;
+        let mut tcpdump = Tcpdump { child, messages };
+        tcpdump.wait_until_listening()?;
+        Ok(tcpdump)
+    }
+
+    fn said(&self) -> String {
+        fs::read_to_string(&self.messages)
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
     }
 
     fn wait_until_listening(&mut self) -> Result<()> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            let messages = fs::read_to_string(&self.messages).unwrap_or_default();
-            if messages.contains(LISTENING) {
+            if self.said().contains(LISTENING) {
                 return Ok(());
             }
             if let Some(status) = self.child.try_wait()? {
-                bail!("tcpdump exited with {status}: {}", messages.trim());
+                bail!("tcpdump exited with {status}: {}", self.said());
             }
             if Instant::now() >= deadline {
                 bail!(
                     "tcpdump did not start capturing within {START_TIMEOUT:?}: {}",
-                    messages.trim()
+                    self.said()
                 );
             }
             thread::sleep(POLL);
         }
     }
 
-    /// Stops tcpdump (SIGINT, so it flushes) and returns one line per captured packet.
-    pub fn stop(mut self) -> Result<Vec<String>> {
-        self.end();
-        let packets = fs::read_to_string(&self.packets)
-            .with_context(|| format!("reading {}", self.packets.display()))?;
-        Ok(packets.lines().map(str::to_owned).collect())
+    /// Ends tcpdump; fails unless it exits cleanly.
+    fn stop(mut self) -> Result<()> {
+        let status = self.end().context("waiting for tcpdump")?;
+        if !status.success() {
+            bail!("tcpdump exited with {status}: {}", self.said());
+        }
+        Ok(())
     }
 
-    fn end(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return;
+    fn end(&mut self) -> std::io::Result<ExitStatus> {
+        if self.child.try_wait()?.is_none() {
+            process::signal(self.child.id(), libc::SIGINT);
         }
-        process::signal(self.child.id(), libc::SIGINT);
         let deadline = Instant::now() + STOP_TIMEOUT;
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+        while self.child.try_wait()?.is_none() && Instant::now() < deadline {
             thread::sleep(POLL);
         }
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
+        if self.child.try_wait()?.is_none() {
+            self.child.kill()?;
         }
-        let _ = self.child.wait();
+        self.child.wait()
     }
 }
 
-impl Drop for Capture {
+impl Drop for Tcpdump {
     fn drop(&mut self) {
-        self.end();
+        // Ends tcpdump if `stop` was not called; after `stop` this only reaps it again.
+        let _ = self.end();
     }
 }

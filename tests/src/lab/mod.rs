@@ -32,7 +32,7 @@ mod topology;
 use std::{
     fs,
     io::Write as _,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Output, Stdio},
     sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
@@ -40,7 +40,7 @@ use std::{
 
 use anyhow::{bail, ensure, Context as _, Result};
 
-pub use capture::Capture;
+pub use capture::{Capture, PcapCapture};
 pub use dig::DigOutcome;
 pub use preflight::{check_host, HostNotReady};
 pub use scenario::{Scenario, UnknownScenario};
@@ -252,6 +252,19 @@ impl Lab {
             .state_dir()
             .join(format!("capture-{number}-{ns}-{interface}"));
         Capture::start(ns, interface, filter, stem)
+    }
+
+    /// Starts capturing `interface` in namespace `ns` (`filter` in pcap syntax) into the pcap
+    /// file `file`, and returns once tcpdump captures.
+    pub fn capture_pcap(
+        &self,
+        ns: &str,
+        interface: &str,
+        filter: &str,
+        file: &Path,
+    ) -> Result<PcapCapture> {
+        self.ensure_own(ns)?;
+        PcapCapture::start(ns, interface, filter, file)
     }
 
     /// Topology, addresses, and what each server answers and forwards where.
