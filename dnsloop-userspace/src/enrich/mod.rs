@@ -11,7 +11,7 @@ mod dnat;
 #[cfg(test)]
 mod privileged_tests;
 
-use std::path::Path;
+use std::{collections::HashMap, path::Path};
 
 use self::{
     bridge_netfilter::{BridgeNetfilter, BridgeSysctl},
@@ -28,7 +28,14 @@ use crate::{
 #[derive(Debug, Default)]
 pub struct Enricher {
     conntrack: ConntrackTable,
+    /// The DNATs conntrack established for loop flows. A loop's repeat reports carry its first
+    /// path, whose conntrack entries expire (UDP: ~30 s) while the loop goes on: they read the
+    /// same as the first report from here.
+    translated: HashMap<QueryFlow, Dnat>,
 }
+
+/// Loop flows whose translation is remembered; the table starts over when full.
+const REMEMBERED_TRANSLATIONS: usize = 1024;
 
 impl Enricher {
     pub fn new() -> Self {
@@ -60,10 +67,22 @@ impl Enricher {
     fn translations(&mut self, path: &[Hop]) -> Vec<Dnat> {
         let mut translations = Vec::new();
         for flow in dnat::flows_to_look_up(path) {
+            if let Some(&known) = self.translated.get(&flow) {
+                if !translations.contains(&known) {
+                    translations.push(known);
+                }
+                continue;
+            }
             match self.conntrack.lookup_delivered(&flow) {
                 Ok(Some(entry)) => {
-                    let found = dnat::translation(&flow, &entry);
-                    if let Some(found) = found.filter(|found| !translations.contains(found)) {
+                    let Some(found) = dnat::translation(&flow, &entry) else {
+                        continue;
+                    };
+                    if self.translated.len() >= REMEMBERED_TRANSLATIONS {
+                        self.translated.clear();
+                    }
+                    self.translated.insert(flow, found);
+                    if !translations.contains(&found) {
                         translations.push(found);
                     }
                 }

@@ -272,6 +272,42 @@ fn the_enricher_names_the_cluster_ip_a_loops_forward_was_sent_to() {
     );
 }
 
+/// A loop goes on longer than conntrack keeps its flows: its repeat reports, which carry the
+/// first report's path, still name the ClusterIP once the entry is gone.
+#[test]
+fn a_loops_repeat_keeps_its_cluster_ip_after_the_conntrack_entry_is_gone() {
+    if !can_run("a_loops_repeat_keeps_its_cluster_ip_after_the_conntrack_entry_is_gone") {
+        return;
+    }
+    let namespace = TestNamespace::create("repeat");
+    namespace.insert_entry(NODE_CACHE_TO_CLUSTER_IP);
+    let report = || {
+        unenriched_loop(
+            vec![loop_hop(
+                Direction::Egress,
+                "10.255.0.1:43913",
+                "10.244.0.4:53",
+                "pod 10.244.0.4",
+            )],
+            "loop: www.example.test. A: node -> 10.244.0.4 (pod 10.244.0.4) -> 169.254.25.10 \
+             (node) (1 hop): check the resolv.conf CoreDNS uses",
+        )
+    };
+    let (first, repeat) = namespace.run(move || {
+        let mut enricher = Enricher::new();
+        let mut first = report();
+        enricher.enrich_loop(&mut first);
+        // The thread is in the test's namespace, and so is the conntrack it starts.
+        succeed(Command::new("conntrack").arg("-F"));
+        let mut repeat = report();
+        enricher.enrich_loop(&mut repeat);
+        (first, repeat)
+    });
+    assert_eq!(first.dnat.len(), 1, "{first:?}");
+    assert_eq!(repeat.dnat, first.dnat);
+    assert_eq!(repeat.summary, first.summary);
+}
+
 /// Without conntrack entries a loop keeps its summary and gets no DNAT: never an error.
 #[test]
 fn a_loop_without_entries_is_left_as_it_was() {

@@ -38,7 +38,7 @@ pub enum ConntrackError {
 
 /// A query's flow, from the client to a server: where it sent the query, or where the query was
 /// delivered after DNAT.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct QueryFlow {
     pub transport: Transport,
     pub client: SocketAddr,
