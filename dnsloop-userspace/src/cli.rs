@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     version,
     about = "Find DNS forwarding loops and broken DNS paths on a Kubernetes node while they happen",
     after_help = "Examples:\n  \
-        dnsloop trace                          # every interface of this network namespace\n  \
+        dnsloop trace                          # the whole node: its interfaces, pods' loopbacks, new pods\n  \
         dnsloop trace -i cni0 -i eth0 --duration 30s\n  \
         dnsloop trace --output json | jq .\n  \
         dnsloop trace --packets -i cni0        # every DNS packet on the bridge"
@@ -27,7 +27,8 @@ pub enum Command {
 
 #[derive(Args, Debug)]
 pub struct TraceArgs {
-    /// Interface to watch (repeatable). Default: every interface of the current network namespace.
+    /// Interface to watch (repeatable). Default: every interface of the current network
+    /// namespace, the loopback of every pod behind them, and new ones as they appear.
     #[arg(short = 'i', long = "interface", value_name = "IFACE")]
     pub interfaces: Vec<String>,
 
