@@ -23,10 +23,13 @@ use dnsloop_ebpf::{
     parse::{LinkLayer, Malformed, Transport},
 };
 
+use dnsloop_tests::privilege::{self, Need};
+
 use crate::{
     counters::{read_global, GlobalCounts},
     netns,
     programs::{self, Settings, EGRESS_PROGRAM, INGRESS_PROGRAM, POINT_COUNTERS_MAP},
+    source::clock::monotonic_now_ns,
     topology::{Link, LinkRole},
 };
 
@@ -236,13 +239,13 @@ fn a_question_asked_again_with_a_new_id_is_streamed_from_then_on() {
     // The same name with another type is another question.
     let other_question = query_frame(0x3003, "www.example.test", QTYPE_AAAA);
 
-    let before = monotonic_ns();
+    let before = monotonic_now_ns();
     kernel.run(Direction::Ingress, &client_query);
     kernel.run(Direction::Ingress, &other_client);
     kernel.run(Direction::Egress, &forwarded);
     kernel.run(Direction::Ingress, &client_query);
     kernel.run(Direction::Egress, &other_question);
-    let after = monotonic_ns();
+    let after = monotonic_now_ns();
 
     // The forward, and every sighting after it; not the other question.
     let records = kernel.assert_streamed(&[
@@ -276,7 +279,7 @@ fn a_query_sent_again_unanswered_is_streamed_with_its_first_sending_and_so_is_it
     }
     .build();
 
-    let first = monotonic_ns();
+    let first = monotonic_now_ns();
     kernel.run(Direction::Ingress, &query);
     // Met again at once: the same query, not a retry (a client waits before it resends).
     kernel.run(Direction::Ingress, &query);
@@ -624,32 +627,12 @@ fn counted(counters: &[(Counter, u64)], malformed: &[(Malformed, u64)]) -> Globa
     }
 }
 
-/// Now on CLOCK_MONOTONIC, the clock `bpf_ktime_get_ns` reads.
-fn monotonic_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: CLOCK_MONOTONIC always exists; `now` is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
-}
-
-/// Whether the calling test can load BPF programs, which needs root. Under `CI=true` a test
-/// that cannot run fails, so that CI never passes by skipping; elsewhere it says why it skips.
+/// Whether the calling test can load BPF programs, which needs root (see
+/// `dnsloop_tests::privilege`).
 fn can_run() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
     // The test harness names each test's thread after the test.
     let current = std::thread::current();
-    let test = current.name().unwrap_or("a kernel test");
-    if std::env::var("CI").is_ok_and(|value| value == "true") {
-        panic!("{test} cannot run: not root (CI=true: privileged tests must run; run `cargo xtask test` as root)");
-    }
-    eprintln!("SKIPPED {test}: not root");
-    false
+    privilege::can_run(current.name().unwrap_or("a kernel test"), &[Need::Root])
 }
 
 /// Programs loaded for one test, with their ring buffer.

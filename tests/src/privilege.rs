@@ -18,6 +18,8 @@ pub fn can_run(test: &str, needs: &[Need]) -> bool {
 
 pub enum Need {
     Root,
+    /// A command-line tool the test runs (installed by `cargo xtask setup`).
+    Tool(&'static str),
     /// The dnsloop binary named by `DNSLOOP_BIN` (set by `cargo xtask test`).
     DnsloopBinary,
 }
@@ -27,6 +29,11 @@ impl Need {
         match self {
             // SAFETY: geteuid has no preconditions.
             Need::Root => (unsafe { libc::geteuid() } != 0).then(|| "not root".to_string()),
+            Need::Tool(tool) => std::process::Command::new(tool)
+                .arg("-V")
+                .output()
+                .is_err()
+                .then(|| format!("`{tool}` is not installed (run `cargo xtask setup`)")),
             Need::DnsloopBinary => match std::env::var_os(crate::DNSLOOP_BIN_ENV) {
                 Some(path) if std::path::Path::new(&path).is_file() => None,
                 Some(path) => Some(format!(

@@ -10,6 +10,8 @@ use std::{
 
 use dnsloop_ebpf::{event::Direction, parse::Probe};
 
+use dnsloop_tests::privilege::{self, Need};
+
 use super::{
     conntrack::{ConntrackTable, QueryFlow},
     Enricher,
@@ -377,29 +379,12 @@ fn udp_flow(client: &str, server: &str) -> QueryFlow {
     }
 }
 
-/// Whether this host can run the privileged tests. Under `CI=true` a host that cannot fails
-/// the test, so that CI never passes by skipping; elsewhere the test says why it skips.
+/// Whether this host can run the privileged tests (see `dnsloop_tests::privilege`).
 fn can_run(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let mut missing = if unsafe { libc::geteuid() } == 0 {
-        Vec::new()
-    } else {
-        vec!["not root".to_string()]
-    };
-    for tool in ["ip", "conntrack"] {
-        if Command::new(tool).arg("-V").output().is_err() {
-            missing.push(format!("`{tool}` is not installed"));
-        }
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    let reason = format!("{test} cannot run: {}", missing.join("; "));
-    if std::env::var("CI").is_ok_and(|value| value == "true") {
-        panic!("{reason} (CI=true: privileged tests must run; run `cargo xtask test` as root)");
-    }
-    eprintln!("SKIPPED {reason}");
-    false
+    privilege::can_run(
+        test,
+        &[Need::Root, Need::Tool("ip"), Need::Tool("conntrack")],
+    )
 }
 
 /// A network namespace of the test's own, deleted when dropped, even when the test fails.

@@ -31,7 +31,8 @@ impl MonotonicClock {
     }
 }
 
-fn monotonic_now_ns() -> u64 {
+/// Now on CLOCK_MONOTONIC, the clock `bpf_ktime_get_ns` reads.
+pub fn monotonic_now_ns() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
