@@ -106,13 +106,20 @@ struct Veth {
 }
 
 async fn pods_behind(veths: &[Veth]) -> Vec<PodNamespace> {
+    let mut netns_ids = match topology::NetnsIds::open() {
+        Ok(netns_ids) => netns_ids,
+        Err(error) => {
+            tracing::warn!("not looking for pod namespaces: {error}");
+            return Vec::new();
+        }
+    };
     let mut found = Vec::new();
     for path in candidate_namespaces() {
         // A process may exit, or a namespace vanish, while we look: skip it.
         let Ok(file) = File::open(&path) else {
             continue;
         };
-        let netns_id = match topology::netns_id(file.as_fd()).await {
+        let netns_id = match netns_ids.of(file.as_fd()).await {
             Ok(Some(id)) => id,
             Ok(None) => continue,
             Err(error) => {

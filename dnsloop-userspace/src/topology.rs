@@ -172,37 +172,50 @@ fn link_of(message: &LinkMessage) -> Option<Link> {
     })
 }
 
-/// The id the calling thread's namespace knows the namespace open as `namespace` by (the
-/// `peer_netns_id` of a veth leading there); `None` when it has none.
-pub async fn netns_id(namespace: BorrowedFd<'_>) -> Result<Option<i32>, TopologyError> {
-    let (connection, mut handle, _) = rtnetlink::new_connection().map_err(TopologyError::Socket)?;
-    let connection = tokio::spawn(connection);
-    let mut request = NsidMessage::default();
-    request
-        .attributes
-        .push(NsidAttribute::Fd(namespace.as_raw_fd() as u32));
-    let mut message = NetlinkMessage::from(RouteNetlinkMessage::GetNsId(request));
-    message.header.flags = NLM_F_REQUEST;
-    let id = match handle.request(message) {
-        Ok(mut replies) => {
-            let mut id = None;
-            while let Some(reply) = replies.next().await {
-                if let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNsId(reply)) =
-                    reply.payload
-                {
-                    id = reply
-                        .attributes
-                        .iter()
-                        .find_map(|attribute| match attribute {
-                            NsidAttribute::Id(id) if *id >= 0 => Some(*id),
-                            _ => None,
-                        });
-                }
+/// Asks the kernel which id the calling thread's namespace knows other namespaces by (the
+/// `peer_netns_id` of a veth leading there), over one netlink connection for all the asking.
+pub struct NetnsIds {
+    handle: rtnetlink::Handle,
+    connection: tokio::task::JoinHandle<()>,
+}
+
+impl NetnsIds {
+    pub fn open() -> Result<Self, TopologyError> {
+        let (connection, handle, _) = rtnetlink::new_connection().map_err(TopologyError::Socket)?;
+        Ok(Self {
+            handle,
+            connection: tokio::spawn(connection),
+        })
+    }
+
+    /// The id of the namespace open as `namespace`; `None` when it has none.
+    pub async fn of(&mut self, namespace: BorrowedFd<'_>) -> Result<Option<i32>, TopologyError> {
+        let mut request = NsidMessage::default();
+        request
+            .attributes
+            .push(NsidAttribute::Fd(namespace.as_raw_fd() as u32));
+        let mut message = NetlinkMessage::from(RouteNetlinkMessage::GetNsId(request));
+        message.header.flags = NLM_F_REQUEST;
+        let mut replies = self.handle.request(message).map_err(TopologyError::List)?;
+        let mut id = None;
+        while let Some(reply) = replies.next().await {
+            if let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNsId(reply)) = reply.payload
+            {
+                id = reply
+                    .attributes
+                    .iter()
+                    .find_map(|attribute| match attribute {
+                        NsidAttribute::Id(id) if *id >= 0 => Some(*id),
+                        _ => None,
+                    });
             }
-            Ok(id)
         }
-        Err(error) => Err(TopologyError::List(error)),
-    };
-    connection.abort();
-    id
+        Ok(id)
+    }
+}
+
+impl Drop for NetnsIds {
+    fn drop(&mut self) {
+        self.connection.abort();
+    }
 }

@@ -16,17 +16,23 @@ const QUERIES: u64 = 5;
 /// The one external name asked after the cluster ones.
 const EXTERNAL_QUERIES: u64 = 1;
 
-#[test]
-fn trace_counts_dns_packets_on_every_hop_of_the_healthy_lab() {
-    if !can_run(
-        "trace_counts_dns_packets",
-        &[Need::Root, Need::DnsloopBinary],
-    ) {
-        return;
+/// A healthy lab with `dnsloop trace --output json` running in its node namespace; `None`
+/// when the test cannot run here (and may skip).
+fn traced_healthy_lab(test: &str) -> Option<(Lab, Tracer)> {
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
+        return None;
     }
     let lab = Lab::up(Scenario::Healthy).expect("lab up");
     let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"])
         .expect("tracer starts");
+    Some((lab, tracer))
+}
+
+#[test]
+fn trace_counts_dns_packets_on_every_hop_of_the_healthy_lab() {
+    let Some((lab, tracer)) = traced_healthy_lab("trace_counts_dns_packets") else {
+        return;
+    };
 
     for _ in 0..QUERIES {
         // A cluster name: client -> node-local cache -> ClusterIP (DNAT) -> CoreDNS pod.
@@ -199,15 +205,9 @@ impl Drop for LatePod {
 
 #[test]
 fn trace_follows_a_pod_that_appears_while_it_runs() {
-    if !can_run(
-        "trace_follows_a_new_pod",
-        &[Need::Root, Need::DnsloopBinary],
-    ) {
+    let Some((lab, tracer)) = traced_healthy_lab("trace_follows_a_new_pod") else {
         return;
-    }
-    let lab = Lab::up(Scenario::Healthy).expect("lab up");
-    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"])
-        .expect("tracer starts");
+    };
     let pod = LatePod::plug_into(&lab);
     // The tracer attaches on the netlink event; give it a moment, bounded.
     let deadline = Instant::now() + Duration::from_secs(5);
