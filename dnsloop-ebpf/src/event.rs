@@ -149,6 +149,88 @@ pub struct QueryState {
     pub ifindex: u32,
 }
 
+/// Room for a question's name in wire format: the longest legal name (255 bytes), rounded up to a
+/// power of two so that a copy length can be bounded by a mask.
+pub const NAME_WIRE_MAX: usize = 256;
+
+/// A query in flight as the query table holds it: where it went, and what it asked, so that
+/// userspace can report it by name if no answer ever reaches its client.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueryEntry {
+    pub state: QueryState,
+    /// Of the first sighting, as in [`ObservationPoint`].
+    pub netns_cookie: u64,
+    pub qtype: u16,
+    pub qclass: u16,
+    /// Bytes of `name` that hold the question's name (wire format, root label included).
+    pub name_len: u16,
+    /// `parse::IpFamily as u8` of the key's and `state`'s addresses.
+    pub family: u8,
+    pub _pad: [u8; 1],
+    pub name: [u8; NAME_WIRE_MAX],
+}
+
+impl QueryEntry {
+    pub const EMPTY: Self = Self {
+        state: QueryState {
+            first_ns: 0,
+            server: [0; 16],
+            server_port: 0,
+            direction: 0,
+            retried: 0,
+            ifindex: 0,
+        },
+        netns_cookie: 0,
+        qtype: 0,
+        qclass: 0,
+        name_len: 0,
+        family: 0,
+        _pad: [0; 1],
+        name: [0; NAME_WIRE_MAX],
+    };
+
+    /// The question's name as held, or `None` if the length is out of range.
+    pub fn name(&self) -> Option<&[u8]> {
+        self.name.get(..usize::from(self.name_len))
+    }
+}
+
+/// A server as its clients addressed it (before any DNAT), for its answer statistics.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ServerKey {
+    /// IPv4 in the first 4 bytes.
+    pub address: [u8; 16],
+    pub port: u16,
+    /// `parse::IpFamily as u8`.
+    pub family: u8,
+    pub _pad: [u8; 1],
+}
+
+/// Answers a server gave, as they reached their clients: counted by the kernel for every query
+/// it matched, streamed or not. Shared by all CPUs and updated with atomic adds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerStats {
+    pub answered: u64,
+    /// The slowest answer; updated without a lock, so a near-simultaneous one may be missed.
+    pub max_ns: u64,
+    /// Answers per 4-bit header rcode.
+    pub rcodes: [u64; 16],
+    /// Answers per latency bucket (see `latency::bucket`), from the query's first sighting.
+    pub latency: [u64; crate::latency::LATENCY_BUCKETS],
+}
+
+impl ServerStats {
+    pub const ZERO: Self = Self {
+        answered: 0,
+        max_ns: 0,
+        rcodes: [0; 16],
+        latency: [0; crate::latency::LATENCY_BUCKETS],
+    };
+}
+
 /// Global counters, one slot each in a per-CPU array; the malformed reasons follow them.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -394,6 +476,9 @@ mod user {
     unsafe impl aya::Pod for super::ProgramConfig {}
     unsafe impl aya::Pod for super::QueryKey {}
     unsafe impl aya::Pod for super::QueryState {}
+    unsafe impl aya::Pod for super::QueryEntry {}
+    unsafe impl aya::Pod for super::ServerKey {}
+    unsafe impl aya::Pod for super::ServerStats {}
     unsafe impl aya::Pod for super::Sighting {}
     unsafe impl aya::Pod for super::ForwarderKey {}
 }
@@ -419,6 +504,12 @@ mod tests {
             8 + 8 + 4 + 2 * QUESTION_IDS + 4 + 64
         );
         assert_eq!(size_of::<ProgramConfig>(), 16);
+        assert_eq!(size_of::<QueryEntry>(), 32 + 8 + 8 + NAME_WIRE_MAX);
+        assert_eq!(size_of::<ServerKey>(), 20);
+        assert_eq!(
+            size_of::<ServerStats>(),
+            8 * (2 + 16 + crate::latency::LATENCY_BUCKETS)
+        );
     }
 
     const WINDOW: u64 = 2_000_000_000;

@@ -8,4 +8,5 @@
 pub mod event;
 #[cfg(any(test, feature = "frames"))]
 pub mod frames;
+pub mod latency;
 pub mod parse;

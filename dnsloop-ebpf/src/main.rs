@@ -6,6 +6,10 @@
 //! attached to the same hook.
 #![no_std]
 #![no_main]
+// Atomic adds to shared map values: the BPF target has no compare-and-swap, so core offers no
+// `fetch_add`, but the kernel has an atomic add instruction, which this intrinsic compiles to.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
 mod programs;
 

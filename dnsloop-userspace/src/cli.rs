@@ -62,9 +62,10 @@ pub struct TraceArgs {
     #[arg(long, value_name = "ENTRIES", default_value_t = 65536)]
     pub question_table_size: u32,
 
-    /// Queries in flight the kernel remembers to check their replies' source (LRU). Each entry
-    /// takes about 100 bytes of kernel memory: the default 65536 is about 6.5 MiB.
-    #[arg(long, value_name = "ENTRIES", default_value_t = 65536)]
+    /// Queries in flight the kernel remembers, with their question, to check and time their
+    /// replies and to report those never answered (LRU). Each entry takes about 380 bytes of
+    /// kernel memory: the default 32768 is about 12 MiB.
+    #[arg(long, value_name = "ENTRIES", default_value_t = 32768)]
     pub query_table_size: u32,
 
     /// Size of the ring buffer that carries packets to dnsloop, in MiB (a power of two). Each

@@ -8,9 +8,13 @@ use dnsloop_ebpf::{
     parse::Malformed,
 };
 
+use std::time::Duration;
+
 use crate::{
+    analyze::ServerSummary,
     attach::watched_directions,
-    programs::{COUNTERS_MAP, POINT_COUNTERS_MAP},
+    programs::{self, LoadError, COUNTERS_MAP, POINT_COUNTERS_MAP},
+    source::{ip_family, socket_addr},
     topology::{Link, LinkRole},
 };
 
@@ -106,4 +110,26 @@ pub fn read_global(ebpf: &Ebpf) -> Result<GlobalCounts, MapError> {
         }
     }
     Ok(counts)
+}
+
+/// Every server's answers as the kernel counted them, in address order.
+pub fn read_servers(ebpf: &Ebpf) -> Result<Vec<ServerSummary>, LoadError> {
+    let mut servers: Vec<ServerSummary> = programs::read_servers(ebpf)?
+        .iter()
+        .filter_map(|(key, stats)| {
+            let family = ip_family(key.family)?;
+            let rcodes = (0u16..)
+                .zip(stats.rcodes)
+                .filter(|&(_, count)| count > 0)
+                .collect();
+            Some(ServerSummary::from_kernel_counts(
+                socket_addr(family, &key.address, key.port),
+                &stats.latency,
+                Duration::from_nanos(stats.max_ns),
+                rcodes,
+            ))
+        })
+        .collect();
+    servers.sort_by_key(|summary| summary.server);
+    Ok(servers)
 }

@@ -4,7 +4,6 @@
 //! the same thing in `trace` and in `analyze`. The DNS message itself is decoded with
 //! hickory-proto; when it cannot be (cut by the snap length, or malformed past the question),
 //! the shared parser's reading of the header and first question is used instead.
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use dnsloop_ebpf::event::Direction;
 use dnsloop_ebpf::parse::{
@@ -15,7 +14,10 @@ use hickory_proto::{op::Message, serialize::binary::BinDecodable};
 
 use crate::{
     observation::{DnsName, Observation, Point, Question, Transport},
-    source::{InterfaceRef, MatchedQuery, PriorSighting, RawPacket},
+    source::{
+        socket_addr, unanswered::UnansweredQuery, InterfaceRef, MatchedQuery, PriorSighting,
+        RawPacket,
+    },
 };
 
 /// Offset of the question section in a DNS message.
@@ -124,6 +126,40 @@ impl Decoder {
             (true, _) => Ok(()),
         }
     }
+
+    /// The observation of a query no answer reached, as the kernel's query table held it: its
+    /// first sighting, at the point `point_of` places it (`None` if it places it nowhere).
+    pub fn decode_unanswered<'p>(
+        &self,
+        query: &UnansweredQuery,
+        point_of: impl Fn(InterfaceRef, Direction) -> Option<&'p Point>,
+    ) -> Option<Observation> {
+        let point = point_of(query.interface, query.direction)?;
+        Some(Observation {
+            ts: query.at,
+            point: point.clone(),
+            transport: if query.tcp {
+                Transport::Tcp
+            } else {
+                Transport::Udp
+            },
+            src: query.client,
+            dst: query.server,
+            id: query.id,
+            is_response: false,
+            opcode: 0,
+            rcode: 0,
+            question: Some(Question {
+                name: query.name.clone(),
+                qtype: query.qtype,
+                qclass: query.qclass,
+            }),
+            probe: dnsloop_ebpf::parse::Probe::None,
+            // The table keeps the question, not the message.
+            size: 0,
+            partial: false,
+        })
+    }
 }
 
 /// The first sending of the query `seen` answers (a reply) or repeats (a retry), as the kernel
@@ -174,14 +210,6 @@ fn message_bytes<'a>(
     let held_end = (segment.payload_offset + segment.payload_len).min(packet.len());
     let end = (message.offset + message.len).min(held_end);
     packet.get(message.offset..end)
-}
-
-fn socket_addr(family: IpFamily, addr: &[u8; 16], port: u16) -> SocketAddr {
-    let ip = match family {
-        IpFamily::V4 => IpAddr::V4(Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3])),
-        IpFamily::V6 => IpAddr::V6(Ipv6Addr::from(*addr)),
-    };
-    SocketAddr::new(ip, port)
 }
 
 struct DecodedMessage {

@@ -29,7 +29,10 @@ use crate::{
     counters::{read_global, GlobalCounts},
     netns,
     programs::{self, Settings, EGRESS_PROGRAM, INGRESS_PROGRAM, POINT_COUNTERS_MAP},
-    source::clock::monotonic_now_ns,
+    source::{
+        clock::{monotonic_now_ns, MonotonicClock},
+        unanswered::UnansweredQueries,
+    },
     topology::{Link, LinkRole},
 };
 
@@ -306,6 +309,143 @@ fn a_query_sent_again_unanswered_is_streamed_with_its_first_sending_and_so_is_it
         records[1].matched_query.first_ns, 0,
         "the answer carries no query"
     );
+}
+
+// --- the query table ----------------------------------------------------------------------
+
+/// The answer to `query_frame(id, name, qtype)`, with `rcode`, back to the client.
+fn answer_frame(id: u16, name: &str, qtype: u16, rcode: u8) -> Vec<u8> {
+    let mut payload = dns_response(id, name, qtype);
+    payload[3] = (payload[3] & 0xf0) | rcode;
+    FrameSpec {
+        src: FrameSpec::default().dst,
+        dst: FrameSpec::default().src,
+        sport: 53,
+        dport: 40000,
+        payload,
+        ..FrameSpec::default()
+    }
+    .build()
+}
+
+#[test]
+fn a_query_never_answered_is_collected_with_its_question_once_it_expires() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    kernel.run(
+        Direction::Ingress,
+        &query_frame(0x5151, "Corp.Example", QTYPE_AAAA),
+    );
+    let mut unanswered = kernel.unanswered_queries();
+    let mut expired = Vec::new();
+    unanswered
+        .take_expired(Duration::from_secs(60), &mut expired)
+        .expect("reading the query table");
+    assert!(expired.is_empty(), "not expired yet: {expired:?}");
+
+    unanswered
+        .take_expired(Duration::ZERO, &mut expired)
+        .expect("reading the query table");
+    let [query] = expired.as_slice() else {
+        panic!("one unanswered query: {expired:?}");
+    };
+    assert_eq!(
+        query.name.presentation(),
+        "Corp.Example.",
+        "as sent, case kept"
+    );
+    assert_eq!((query.qtype, query.qclass), (QTYPE_AAAA, QCLASS_IN));
+    assert_eq!(query.id, 0x5151);
+    assert_eq!(query.client, "10.0.0.1:40000".parse().unwrap());
+    assert_eq!(query.server, "10.96.0.10:53".parse().unwrap());
+    assert_eq!(
+        (query.interface.ifindex, query.direction),
+        (LOOPBACK_IFINDEX, Direction::Ingress)
+    );
+    assert!(!query.tcp);
+
+    expired.clear();
+    unanswered
+        .take_expired(Duration::ZERO, &mut expired)
+        .expect("reading the query table");
+    assert!(expired.is_empty(), "each is collected once: {expired:?}");
+}
+
+#[test]
+fn an_answered_query_leaves_the_table_and_counts_for_its_server() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    kernel.run(
+        Direction::Ingress,
+        &query_frame(1, "www.example.test", QTYPE_A),
+    );
+    kernel.run(
+        Direction::Egress,
+        &answer_frame(1, "www.example.test", QTYPE_A, 0),
+    );
+    kernel.run(
+        Direction::Ingress,
+        &query_frame(2, "nx.example.test", QTYPE_A),
+    );
+    kernel.run(
+        Direction::Egress,
+        &answer_frame(2, "nx.example.test", QTYPE_A, 3),
+    );
+    // Test runs are seen on loopback, watched on egress only: there a reply reaches its client
+    // in the same direction as the query left.
+    kernel.run(
+        Direction::Egress,
+        &query_frame(3, "lo.example.test", QTYPE_A),
+    );
+    kernel.run(
+        Direction::Egress,
+        &answer_frame(3, "lo.example.test", QTYPE_A, 0),
+    );
+
+    let mut expired = Vec::new();
+    kernel
+        .unanswered_queries()
+        .take_expired(Duration::ZERO, &mut expired)
+        .expect("reading the query table");
+    assert!(expired.is_empty(), "every query was answered: {expired:?}");
+
+    let servers = crate::counters::read_servers(&kernel.ebpf).expect("reading the servers");
+    let [server] = servers.as_slice() else {
+        panic!("one server: {servers:?}");
+    };
+    assert_eq!(server.server, "10.96.0.10:53".parse().unwrap());
+    assert_eq!(server.answered, 3);
+    assert_eq!(
+        server.rcodes,
+        [(0, 2), (3, 1)].into_iter().collect(),
+        "NOERROR twice, NXDOMAIN once"
+    );
+    assert!(server.max > Duration::ZERO && server.p50 <= server.max);
+}
+
+#[test]
+fn a_reply_from_elsewhere_is_not_counted_as_its_servers_answer() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    kernel.run(
+        Direction::Ingress,
+        &query_frame(9, "www.example.test", QTYPE_A),
+    );
+    let from_pod = FrameSpec {
+        src: IpAddr::V4(Ipv4Addr::new(10, 244, 0, 3)),
+        dst: FrameSpec::default().src,
+        sport: 53,
+        dport: 40000,
+        payload: dns_response(9, "www.example.test", QTYPE_A),
+        ..FrameSpec::default()
+    }
+    .build();
+    kernel.run(Direction::Egress, &from_pod);
+    let servers = crate::counters::read_servers(&kernel.ebpf).expect("reading the servers");
+    assert!(servers.is_empty(), "the client drops it: {servers:?}");
 }
 
 #[test]
@@ -694,6 +834,13 @@ impl Kernel {
             frame,
             "{name} changed the frame"
         );
+    }
+
+    /// The query table, as `dnsloop trace` collects it.
+    fn unanswered_queries(&mut self) -> UnansweredQueries {
+        let table =
+            programs::take_queries(&mut self.ebpf).expect("the programs have a query table");
+        UnansweredQueries::new(table, MonotonicClock::anchored_now())
     }
 
     fn counts(&self) -> GlobalCounts {

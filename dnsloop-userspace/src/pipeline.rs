@@ -5,14 +5,14 @@ use std::time::SystemTime;
 use anyhow::Context as _;
 
 use crate::{
-    analyze::Engine,
+    analyze::{Engine, ServerSummary},
     decode::{Decoder, NotDecoded},
     enrich::Enricher,
     finding::Finding,
     observation::Observation,
     points::PointMap,
     sink::Sink,
-    source::RawPacket,
+    source::{unanswered::UnansweredQuery, RawPacket},
 };
 
 pub struct Pipeline<'s> {
@@ -73,6 +73,24 @@ impl<'s> Pipeline<'s> {
         self.emit()
     }
 
+    /// Analyses queries the kernel counted, did not stream, and saw no answer to (placed by
+    /// `points`): the timeout analyzer reports them. They are not packets seen now, so
+    /// `--packets` does not print them.
+    pub fn ingest_unanswered(
+        &mut self,
+        queries: &mut Vec<UnansweredQuery>,
+        points: &PointMap,
+    ) -> anyhow::Result<()> {
+        for query in queries.drain(..) {
+            let place = |interface, direction| points.get(interface, direction);
+            match self.decoder.decode_unanswered(&query, place) {
+                Some(observation) => self.engine.observe(&observation, &mut self.findings),
+                None => self.unplaced_records += 1,
+            }
+        }
+        self.emit()
+    }
+
     /// Time has reached `now`: writes what waited for it (deadlines, settled packets).
     pub fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
         self.engine.tick(now, &mut self.findings);
@@ -80,10 +98,13 @@ impl<'s> Pipeline<'s> {
     }
 
     /// The input ended at `now`: writes the last findings and the summary, with the caller's
-    /// `extra` fields (given the count of unplaced packets).
+    /// `extra` fields (given the count of unplaced packets). The servers' answer statistics are
+    /// taken from `servers` when given (the kernel counts every answer; the analyzers see only
+    /// what was streamed).
     pub fn finish(
         self,
         now: SystemTime,
+        servers: Option<Vec<ServerSummary>>,
         extra: impl FnOnce(u64) -> serde_json::Value,
     ) -> anyhow::Result<()> {
         let Self {
@@ -94,7 +115,10 @@ impl<'s> Pipeline<'s> {
             unplaced_records,
             ..
         } = self;
-        let summary = engine.finish(now, &mut findings);
+        let mut summary = engine.finish(now, &mut findings);
+        if let Some(servers) = servers {
+            summary.servers = servers;
+        }
         emit(&mut findings, &mut enricher, sink.as_mut())?;
         sink.summary(&summary, &extra(unplaced_records))
             .context("writing to stdout")

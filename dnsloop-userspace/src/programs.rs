@@ -7,7 +7,9 @@ use aya::{
 use std::net::IpAddr;
 
 use dnsloop_ebpf::{
-    event::{ForwarderKey, ProgramConfig, PACKET_SNAP_MAX},
+    event::{
+        ForwarderKey, ProgramConfig, QueryEntry, QueryKey, ServerKey, ServerStats, PACKET_SNAP_MAX,
+    },
     parse::{LinkLayer, MAX_DNS_PORTS},
 };
 use thiserror::Error;
@@ -26,6 +28,7 @@ const QUESTIONS_MAP: &str = "QUESTIONS";
 const QUERIES_MAP: &str = "QUERIES";
 const LINK_LAYERS_MAP: &str = "LINK_LAYERS";
 const FORWARDERS_MAP: &str = "FORWARDERS";
+const SERVERS_MAP: &str = "SERVERS";
 
 #[derive(Debug, Error)]
 pub enum LoadError {
@@ -162,6 +165,30 @@ pub fn take_records(ebpf: &mut Ebpf) -> Result<RingBuf<MapData>, LoadError> {
         name: RECORDS_MAP,
         source,
     })
+}
+
+/// Takes the query table, whose unanswered queries userspace collects once they expire.
+pub fn take_queries(ebpf: &mut Ebpf) -> Result<HashMap<MapData, QueryKey, QueryEntry>, LoadError> {
+    let map = ebpf
+        .take_map(QUERIES_MAP)
+        .ok_or(LoadError::Missing(QUERIES_MAP))?;
+    HashMap::try_from(map).map_err(|source| LoadError::Map {
+        name: QUERIES_MAP,
+        source,
+    })
+}
+
+/// Every server's answer statistics, as the kernel counted them.
+pub fn read_servers(ebpf: &Ebpf) -> Result<Vec<(ServerKey, ServerStats)>, LoadError> {
+    let map_error = |source| LoadError::Map {
+        name: SERVERS_MAP,
+        source,
+    };
+    let map = ebpf
+        .map(SERVERS_MAP)
+        .ok_or(LoadError::Missing(SERVERS_MAP))?;
+    let servers: HashMap<_, ServerKey, ServerStats> = HashMap::try_from(map).map_err(map_error)?;
+    servers.iter().collect::<Result<_, _>>().map_err(map_error)
 }
 
 fn program_config(settings: &Settings) -> Result<ProgramConfig, LoadError> {

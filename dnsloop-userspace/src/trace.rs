@@ -14,10 +14,14 @@ use crate::{
     enrich::Enricher,
     pipeline::Pipeline,
     programs, report, sink,
-    source::{clock::MonotonicClock, ringbuf::RingBufSource},
+    source::{clock::MonotonicClock, ringbuf::RingBufSource, unanswered::UnansweredQueries},
     topology,
     watch::Watch,
 };
+
+/// How often the kernel's query table is searched for queries past the timeout: a timeout is
+/// reported at most this long after it happened.
+const UNANSWERED_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 pub fn run(args: TraceArgs) -> anyhow::Result<()> {
     tokio::runtime::Builder::new_current_thread()
@@ -38,6 +42,12 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
         ring_buffer_mib: args.ring_buffer_mib,
     })?;
     let records = programs::take_records(&mut ebpf)?;
+    let clock = MonotonicClock::anchored_now();
+    // With every packet streamed the analyzers have every query already.
+    let mut unanswered = (!args.packets)
+        .then(|| programs::take_queries(&mut ebpf))
+        .transpose()?
+        .map(|queries| UnansweredQueries::new(queries, clock));
     let node_addresses = topology::addresses(None).await?;
     programs::register_forwarders(&mut ebpf, &node_addresses)?;
     // Without -i the whole node is watched, including pods that appear while we run.
@@ -46,8 +56,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
     let mut watch = Watch::start(ebpf, links, whole_node)?;
     eprintln!("dnsloop: {}", watch.describe());
 
-    let mut source = RingBufSource::new(records, MonotonicClock::anchored_now())
-        .context("watching the ring buffer")?;
+    let mut source = RingBufSource::new(records, clock).context("watching the ring buffer")?;
     let engine = Engine::new(EngineConfig {
         timeout: args.timeout,
         loop_report_interval: args.report_interval,
@@ -65,14 +74,25 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
     );
 
     let mut packets = Vec::new();
+    let mut expired = Vec::new();
+    let mut sweep = tokio::time::interval(UNANSWERED_SWEEP_INTERVAL);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut end = end_of_run(args.duration)?;
     loop {
         tokio::select! {
             _ = &mut end => break,
             batch = source.next_batch(&mut packets) => batch.context("reading the ring buffer")?,
             Some(event) = link_events.next() => watch.apply(event),
+            _ = sweep.tick(), if unanswered.is_some() => {
+                if let Some(unanswered) = &mut unanswered {
+                    unanswered
+                        .take_expired(args.timeout, &mut expired)
+                        .context("reading the kernel's query table")?;
+                }
+            }
         }
         pipeline.ingest(&mut packets, &watch.points)?;
+        pipeline.ingest_unanswered(&mut expired, &watch.points)?;
         pipeline.tick(source.watermark())?;
     }
     source.drain(&mut packets);
@@ -81,7 +101,9 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
     let interfaces = counters::read_points(&watch.ebpf, watch.node_cookie, &watch.links)
         .context("reading the per-interface counters")?;
     let kernel = counters::read_global(&watch.ebpf).context("reading the kernel counters")?;
-    pipeline.finish(source.watermark(), |unplaced_records| {
+    let servers =
+        counters::read_servers(&watch.ebpf).context("reading the kernel's answer statistics")?;
+    pipeline.finish(source.watermark(), Some(servers), |unplaced_records| {
         report::summary_extra(
             &interfaces,
             &kernel,

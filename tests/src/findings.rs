@@ -106,6 +106,16 @@ pub struct Summary {
     pub kernel: BTreeMap<String, u64>,
     /// Packets the kernel could not hand to userspace: every one may hide a finding.
     pub lost_events: u64,
+    /// Answers per server, as their clients received them.
+    pub servers: Vec<ServerCount>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct ServerCount {
+    /// `ip:port`, as the clients addressed it.
+    pub server: String,
+    #[serde(rename = "count")]
+    pub answered: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -401,6 +401,54 @@ fn a_client_retrying_a_dead_server_directly_times_out_naming_it() {
     );
 }
 
+#[test]
+fn a_query_asked_once_and_never_answered_times_out_and_answers_are_counted_per_server() {
+    // One try, never resent: nothing about it is streamed, so dnsloop learns of it from the
+    // kernel's query table once it has waited past the timeout.
+    let Some((trace, _)) = traced("asked-once", Scenario::DeadUpstream, |lab| {
+        dig(
+            lab,
+            Pod::Client,
+            &DEAD_DNS.to_string(),
+            &["+tries=1", "+timeout=1", CLUSTER_NAME],
+        );
+        for _ in 0..3 {
+            dig_answers(
+                lab,
+                Pod::Client,
+                &node_cache(),
+                &[EXTERNAL_NAME],
+                &EXTERNAL_A.to_string(),
+            );
+        }
+        thread::sleep(TIMEOUT_REPORTED_WITHIN);
+    }) else {
+        return;
+    };
+    let dead = dns_server(DEAD_DNS);
+    let timeouts = trace.timeouts();
+    let [timeout] = timeouts.as_slice() else {
+        panic!("exactly one timeout, for the query asked once:\n{trace}");
+    };
+    assert_eq!(timeout.server, dead, "{trace}");
+    assert_eq!(timeout.qname, fqdn(CLUSTER_NAME), "{trace}");
+    assert_eq!(timeout.client.ip(), Pod::Client.ip(), "{trace}");
+
+    // The kernel times every answer, streamed or not: the node cache answered the client thrice.
+    let servers = &trace.summary().servers;
+    let node_cache = servers
+        .iter()
+        .find(|server| server.server == dns_server(NODE_LOCAL_DNS).to_string())
+        .unwrap_or_else(|| panic!("no answers counted for the node cache:\n{trace}"));
+    assert_eq!(node_cache.answered, 3, "{trace}");
+    assert!(
+        servers
+            .iter()
+            .all(|server| server.server != dead.to_string()),
+        "the dead server answered nothing:\n{trace}"
+    );
+}
+
 /// The search list of a pod in namespace `default` (ndots 5) tried for `api`, in order.
 const SEARCH_LIST_EXPANSION: [&str; 4] = [
     "api.default.svc.cluster.local",

@@ -5,8 +5,9 @@ use aya_ebpf::{
 };
 use dnsloop_ebpf::{
     event::{
-        ForwarderKey, ObservationPoint, PointCounters, ProgramConfig, QueryKey, QueryState,
-        QuestionKey, QuestionState, Sighting, StreamReason, COUNTER_SLOTS,
+        ForwarderKey, ObservationPoint, PointCounters, ProgramConfig, QueryEntry, QueryKey,
+        QueryState, QuestionKey, QuestionState, ServerKey, ServerStats, Sighting, StreamReason,
+        COUNTER_SLOTS,
     },
     parse::{DnsPorts, LinkLayer, Segment, TcpFraming, DNS_BUF_LEN},
 };
@@ -28,10 +29,20 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SL
 pub static QUESTIONS: LruHashMap<QuestionKey, QuestionState> =
     LruHashMap::with_max_entries(65536, 0);
 
-/// Queries in flight, to check their replies' source (see `queries`). LRU: a query never
-/// answered is forgotten when room is needed.
+/// Queries in flight, to check their replies' source and time them (see `queries`). Userspace
+/// takes out the ones never answered once they are older than its timeout. LRU: under a storm
+/// of unanswered queries the oldest are forgotten rather than new ones refused.
 #[map]
-pub static QUERIES: LruHashMap<QueryKey, QueryState> = LruHashMap::with_max_entries(65536, 0);
+pub static QUERIES: LruHashMap<QueryKey, QueryEntry> = LruHashMap::with_max_entries(65536, 0);
+
+/// Answer counts and latency per server, as its clients addressed it. A node talks to a few
+/// dozen servers; LRU keeps the busiest under a storm of new ones.
+#[map]
+pub static SERVERS: LruHashMap<ServerKey, ServerStats> = LruHashMap::with_max_entries(1024, 0);
+
+/// Never written: the zeroed value a new `SERVERS` entry is inserted from (too big for the stack).
+#[map]
+pub static ZERO_SERVER_STATS: PerCpuArray<ServerStats> = PerCpuArray::with_max_entries(1, 0);
 
 /// Addresses that forward DNS (see `forwarders`); userspace adds the node's own. LRU: a storm of
 /// responders evicts the oldest.
@@ -66,6 +77,8 @@ pub struct Verdict {
     pub framing: TcpFraming,
     /// The query a reply from an unexpected source answers.
     pub matched_query: QueryState,
+    /// A query met for the first time, built here before it is copied into `QUERIES`.
+    pub new_query: QueryEntry,
     /// For a query that made its question hot: the last sighting before it.
     pub prior: Sighting,
 }

@@ -208,7 +208,7 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
     if summary.header.qr() {
         forwarders::note_responder(&verdict.segment);
         if let Some(query) =
-            queries::answered_at_client(&verdict.segment, id, verdict.ifindex, verdict.direction)
+            queries::answered_at_client(&verdict.segment, id, summary.header.rcode(), verdict)
         {
             if attach_unstreamed && queries::from_elsewhere(&verdict.segment, &query) {
                 verdict.matched_query = query;
@@ -218,9 +218,7 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
                 verdict.stream_unless_set(StreamReason::Retried);
             }
         }
-    } else if let Some(first) =
-        queries::remember(&verdict.segment, id, verdict.ifindex, verdict.direction)
-    {
+    } else if let Some(first) = queries::remember(buffer, &question, id, verdict) {
         if attach_unstreamed {
             verdict.matched_query = first;
             verdict.stream_because(StreamReason::Retried);

@@ -1,16 +1,39 @@
-//! The query table: where each query in flight went, so that its reply can be checked where it
-//! reaches the client, before the client's socket judges it.
+//! The query table: where each query in flight went, so that its reply can be checked and timed
+//! where it reaches the client, before the client's socket judges it; and what it asked, so that
+//! userspace can name it if it is never answered.
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
+
 use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns};
 use dnsloop_ebpf::{
-    event::{QueryKey, QueryState},
-    parse::Segment,
+    event::{QueryKey, QueryState, ServerKey, ServerStats, NAME_WIRE_MAX},
+    latency,
+    parse::{Question, Segment, DNS_BUF_LEN},
 };
 
-use super::maps::QUERIES;
+use super::{
+    maps::{Verdict, QUERIES, SERVERS, ZERO_SERVER_STATS},
+    LOOPBACK_IFINDEX,
+};
 
 /// A client resending a query waits at least this long for the answer first (stub resolvers
 /// wait a second or more); sooner, it is the same query met again.
 const RETRY_AFTER_NS: u64 = 200_000_000;
+
+/// Offset of the question's name in a DNS message.
+const NAME_OFFSET: usize = 12;
+
+/// The part of a message, held in the DNS buffer, where its question's name can be.
+#[inline(always)]
+fn name_window(message: &[u8; DNS_BUF_LEN]) -> &[u8; NAME_WIRE_MAX] {
+    const { assert!(NAME_OFFSET + NAME_WIRE_MAX <= DNS_BUF_LEN) };
+    // SAFETY: in bounds, by the assertion above; u8 arrays have no alignment.
+    unsafe {
+        &*message
+            .as_ptr()
+            .add(NAME_OFFSET)
+            .cast::<[u8; NAME_WIRE_MAX]>()
+    }
+}
 
 /// Remembers a query at its first sighting, the one closest to its client. Later hops of the
 /// same query (same client, port and id) leave the entry alone: after DNAT their destination is
@@ -19,15 +42,21 @@ const RETRY_AFTER_NS: u64 = 200_000_000;
 /// Returns the first sending when this is the client sending it again, unanswered, from where it
 /// first did: stub resolvers (glibc) retry on the same socket with the same ID.
 #[inline(always)]
-pub fn remember(segment: &Segment, id: u16, ifindex: u32, direction: u8) -> Option<QueryState> {
+pub fn remember(
+    message: &[u8; DNS_BUF_LEN],
+    question: &Question,
+    id: u16,
+    verdict: &mut Verdict,
+) -> Option<QueryState> {
+    let segment = &verdict.segment;
     let key = key(segment.src, segment.sport, id, segment);
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(first) = QUERIES.get_ptr_mut(&key) {
         // SAFETY: a value of our map; a concurrent update can only skew the flag.
-        let first = unsafe { &mut *first };
-        let resent = first.ifindex == ifindex
-            && first.direction == direction
+        let first = unsafe { &mut (*first).state };
+        let resent = first.ifindex == verdict.ifindex
+            && first.direction == verdict.direction
             && now.saturating_sub(first.first_ns) >= RETRY_AFTER_NS;
         if !resent {
             return None;
@@ -35,35 +64,102 @@ pub fn remember(segment: &Segment, id: u16, ifindex: u32, direction: u8) -> Opti
         first.retried = 1;
         return Some(*first);
     }
-    let state = QueryState {
+    let entry = &mut verdict.new_query;
+    entry.state = QueryState {
         first_ns: now,
         server: segment.dst,
         server_port: segment.dport,
-        direction,
+        direction: verdict.direction,
         retried: 0,
-        ifindex,
+        ifindex: verdict.ifindex,
     };
-    let _ = QUERIES.insert(&key, &state, BPF_NOEXIST.into());
+    entry.netns_cookie = verdict.netns_cookie;
+    entry.qtype = question.qtype;
+    entry.qclass = question.qclass;
+    entry.family = segment.family as u8;
+    // A fixed-size copy: a length taken from the packet would make the verifier tell apart every
+    // name length it meets, and the program outgrow its budget. The bytes past the name are
+    // whatever followed it in the buffer, and are never read.
+    entry.name = *name_window(message);
+    entry.name_len = question.name_len;
+    // The entry is copied from the per-CPU scratch value: it is too big for the stack.
+    let _ = QUERIES.insert(&key, &verdict.new_query, BPF_NOEXIST.into());
     None
 }
 
 /// The query a reply answers, if the reply is now reaching that query's client: at the interface
-/// where the query was first seen, in the other direction. The entry is then done with.
+/// where the query was first seen, in the other direction (on loopback, which is watched on
+/// egress only, in the same one). The entry is then done with; an answer from where the query
+/// went is counted in its server's statistics.
 #[inline(always)]
 pub fn answered_at_client(
     segment: &Segment,
     id: u16,
-    ifindex: u32,
-    direction: u8,
+    rcode: u8,
+    verdict: &Verdict,
 ) -> Option<QueryState> {
     let key = key(segment.dst, segment.dport, id, segment);
-    // SAFETY: a plain-data value of our map, copied out at once.
-    let query = *unsafe { QUERIES.get(&key) }?;
-    if query.ifindex != ifindex || query.direction == direction {
+    let entry = QUERIES.get_ptr(&key)?;
+    // SAFETY: a plain-data value of our map; what is needed is copied out at once.
+    let (query, family, netns_cookie) =
+        unsafe { ((*entry).state, (*entry).family, (*entry).netns_cookie) };
+    let loopback = verdict.ifindex == LOOPBACK_IFINDEX;
+    let reaches_client = query.ifindex == verdict.ifindex
+        && netns_cookie == verdict.netns_cookie
+        && (query.direction != verdict.direction || loopback);
+    if !reaches_client {
         return None;
     }
     let _ = QUERIES.remove(&key);
+    if !from_elsewhere(segment, &query) {
+        count_answer(&query, family, rcode);
+    }
     Some(query)
+}
+
+/// Adds an answer to `query` to its server's statistics.
+#[inline(always)]
+fn count_answer(query: &QueryState, family: u8, rcode: u8) {
+    let key = ServerKey {
+        address: query.server,
+        port: query.server_port,
+        family,
+        _pad: [0; 1],
+    };
+    let stats = match SERVERS.get_ptr_mut(&key) {
+        Some(stats) => stats,
+        None => {
+            let Some(zero) = ZERO_SERVER_STATS.get_ptr(0) else {
+                return;
+            };
+            // SAFETY: a plain-data value of our map; inserting copies it.
+            let _ = SERVERS.insert(&key, unsafe { &*zero }, BPF_NOEXIST.into());
+            match SERVERS.get_ptr_mut(&key) {
+                Some(stats) => stats,
+                None => return,
+            }
+        }
+    };
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let waited_ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(query.first_ns);
+    // SAFETY: a value of our map, shared with other CPUs: counts change only by atomic adds.
+    let stats: &mut ServerStats = unsafe { &mut *stats };
+    add(&mut stats.answered);
+    if let Some(count) = stats.rcodes.get_mut(usize::from(rcode & 0x0f)) {
+        add(count);
+    }
+    if let Some(count) = stats.latency.get_mut(latency::bucket(waited_ns / 1000)) {
+        add(count);
+    }
+    if waited_ns > stats.max_ns {
+        stats.max_ns = waited_ns;
+    }
+}
+
+#[inline(always)]
+fn add(count: &mut u64) {
+    // SAFETY: `count` is an aligned u64 in map memory; other CPUs only add to it atomically.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(count, 1) };
 }
 
 /// The key of the query sent by `client`:`client_port` with `id` over `segment`'s transport.

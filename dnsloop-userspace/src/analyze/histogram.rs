@@ -1,15 +1,7 @@
 //! A latency histogram of fixed size: a few kilobytes per server, whatever the traffic.
 use std::time::Duration;
 
-/// Each power of two of microseconds is split into this many buckets, so a percentile is
-/// within 1/8 (12.5 %) of the true value.
-const SUB_BUCKETS: u64 = 8;
-const SUB_BITS: u32 = SUB_BUCKETS.trailing_zeros();
-/// Below this many microseconds every value has its own bucket.
-const EXACT_BELOW: u64 = 2 * SUB_BUCKETS;
-/// Latencies are recorded up to 2^36 µs (about 19 hours); longer ones count as that.
-const MAX_MICROS: u64 = (1 << 36) - 1;
-const BUCKETS: usize = bucket(MAX_MICROS) + 1;
+use dnsloop_ebpf::latency::{bucket, upper_edge, LATENCY_BUCKETS as BUCKETS, MAX_MICROS};
 
 pub struct Histogram {
     counts: Box<[u64; BUCKETS]>,
@@ -23,6 +15,15 @@ impl Histogram {
             counts: Box::new([0; BUCKETS]),
             total: 0,
             max: Duration::ZERO,
+        }
+    }
+
+    /// A histogram of counts kept elsewhere in the same buckets (the kernel's).
+    pub fn from_counts(counts: &[u64; BUCKETS], max: Duration) -> Self {
+        Self {
+            counts: Box::new(*counts),
+            total: counts.iter().sum(),
+            max,
         }
     }
 
@@ -59,50 +60,9 @@ impl Histogram {
     }
 }
 
-const fn bucket(micros: u64) -> usize {
-    if micros < EXACT_BELOW {
-        return micros as usize;
-    }
-    let magnitude = u64::BITS - 1 - micros.leading_zeros();
-    // The bits just below the leading one pick the sub-bucket.
-    let sub = (micros >> (magnitude - SUB_BITS)) - SUB_BUCKETS;
-    (EXACT_BELOW + (magnitude as u64 - SUB_BITS as u64 - 1) * SUB_BUCKETS + sub) as usize
-}
-
-/// The largest value that falls in bucket `index`.
-fn upper_edge(index: usize) -> u64 {
-    let index = index as u64;
-    if index < EXACT_BELOW {
-        return index;
-    }
-    let magnitude = (index - EXACT_BELOW) / SUB_BUCKETS + u64::from(SUB_BITS) + 1;
-    let sub = (index - EXACT_BELOW) % SUB_BUCKETS;
-    ((SUB_BUCKETS + sub + 1) << (magnitude - u64::from(SUB_BITS))) - 1
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_value_lands_in_a_bucket_whose_edge_is_within_an_eighth() {
-        for micros in (0..5000).chain([1 << 20, (1 << 20) + 12345, MAX_MICROS]) {
-            let index = bucket(micros);
-            assert!(index < BUCKETS);
-            let edge = upper_edge(index);
-            assert!(edge >= micros, "{micros} -> {edge}");
-            assert!(
-                (edge - micros) as f64 <= micros as f64 / 8.0 + 1.0,
-                "{micros} -> {edge}"
-            );
-            if index > 0 {
-                assert!(
-                    upper_edge(index - 1) < micros,
-                    "{micros} is also in the bucket below"
-                );
-            }
-        }
-    }
 
     #[test]
     fn quantiles_of_a_spread_of_latencies() {
@@ -123,6 +83,22 @@ mod tests {
         assert_eq!(histogram.quantile(1.0), Duration::from_millis(100));
         assert_eq!(histogram.max(), Duration::from_millis(100));
         assert_eq!(histogram.count(), 100);
+    }
+
+    #[test]
+    fn counts_kept_elsewhere_read_the_same() {
+        let mut recorded = Histogram::new();
+        let mut counts = [0; BUCKETS];
+        for millis in [1, 2, 2, 40, 900] {
+            let latency = Duration::from_millis(millis);
+            recorded.record(latency);
+            counts[bucket(latency.as_micros() as u64)] += 1;
+        }
+        let rebuilt = Histogram::from_counts(&counts, Duration::from_millis(900));
+        assert_eq!(rebuilt.count(), recorded.count());
+        for quantile in [0.5, 0.9, 0.99, 1.0] {
+            assert_eq!(rebuilt.quantile(quantile), recorded.quantile(quantile));
+        }
     }
 
     #[test]

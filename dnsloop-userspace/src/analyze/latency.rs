@@ -43,14 +43,8 @@ impl Latency {
         let mut servers: Vec<ServerSummary> = self
             .servers
             .iter()
-            .map(|(&server, stats)| ServerSummary {
-                server,
-                answered: stats.latency.count(),
-                p50: stats.latency.quantile(0.50),
-                p90: stats.latency.quantile(0.90),
-                p99: stats.latency.quantile(0.99),
-                max: stats.latency.max(),
-                rcodes: stats.rcodes.clone(),
+            .map(|(&server, stats)| {
+                ServerSummary::new(server, &stats.latency, stats.rcodes.clone())
             })
             .collect();
         servers.sort_by_key(|summary| summary.server);

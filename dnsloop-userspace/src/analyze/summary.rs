@@ -5,6 +5,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use super::histogram::Histogram;
 use crate::finding::Finding;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -56,4 +57,29 @@ pub struct ServerSummary {
     pub max: Duration,
     /// Replies per response code.
     pub rcodes: BTreeMap<u16, u64>,
+}
+
+impl ServerSummary {
+    pub fn new(server: SocketAddr, latency: &Histogram, rcodes: BTreeMap<u16, u64>) -> Self {
+        Self {
+            server,
+            answered: latency.count(),
+            p50: latency.quantile(0.50),
+            p90: latency.quantile(0.90),
+            p99: latency.quantile(0.99),
+            max: latency.max(),
+            rcodes,
+        }
+    }
+
+    /// A server's answers as the kernel counted them: latencies in the shared buckets
+    /// (`dnsloop_ebpf::latency`), the slowest, and answers per rcode.
+    pub fn from_kernel_counts(
+        server: SocketAddr,
+        latency: &[u64; dnsloop_ebpf::latency::LATENCY_BUCKETS],
+        max: Duration,
+        rcodes: BTreeMap<u16, u64>,
+    ) -> Self {
+        Self::new(server, &Histogram::from_counts(latency, max), rcodes)
+    }
 }

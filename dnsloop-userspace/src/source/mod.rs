@@ -2,10 +2,16 @@
 //! observations; nothing downstream knows which source it was.
 pub mod clock;
 pub mod ringbuf;
+pub mod unanswered;
 
 use std::time::SystemTime;
 
-use dnsloop_ebpf::{event::Direction, parse::LinkLayer};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use dnsloop_ebpf::{
+    event::Direction,
+    parse::{IpFamily, LinkLayer},
+};
 
 /// The interface a packet was seen on, as its source identifies it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -65,4 +71,20 @@ fn link_layer(raw: u8) -> Option<LinkLayer> {
     ]
     .into_iter()
     .find(|layer| *layer as u8 == raw)
+}
+
+/// The address family a kernel record names.
+pub fn ip_family(raw: u8) -> Option<IpFamily> {
+    [IpFamily::V4, IpFamily::V6]
+        .into_iter()
+        .find(|family| *family as u8 == raw)
+}
+
+/// An address as the kernel and the shared parser hold it: 16 bytes, IPv4 in the first 4.
+pub fn socket_addr(family: IpFamily, addr: &[u8; 16], port: u16) -> SocketAddr {
+    let ip = match family {
+        IpFamily::V4 => IpAddr::V4(Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3])),
+        IpFamily::V6 => IpAddr::V6(Ipv6Addr::from(*addr)),
+    };
+    SocketAddr::new(ip, port)
 }

@@ -5,16 +5,15 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use std::net::{IpAddr, SocketAddr};
-
 use dnsloop_ebpf::{
     event::{Direction, PacketRecord, StreamReason, PACKET_SNAP_MAX},
-    parse::{IpFamily, Transport},
+    parse::Transport,
 };
 use tokio::io::unix::AsyncFd;
 
 use super::{
-    clock::MonotonicClock, link_layer, InterfaceRef, MatchedQuery, PriorSighting, RawPacket,
+    clock::MonotonicClock, ip_family, link_layer, socket_addr, InterfaceRef, MatchedQuery,
+    PriorSighting, RawPacket,
 };
 
 /// The programs wake us only once plenty is waiting (see the kernel's `WAKEUP_BYTES`); this poll
@@ -116,16 +115,7 @@ fn matched_query(record: &PacketRecord, clock: &MonotonicClock) -> Option<Matche
 /// The sighting before the one that made its question hot, when the record carries one.
 fn prior_sighting(record: &PacketRecord, clock: &MonotonicClock) -> Option<PriorSighting> {
     let prior = &record.prior;
-    let address = |bytes: &[u8; 16], port: u16| -> Option<SocketAddr> {
-        let ip = match prior.family {
-            family if family == IpFamily::V4 as u8 => {
-                IpAddr::from([bytes[0], bytes[1], bytes[2], bytes[3]])
-            }
-            family if family == IpFamily::V6 as u8 => IpAddr::from(*bytes),
-            _ => return None,
-        };
-        Some(SocketAddr::new(ip, port))
-    };
+    let family = ip_family(prior.family)?;
     Some(PriorSighting {
         at: clock.wall_time(prior.ts_ns),
         interface: InterfaceRef {
@@ -133,8 +123,8 @@ fn prior_sighting(record: &PacketRecord, clock: &MonotonicClock) -> Option<Prior
             ifindex: prior.ifindex,
         },
         direction: Direction::from_u8(prior.direction)?,
-        src: address(&prior.src, prior.sport)?,
-        dst: address(&prior.dst, prior.dport)?,
+        src: socket_addr(family, &prior.src, prior.sport),
+        dst: socket_addr(family, &prior.dst, prior.dport),
         id: prior.id,
         tcp: prior.transport == Transport::Tcp as u8,
     })

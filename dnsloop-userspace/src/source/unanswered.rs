@@ -1,0 +1,172 @@
+//! Queries the kernel counted but no answer reached: collected from its query table once they
+//! are older than the timeout, so that a query that was never streamed is still reported.
+//!
+//! The kernel removes a query from the table when its answer reaches the client, so what is left
+//! past the timeout is unanswered. Each is taken out once, and the reply that may still come
+//! later finds no entry: by then the client has given up on it anyway.
+use std::{
+    net::SocketAddr,
+    time::{Duration, SystemTime},
+};
+
+use aya::maps::{HashMap, MapData, MapError};
+use dnsloop_ebpf::{
+    event::{Direction, QueryEntry, QueryKey},
+    parse::Transport,
+};
+
+use crate::observation::DnsName;
+
+use super::{
+    clock::{monotonic_now_ns, MonotonicClock},
+    ip_family, socket_addr, InterfaceRef,
+};
+
+/// A query first seen at `at`, on `interface` in `direction`, that got no answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnansweredQuery {
+    pub at: SystemTime,
+    pub interface: InterfaceRef,
+    pub direction: Direction,
+    pub tcp: bool,
+    pub client: SocketAddr,
+    /// Where the client sent it, before any DNAT.
+    pub server: SocketAddr,
+    pub id: u16,
+    pub name: DnsName,
+    pub qtype: u16,
+    pub qclass: u16,
+}
+
+pub struct UnansweredQueries {
+    table: HashMap<MapData, QueryKey, QueryEntry>,
+    clock: MonotonicClock,
+    /// Entries that could not be read back as a query (never expected: counted, not hidden).
+    pub unreadable: u64,
+}
+
+impl UnansweredQueries {
+    pub fn new(table: HashMap<MapData, QueryKey, QueryEntry>, clock: MonotonicClock) -> Self {
+        Self {
+            table,
+            clock,
+            unreadable: 0,
+        }
+    }
+
+    /// Takes every query sent more than `timeout` ago out of the table, appending them to `out`
+    /// in the order they were sent.
+    pub fn take_expired(
+        &mut self,
+        timeout: Duration,
+        out: &mut Vec<UnansweredQuery>,
+    ) -> Result<(), MapError> {
+        let timeout_ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        let expired_before = monotonic_now_ns().saturating_sub(timeout_ns);
+        let mut expired = Vec::new();
+        for entry in self.table.iter() {
+            let (key, entry) = match entry {
+                Ok(entry) => entry,
+                // Removed by the kernel between listing its key and reading it: answered.
+                Err(MapError::KeyNotFound) => continue,
+                Err(error) => return Err(error),
+            };
+            if entry.state.first_ns < expired_before {
+                expired.push((key, entry));
+            }
+        }
+        expired.sort_by_key(|(_, entry)| entry.state.first_ns);
+        for (key, entry) in expired {
+            match self.table.remove(&key) {
+                // Answered just now, between the read and the removal.
+                Err(MapError::KeyNotFound) => continue,
+                result => result?,
+            }
+            match unanswered(&key, &entry, &self.clock) {
+                Some(query) => out.push(query),
+                None => self.unreadable += 1,
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unanswered(
+    key: &QueryKey,
+    entry: &QueryEntry,
+    clock: &MonotonicClock,
+) -> Option<UnansweredQuery> {
+    let family = ip_family(entry.family)?;
+    let state = &entry.state;
+    Some(UnansweredQuery {
+        at: clock.wall_time(state.first_ns),
+        interface: InterfaceRef {
+            netns_cookie: entry.netns_cookie,
+            ifindex: state.ifindex,
+        },
+        direction: Direction::from_u8(state.direction)?,
+        tcp: key.transport == Transport::Tcp as u8,
+        client: socket_addr(family, &key.client, key.client_port),
+        server: socket_addr(family, &state.server, state.server_port),
+        id: key.id,
+        name: DnsName::from_wire(entry.name()?)?,
+        qtype: entry.qtype,
+        qclass: entry.qclass,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dnsloop_ebpf::{event::QueryState, parse::IpFamily};
+
+    #[test]
+    fn an_entry_becomes_the_query_it_holds() {
+        let mut name = [0u8; 256];
+        let wire = b"\x03www\x07example\x04test\x00";
+        name[..wire.len()].copy_from_slice(wire);
+        let entry = QueryEntry {
+            state: QueryState {
+                first_ns: 1_000_000_000,
+                server: [10, 96, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                server_port: 53,
+                direction: Direction::Ingress as u8,
+                retried: 0,
+                ifindex: 7,
+            },
+            netns_cookie: 0,
+            qtype: 1,
+            qclass: 1,
+            name_len: wire.len() as u16,
+            family: IpFamily::V4 as u8,
+            _pad: [0],
+            name,
+        };
+        let key = QueryKey {
+            client: [10, 244, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            client_port: 40000,
+            id: 0x1234,
+            transport: Transport::Udp as u8,
+            _pad: [0; 3],
+        };
+        let clock = MonotonicClock::anchored_now();
+        let query = unanswered(&key, &entry, &clock).expect("a readable entry");
+        assert_eq!(query.client, "10.244.0.2:40000".parse().unwrap());
+        assert_eq!(query.server, "10.96.0.10:53".parse().unwrap());
+        assert_eq!(query.name.presentation(), "www.example.test.");
+        assert_eq!(query.interface.ifindex, 7);
+        assert!(!query.tcp);
+        assert_eq!(query.at, clock.wall_time(1_000_000_000));
+
+        let corrupt = QueryEntry {
+            name_len: 300,
+            ..entry
+        };
+        assert_eq!(unanswered(&key, &corrupt, &clock), None);
+        let not_a_name = QueryEntry {
+            name_len: 3,
+            ..entry
+        };
+        assert_eq!(unanswered(&key, &not_a_name, &clock), None);
+    }
+}
