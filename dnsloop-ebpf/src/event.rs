@@ -74,7 +74,14 @@ pub enum StreamReason {
     /// A query its client sent again (same socket, same ID) with no answer yet, with the first
     /// sending in `matched_query`; or the reply that finally answers such a query.
     Retried = 5,
+    /// A malformed packet on a DNS port, as a sample: every one is counted by reason, at most
+    /// one per CPU per `MALFORMED_SAMPLE_INTERVAL_NS` is streamed.
+    Malformed = 6,
 }
+
+/// Malformed packets are streamed at most this often per CPU (every one is counted): enough to
+/// show what they look like, never enough for a flood of junk to crowd out what matters.
+pub const MALFORMED_SAMPLE_INTERVAL_NS: u64 = 100_000_000;
 
 impl StreamReason {
     pub fn from_u8(raw: u8) -> Option<Self> {
@@ -85,6 +92,7 @@ impl StreamReason {
             3 => Some(Self::TcpSplit),
             4 => Some(Self::UnexpectedSource),
             5 => Some(Self::Retried),
+            6 => Some(Self::Malformed),
             _ => None,
         }
     }

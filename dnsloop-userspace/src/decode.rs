@@ -4,6 +4,7 @@
 //! the same thing in `trace` and in `analyze`. The DNS message itself is decoded with
 //! hickory-proto; when it cannot be (cut by the snap length, or malformed past the question),
 //! the shared parser's reading of the header and first question is used instead.
+use std::{net::SocketAddr, sync::Arc, time::SystemTime};
 
 use dnsloop_ebpf::event::Direction;
 use dnsloop_ebpf::parse::{
@@ -32,6 +33,22 @@ pub enum NotDecoded {
     Unplaced,
     Malformed(Malformed),
 }
+
+/// A malformed packet, as a sample of what the counted ones look like.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MalformedSample {
+    pub ts: SystemTime,
+    pub ifname: Arc<str>,
+    pub direction: Direction,
+    pub reason: Malformed,
+    /// When the headers up to the transport parsed: who sent it, to whom.
+    pub addresses: Option<(SocketAddr, SocketAddr)>,
+    /// The first bytes of the frame, for a person to read.
+    pub head: bytes::Bytes,
+}
+
+/// Bytes of a malformed packet a sample shows.
+const SAMPLE_HEAD: usize = 96;
 
 pub struct Decoder {
     ports: DnsPorts,
@@ -124,6 +141,31 @@ impl Decoder {
             (false, Some(reason)) => Err(NotDecoded::Malformed(reason)),
             (false, None) => Err(NotDecoded::NotDns),
             (true, _) => Ok(()),
+        }
+    }
+
+    /// A sample of `packet`, found malformed for `reason` and seen at `point`.
+    pub fn malformed_sample(
+        &self,
+        packet: &RawPacket,
+        point: &Point,
+        reason: Malformed,
+    ) -> MalformedSample {
+        let addresses = match classify(&SlicePacket(&packet.bytes), packet.link_layer, &self.ports)
+        {
+            PacketClass::Dns(segment) => Some((
+                socket_addr(segment.family, &segment.src, segment.sport),
+                socket_addr(segment.family, &segment.dst, segment.dport),
+            )),
+            _ => None,
+        };
+        MalformedSample {
+            ts: packet.ts,
+            ifname: point.ifname.clone(),
+            direction: point.direction,
+            reason,
+            addresses,
+            head: packet.bytes.slice(..packet.bytes.len().min(SAMPLE_HEAD)),
         }
     }
 

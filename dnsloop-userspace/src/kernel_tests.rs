@@ -134,19 +134,21 @@ fn malformed_frames_are_counted_by_reason() {
         ..FrameSpec::default()
     };
 
+    // The sampling of malformed packets is per CPU: all four must run on the same one.
+    stay_on_one_cpu();
     for frame in [
-        truncated_ipv4,
-        udp_length_below_its_header,
-        short_dns_header.build(),
-        pointer_in_question.build(),
+        &truncated_ipv4,
+        &udp_length_below_its_header,
+        &short_dns_header.build(),
+        &pointer_in_question.build(),
     ] {
-        kernel.run(Direction::Ingress, &frame);
+        kernel.run(Direction::Ingress, frame);
     }
 
     assert_eq!(
         kernel.counts(),
         counted(
-            &[(Counter::Packets, 4)],
+            &[(Counter::Packets, 4), (Counter::StreamedRecords, 1)],
             &[
                 (Malformed::TruncatedIpv4, 1),
                 (Malformed::BadUdpLength, 1),
@@ -156,6 +158,31 @@ fn malformed_frames_are_counted_by_reason() {
         )
     );
     assert_eq!(kernel.point_counters(Direction::Ingress).dns_packets, 0);
+    // Every one is counted; the first is shown as a sample, the others came too soon after it.
+    kernel.assert_streamed(&[(&truncated_ipv4, Direction::Ingress, StreamReason::Malformed)]);
+}
+
+/// Pins the calling test thread to the CPU it is on, so that every program it runs sees the
+/// same per-CPU state.
+fn stay_on_one_cpu() {
+    // SAFETY: sched_getcpu has no preconditions; the set is a plain bitmask we own.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        assert!(
+            cpu >= 0,
+            "sched_getcpu: {}",
+            std::io::Error::last_os_error()
+        );
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        let pinned = libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(
+            pinned,
+            0,
+            "sched_setaffinity: {}",
+            std::io::Error::last_os_error()
+        );
+    }
 }
 
 #[test]

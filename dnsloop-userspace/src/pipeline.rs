@@ -1,8 +1,12 @@
 //! From captured packets to written findings: decoder -> analyzers -> the node's evidence ->
 //! sink. It takes packets from any source; `trace` feeds it from the kernel's ring buffer.
-use std::time::SystemTime;
+use std::{
+    collections::HashMap,
+    time::{Duration, SystemTime},
+};
 
 use anyhow::Context as _;
+use dnsloop_ebpf::parse::Malformed;
 
 use crate::{
     analyze::{Engine, ServerSummary},
@@ -26,6 +30,31 @@ pub struct Pipeline<'s> {
     findings: Vec<Finding>,
     /// Packets seen on an interface `points` could not place (it had just gone away).
     unplaced_records: u64,
+    malformed_samples: SampleRate,
+}
+
+/// Malformed packets are shown at most once per reason per this long of packet time (every one
+/// is counted): enough to see what they look like, never a flood.
+const MALFORMED_SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// When a sample of each malformed reason was last shown.
+#[derive(Default)]
+struct SampleRate {
+    last: HashMap<Malformed, SystemTime>,
+}
+
+impl SampleRate {
+    /// Whether a packet malformed for `reason` at `ts` is to be shown; if so, it counts as shown.
+    fn due(&mut self, reason: Malformed, ts: SystemTime) -> bool {
+        let due = self.last.get(&reason).is_none_or(|&last| {
+            ts.duration_since(last)
+                .is_ok_and(|since| since >= MALFORMED_SAMPLE_EVERY)
+        });
+        if due {
+            self.last.insert(reason, ts);
+        }
+        due
+    }
 }
 
 impl<'s> Pipeline<'s> {
@@ -45,6 +74,7 @@ impl<'s> Pipeline<'s> {
             observations: Vec::new(),
             findings: Vec::new(),
             unplaced_records: 0,
+            malformed_samples: SampleRate::default(),
         }
     }
 
@@ -58,8 +88,16 @@ impl<'s> Pipeline<'s> {
             let place = |interface, direction| points.get(interface, direction);
             match self.decoder.decode(&packet, place, &mut self.observations) {
                 Err(NotDecoded::Unplaced) => self.unplaced_records += 1,
-                // Packets that are not DNS, or malformed, were already counted by the kernel.
-                Err(NotDecoded::NotDns | NotDecoded::Malformed(_)) | Ok(()) => {}
+                Err(NotDecoded::Malformed(reason)) => {
+                    if self.malformed_samples.due(reason, packet.ts) {
+                        if let Some(point) = points.get(packet.interface, packet.direction) {
+                            let sample = self.decoder.malformed_sample(&packet, point, reason);
+                            self.sink.malformed(&sample).context("writing to stdout")?;
+                        }
+                    }
+                }
+                // Packets that are not DNS were counted by the kernel (or the capture reader).
+                Err(NotDecoded::NotDns) | Ok(()) => {}
             }
         }
         for observation in self.observations.drain(..) {
@@ -144,4 +182,26 @@ fn emit(
         sink.finding(&finding).context("writing to stdout")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_packets_are_shown_once_per_reason_per_second() {
+        let at = |millis| SystemTime::UNIX_EPOCH + Duration::from_millis(millis);
+        let mut rate = SampleRate::default();
+        assert!(rate.due(Malformed::DnsCompressionPointer, at(0)));
+        assert!(!rate.due(Malformed::DnsCompressionPointer, at(999)));
+        assert!(
+            rate.due(Malformed::BadIhl, at(999)),
+            "each reason has its own"
+        );
+        assert!(rate.due(Malformed::DnsCompressionPointer, at(1_000)));
+        assert!(
+            !rate.due(Malformed::DnsCompressionPointer, at(10)),
+            "an older packet is not due"
+        );
+    }
 }

@@ -66,6 +66,10 @@ pub static VERDICT: PerCpuArray<Verdict> = PerCpuArray::with_max_entries(1, 0);
 pub struct Verdict {
     /// Non-zero once a message parsed.
     pub parsed: u8,
+    /// Non-zero once the packet was counted as malformed.
+    pub malformed: u8,
+    /// When this CPU last streamed a malformed packet (kept from packet to packet).
+    pub last_malformed_sample_ns: u64,
     /// `StreamReason as u8 + 1`, or 0 for none: the first reason found wins.
     pub stream: u8,
     /// Where the packet is being seen (the cookie as in `ObservationPoint`).

@@ -9,10 +9,15 @@ mod skb;
 mod stream;
 
 use aya_ebpf::{
-    bindings::__sk_buff, helpers::generated::bpf_get_netns_cookie, programs::TcContext,
+    bindings::__sk_buff,
+    helpers::{bpf_ktime_get_ns, generated::bpf_get_netns_cookie},
+    programs::TcContext,
 };
 use dnsloop_ebpf::{
-    event::{Counter, Direction, Heat, ObservationPoint, QueryState, StreamReason},
+    event::{
+        Counter, Direction, Heat, ObservationPoint, QueryState, StreamReason,
+        MALFORMED_SAMPLE_INTERVAL_NS,
+    },
     parse::{
         classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, LinkLayer, PacketClass,
         Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
@@ -62,11 +67,34 @@ pub fn observe(ctx: &TcContext, direction: Direction) {
     if inspection.is_some() {
         counters::bump(Counter::DnsPackets);
     }
-    if let (Some(reason), Some(verdict)) =
-        (inspection.and_then(|inspection| inspection.stream), verdict)
-    {
+    let Some(verdict) = verdict else {
+        return;
+    };
+    let reason = match inspection.and_then(|inspection| inspection.stream) {
+        Some(reason) => Some(reason),
+        None => malformed_sample(verdict),
+    };
+    if let Some(reason) = reason {
         stream::packet(ctx, &point, link, reason, verdict);
     }
+}
+
+/// `StreamReason::Malformed` if the packet was counted as malformed and this CPU has not
+/// streamed one for `MALFORMED_SAMPLE_INTERVAL_NS`.
+#[inline(always)]
+fn malformed_sample(verdict: *mut Verdict) -> Option<StreamReason> {
+    // SAFETY: the per-CPU value belongs to this program run until it returns.
+    let verdict = unsafe { &mut *verdict };
+    if verdict.malformed == 0 {
+        return None;
+    }
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if now.wrapping_sub(verdict.last_malformed_sample_ns) < MALFORMED_SAMPLE_INTERVAL_NS {
+        return None;
+    }
+    verdict.last_malformed_sample_ns = now;
+    Some(StreamReason::Malformed)
 }
 
 /// The outcome of looking at a DNS packet's messages.
@@ -84,6 +112,8 @@ struct Inspection {
 #[inline(never)]
 fn classify_into(skb: *mut __sk_buff, link: LinkLayer, verdict: *mut Verdict) -> bool {
     let ctx = TcContext::new(skb);
+    // SAFETY: the per-CPU value belongs to this program run until it returns.
+    unsafe { (*verdict).malformed = 0 };
     match classify(&SkbBytes(&ctx), link, &maps::dns_ports()) {
         PacketClass::Dns(segment) => {
             // SAFETY: the per-CPU value belongs to this program run until it returns.
@@ -101,6 +131,13 @@ fn classify_into(skb: *mut __sk_buff, link: LinkLayer, verdict: *mut Verdict) ->
         PacketClass::Skip(_) => false,
         PacketClass::Malformed(reason) => {
             counters::bump_malformed(reason);
+            // SAFETY: as above. What a DNS packet's inspection would have attached is cleared,
+            // so that a sample of this one carries nothing of the packet before.
+            unsafe {
+                (*verdict).malformed = 1;
+                (*verdict).matched_query = QueryState::default();
+                (*verdict).prior.family = 0;
+            }
             false
         }
     }
@@ -194,6 +231,7 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
         Err(_) if !message.complete => return,
         Err(reason) => {
             counters::bump_malformed(reason);
+            verdict.malformed = 1;
             return;
         }
     };

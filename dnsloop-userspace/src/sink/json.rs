@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 use super::{probe_name, time::rfc3339, Sink};
 use crate::{
     analyze::{mnemonic, ServerSummary, Summary},
+    decode::MalformedSample,
     finding::{
         ConntrackEvidence, Dnat, Finding, Hop, LoopFinding, TimeoutFinding, UnexpectedSourceFinding,
     },
@@ -46,6 +47,23 @@ impl<W: Write> Sink for JsonSink<W> {
 
     fn packet(&mut self, obs: &Observation) -> io::Result<()> {
         self.line(&packet_json(obs))
+    }
+
+    fn malformed(&mut self, sample: &MalformedSample) -> io::Result<()> {
+        let (src, dst) = match sample.addresses {
+            Some((src, dst)) => (Value::from(src.to_string()), Value::from(dst.to_string())),
+            None => (Value::Null, Value::Null),
+        };
+        self.line(&json!({
+            "kind": "malformed",
+            "ts": rfc3339(sample.ts),
+            "ifname": sample.ifname.as_ref(),
+            "dir": sample.direction.as_str(),
+            "reason": sample.reason.as_str(),
+            "src": src,
+            "dst": dst,
+            "head": super::hex(&sample.head),
+        }))
     }
 
     fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
@@ -221,6 +239,26 @@ mod tests {
             .lines()
             .map(|line| serde_json::from_str(line).expect("each line is one JSON object"))
             .collect()
+    }
+
+    #[test]
+    fn a_malformed_sample_says_why_where_and_what_it_held() {
+        let [sample] = lines(|sink| sink.malformed(&malformed_sample()))
+            .try_into()
+            .expect("one line");
+        assert_eq!(
+            sample,
+            serde_json::json!({
+                "kind": "malformed",
+                "ts": "1970-01-01T12:00:01.500Z",
+                "ifname": "cni0",
+                "dir": "ingress",
+                "reason": "dns_compression_pointer",
+                "src": "10.244.0.2:41234",
+                "dst": "10.96.0.10:53",
+                "head": "12340100c00c",
+            })
+        );
     }
 
     fn one(write: impl FnOnce(&mut JsonSink<&mut Vec<u8>>) -> io::Result<()>) -> Value {

@@ -10,7 +10,10 @@ use std::io::{self, Write};
 use dnsloop_ebpf::parse::Probe;
 use serde_json::Value;
 
-use crate::{analyze::Summary, cli::OutputFormat, finding::Finding, observation::Observation};
+use crate::{
+    analyze::Summary, cli::OutputFormat, decode::MalformedSample, finding::Finding,
+    observation::Observation,
+};
 
 pub use json::JsonSink;
 pub use text::TextSink;
@@ -20,6 +23,9 @@ pub trait Sink {
 
     /// One decoded DNS message, for those who asked to see every packet.
     fn packet(&mut self, obs: &Observation) -> io::Result<()>;
+
+    /// A sample of the malformed packets on DNS ports (all are counted in the summary).
+    fn malformed(&mut self, sample: &MalformedSample) -> io::Result<()>;
 
     /// The end-of-run summary, written once. `extra` is an object of the caller's own numbers
     /// (interface counts, lost events), shown alongside.
@@ -40,4 +46,15 @@ fn probe_name(probe: Probe) -> Option<&'static str> {
         Probe::CoreDns => Some("coredns"),
         Probe::Dnsmasq => Some("dnsmasq"),
     }
+}
+
+/// Bytes as lowercase hex, two digits each.
+fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .fold(String::with_capacity(2 * bytes.len()), |mut text, byte| {
+            use std::fmt::Write as _;
+            let _ = write!(text, "{byte:02x}");
+            text
+        })
 }

@@ -109,3 +109,19 @@ pub fn a_summary() -> Summary {
         }],
     }
 }
+
+/// A DNS packet with a compression pointer where its question's name must be spelled out, seen
+/// on the bridge at 12:00:01.500.
+pub fn malformed_sample() -> crate::decode::MalformedSample {
+    crate::decode::MalformedSample {
+        ts: std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(43_201_500),
+        ifname: "cni0".into(),
+        direction: dnsloop_ebpf::event::Direction::Ingress,
+        reason: dnsloop_ebpf::parse::Malformed::DnsCompressionPointer,
+        addresses: Some((
+            "10.244.0.2:41234".parse().expect("an address"),
+            "10.96.0.10:53".parse().expect("an address"),
+        )),
+        head: bytes::Bytes::from_static(&[0x12, 0x34, 0x01, 0x00, 0xc0, 0x0c]),
+    }
+}

@@ -16,6 +16,7 @@ use serde_json::Value;
 use super::{probe_name, time::time_of_day, Sink};
 use crate::{
     analyze::{mnemonic, Summary},
+    decode::MalformedSample,
     finding::{Finding, Hop, LoopFinding, UnexpectedSourceFinding},
     observation::Observation,
 };
@@ -157,6 +158,25 @@ impl<W: Write> Sink for TextSink<W> {
             }
             None => text.push_str(" (no question)"),
         }
+        self.line(&text)
+    }
+
+    fn malformed(&mut self, sample: &MalformedSample) -> io::Result<()> {
+        let mut text = format!(
+            "{}  MALFORMED  {} on {} {}",
+            time_of_day(sample.ts),
+            sample.reason.as_str(),
+            sample.ifname,
+            sample.direction.as_str()
+        );
+        if let Some((src, dst)) = sample.addresses {
+            let _ = write!(text, ", {src} -> {dst}");
+        }
+        let _ = write!(
+            text,
+            " (a sample; all are counted): {}",
+            super::hex(&sample.head)
+        );
         self.line(&text)
     }
 
@@ -315,6 +335,15 @@ mod tests {
         let mut out = Vec::new();
         write(&mut TextSink::new(&mut out)).expect("writing to memory");
         String::from_utf8(out).expect("text is UTF-8")
+    }
+
+    #[test]
+    fn a_malformed_sample_is_one_line() {
+        assert_eq!(
+            written(|sink| sink.malformed(&malformed_sample())),
+            "12:00:01.500  MALFORMED  dns_compression_pointer on cni0 ingress, \
+             10.244.0.2:41234 -> 10.96.0.10:53 (a sample; all are counted): 12340100c00c\n"
+        );
     }
 
     #[test]
