@@ -2,7 +2,11 @@
 use std::collections::HashMap;
 
 use aya::{
-    programs::{tc::SchedClassifierLinkId, TcAttachType},
+    programs::{
+        tc::SchedClassifierLinkId,
+        xdp::{XdpLinkId, XdpMode},
+        TcAttachType,
+    },
     Ebpf,
 };
 use dnsloop_ebpf::event::Direction;
@@ -25,6 +29,12 @@ pub enum AttachError {
     #[error("attaching {program} to {interface} failed (TCX needs Linux 6.6; older kernels need the clsact qdisc)")]
     Attach {
         program: &'static str,
+        interface: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("attaching XDP to {interface} failed: another XDP program may hold it, or its driver cannot run XDP; run without --xdp to watch its ingress at TC")]
+    AttachXdp {
         interface: String,
         #[source]
         source: aya::programs::ProgramError,
@@ -59,23 +69,47 @@ pub fn select(available: Vec<Link>, requested: &[String]) -> Result<Vec<Link>, A
         .collect()
 }
 
-/// The classifiers attached to the node's links, by interface index, so that an interface that
-/// goes away can be let go of. The attachments live as long as the programs: with TCX a
-/// process that dies, even by SIGKILL, leaves nothing attached.
+/// The programs attached to the node's links, by interface index, so that an interface that
+/// goes away can be let go of. The attachments are bpf links (TCX, XDP) that live as long as
+/// the programs: a process that dies, even by SIGKILL, leaves nothing attached.
 #[derive(Default)]
 pub struct Attachments {
-    by_index: HashMap<u32, Vec<(&'static str, SchedClassifierLinkId)>>,
+    /// Ingress is watched at XDP rather than TC (`--xdp`), where it can be (see `at_xdp`).
+    xdp_ingress: bool,
+    by_index: HashMap<u32, Vec<Attached>>,
+}
+
+enum Attached {
+    Tc(&'static str, SchedClassifierLinkId),
+    Xdp(XdpLinkId),
 }
 
 impl Attachments {
+    pub fn new(xdp_ingress: bool) -> Self {
+        Self {
+            xdp_ingress,
+            by_index: HashMap::new(),
+        }
+    }
+
     pub fn is_attached(&self, index: u32) -> bool {
         self.by_index.contains_key(&index)
     }
 
-    /// Attaches the classifiers to `link` in its watched directions.
+    /// Attaches the programs to `link` in its watched directions.
     pub fn attach(&mut self, ebpf: &mut Ebpf, link: &Link) -> Result<(), AttachError> {
         let mut attached = Vec::with_capacity(2);
         for &direction in watched_directions(link) {
+            if direction == Direction::Ingress && self.xdp_ingress && at_xdp(link) {
+                let id = programs::xdp(ebpf)?
+                    .attach_to_if_index(link.index, XdpMode::Default)
+                    .map_err(|source| AttachError::AttachXdp {
+                        interface: link.name.clone(),
+                        source,
+                    })?;
+                attached.push(Attached::Xdp(id));
+                continue;
+            }
             let (program, attach_type) = match direction {
                 Direction::Ingress => (INGRESS_PROGRAM, TcAttachType::Ingress),
                 Direction::Egress => (EGRESS_PROGRAM, TcAttachType::Egress),
@@ -87,7 +121,7 @@ impl Attachments {
                     interface: link.name.clone(),
                     source,
                 })?;
-            attached.push((program, id));
+            attached.push(Attached::Tc(program, id));
         }
         self.by_index.insert(link.index, attached);
         Ok(())
@@ -96,12 +130,28 @@ impl Attachments {
     /// Lets go of interface `index`'s attachments. The interface is gone, and the kernel with it
     /// detached the programs: this only releases our handles, so failures are not errors.
     pub fn forget(&mut self, ebpf: &mut Ebpf, index: u32) {
-        for (program, id) in self.by_index.remove(&index).into_iter().flatten() {
-            if let Ok(classifier) = programs::classifier(ebpf, program) {
-                let _ = classifier.detach(id);
+        for attached in self.by_index.remove(&index).into_iter().flatten() {
+            match attached {
+                Attached::Tc(program, id) => {
+                    if let Ok(classifier) = programs::classifier(ebpf, program) {
+                        let _ = classifier.detach(id);
+                    }
+                }
+                Attached::Xdp(id) => {
+                    if let Ok(xdp) = programs::xdp(ebpf) {
+                        let _ = xdp.detach(id);
+                    }
+                }
             }
         }
     }
+}
+
+/// Whether `--xdp` watches `link`'s ingress at XDP. Loopback is watched on egress only. A bridge
+/// keeps TC: its own ingress is where packets enter the node from the pods, not a wire, and the
+/// kernel refuses XDP on the bridge's ports while the bridge holds a program.
+fn at_xdp(link: &Link) -> bool {
+    !matches!(link.role, LinkRole::Loopback | LinkRole::BridgeMaster)
 }
 
 /// Attaches the egress classifier to the loopback of the calling thread's namespace (a pod's,

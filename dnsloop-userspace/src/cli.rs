@@ -73,6 +73,12 @@ pub struct TraceArgs {
     #[arg(long, value_name = "MIB", default_value_t = 4)]
     pub ring_buffer_mib: u32,
 
+    /// Watch ingress at XDP instead of TC on every interface but loopback and bridges: cheaper,
+    /// as it runs before the kernel builds a socket buffer. An interface already holding an XDP
+    /// program, or whose driver cannot run one, makes dnsloop stop with an error.
+    #[arg(long)]
+    pub xdp: bool,
+
     /// UDP/TCP port that carries DNS (repeatable, at most 8).
     #[arg(long = "dns-port", value_name = "PORT", default_values_t = [53u16])]
     pub dns_ports: Vec<u16>,

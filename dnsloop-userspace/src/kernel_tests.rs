@@ -39,6 +39,8 @@ use crate::{
 /// `TC_ACT_UNSPEC` (-1) as the kernel reports a program's return value: "carry on", the only
 /// verdict the programs ever give.
 const TC_ACT_UNSPEC: u32 = u32::MAX;
+/// The only verdict the XDP program gives: on to the stack.
+const XDP_PASS: u32 = 2;
 /// Every network namespace gives its loopback this index.
 const LOOPBACK_IFINDEX: u32 = 1;
 const QTYPE_AAAA: u16 = 28;
@@ -64,6 +66,33 @@ fn a_dns_query_is_counted_and_handed_on_unchanged() {
     };
     assert_eq!(kernel.point_counters(Direction::Ingress), one_dns_packet);
     assert_eq!(kernel.point_counters(Direction::Egress), one_dns_packet);
+}
+
+#[test]
+fn the_xdp_program_counts_a_dns_query_and_passes_it_on_unchanged() {
+    let Some(mut kernel) = Kernel::load(Settings {
+        xdp_ingress: true,
+        ..trace_settings()
+    }) else {
+        return;
+    };
+    let frame = query_frame(0x1234, "www.example.test", QTYPE_A);
+    let program = programs::xdp(&mut kernel.ebpf).expect("the XDP program is loaded");
+    let mut data_out = vec![0; frame.len() + 64];
+    let result = program
+        .test_run(TestRunOptions {
+            data_in: Some(&frame),
+            data_out: Some(&mut data_out),
+            ..TestRunOptions::default()
+        })
+        .unwrap_or_else(|error| panic!("BPF_PROG_TEST_RUN: {:#}", anyhow::Error::from(error)));
+    assert_eq!(result.return_value, XDP_PASS, "the frame is passed on");
+    assert_eq!(
+        &data_out[..result.data_size_out as usize],
+        frame,
+        "unchanged"
+    );
+    assert_eq!(kernel.counts(), dns_packets_of_one_message(1));
 }
 
 #[test]
@@ -733,6 +762,7 @@ fn trace_settings() -> Settings {
         question_table_size: 65536,
         query_table_size: 65536,
         ring_buffer_mib: 4,
+        xdp_ingress: false,
     }
 }
 

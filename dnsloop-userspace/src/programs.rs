@@ -1,7 +1,7 @@
 //! Loading the embedded kernel programs with this run's settings.
 use aya::{
     maps::{HashMap, MapData, RingBuf},
-    programs::SchedClassifier,
+    programs::{SchedClassifier, Xdp},
     Ebpf, EbpfLoader,
 };
 use std::net::IpAddr;
@@ -21,6 +21,7 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dn
 
 pub const INGRESS_PROGRAM: &str = "dnsloop_ingress";
 pub const EGRESS_PROGRAM: &str = "dnsloop_egress";
+pub const XDP_INGRESS_PROGRAM: &str = "dnsloop_xdp_ingress";
 pub const POINT_COUNTERS_MAP: &str = "POINT_COUNTERS";
 pub const COUNTERS_MAP: &str = "COUNTERS";
 const RECORDS_MAP: &str = "RECORDS";
@@ -74,6 +75,8 @@ pub struct Settings {
     pub question_table_size: u32,
     pub query_table_size: u32,
     pub ring_buffer_mib: u32,
+    /// Watch ingress at XDP instead of TC (`--xdp`).
+    pub xdp_ingress: bool,
 }
 
 /// Loads the programs into the kernel with `settings` patched in, ready to attach.
@@ -102,6 +105,14 @@ pub fn load(settings: &Settings) -> Result<Ebpf, LoadError> {
             .load()
             .map_err(|source| LoadError::Verifier { name, source })?;
     }
+    if settings.xdp_ingress {
+        xdp(&mut ebpf)?
+            .load()
+            .map_err(|source| LoadError::Verifier {
+                name: XDP_INGRESS_PROGRAM,
+                source,
+            })?;
+    }
     Ok(ebpf)
 }
 
@@ -112,6 +123,12 @@ pub fn classifier<'a>(
     ebpf.program_mut(name)
         .and_then(|program| program.try_into().ok())
         .ok_or(LoadError::Missing(name))
+}
+
+pub fn xdp(ebpf: &mut Ebpf) -> Result<&mut Xdp, LoadError> {
+    ebpf.program_mut(XDP_INGRESS_PROGRAM)
+        .and_then(|program| program.try_into().ok())
+        .ok_or(LoadError::Missing(XDP_INGRESS_PROGRAM))
 }
 
 /// Tells the programs which of `links` carry no Ethernet header.
@@ -269,6 +286,7 @@ mod tests {
             question_table_size: 65536,
             query_table_size: 65536,
             ring_buffer_mib: 4,
+            xdp_ingress: false,
         }
     }
 

@@ -40,6 +40,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
         question_table_size: args.question_table_size,
         query_table_size: args.query_table_size,
         ring_buffer_mib: args.ring_buffer_mib,
+        xdp_ingress: args.xdp,
     })?;
     let records = programs::take_records(&mut ebpf)?;
     let clock = MonotonicClock::anchored_now();
@@ -53,7 +54,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
     // Without -i the whole node is watched, including pods that appear while we run.
     let whole_node = args.interfaces.is_empty();
     let mut link_events = Box::pin(topology::link_events()?);
-    let mut watch = Watch::start(ebpf, links, whole_node)?;
+    let mut watch = Watch::start(ebpf, links, whole_node, args.xdp)?;
     eprintln!("dnsloop: {}", watch.describe());
 
     let mut source = RingBufSource::new(records, clock).context("watching the ring buffer")?;

@@ -28,7 +28,12 @@ pub struct Watch {
 impl Watch {
     /// Attaches the programs to `links`; with `whole_node`, also to the loopback of every pod
     /// behind them.
-    pub fn start(ebpf: Ebpf, links: Vec<Link>, whole_node: bool) -> anyhow::Result<Self> {
+    pub fn start(
+        ebpf: Ebpf,
+        links: Vec<Link>,
+        whole_node: bool,
+        xdp_ingress: bool,
+    ) -> anyhow::Result<Self> {
         let node_cookie = netns::current_cookie().context(
             "reading this network namespace's cookie (SO_NETNS_COOKIE needs Linux 5.14)",
         )?;
@@ -37,7 +42,7 @@ impl Watch {
             links: Vec::new(),
             points: PointMap::default(),
             node_cookie,
-            attachments: Attachments::default(),
+            attachments: Attachments::new(xdp_ingress),
             whole_node,
             watched_pods: Vec::new(),
         };

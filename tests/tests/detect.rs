@@ -56,18 +56,38 @@ fn traced<T>(
     scenario: Scenario,
     traffic: impl FnOnce(&Lab) -> T,
 ) -> Option<(Trace, T)> {
+    traced_with(test, scenario, &[], traffic)
+}
+
+/// As `traced`, with `options` added to the tracer's command line.
+fn traced_with<T>(
+    test: &str,
+    scenario: Scenario,
+    options: &[&str],
+    traffic: impl FnOnce(&Lab) -> T,
+) -> Option<(Trace, T)> {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return None;
     }
     // Declared before the lab, so released after the lab is torn down.
     let _alone = one_lab_at_a_time();
     let lab = Lab::up(scenario).unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    Some(trace_lab(test, &lab, traffic))
+    Some(trace_lab(test, &lab, options, traffic))
 }
 
-/// Runs `dnsloop trace --output json` on `lab`'s node while `traffic` runs.
-fn trace_lab<T>(test: &str, lab: &Lab, traffic: impl FnOnce(&Lab) -> T) -> (Trace, T) {
-    let tracer = Tracer::start(&dnsloop_bin(), lab, lab.node_ns(), &["--output", "json"])
+/// Runs `dnsloop trace --output json` with `options` on `lab`'s node while `traffic` runs.
+fn trace_lab<T>(
+    test: &str,
+    lab: &Lab,
+    options: &[&str],
+    traffic: impl FnOnce(&Lab) -> T,
+) -> (Trace, T) {
+    let args: Vec<&str> = ["--output", "json"]
+        .iter()
+        .chain(options)
+        .copied()
+        .collect();
+    let tracer = Tracer::start(&dnsloop_bin(), lab, lab.node_ns(), &args)
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let sent = traffic(lab);
     let output = tracer
@@ -167,6 +187,45 @@ fn nodelocal_loop_is_reported_within_a_second_and_not_per_packet() {
     assert!(
         reports <= MAX_REPORTS_PER_LOOP,
         "{reports} reports of one loop (at most {MAX_REPORTS_PER_LOOP} expected):\n{trace}"
+    );
+}
+
+#[test]
+fn nodelocal_loop_is_reported_with_ingress_watched_at_xdp() {
+    let sent = format!("`dig @{NODE_LOCAL_DNS} {EXTERNAL_NAME}` from the client");
+    let Some((trace, attached)) = traced_with(
+        "nodelocal-loop-xdp",
+        Scenario::NodelocalLoop,
+        &["--xdp"],
+        |lab| {
+            let attached = lab
+                .exec(lab.node_ns(), &["bpftool", "net", "show"])
+                .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
+                .unwrap_or_else(|error| panic!("{error:#}"));
+            dig(lab, Pod::Client, &node_cache(), &[EXTERNAL_NAME]);
+            attached
+        },
+    ) else {
+        return;
+    };
+    let xdp_section = attached.split("tc:").next().unwrap_or_default();
+    assert!(
+        xdp_section.contains(&Pod::Client.host_veth()),
+        "the client's veth has an XDP program while dnsloop runs:\n{attached}"
+    );
+    assert!(
+        trace
+            .summary()
+            .dns_packets(&Pod::Client.host_veth(), "ingress")
+            > 0,
+        "XDP counted the client's query:\n{trace}"
+    );
+    let found = first_loop(&trace, &fqdn(EXTERNAL_NAME), &sent);
+    assert!(
+        Pod::COREDNS
+            .iter()
+            .any(|pod| found.crosses(&pod.host_veth())),
+        "the path should cross a CoreDNS pod's veth:\n{trace}"
     );
 }
 
@@ -590,7 +649,7 @@ fn another_labs_traffic_stays_out_of_the_trace() {
     let _alone = one_lab_at_a_time();
     let idle = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{error:#}"));
     let looping = Lab::up(Scenario::SelfLoop).unwrap_or_else(|error| panic!("{error:#}"));
-    let (trace, _) = trace_lab("isolation", &idle, |_| {
+    let (trace, _) = trace_lab("isolation", &idle, &[], |_| {
         dig(
             &looping,
             Pod::Client,

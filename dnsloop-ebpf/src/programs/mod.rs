@@ -2,17 +2,13 @@
 mod bounded_loop;
 mod counters;
 mod forwarders;
+mod hook;
 mod maps;
 mod queries;
 mod questions;
-mod skb;
 mod stream;
 
-use aya_ebpf::{
-    bindings::__sk_buff,
-    helpers::{bpf_ktime_get_ns, generated::bpf_get_netns_cookie},
-    programs::TcContext,
-};
+use aya_ebpf::helpers::bpf_ktime_get_ns;
 use dnsloop_ebpf::{
     event::{
         Counter, Direction, Heat, ObservationPoint, QueryState, StreamReason,
@@ -26,39 +22,35 @@ use dnsloop_ebpf::{
 
 use core::ops::ControlFlow;
 
+pub use self::hook::{Skb, Xdp};
 use self::{
     bounded_loop::bounded_loop,
+    hook::{Hook, HookBytes},
     maps::{config, Verdict},
-    skb::SkbBytes,
 };
 
-/// The kernel gives loopback this index in every network namespace.
-const LOOPBACK_IFINDEX: u32 = 1;
-
+/// Counts the packet at `hook`, seen in `direction`, and streams it if userspace needs it.
 #[inline(always)]
-pub fn observe(ctx: &TcContext, direction: Direction) {
+pub fn observe<H: Hook>(hook: H, direction: Direction) {
     counters::bump(Counter::Packets);
-    // SAFETY: reading a field of the context the kernel handed us.
-    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let ifindex = hook.ifindex();
     let link = maps::link_layer(ifindex);
     let verdict = maps::verdict();
     let inspection = match verdict {
-        // The raw context goes to the out-of-line call: a reference would pin a copy of it in
-        // this frame, which shares the 512-byte stack budget with classification's.
-        Some(verdict) if classify_into(ctx.skb.skb, link, verdict) => {
+        Some(verdict) if classify_into(hook, link, verdict) => {
             // SAFETY: the per-CPU value belongs to this program run until it returns.
             unsafe {
-                (*verdict).netns_cookie = loopback_netns_cookie(ctx, ifindex);
+                (*verdict).netns_cookie = hook.loopback_netns_cookie();
                 (*verdict).ifindex = ifindex;
                 (*verdict).direction = direction as u8;
             }
-            inspect_dns(&SkbBytes(ctx), verdict)
+            inspect_dns(&HookBytes(hook), verdict)
         }
         _ => None,
     };
     // Built only now: what is live across the calls above shares their 512-byte stack budget.
     let point = ObservationPoint {
-        netns_cookie: loopback_netns_cookie(ctx, ifindex),
+        netns_cookie: hook.loopback_netns_cookie(),
         ifindex,
         direction: direction as u8,
         _pad: [0; 3],
@@ -75,7 +67,7 @@ pub fn observe(ctx: &TcContext, direction: Direction) {
         None => malformed_sample(verdict),
     };
     if let Some(reason) = reason {
-        stream::packet(ctx, &point, link, reason, verdict);
+        stream::packet(hook, &point, link, reason, verdict);
     }
 }
 
@@ -110,11 +102,10 @@ struct Inspection {
 /// stack limit applies to a whole call chain, which later includes the `bpf_loop` body. As a
 /// separate call its frame is gone by then.
 #[inline(never)]
-fn classify_into(skb: *mut __sk_buff, link: LinkLayer, verdict: *mut Verdict) -> bool {
-    let ctx = TcContext::new(skb);
+fn classify_into<H: Hook>(hook: H, link: LinkLayer, verdict: *mut Verdict) -> bool {
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     unsafe { (*verdict).malformed = 0 };
-    match classify(&SkbBytes(&ctx), link, &maps::dns_ports()) {
+    match classify(&HookBytes(hook), link, &maps::dns_ports()) {
         PacketClass::Dns(segment) => {
             // SAFETY: the per-CPU value belongs to this program run until it returns.
             unsafe { (*verdict).segment = segment };
@@ -152,7 +143,7 @@ fn classify_into(skb: *mut __sk_buff, link: LinkLayer, verdict: *mut Verdict) ->
 /// lives in a per-CPU map value, not on the 512-byte stack (which the loop body's frame shares),
 /// and its contents are opaque to the verifier, so the loop body's state converges at once.
 #[inline(always)]
-fn inspect_dns(packet: &SkbBytes, verdict: *mut Verdict) -> Option<Inspection> {
+fn inspect_dns<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) -> Option<Inspection> {
     frame_messages(packet, verdict);
     bounded_loop(MAX_TCP_MESSAGES as u32, |index| {
         inspect_message(packet, verdict, index & (MAX_TCP_MESSAGES - 1));
@@ -178,7 +169,7 @@ fn inspect_dns(packet: &SkbBytes, verdict: *mut Verdict) -> Option<Inspection> {
 /// Its own BPF function for the same reason as `classify_into`: the framing is built on the
 /// stack before it lands in the map, and must not share a call chain with the loop body.
 #[inline(never)]
-fn frame_messages(packet: &SkbBytes, verdict: *mut Verdict) {
+fn frame_messages<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) {
     let stream_every_packet = config().stream_every_packet != 0;
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     let verdict = unsafe { &mut *verdict };
@@ -214,7 +205,7 @@ fn single_message(framing: &mut TcpFraming, message: DnsMessageRef) {
 /// Parses message `index` of the packet in `verdict`, recording whether it parsed and why to
 /// stream the packet. Unused slots have length 0.
 #[inline(always)]
-fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
+fn inspect_message<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index: usize) {
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     let verdict = unsafe { &mut *verdict };
     let message = verdict.framing.messages[index];
@@ -222,7 +213,7 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
         return;
     }
     let load_len = message.load_len(&verdict.segment);
-    let Some((buffer, len)) = skb::load_dns_buffer(packet, message.offset, load_len) else {
+    let Some((buffer, len)) = hook::load_dns_buffer(packet, message.offset, load_len) else {
         return;
     };
     let summary = match parse_dns(buffer, len) {
@@ -280,20 +271,4 @@ fn inspect_message(packet: &SkbBytes, verdict: *mut Verdict, index: usize) {
             verdict.prior.family = 0;
         }
     }
-}
-
-/// The namespace of a loopback observation; 0 for every other interface.
-///
-/// Userspace attaches to every interface of its own namespace and, in pod namespaces, only to
-/// `lo`, which is ifindex 1 everywhere: so only loopback observations need their namespace told
-/// apart. In TC, `bpf_get_netns_cookie` returns the namespace of the skb's socket (init_net when
-/// there is none), so userspace attaches to `lo` on egress only, where every packet still carries
-/// the local socket that sent it.
-#[inline(always)]
-fn loopback_netns_cookie(ctx: &TcContext, ifindex: u32) -> u64 {
-    if ifindex != LOOPBACK_IFINDEX {
-        return 0;
-    }
-    // SAFETY: the helper only reads the skb's socket, if any.
-    unsafe { bpf_get_netns_cookie(ctx.skb.skb as *mut _) }
 }

@@ -11,8 +11,8 @@ use dnsloop_ebpf::{
 };
 
 use super::{
+    hook::LOOPBACK_IFINDEX,
     maps::{Verdict, QUERIES, SERVERS, ZERO_SERVER_STATS},
-    LOOPBACK_IFINDEX,
 };
 
 /// A client resending a query waits at least this long for the answer first (stub resolvers

@@ -2,14 +2,18 @@
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::bpf_ktime_get_ns,
-    programs::TcContext,
 };
 use dnsloop_ebpf::{
     event::{Counter, ObservationPoint, PacketRecord, StreamReason, PACKET_SNAP_MAX},
     parse::LinkLayer,
 };
 
-use super::{counters, maps, maps::Verdict, skb};
+use super::{
+    counters,
+    hook::{self, Hook},
+    maps,
+    maps::Verdict,
+};
 
 /// Userspace also polls on a short timer, so records need not wake it one by one: only once this
 /// much is waiting. That keeps the tracer asleep on a busy node.
@@ -18,8 +22,8 @@ const WAKEUP_BYTES: u64 = 256 * 1024;
 /// Its own BPF function, not inlined: its locals would otherwise enlarge the classifier's static
 /// frame, which shares the 512-byte stack budget with classification's.
 #[inline(never)]
-pub fn packet(
-    ctx: &TcContext,
+pub fn packet<H: Hook>(
+    hook: H,
     point: &ObservationPoint,
     link: LinkLayer,
     reason: StreamReason,
@@ -31,13 +35,13 @@ pub fn packet(
     };
     let record = entry.as_mut_ptr();
     let snap = (maps::config().snap_len as usize).min(PACKET_SNAP_MAX);
-    let wanted = (ctx.len() as usize).min(snap);
+    let wanted = (hook.len() as usize).min(snap);
     // SAFETY: `record` points to reserved ring memory of the right size, ours until submit.
     unsafe {
         (*record).ts_ns = bpf_ktime_get_ns();
         (*record).netns_cookie = point.netns_cookie;
         (*record).ifindex = point.ifindex;
-        (*record).wire_len = ctx.len();
+        (*record).wire_len = hook.len();
         (*record).direction = point.direction;
         (*record).reason = reason as u8;
         (*record).link_layer = link as u8;
@@ -45,7 +49,7 @@ pub fn packet(
         // Map to ring memory directly: a copy through the stack would not fit its budget.
         (*record).matched_query = (*verdict).matched_query;
         (*record).prior = (*verdict).prior;
-        let captured = skb::copy_into(ctx, 0, &mut (*record).bytes, wanted).unwrap_or(0);
+        let captured = hook::copy_into(hook, 0, &mut (*record).bytes, wanted).unwrap_or(0);
         (*record).captured_len = captured as u16;
     }
     let flags = if maps::RECORDS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES {
