@@ -23,6 +23,48 @@ pub struct Cli {
 pub enum Command {
     /// Watch DNS on this node live (needs root: loads BPF programs).
     Trace(TraceArgs),
+    /// Send a CoreDNS-style loop probe to a resolver; with --trace, watch whether it comes back.
+    Probe(ProbeArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Exit status: 0 when a probe was answered and none came back, 1 when \
+    none was answered or one came back (a loop), 2 when dnsloop could not run.\n\n\
+    Examples:\n  \
+    dnsloop probe 169.254.25.10                  # the node-local cache: rcode and timing\n  \
+    dnsloop probe 10.96.0.10 --trace             # as root: does the probe come back?\n  \
+    dnsloop probe [fd00::a]:53 --tcp --zone cluster.local"
+)]
+pub struct ProbeArgs {
+    /// The resolver to probe: an IP address, with an optional port (default 53).
+    #[arg(value_name = "SERVER[:PORT]")]
+    pub server: String,
+
+    /// The zone the probe name is under, as CoreDNS uses its server block's zone.
+    #[arg(long, default_value = ".")]
+    pub zone: String,
+
+    /// Probes to send, one after the other (at most 100).
+    #[arg(long, default_value_t = 1)]
+    pub count: u32,
+
+    /// Send over TCP instead of UDP.
+    #[arg(long)]
+    pub tcp: bool,
+
+    /// How long to wait for each probe's answer.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s", value_name = "DURATION")]
+    pub timeout: Duration,
+
+    /// Watch the node while the probes travel (needs root, as `trace`): report whether a probe
+    /// came back, how many times, and its path.
+    #[arg(long)]
+    pub trace: bool,
+
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 }
 
 #[derive(Args, Debug)]

@@ -19,6 +19,7 @@ mod netns;
 mod observation;
 mod pipeline;
 mod points;
+mod probe;
 mod programs;
 mod report;
 mod sink;
@@ -43,13 +44,15 @@ fn main() -> ExitCode {
 
     let cli = cli::Cli::parse();
     let result = match cli.command {
-        cli::Command::Trace(args) => trace::run(args),
+        cli::Command::Trace(args) => trace::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Probe(args) => probe::run(args).map(|verdict| match verdict {
+            probe::Verdict::Answered => ExitCode::SUCCESS,
+            probe::Verdict::Fault => ExitCode::from(1),
+        }),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("dnsloop: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    result.unwrap_or_else(|error| {
+        eprintln!("dnsloop: {error:#}");
+        // `trace` has one way to fail; `probe` keeps 1 for what it found.
+        ExitCode::from(2)
+    })
 }

@@ -13,7 +13,8 @@ use crate::{
     decode::Decoder,
     enrich::Enricher,
     pipeline::Pipeline,
-    programs, report, sink,
+    programs, report,
+    sink::{self, Sink},
     source::{clock::MonotonicClock, ringbuf::RingBufSource, unanswered::UnansweredQueries},
     topology,
     watch::Watch,
@@ -24,14 +25,30 @@ use crate::{
 const UNANSWERED_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 pub fn run(args: TraceArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let end = end_of_run(args.duration)?;
+        let stdout = std::io::stdout();
+        trace(&args, sink::for_format(args.output, stdout.lock()), end).await
+    })
+}
+
+/// The single-threaded runtime tracing runs on: the programs' maps and the netlink sockets stay
+/// on one thread, in the node's namespace.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("starting the async runtime")?
-        .block_on(trace(args))
+        .context("starting the async runtime")
 }
 
-async fn trace(args: TraceArgs) -> anyhow::Result<()> {
+/// Traces with `args`, writing to `sink`, until `end` resolves; returns what `end` resolved to.
+/// `end` is first polled once the programs are attached, so it may also drive what is to be
+/// watched (`dnsloop probe --trace` sends its probes from it).
+pub async fn trace<T>(
+    args: &TraceArgs,
+    sink: Box<dyn Sink + '_>,
+    end: impl std::future::Future<Output = T>,
+) -> anyhow::Result<T> {
     let links = attach::select(topology::list_links().await?, &args.interfaces)?;
     let mut ebpf = programs::load(&programs::Settings {
         dns_ports: args.dns_ports.clone(),
@@ -63,14 +80,13 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
         loop_report_interval: args.report_interval,
         ..EngineConfig::default()
     });
-    let stdout = std::io::stdout();
     // The enricher is built here, on the node's namespace thread: its conntrack socket stays in
     // that namespace.
     let mut pipeline = Pipeline::new(
         Decoder::new(&args.dns_ports),
         engine,
         Enricher::new(),
-        sink::for_format(args.output, stdout.lock()),
+        sink,
         args.packets,
     );
 
@@ -78,10 +94,10 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
     let mut expired = Vec::new();
     let mut sweep = tokio::time::interval(UNANSWERED_SWEEP_INTERVAL);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut end = end_of_run(args.duration)?;
-    loop {
+    let mut end = std::pin::pin!(end);
+    let ended = loop {
         tokio::select! {
-            _ = &mut end => break,
+            ended = &mut end => break ended,
             batch = source.next_batch(&mut packets) => batch.context("reading the ring buffer")?,
             Some(event) = link_events.next() => watch.apply(event),
             _ = sweep.tick(), if unanswered.is_some() => {
@@ -95,7 +111,7 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
         pipeline.ingest(&mut packets, &watch.points)?;
         pipeline.ingest_unanswered(&mut expired, &watch.points)?;
         pipeline.tick(source.watermark())?;
-    }
+    };
     source.drain(&mut packets);
     pipeline.ingest(&mut packets, &watch.points)?;
 
@@ -111,11 +127,12 @@ async fn trace(args: TraceArgs) -> anyhow::Result<()> {
             source.undecodable_records,
             unplaced_records,
         )
-    })
+    })?;
+    Ok(ended)
 }
 
 /// Resolves when `duration` has elapsed or on SIGINT/SIGTERM, whichever comes first.
-fn end_of_run(
+pub fn end_of_run(
     duration: Option<std::time::Duration>,
 ) -> anyhow::Result<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> {
     let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;

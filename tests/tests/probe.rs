@@ -1,0 +1,93 @@
+//! `dnsloop probe` proves a loop on demand: sent into the node-local cache of a node whose
+//! CoreDNS forwards back to that cache, the probe is seen coming back, with its path; on a
+//! healthy node it is answered and never comes back.
+use std::process::Output;
+
+use dnsloop_tests::{
+    lab::{Lab, Scenario, NODE_LOCAL_DNS},
+    privilege::{can_run, dnsloop_bin, Need},
+};
+use serde_json::Value;
+
+/// Runs `dnsloop probe --trace --output json` at the node-local cache, from the node as
+/// CoreDNS's `loop` plugin would, and returns its exit code and JSON lines.
+fn probe(test: &str, scenario: Scenario) -> Option<(i32, Vec<Value>, String)> {
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
+        return None;
+    }
+    let lab = Lab::up(scenario).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let binary = dnsloop_bin();
+    let server = NODE_LOCAL_DNS.to_string();
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = lab
+        .exec(
+            lab.node_ns(),
+            &[
+                binary.to_str().expect("a UTF-8 path"),
+                "probe",
+                &server,
+                "--trace",
+                "--output",
+                "json",
+            ],
+        )
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let stdout = String::from_utf8_lossy(&stdout).into_owned();
+    let shown = format!(
+        "--- stdout ---\n{stdout}--- stderr ---\n{}",
+        String::from_utf8_lossy(&stderr)
+    );
+    let lines = stdout
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|error| panic!("{error}: {line}\n{shown}"))
+        })
+        .collect();
+    Some((status.code().unwrap_or(-1), lines, shown))
+}
+
+fn of_kind<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|line| line["kind"] == kind).collect()
+}
+
+#[test]
+fn a_probe_into_a_nodelocal_loop_comes_back_and_shows_its_path() {
+    let Some((code, lines, shown)) = probe("probe-nodelocal-loop", Scenario::NodelocalLoop) else {
+        return;
+    };
+    let [result] = of_kind(&lines, "probe")[..] else {
+        panic!("one probe result:\n{shown}");
+    };
+    let qname = result["qname"].as_str().expect("the probe's name");
+    assert_eq!(result["looped"], true, "{shown}");
+    assert!(result["came_back"].as_u64() > Some(1), "{shown}");
+    let loops = of_kind(&lines, "loop");
+    assert!(!loops.is_empty(), "the loop is reported:\n{shown}");
+    for found in &loops {
+        assert_eq!(found["qname"], qname, "only the probe's loop:\n{shown}");
+        assert_eq!(found["probe"], "coredns", "{shown}");
+    }
+    let path = loops[0]["path"].as_array().expect("a path");
+    assert!(
+        path.iter().any(|hop| hop["ifname"] == "cni0"),
+        "the path crosses the bridge:\n{shown}"
+    );
+    assert_eq!(code, 1, "a loop is a fault:\n{shown}");
+}
+
+#[test]
+fn a_probe_on_a_healthy_node_is_answered_and_never_comes_back() {
+    let Some((code, lines, shown)) = probe("probe-healthy", Scenario::Healthy) else {
+        return;
+    };
+    let [result] = of_kind(&lines, "probe")[..] else {
+        panic!("one probe result:\n{shown}");
+    };
+    assert_eq!(result["looped"], false, "{shown}");
+    assert_eq!(result["results"][0]["rcode"], "NXDOMAIN", "{shown}");
+    assert!(of_kind(&lines, "loop").is_empty(), "{shown}");
+    assert_eq!(code, 0, "{shown}");
+}
