@@ -10,6 +10,7 @@ mod attach;
 mod cli;
 mod counters;
 mod decode;
+mod doctor;
 mod enrich;
 mod finding;
 #[cfg(test)]
@@ -44,6 +45,8 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Trace(args) => trace::run(args),
+        // doctor has exit codes of its own: 1 for errors found on the node, 2 when it cannot run.
+        cli::Command::Doctor(args) => return doctor::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
