@@ -11,6 +11,8 @@ mod checks;
 mod node;
 mod output;
 mod read;
+#[cfg(test)]
+mod tests;
 
 use std::{fs, io, io::Write, path::PathBuf, process::ExitCode};
 
