@@ -1,5 +1,5 @@
 //! The command line.
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -12,7 +12,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
         dnsloop trace                          # the whole node: its interfaces, pods' loopbacks, new pods\n  \
         dnsloop trace -i cni0 -i eth0 --duration 30s\n  \
         dnsloop trace --output json | jq .\n  \
-        dnsloop trace --packets -i cni0        # every DNS packet on the bridge"
+        dnsloop trace --packets -i cni0        # every DNS packet on the bridge\n  \
+        dnsloop doctor --corefile coredns.yaml  # the node's DNS configuration, checked"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -23,6 +24,13 @@ pub struct Cli {
 pub enum Command {
     /// Watch DNS on this node live (needs root: loads BPF programs).
     Trace(TraceArgs),
+    /// Check the node's DNS configuration for loops and known faults (reads files only).
+    #[command(after_help = "Examples:\n  \
+        kubectl -n kube-system get configmap coredns -o yaml > coredns.yaml\n  \
+        dnsloop doctor --corefile coredns.yaml\n  \
+        dnsloop doctor --root /mnt/node --output json   # a node's disk mounted elsewhere\n\n\
+        Exit status: 0 no errors, 1 errors found, 2 doctor could not run.")]
+    Doctor(DoctorArgs),
     /// Send a CoreDNS-style loop probe to a resolver; with --trace, watch whether it comes back.
     Probe(ProbeArgs),
 }
@@ -124,6 +132,23 @@ pub struct TraceArgs {
     /// UDP/TCP port that carries DNS (repeatable, at most 8).
     #[arg(long = "dns-port", value_name = "PORT", default_values_t = [53u16])]
     pub dns_ports: Vec<u16>,
+}
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Directory holding the node's root: /etc, /run, /proc/sys, /proc/net, /sys and
+    /// /var/lib/kubelet are read below it, and absolute symlinks stay inside it.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+
+    /// A Corefile, or a ConfigMap holding one (`kubectl get configmap -o yaml`), for CoreDNS
+    /// or node-local-dns (repeatable). Read as given, not below --root.
+    #[arg(long = "corefile", value_name = "FILE")]
+    pub corefiles: Vec<PathBuf>,
+
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

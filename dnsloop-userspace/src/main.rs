@@ -10,6 +10,7 @@ mod attach;
 mod cli;
 mod counters;
 mod decode;
+mod doctor;
 mod enrich;
 mod finding;
 #[cfg(test)]
@@ -45,6 +46,8 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Trace(args) => trace::run(args).map(|()| ExitCode::SUCCESS),
+        // doctor has exit codes of its own: 1 for errors found on the node, 2 when it cannot run.
+        cli::Command::Doctor(args) => return doctor::run(&args),
         cli::Command::Probe(args) => probe::run(args).map(|verdict| match verdict {
             probe::Verdict::Answered => ExitCode::SUCCESS,
             probe::Verdict::Fault => ExitCode::from(1),
@@ -52,7 +55,7 @@ fn main() -> ExitCode {
     };
     result.unwrap_or_else(|error| {
         eprintln!("dnsloop: {error:#}");
-        // `trace` has one way to fail; `probe` keeps 1 for what it found.
+        // 1 is what doctor and probe report a fault with; 2 means dnsloop could not run.
         ExitCode::from(2)
     })
 }
