@@ -592,9 +592,10 @@ mod tests {
             StreamReason::TcpSplit,
             StreamReason::UnexpectedSource,
             StreamReason::Retried,
+            StreamReason::Malformed,
         ] {
             assert_eq!(StreamReason::from_u8(reason as u8), Some(reason));
         }
-        assert_eq!(StreamReason::from_u8(6), None);
+        assert_eq!(StreamReason::from_u8(7), None);
     }
 }
