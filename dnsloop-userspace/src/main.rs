@@ -5,7 +5,9 @@
 //! stream packets to a `source`; the `pipeline` has the `decode`r turn them into `observation`s
 //! at `points`, the `analyze` engine turn those into `finding`s, `enrich` add the node's
 //! evidence, and a `sink` write them. `analyze` never learns which source a packet came from.
+//! `analyze_file` feeds the same pipeline from a capture file (`source::capture_file`).
 mod analyze;
+mod analyze_file;
 mod attach;
 mod cli;
 mod counters;
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Trace(args) => trace::run(args),
+        cli::Command::Analyze(args) => analyze_file::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,7 @@
 //! From captured packets to written findings: decoder -> analyzers -> the node's evidence ->
-//! sink. It takes packets from any source; `trace` feeds it from the kernel's ring buffer.
+//! sink. It takes packets from any source; `trace` feeds it from the kernel's ring buffer,
+//! `analyze` from a capture file, whose packets were seen on another node, or long ago: there
+//! the node's evidence is not looked for.
 use std::time::SystemTime;
 
 use anyhow::Context as _;
@@ -9,7 +11,7 @@ use crate::{
     decode::{Decoder, NotDecoded},
     enrich::Enricher,
     finding::Finding,
-    observation::Observation,
+    observation::{Observation, Point},
     points::PointMap,
     sink::Sink,
     source::RawPacket,
@@ -18,7 +20,9 @@ use crate::{
 pub struct Pipeline<'s> {
     decoder: Decoder,
     engine: Engine,
-    enricher: Enricher,
+    /// `None`: the packets were not seen here and now, so this node's conntrack table and
+    /// bridge settings say nothing about them.
+    enricher: Option<Enricher>,
     sink: Box<dyn Sink + 's>,
     /// `--packets`: every observation is written too.
     print_packets: bool,
@@ -39,13 +43,42 @@ impl<'s> Pipeline<'s> {
         Self {
             decoder,
             engine,
-            enricher,
+            enricher: Some(enricher),
             sink,
             print_packets,
             observations: Vec::new(),
             findings: Vec::new(),
             unplaced_records: 0,
         }
+    }
+
+    /// A pipeline for packets captured elsewhere or earlier: its findings get no evidence
+    /// from the machine it runs on.
+    pub fn without_enrichment(
+        decoder: Decoder,
+        engine: Engine,
+        sink: Box<dyn Sink + 's>,
+        print_packets: bool,
+    ) -> Self {
+        Self {
+            enricher: None,
+            ..Self::new(decoder, engine, Enricher::default(), sink, print_packets)
+        }
+    }
+
+    /// Decodes `packet`, which its source placed at `point` itself (see
+    /// `source::capture_file::placement`), analyses it, and writes what it proves. Returns why
+    /// it yielded no observation, if it did not.
+    pub fn ingest_placed(
+        &mut self,
+        packet: &RawPacket,
+        point: &Point,
+    ) -> anyhow::Result<Result<(), NotDecoded>> {
+        let decoded = self
+            .decoder
+            .decode(packet, |_, _| Some(point), &mut self.observations);
+        self.analyze()?;
+        Ok(decoded)
     }
 
     /// Decodes `packets` (placed by `points`), analyses them, and writes what they prove.
@@ -62,6 +95,11 @@ impl<'s> Pipeline<'s> {
                 Err(NotDecoded::NotDns | NotDecoded::Malformed(_)) | Ok(()) => {}
             }
         }
+        self.analyze()
+    }
+
+    /// Analyses the decoded observations and writes what they prove.
+    fn analyze(&mut self) -> anyhow::Result<()> {
         for observation in self.observations.drain(..) {
             if self.print_packets {
                 self.sink
@@ -95,27 +133,31 @@ impl<'s> Pipeline<'s> {
             ..
         } = self;
         let summary = engine.finish(now, &mut findings);
-        emit(&mut findings, &mut enricher, sink.as_mut())?;
+        emit(&mut findings, enricher.as_mut(), sink.as_mut())?;
         sink.summary(&summary, &extra(unplaced_records))
             .context("writing to stdout")
     }
 
     fn emit(&mut self) -> anyhow::Result<()> {
-        emit(&mut self.findings, &mut self.enricher, self.sink.as_mut())
+        emit(
+            &mut self.findings,
+            self.enricher.as_mut(),
+            self.sink.as_mut(),
+        )
     }
 }
 
-/// Adds the node's evidence to each finding and writes it out.
+/// Adds the node's evidence, if it is to be had, to each finding and writes it out.
 fn emit(
     findings: &mut Vec<Finding>,
-    enricher: &mut Enricher,
+    mut enricher: Option<&mut Enricher>,
     sink: &mut dyn Sink,
 ) -> anyhow::Result<()> {
     for mut finding in findings.drain(..) {
-        match &mut finding {
-            Finding::UnexpectedSource(unexpected) => enricher.enrich(unexpected),
-            Finding::Loop(found) => enricher.enrich_loop(found),
-            Finding::Timeout(_) => {}
+        match (&mut finding, enricher.as_deref_mut()) {
+            (Finding::UnexpectedSource(unexpected), Some(enricher)) => enricher.enrich(unexpected),
+            (Finding::Loop(found), Some(enricher)) => enricher.enrich_loop(found),
+            _ => {}
         }
         sink.finding(&finding).context("writing to stdout")?;
     }
