@@ -397,3 +397,255 @@ fn io_error(error: PcapError) -> io::Error {
         other => io::Error::other(other),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{net::SocketAddr, process::Command};
+
+    use dnsloop_ebpf::{
+        frames::{dns_query, FrameSpec, QTYPE_A},
+        parse::Probe,
+    };
+    use pcap_file::pcapng::{Block, PcapNgReader};
+
+    use super::*;
+    use crate::{
+        analyze::testkit::ms,
+        observation::Namespace,
+        points::Role,
+        sink::samples::{a_loop, a_timeout, an_unexpected_source},
+    };
+
+    fn bridge() -> LinkDescription {
+        LinkDescription {
+            role: Role::BridgeMaster,
+            namespace: None,
+        }
+    }
+
+    /// A query for `www.example.test` from `src` to `dst` with `id`, seen on cni0 at `at`.
+    fn query(at: SystemTime, src: &str, dst: &str, id: u16) -> RawPacket {
+        let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
+        let frame = FrameSpec {
+            src: src.ip(),
+            dst: dst.ip(),
+            sport: src.port(),
+            dport: dst.port(),
+            payload: dns_query(id, "www.example.test", QTYPE_A),
+            ..FrameSpec::default()
+        }
+        .build();
+        RawPacket {
+            ts: at,
+            interface: InterfaceRef {
+                netns_cookie: 0,
+                ifindex: 3,
+            },
+            direction: Direction::Ingress,
+            link_layer: LinkLayer::Ethernet,
+            bytes: frame.into(),
+            matched_query: None,
+            prior: None,
+        }
+    }
+
+    fn options(max_bytes: u64) -> PcapngOptions {
+        PcapngOptions {
+            hold: Duration::from_secs(5),
+            max_bytes,
+            dns_ports: DnsPorts::new(&[53]),
+        }
+    }
+
+    /// Writes `packets` on cni0, tells the sink `findings`, and returns the file and report.
+    fn write(
+        packets: &[RawPacket],
+        findings: &[Finding],
+        max_bytes: u64,
+    ) -> (Vec<u8>, PcapngReport) {
+        let mut out = Vec::new();
+        let description = bridge();
+        let mut sink = PcapngSink::new(&mut out, options(max_bytes)).unwrap();
+        for packet in packets {
+            let interface = InterfaceRecord {
+                name: "cni0",
+                description: &description,
+            };
+            sink.packet(packet.clone(), interface).unwrap();
+        }
+        for finding in findings {
+            sink.finding(finding);
+        }
+        let report = sink.finish().unwrap();
+        (out, report)
+    }
+
+    /// Each packet's comments, in file order.
+    fn comments(file: &[u8]) -> Vec<Vec<String>> {
+        let mut reader = PcapNgReader::new(file).unwrap();
+        let mut packets = Vec::new();
+        while let Some(block) = reader.next_block() {
+            if let Block::EnhancedPacket(packet) = block.unwrap() {
+                packets.push(
+                    packet
+                        .options
+                        .iter()
+                        .filter_map(|option| match option {
+                            EnhancedPacketOption::Comment(text) => Some(text.to_string()),
+                            _ => None,
+                        })
+                        .collect(),
+                );
+            }
+        }
+        packets
+    }
+
+    #[test]
+    fn packets_of_a_finding_carry_its_comment() {
+        let packets = [
+            // The loop's two hops, and the same forward at another time: not the hop.
+            query(ms(1_001), "10.244.0.1:50000", "10.244.0.3:53", 1000),
+            query(ms(1_123), "10.244.0.3:40000", "169.254.25.10:53", 2000),
+            query(ms(1_500), "10.244.0.1:50000", "10.244.0.3:53", 1000),
+            // The timeout's query, and the unexpected source's.
+            query(ms(1_000), "10.244.0.3:5353", "10.255.0.99:53", 77),
+            query(ms(1_900), "10.244.0.2:41234", "10.96.0.10:53", 4242),
+            query(ms(1_950), "10.244.0.2:41234", "10.96.0.10:53", 4243),
+        ];
+        let findings = [a_loop(Probe::None), a_timeout(), an_unexpected_source(None)];
+        let (file, report) = write(&packets, &findings, u64::MAX);
+        let loop_comment = vec!["loop www.example.test.".to_owned()];
+        assert_eq!(
+            comments(&file),
+            [
+                loop_comment.clone(),
+                loop_comment,
+                vec![],
+                vec!["timeout corp.example.".to_owned()],
+                vec!["unexpected source www.example.test.".to_owned()],
+                vec![],
+            ]
+        );
+        assert_eq!(
+            (report.packets, report.commented, report.left_out),
+            (6, 4, 0)
+        );
+    }
+
+    #[test]
+    fn packets_wait_for_findings_only_as_long_as_asked() {
+        let description = bridge();
+        let mut out = Vec::new();
+        let mut sink = PcapngSink::new(&mut out, options(u64::MAX)).unwrap();
+        let interface = InterfaceRecord {
+            name: "cni0",
+            description: &description,
+        };
+        sink.packet(
+            query(ms(1_000), "10.244.0.3:5353", "10.255.0.99:53", 77),
+            interface,
+        )
+        .unwrap();
+        sink.advance(ms(5_999)).unwrap();
+        assert_eq!(sink.held.len(), 1);
+        sink.advance(ms(6_000)).unwrap();
+        assert!(sink.held.is_empty());
+        // Too late: the packet is already written without it.
+        sink.finding(&a_timeout());
+        sink.finish().unwrap();
+        assert_eq!(comments(&out), [Vec::<String>::new()]);
+    }
+
+    #[test]
+    fn the_size_limit_stops_the_file_and_says_so() {
+        let packets: Vec<RawPacket> = (0..10)
+            .map(|n| query(ms(n), "10.244.0.2:41234", "10.96.0.10:53", n as u16))
+            .collect();
+        let (whole, _) = write(&packets, &[], u64::MAX);
+        let limit = whole.len() as u64 / 2;
+        let (file, report) = write(&packets, &[], limit);
+        assert!(file.len() as u64 <= limit);
+        assert_eq!(report.bytes, file.len() as u64);
+        assert_eq!(report.packets + report.left_out, 10);
+        assert!(report.left_out > 0);
+        assert_eq!(comments(&file).len() as u64, report.packets);
+        let note = report.note(limit).expect("a note");
+        assert!(note.contains(&format!("limit of {limit} bytes")), "{note}");
+        assert_eq!(write(&packets, &[], u64::MAX).1.note(u64::MAX), None);
+    }
+
+    #[test]
+    fn tshark_reads_what_it_writes() {
+        let loopback = LinkDescription {
+            role: Role::Loopback,
+            namespace: Some(Namespace::new("pod 10.244.0.3")),
+        };
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let mut sink = PcapngSink::new(file.reopen().unwrap(), options(u64::MAX)).unwrap();
+        let packet = query(ms(1_001), "10.244.0.1:50000", "10.244.0.3:53", 1000);
+        let on_lo = RawPacket {
+            direction: Direction::Egress,
+            interface: InterfaceRef {
+                netns_cookie: 9,
+                ifindex: 1,
+            },
+            ..query(ms(1_002), "127.0.0.1:40000", "127.0.0.1:53", 5)
+        };
+        let description = bridge();
+        sink.packet(
+            packet,
+            InterfaceRecord {
+                name: "cni0",
+                description: &description,
+            },
+        )
+        .unwrap();
+        sink.packet(
+            on_lo,
+            InterfaceRecord {
+                name: "lo",
+                description: &loopback,
+            },
+        )
+        .unwrap();
+        sink.finding(&a_loop(Probe::None));
+        sink.finish().unwrap();
+        let output = Command::new("tshark")
+            .args(["-r"])
+            .arg(file.path())
+            .args([
+                "-T",
+                "fields",
+                "-E",
+                "separator=|",
+                "-e",
+                "frame.interface_name",
+                "-e",
+                "frame.interface_description",
+                "-e",
+                "dns.id",
+                "-e",
+                "dns.qry.name",
+                "-e",
+                "frame.comment",
+            ])
+            .output()
+            .expect("tshark runs (`cargo xtask setup` installs it)");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "cni0|dnsloop/1 role=bridge|0x03e8|www.example.test|loop www.example.test.",
+                "lo|dnsloop/1 role=loopback ns=pod 10.244.0.3|0x0005|www.example.test|",
+            ],
+            "{stdout}"
+        );
+    }
+}
