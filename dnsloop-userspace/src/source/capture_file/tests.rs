@@ -645,7 +645,7 @@ fn a_file_cut_anywhere_gives_what_it_holds_and_says_where_it_stopped() {
             }
             assert_eq!(packets, (cut - header) / record, "{format} cut at {cut}");
             // Cut between two records the file is simply shorter; inside one, it says so.
-            let inside_a_record = (cut - header) % record != 0;
+            let inside_a_record = !(cut - header).is_multiple_of(record);
             assert_eq!(
                 opened.stopped().is_some(),
                 inside_a_record,
