@@ -13,7 +13,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
         dnsloop trace -i cni0 -i eth0 --duration 30s\n  \
         dnsloop trace --output json | jq .\n  \
         dnsloop trace --packets -i cni0        # every DNS packet on the bridge\n  \
-        dnsloop doctor --corefile coredns.yaml  # the node's DNS configuration, checked"
+        dnsloop doctor --corefile coredns.yaml  # the node's DNS configuration, checked\n  \
+        dnsloop analyze node.pcap              # the same findings, from a capture file"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -33,6 +34,8 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Send a CoreDNS-style loop probe to a resolver; with --trace, watch whether it comes back.
     Probe(ProbeArgs),
+    /// Find the same faults in a capture file (pcap or pcapng), offline and unprivileged.
+    Analyze(AnalyzeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -75,6 +78,11 @@ pub struct ProbeArgs {
     pub output: OutputFormat,
 }
 
+/// Defaults `trace` and `analyze` share, so that both judge packets alike.
+const DEFAULT_TIMEOUT: &str = "2s";
+const DEFAULT_REPORT_INTERVAL: &str = "10s";
+const DEFAULT_DNS_PORT: u16 = 53;
+
 #[derive(Args, Debug)]
 pub struct TraceArgs {
     /// Interface to watch (repeatable). Default: every interface of the current network
@@ -91,12 +99,12 @@ pub struct TraceArgs {
     pub output: OutputFormat,
 
     /// A query with no answer after this long is reported as a timeout.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s", value_name = "DURATION")]
+    #[arg(long, value_parser = humantime::parse_duration, default_value = DEFAULT_TIMEOUT, value_name = "DURATION")]
     pub timeout: Duration,
 
     /// A loop or an unexpected source still happening is reported again, with its count, at
     /// most this often.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s", value_name = "DURATION")]
+    #[arg(long, value_parser = humantime::parse_duration, default_value = DEFAULT_REPORT_INTERVAL, value_name = "DURATION")]
     pub report_interval: Duration,
 
     /// Print every DNS packet seen, on every hop (one line, or one JSON object, per packet).
@@ -130,7 +138,42 @@ pub struct TraceArgs {
     pub xdp: bool,
 
     /// UDP/TCP port that carries DNS (repeatable, at most 8).
-    #[arg(long = "dns-port", value_name = "PORT", default_values_t = [53u16])]
+    #[arg(long = "dns-port", value_name = "PORT", default_values_t = [DEFAULT_DNS_PORT])]
+    pub dns_ports: Vec<u16>,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tcpdump -i any -w node.pcap port 53       # on the node, then elsewhere:\n  \
+    dnsloop analyze node.pcap\n  \
+    dnsloop analyze --output json --packets bundle.pcapng\n\n\
+    Captures of several interfaces (tcpdump -i any, or pcapng with interface names) show a \
+    loop's path hop by hop; a capture of one interface shows what crossed it.")]
+pub struct AnalyzeArgs {
+    /// The capture to analyse: pcap or pcapng, as tcpdump, dumpcap/Wireshark or dnsloop write
+    /// them.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+
+    /// A query with no answer after this long, in the capture's time, is reported as a timeout.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = DEFAULT_TIMEOUT, value_name = "DURATION")]
+    pub timeout: Duration,
+
+    /// A loop or an unexpected source going on is reported again, with its count, at most
+    /// this often in the capture's time.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = DEFAULT_REPORT_INTERVAL, value_name = "DURATION")]
+    pub report_interval: Duration,
+
+    /// Print every DNS packet of the capture, on every hop.
+    #[arg(long)]
+    pub packets: bool,
+
+    /// UDP/TCP port that carries DNS (repeatable, at most 8).
+    #[arg(long = "dns-port", value_name = "PORT", default_values_t = [DEFAULT_DNS_PORT])]
     pub dns_ports: Vec<u16>,
 }
 

@@ -5,7 +5,9 @@
 //! stream packets to a `source`; the `pipeline` has the `decode`r turn them into `observation`s
 //! at `points`, the `analyze` engine turn those into `finding`s, `enrich` add the node's
 //! evidence, and a `sink` write them. `analyze` never learns which source a packet came from.
+//! `analyze_file` feeds the same pipeline from a capture file (`source::capture_file`).
 mod analyze;
+mod analyze_file;
 mod attach;
 mod cli;
 mod counters;
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
             probe::Verdict::Answered => ExitCode::SUCCESS,
             probe::Verdict::Fault => ExitCode::from(1),
         }),
+        cli::Command::Analyze(args) => analyze_file::run(args).map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|error| {
         eprintln!("dnsloop: {error:#}");

@@ -1,28 +1,32 @@
 //! From captured packets to written findings: decoder -> analyzers -> the node's evidence ->
-//! sink. It takes packets from any source; `trace` feeds it from the kernel's ring buffer.
+//! sink. It takes packets from any source; `trace` feeds it from the kernel's ring buffer,
+//! `analyze` from a capture file, whose packets were seen on another node, or long ago: there
+//! the node's evidence is not looked for.
 use std::{
     collections::HashMap,
     time::{Duration, SystemTime},
 };
 
 use anyhow::Context as _;
-use dnsloop_ebpf::parse::Malformed;
+use dnsloop_ebpf::{event::Direction, parse::Malformed};
 
 use crate::{
     analyze::{Engine, ServerSummary},
     decode::{Decoder, NotDecoded},
     enrich::Enricher,
     finding::Finding,
-    observation::Observation,
+    observation::{Observation, Point},
     points::PointMap,
     sink::Sink,
-    source::{unanswered::UnansweredQuery, RawPacket},
+    source::{unanswered::UnansweredQuery, InterfaceRef, RawPacket},
 };
 
 pub struct Pipeline<'s> {
     decoder: Decoder,
     engine: Engine,
-    enricher: Enricher,
+    /// `None`: the packets were not seen here and now, so this node's conntrack table and
+    /// bridge settings say nothing about them.
+    enricher: Option<Enricher>,
     sink: Box<dyn Sink + 's>,
     /// `--packets`: every observation is written too.
     print_packets: bool,
@@ -68,7 +72,7 @@ impl<'s> Pipeline<'s> {
         Self {
             decoder,
             engine,
-            enricher,
+            enricher: Some(enricher),
             sink,
             print_packets,
             observations: Vec::new(),
@@ -76,6 +80,33 @@ impl<'s> Pipeline<'s> {
             unplaced_records: 0,
             malformed_samples: SampleRate::default(),
         }
+    }
+
+    /// A pipeline for packets captured elsewhere or earlier: its findings get no evidence
+    /// from the machine it runs on.
+    pub fn without_enrichment(
+        decoder: Decoder,
+        engine: Engine,
+        sink: Box<dyn Sink + 's>,
+        print_packets: bool,
+    ) -> Self {
+        Self {
+            enricher: None,
+            ..Self::new(decoder, engine, Enricher::default(), sink, print_packets)
+        }
+    }
+
+    /// Decodes `packet`, which its source placed at `point` itself (see
+    /// `source::capture_file::placement`), analyses it, and writes what it proves. Returns why
+    /// it yielded no observation, if it did not.
+    pub fn ingest_placed(
+        &mut self,
+        packet: &RawPacket,
+        point: &Point,
+    ) -> anyhow::Result<Result<(), NotDecoded>> {
+        let decoded = self.decode(packet, |_, _| Some(point))?;
+        self.analyze()?;
+        Ok(decoded)
     }
 
     /// Decodes `packets` (placed by `points`), analyses them, and writes what they prove.
@@ -86,20 +117,34 @@ impl<'s> Pipeline<'s> {
     ) -> anyhow::Result<()> {
         for packet in packets.drain(..) {
             let place = |interface, direction| points.get(interface, direction);
-            match self.decoder.decode(&packet, place, &mut self.observations) {
-                Err(NotDecoded::Unplaced) => self.unplaced_records += 1,
-                Err(NotDecoded::Malformed(reason)) => {
-                    if self.malformed_samples.due(reason, packet.ts) {
-                        if let Some(point) = points.get(packet.interface, packet.direction) {
-                            let sample = self.decoder.malformed_sample(&packet, point, reason);
-                            self.sink.malformed(&sample).context("writing to stdout")?;
-                        }
-                    }
-                }
-                // Packets that are not DNS were counted by the kernel (or the capture reader).
-                Err(NotDecoded::NotDns) | Ok(()) => {}
+            if let Err(NotDecoded::Unplaced) = self.decode(&packet, place)? {
+                self.unplaced_records += 1;
             }
         }
+        self.analyze()
+    }
+
+    /// Decodes `packet`, placed by `place`, into `observations`; shows a sample of it if it is
+    /// malformed. Packets that are not DNS were counted by the kernel (or the capture reader).
+    fn decode<'p>(
+        &mut self,
+        packet: &RawPacket,
+        place: impl Fn(InterfaceRef, Direction) -> Option<&'p Point>,
+    ) -> anyhow::Result<Result<(), NotDecoded>> {
+        let decoded = self.decoder.decode(packet, &place, &mut self.observations);
+        if let Err(NotDecoded::Malformed(reason)) = decoded {
+            if let Some(point) = place(packet.interface, packet.direction) {
+                if self.malformed_samples.due(reason, packet.ts) {
+                    let sample = self.decoder.malformed_sample(packet, point, reason);
+                    self.sink.malformed(&sample).context("writing to stdout")?;
+                }
+            }
+        }
+        Ok(decoded)
+    }
+
+    /// Analyses the decoded observations and writes what they prove.
+    fn analyze(&mut self) -> anyhow::Result<()> {
         for observation in self.observations.drain(..) {
             if self.print_packets {
                 self.sink
@@ -157,27 +202,31 @@ impl<'s> Pipeline<'s> {
         if let Some(servers) = servers {
             summary.servers = servers;
         }
-        emit(&mut findings, &mut enricher, sink.as_mut())?;
+        emit(&mut findings, enricher.as_mut(), sink.as_mut())?;
         sink.summary(&summary, &extra(unplaced_records))
             .context("writing to stdout")
     }
 
     fn emit(&mut self) -> anyhow::Result<()> {
-        emit(&mut self.findings, &mut self.enricher, self.sink.as_mut())
+        emit(
+            &mut self.findings,
+            self.enricher.as_mut(),
+            self.sink.as_mut(),
+        )
     }
 }
 
-/// Adds the node's evidence to each finding and writes it out.
+/// Adds the node's evidence, if it is to be had, to each finding and writes it out.
 fn emit(
     findings: &mut Vec<Finding>,
-    enricher: &mut Enricher,
+    mut enricher: Option<&mut Enricher>,
     sink: &mut dyn Sink,
 ) -> anyhow::Result<()> {
     for mut finding in findings.drain(..) {
-        match &mut finding {
-            Finding::UnexpectedSource(unexpected) => enricher.enrich(unexpected),
-            Finding::Loop(found) => enricher.enrich_loop(found),
-            Finding::Timeout(_) => {}
+        match (&mut finding, enricher.as_deref_mut()) {
+            (Finding::UnexpectedSource(unexpected), Some(enricher)) => enricher.enrich(unexpected),
+            (Finding::Loop(found), Some(enricher)) => enricher.enrich_loop(found),
+            _ => {}
         }
         sink.finding(&finding).context("writing to stdout")?;
     }

@@ -1,5 +1,8 @@
 //! Where each observation point sits: the namespaces a packet leaves and enters there.
-use std::{collections::HashMap, sync::Arc};
+//!
+//! Live, a link's [`Role`] comes from rtnetlink; in a capture dnsloop wrote, from the
+//! interface's description ([`LinkDescription`]), so both place a packet at the same point.
+use std::{collections::HashMap, fmt, str::FromStr, sync::Arc};
 
 use dnsloop_ebpf::event::Direction;
 
@@ -37,7 +40,7 @@ impl PointMap {
         };
         let name: Arc<str> = link.name.as_str().into();
         for direction in [Direction::Ingress, Direction::Egress] {
-            let (leaves, enters) = crossing(&link.role, &node, &far, direction);
+            let (leaves, enters) = crossing(&Role::from(&link.role), &node, &far, direction);
             self.points.insert(
                 (interface, direction),
                 Point {
@@ -78,10 +81,153 @@ impl PointMap {
     }
 }
 
+/// What a link connects, as far as placing packets goes: a [`LinkRole`] without the kernel's
+/// ids, which mean nothing outside the running node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Loopback,
+    BridgeMaster,
+    Veth { bridged: bool },
+    Other { bridged: bool },
+}
+
+impl From<&LinkRole> for Role {
+    fn from(role: &LinkRole) -> Self {
+        match role {
+            LinkRole::Loopback => Self::Loopback,
+            LinkRole::BridgeMaster => Self::BridgeMaster,
+            LinkRole::Veth { bridged, .. } => Self::Veth { bridged: *bridged },
+            LinkRole::Other { bridged } => Self::Other { bridged: *bridged },
+        }
+    }
+}
+
+/// An interface's role and the namespace it leads to, as `dnsloop` writes it into the
+/// interface description (`if_description`) of the captures it saves, and reads it back, so
+/// that analysing a saved capture places every packet where the live trace did.
+///
+/// The format, version 1, is one line of space-separated fields:
+///
+/// ```text
+/// dnsloop/1 role=veth bridged=1 ns=pod 10.244.0.3
+/// dnsloop/1 role=loopback ns=pod 10.244.0.3
+/// dnsloop/1 role=bridge
+/// dnsloop/1 role=other bridged=0
+/// ```
+///
+/// `role` is `loopback`, `bridge` (a bridge's own interface), `veth` or `other`; `bridged`
+/// (`0` or `1`, veth and other only) says whether the link is a bridge port; `ns`, always last
+/// and running to the end of the line, names the namespace at the far end of a veth or the one
+/// a loopback belongs to. A later, incompatible format gets a new version number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkDescription {
+    pub role: Role,
+    pub namespace: Option<Namespace>,
+}
+
+/// What starts every description in the format above.
+const DESCRIPTION_VERSION: &str = "dnsloop/1";
+
+impl LinkDescription {
+    /// The points of interface `ifname` in both directions, ingress first: a veth whose far
+    /// end is unnamed leads to `pod@<ifname>`, as live.
+    pub fn points(&self, ifname: &str) -> [Point; 2] {
+        let node = Namespace::new(NODE);
+        let name: Arc<str> = ifname.into();
+        let point = |direction| {
+            let (leaves, enters) = match (&self.role, &self.namespace) {
+                (Role::Loopback, Some(own)) => (Some(own.clone()), Some(own.clone())),
+                (role, far) => {
+                    let far = far
+                        .clone()
+                        .unwrap_or_else(|| Namespace::new(&format!("pod@{ifname}")));
+                    crossing(role, &node, &far, direction)
+                }
+            };
+            Point {
+                ifname: name.clone(),
+                direction,
+                leaves,
+                enters,
+            }
+        };
+        [point(Direction::Ingress), point(Direction::Egress)]
+    }
+}
+
+impl fmt::Display for LinkDescription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (role, bridged) = match self.role {
+            Role::Loopback => ("loopback", None),
+            Role::BridgeMaster => ("bridge", None),
+            Role::Veth { bridged } => ("veth", Some(bridged)),
+            Role::Other { bridged } => ("other", Some(bridged)),
+        };
+        write!(f, "{DESCRIPTION_VERSION} role={role}")?;
+        if let Some(bridged) = bridged {
+            write!(f, " bridged={}", u8::from(bridged))?;
+        }
+        if let Some(namespace) = &self.namespace {
+            write!(f, " ns={namespace}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why an interface description is not one `dnsloop` can read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptionError {
+    #[error("not written by dnsloop")]
+    Foreign,
+    #[error("written by a dnsloop whose format ({0}) this one does not know: use a newer dnsloop")]
+    Version(String),
+    #[error("`{0}` is not a field of the {DESCRIPTION_VERSION} format")]
+    Field(String),
+    #[error("it names no role")]
+    NoRole,
+}
+
+impl FromStr for LinkDescription {
+    type Err = DescriptionError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (version, mut rest) = text.split_once(' ').unwrap_or((text, ""));
+        if !version.starts_with("dnsloop/") {
+            return Err(DescriptionError::Foreign);
+        }
+        if version != DESCRIPTION_VERSION {
+            return Err(DescriptionError::Version(version.into()));
+        }
+        let (mut role, mut bridged, mut namespace) = (None, false, None);
+        while !rest.is_empty() {
+            if let Some(name) = rest.strip_prefix("ns=") {
+                namespace = Some(Namespace::new(name));
+                break;
+            }
+            let (field, next) = rest.split_once(' ').unwrap_or((rest, ""));
+            match field.split_once('=') {
+                Some(("role", value)) => role = Some(value),
+                Some(("bridged", "0")) => bridged = false,
+                Some(("bridged", "1")) => bridged = true,
+                _ => return Err(DescriptionError::Field(field.into())),
+            }
+            rest = next;
+        }
+        let role = match role.ok_or(DescriptionError::NoRole)? {
+            "loopback" => Role::Loopback,
+            "bridge" => Role::BridgeMaster,
+            "veth" => Role::Veth { bridged },
+            "other" => Role::Other { bridged },
+            unknown => return Err(DescriptionError::Field(format!("role={unknown}"))),
+        };
+        Ok(Self { role, namespace })
+    }
+}
+
 /// Which namespaces a packet crossing a link of `role` in `direction` leaves and enters; `far`
 /// is the namespace at the other end of a veth.
-fn crossing(
-    role: &LinkRole,
+pub fn crossing(
+    role: &Role,
     node: &Namespace,
     far: &Namespace,
     direction: Direction,
@@ -95,9 +241,9 @@ fn crossing(
         }
     };
     match role {
-        LinkRole::Loopback => (Some(node.clone()), Some(node.clone())),
+        Role::Loopback => (Some(node.clone()), Some(node.clone())),
         // Between the bridge and the node's own stack.
-        LinkRole::BridgeMaster | LinkRole::Other { bridged: false } => {
+        Role::BridgeMaster | Role::Other { bridged: false } => {
             if ingress {
                 (None, Some(node.clone()))
             } else {
@@ -105,10 +251,10 @@ fn crossing(
             }
         }
         // A bridge port: between the bridge and what is plugged into it.
-        LinkRole::Veth { bridged: true, .. } => inside(far.clone()),
-        LinkRole::Other { bridged: true } => (None, None),
+        Role::Veth { bridged: true } => inside(far.clone()),
+        Role::Other { bridged: true } => (None, None),
         // A point-to-point veth: straight between the node and the far namespace.
-        LinkRole::Veth { bridged: false, .. } => {
+        Role::Veth { bridged: false } => {
             if ingress {
                 (Some(far.clone()), Some(node.clone()))
             } else {
@@ -132,11 +278,11 @@ mod tests {
     #[test]
     fn bridge_ports_lead_into_pods_and_the_bridge_into_the_node() {
         let (node, pod) = (Namespace::new(NODE), Namespace::new("pod 10.244.0.2"));
-        let port = LinkRole::Veth {
+        let port = Role::from(&LinkRole::Veth {
             peer_netns_id: 1,
             peer_index: 3,
             bridged: true,
-        };
+        });
         assert_eq!(
             names(crossing(&port, &node, &pod, Direction::Ingress)),
             (Some("pod 10.244.0.2".into()), None)
@@ -145,7 +291,7 @@ mod tests {
             names(crossing(&port, &node, &pod, Direction::Egress)),
             (None, Some("pod 10.244.0.2".into()))
         );
-        let bridge = LinkRole::BridgeMaster;
+        let bridge = Role::BridgeMaster;
         assert_eq!(
             names(crossing(&bridge, &node, &pod, Direction::Ingress)),
             (None, Some("node".into()))
@@ -159,19 +305,99 @@ mod tests {
     #[test]
     fn a_point_to_point_veth_joins_the_node_and_the_far_namespace() {
         let (node, far) = (Namespace::new(NODE), Namespace::new("pod 10.255.0.53"));
-        let uplink = LinkRole::Veth {
-            peer_netns_id: 2,
-            peer_index: 5,
-            bridged: false,
-        };
+        let uplink = Role::Veth { bridged: false };
         assert_eq!(
             names(crossing(&uplink, &node, &far, Direction::Egress)),
             (Some("node".into()), Some("pod 10.255.0.53".into()))
         );
-        let physical = LinkRole::Other { bridged: false };
+        let physical = Role::Other { bridged: false };
         assert_eq!(
             names(crossing(&physical, &node, &far, Direction::Egress)),
             (Some("node".into()), None)
         );
+    }
+
+    #[test]
+    fn descriptions_read_back_as_written() {
+        let descriptions = [
+            LinkDescription {
+                role: Role::Veth { bridged: true },
+                namespace: Some(Namespace::new("pod 10.244.0.3")),
+            },
+            LinkDescription {
+                role: Role::Loopback,
+                namespace: Some(Namespace::new("pod 10.244.0.3")),
+            },
+            LinkDescription {
+                role: Role::BridgeMaster,
+                namespace: None,
+            },
+            LinkDescription {
+                role: Role::Other { bridged: false },
+                namespace: None,
+            },
+        ];
+        for description in descriptions {
+            let text = description.to_string();
+            assert_eq!(text.parse::<LinkDescription>(), Ok(description), "{text}");
+        }
+        assert_eq!(
+            "dnsloop/1 role=veth bridged=1 ns=pod 10.244.0.3"
+                .parse::<LinkDescription>()
+                .map(|description| description.points("veth-a")[0].leaves.clone()),
+            Ok(Some(Namespace::new("pod 10.244.0.3")))
+        );
+    }
+
+    #[test]
+    fn foreign_and_future_descriptions_are_refused() {
+        let refused = |text: &str| text.parse::<LinkDescription>().unwrap_err();
+        assert_eq!(refused("Intel(R) Ethernet"), DescriptionError::Foreign);
+        assert_eq!(
+            refused("dnsloop/2 role=veth"),
+            DescriptionError::Version("dnsloop/2".into())
+        );
+        assert_eq!(
+            refused("dnsloop/1 role=veth colour=red"),
+            DescriptionError::Field("colour=red".into())
+        );
+        assert_eq!(refused("dnsloop/1 bridged=1"), DescriptionError::NoRole);
+        assert_eq!(
+            refused("dnsloop/1 role=tunnel"),
+            DescriptionError::Field("role=tunnel".into())
+        );
+    }
+
+    #[test]
+    fn a_described_link_is_placed_as_live() {
+        let link = Link {
+            index: 7,
+            name: "veth-coredns-a".into(),
+            role: LinkRole::Veth {
+                peer_netns_id: 1,
+                peer_index: 2,
+                bridged: true,
+            },
+            ethernet: true,
+        };
+        let pod = PodNamespace {
+            node_veth: 7,
+            path: "/run/netns/coredns-a".into(),
+            label: "pod 10.244.0.3".into(),
+            cookie: 42,
+        };
+        let mut live = PointMap::default();
+        live.insert_link(&link, std::slice::from_ref(&pod));
+        let described = LinkDescription {
+            role: Role::from(&link.role),
+            namespace: Some(Namespace::new("pod 10.244.0.3")),
+        };
+        let interface = InterfaceRef {
+            netns_cookie: 0,
+            ifindex: 7,
+        };
+        let [ingress, egress] = described.points(&link.name);
+        assert_eq!(live.get(interface, Direction::Ingress), Some(&ingress));
+        assert_eq!(live.get(interface, Direction::Egress), Some(&egress));
     }
 }

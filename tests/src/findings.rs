@@ -103,8 +103,12 @@ pub struct Summary {
     pub observations: u64,
     pub interfaces: Vec<InterfaceCount>,
     /// The kernel programs' counters, by name (`packets`, `dns_packets`, `lost_records`, ...).
+    /// `analyze` has none: it reads a file.
+    #[serde(default)]
     pub kernel: BTreeMap<String, u64>,
-    /// Packets the kernel could not hand to userspace: every one may hide a finding.
+    /// Packets the kernel could not hand to userspace: every one may hide a finding. Zero for
+    /// `analyze`, which has no kernel.
+    #[serde(default)]
     pub lost_events: u64,
     /// Answers per server, as their clients received them.
     pub servers: Vec<ServerCount>,

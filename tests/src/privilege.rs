@@ -29,10 +29,7 @@ impl Need {
         match self {
             // SAFETY: geteuid has no preconditions.
             Need::Root => (unsafe { libc::geteuid() } != 0).then(|| "not root".to_string()),
-            Need::Tool(tool) => std::process::Command::new(tool)
-                .arg("-V")
-                .output()
-                .is_err()
+            Need::Tool(tool) => (!on_path(tool))
                 .then(|| format!("`{tool}` is not installed (run `cargo xtask setup`)")),
             Need::DnsloopBinary => match std::env::var_os(crate::DNSLOOP_BIN_ENV) {
                 Some(path) if std::path::Path::new(&path).is_file() => None,
@@ -54,4 +51,16 @@ pub fn dnsloop_bin() -> std::path::PathBuf {
     std::env::var_os(crate::DNSLOOP_BIN_ENV)
         .map(Into::into)
         .unwrap_or_default()
+}
+
+/// Whether an executable named `tool` is on `PATH`. Tools are looked up, not run: some (tshark)
+/// start capturing when asked for their version the wrong way.
+fn on_path(tool: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(tool))
+                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        })
+    })
 }

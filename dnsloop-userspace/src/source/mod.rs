@@ -1,5 +1,6 @@
 //! Where packets come from. Every source yields [`RawPacket`]s, which the decoder turns into
 //! observations; nothing downstream knows which source it was.
+pub mod capture_file;
 pub mod clock;
 pub mod ringbuf;
 pub mod unanswered;

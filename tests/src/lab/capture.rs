@@ -71,28 +71,26 @@ impl PcapCapture {
     pub(crate) fn start(
         namespace: &str,
         interface: &str,
+        link_type: Option<&str>,
         filter: &str,
         file: &Path,
     ) -> Result<PcapCapture> {
         let file_arg = file
             .to_str()
             .context("the capture file's path is not UTF-8")?;
+        // -y: the link type to capture with (LINUX_SLL for `-i any` in cooked v1).
+        let link_type: Vec<&str> = link_type.map(|name| vec!["-y", name]).unwrap_or_default();
         // --immediate-mode: packets are not held in the kernel's buffer, where SIGINT would
         // leave them. -U: each packet is written as it arrives. -Z root: Debian's tcpdump
         // drops to its own user, which could not write into the lab's state directory.
         let tcpdump = Tcpdump::start(
             namespace,
             &[
-                "--immediate-mode",
-                "-U",
-                "-Z",
-                "root",
-                "-i",
-                interface,
-                "-w",
-                file_arg,
-                filter,
-            ],
+                &["--immediate-mode", "-U", "-Z", "root", "-i", interface][..],
+                &link_type,
+                &["-w", file_arg, filter],
+            ]
+            .concat(),
             Stdio::null(),
             file.with_extension("err"),
         )?;

@@ -264,7 +264,21 @@ impl Lab {
         file: &Path,
     ) -> Result<PcapCapture> {
         self.ensure_own(ns)?;
-        PcapCapture::start(ns, interface, filter, file)
+        PcapCapture::start(ns, interface, None, filter, file)
+    }
+
+    /// As [`Lab::capture_pcap`], with tcpdump's link type `link_type` (`-y`, e.g. `LINUX_SLL`
+    /// for `-i any` in Linux cooked v1).
+    pub fn capture_pcap_as(
+        &self,
+        ns: &str,
+        interface: &str,
+        link_type: &str,
+        filter: &str,
+        file: &Path,
+    ) -> Result<PcapCapture> {
+        self.ensure_own(ns)?;
+        PcapCapture::start(ns, interface, Some(link_type), filter, file)
     }
 
     /// Topology, addresses, and what each server answers and forwards where.

@@ -1,0 +1,247 @@
+//! `dnsloop analyze FILE`: the findings of `trace`, from a capture file.
+//!
+//! capture file -> placement -> pipeline (decoder -> analyzers -> sink on stdout), with no
+//! evidence from this machine: the packets were seen elsewhere, or earlier. Time is the
+//! capture's: the engine's clock is each packet's timestamp.
+//!
+//! The file is read twice. The first reading lists its interfaces, learns from MAC addresses
+//! which side of a link is the node's (see `source::capture_file::placement`) and measures how
+//! far out of timestamp order the file is; the second places each packet and feeds it, in
+//! timestamp order, to the pipeline.
+use std::{collections::BTreeMap, path::Path, time::SystemTime};
+
+use anyhow::{ensure, Context as _};
+use dnsloop_ebpf::{
+    event::Direction,
+    parse::{DnsPorts, MAX_DNS_PORTS},
+};
+use serde_json::{json, Map, Value};
+
+use crate::{
+    analyze::{Engine, EngineConfig},
+    cli::AnalyzeArgs,
+    decode::{Decoder, NotDecoded},
+    observation::Point,
+    pipeline::Pipeline,
+    sink,
+    source::capture_file::{
+        order::TimeOrder,
+        placement::{Placement, Survey},
+        CaptureFile, CaptureInterface, CapturedPacket, Format,
+    },
+};
+
+pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
+    ensure!(
+        args.dns_ports.len() <= MAX_DNS_PORTS,
+        "at most {MAX_DNS_PORTS} DNS ports can be given, {} were",
+        args.dns_ports.len()
+    );
+    let surveyed = survey(&args.file, &args.dns_ports)?;
+    if let Some(stopped) = &surveyed.stopped {
+        eprintln!("dnsloop: warning: {stopped}");
+    }
+    let placement = Placement::new(&surveyed.interfaces, &surveyed.survey, &args.dns_ports);
+
+    let engine = Engine::new(EngineConfig {
+        timeout: args.timeout,
+        loop_report_interval: args.report_interval,
+        ..EngineConfig::default()
+    });
+    let stdout = std::io::stdout();
+    let mut pipeline = Pipeline::without_enrichment(
+        Decoder::new(&args.dns_ports),
+        engine,
+        sink::for_format(args.output, stdout.lock()),
+        args.packets,
+    );
+    let mut file = CaptureFile::open(&args.file)?;
+    let mut order = TimeOrder::new(surveyed.survey.disorder);
+    let mut counts = Counts::default();
+    let mut clock = None;
+    let mut take = |captured, pipeline: &mut Pipeline| -> anyhow::Result<()> {
+        let ts = feed(captured, &placement, pipeline, &mut counts)?;
+        clock = Some(clock.map_or(ts, |clock: SystemTime| clock.max(ts)));
+        Ok(())
+    };
+    while let Some(captured) = file.next_packet() {
+        order.push(captured);
+        while let Some(captured) = order.pop_due() {
+            take(captured, &mut pipeline)?;
+        }
+    }
+    while let Some(captured) = order.pop() {
+        take(captured, &mut pipeline)?;
+    }
+
+    // The capture ran at least until its last packet, and until its statistics say.
+    let end = match (clock, file.end()) {
+        (Some(clock), Some(end)) => clock.max(end),
+        (clock, end) => clock.or(end).unwrap_or_else(SystemTime::now),
+    };
+    let capture = CaptureSummary {
+        file: &args.file,
+        format: file.format(),
+        read: file.packets(),
+        skipped: file.skipped(),
+        stopped: file.stopped().map(ToString::to_string),
+        interfaces: file.interfaces(),
+        placement: &placement,
+    };
+    pipeline.finish(end, None, |_| capture.extra(&counts))
+}
+
+/// What the first reading learnt.
+struct Surveyed {
+    interfaces: Vec<CaptureInterface>,
+    survey: Survey,
+    stopped: Option<String>,
+}
+
+fn survey(path: &Path, dns_ports: &[u16]) -> anyhow::Result<Surveyed> {
+    let mut file = CaptureFile::open(path)?;
+    let ports = DnsPorts::new(dns_ports);
+    let mut survey = Survey::default();
+    while let Some(captured) = file.next_packet() {
+        survey.observe(&captured, &ports);
+    }
+    Ok(Surveyed {
+        interfaces: file.interfaces().to_vec(),
+        survey,
+        stopped: file.stopped().map(ToString::to_string),
+    })
+}
+
+/// Places one packet, feeds it to the pipeline at its own time, and counts it; returns its
+/// timestamp.
+fn feed(
+    captured: CapturedPacket,
+    placement: &Placement,
+    pipeline: &mut Pipeline,
+    counts: &mut Counts,
+) -> anyhow::Result<SystemTime> {
+    let ts = captured.packet.ts;
+    let Some(point) = placement.place(&captured) else {
+        counts.unplaced += 1;
+        return Ok(ts);
+    };
+    let mut packet = captured.packet;
+    packet.direction = point.direction;
+    let decoded = pipeline
+        .ingest_placed(&packet, &point)
+        .context("analysing the capture")?;
+    counts.count(packet.interface.ifindex, &point, decoded);
+    pipeline.tick(ts)?;
+    Ok(ts)
+}
+
+/// What became of the packets, per interface and in all.
+#[derive(Default)]
+struct Counts {
+    /// By interface index and direction.
+    points: BTreeMap<(u32, u8), PointCount>,
+    dns: u64,
+    not_dns: u64,
+    malformed: BTreeMap<&'static str, u64>,
+    unplaced: u64,
+}
+
+struct PointCount {
+    ifname: String,
+    direction: Direction,
+    packets: u64,
+    dns_packets: u64,
+}
+
+impl Counts {
+    fn count(&mut self, interface: u32, point: &Point, decoded: Result<(), NotDecoded>) {
+        let count = self
+            .points
+            .entry((interface, point.direction as u8))
+            .or_insert_with(|| PointCount {
+                ifname: point.ifname.to_string(),
+                direction: point.direction,
+                packets: 0,
+                dns_packets: 0,
+            });
+        count.packets += 1;
+        match decoded {
+            Ok(()) => {
+                count.dns_packets += 1;
+                self.dns += 1;
+            }
+            Err(NotDecoded::NotDns) => self.not_dns += 1,
+            Err(NotDecoded::Malformed(reason)) => {
+                *self.malformed.entry(reason.as_str()).or_default() += 1
+            }
+            Err(NotDecoded::Unplaced) => self.unplaced += 1,
+        }
+    }
+}
+
+/// The capture's side of the summary.
+struct CaptureSummary<'a> {
+    file: &'a Path,
+    format: Format,
+    read: u64,
+    skipped: u64,
+    stopped: Option<String>,
+    interfaces: &'a [CaptureInterface],
+    placement: &'a Placement,
+}
+
+impl CaptureSummary<'_> {
+    /// The fields added to the summary: in place of the kernel's counters (which a file does
+    /// not have), what the file held and how its packets were placed.
+    fn extra(&self, counts: &Counts) -> Value {
+        let interfaces: Vec<Value> = counts
+            .points
+            .values()
+            .map(|count| {
+                json!({
+                    "ifname": count.ifname,
+                    "dir": count.direction.as_str(),
+                    "dns_packets": count.dns_packets,
+                    "packets": count.packets,
+                })
+            })
+            .collect();
+        let placed: Vec<Value> = self
+            .placement
+            .describe()
+            .zip(self.interfaces)
+            .map(|((ifname, how, node_mac), interface)| {
+                json!({
+                    "ifname": ifname,
+                    "linktype": interface.linktype,
+                    "placed_by": how,
+                    "node_mac": node_mac,
+                })
+            })
+            .collect();
+        let malformed: Map<String, Value> = counts
+            .malformed
+            .iter()
+            .map(|(reason, count)| ((*reason).into(), (*count).into()))
+            .collect();
+        json!({
+            "capture": {
+                "file": self.file.display().to_string(),
+                "format": self.format.as_str(),
+                "complete": self.stopped.is_none(),
+                "note": self.stopped,
+            },
+            "interfaces": interfaces,
+            "capture_interfaces": placed,
+            "packets": {
+                "read": self.read,
+                "dns": counts.dns,
+                "not_dns": counts.not_dns,
+                "malformed": counts.malformed.values().sum::<u64>(),
+                "unsupported_link": self.skipped,
+                "unplaced": counts.unplaced,
+            },
+            "malformed": malformed,
+        })
+    }
+}

@@ -1,0 +1,543 @@
+//! `dnsloop analyze` finds in a tcpdump capture what `dnsloop trace` finds live.
+//!
+//! Each test brings up one scenario, captures its node (or a pod) with tcpdump while it sends
+//! the traffic `detect.rs` sends for that scenario, then runs `dnsloop analyze --output json`
+//! on the files, unprivileged work that needs no lab. Captures are taken as operators take
+//! them: of every interface (`-i any`, Linux cooked v2, and v1 with `-y LINUX_SLL`) and of one
+//! interface (a plain Ethernet capture, whose directions only its MAC addresses tell). The
+//! loop and unexpected-source tests also run `dnsloop trace` alongside, and hold the two to the
+//! same findings. Tests keep to one lab at a time, as `detect.rs` does and for its reason: a
+//! loop storm loads a 2-core machine.
+use std::{
+    collections::BTreeSet,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{Mutex, MutexGuard},
+    thread,
+    time::Duration,
+};
+
+use dnsloop_tests::{
+    findings::{Record, Trace},
+    lab::{
+        DigOutcome, Lab, PcapCapture, Pod, Scenario, CLUSTER_DNS, DEAD_DNS, EXTERNAL_A,
+        EXTERNAL_NAME, NODE_LOCAL_DNS, STUB_DOMAIN,
+    },
+    packet_lines::packet_lines,
+    privilege::{can_run, dnsloop_bin, Need},
+    tracer::{Tracer, TracerOutput},
+};
+
+const CLUSTER_NAME: &str = "kubernetes.default.svc.cluster.local";
+const CLUSTER_NAME_ADDRESS: &str = "10.96.0.1";
+const DNS_PORT: u16 = 53;
+/// What the captures keep: DNS only, as an operator chasing a DNS fault would capture.
+const FILTER: &str = "port 53";
+/// dnsloop's query timeout (2 s) and some: a capture must run this long past a query for its
+/// timeout to show in it.
+const TIMEOUT_SHOWS_AFTER: Duration = Duration::from_millis(2_500);
+
+static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_lab_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_LAB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Where a capture is taken, and how.
+struct Take {
+    /// `None`: the node's namespace; otherwise that pod's.
+    pod: Option<Pod>,
+    interface: &'static str,
+    /// tcpdump's `-y`, when not its default for the interface.
+    link_type: Option<&'static str>,
+}
+
+const NODE_ANY: Take = Take {
+    pod: None,
+    interface: "any",
+    link_type: None,
+};
+const NODE_ANY_COOKED_V1: Take = Take {
+    pod: None,
+    interface: "any",
+    link_type: Some("LINUX_SLL"),
+};
+const NODE_BRIDGE: Take = Take {
+    pod: None,
+    interface: "cni0",
+    link_type: None,
+};
+
+impl Take {
+    fn describe(&self) -> String {
+        let place = self
+            .pod
+            .map_or("the node".into(), |pod| pod.name().to_owned());
+        let link = self
+            .link_type
+            .map_or(String::new(), |link| format!(" -y {link}"));
+        format!("tcpdump -i {}{link} in {place}", self.interface)
+    }
+}
+
+/// One capture file and how it was taken.
+struct Captured {
+    how: String,
+    file: PathBuf,
+}
+
+/// Everything a test's run left: its captures, the trace if one ran, and what the traffic
+/// returned. The lab is gone by then; the files stay in a directory of the test's own.
+struct Run<T> {
+    captures: Vec<Captured>,
+    trace: Option<Trace>,
+    sent: T,
+    _files: tempfile::TempDir,
+}
+
+/// Brings up `scenario`, starts the captures `takes` (and `dnsloop trace` on the node when
+/// `with_trace`), runs `traffic`, stops everything. `None` when this host cannot run the test.
+fn run<T>(
+    test: &str,
+    scenario: Scenario,
+    takes: &[Take],
+    with_trace: bool,
+    traffic: impl FnOnce(&Lab) -> T,
+) -> Option<Run<T>> {
+    if !can_run(
+        test,
+        &[Need::Root, Need::Tool("tcpdump"), Need::DnsloopBinary],
+    ) {
+        return None;
+    }
+    let files = tempfile::tempdir().expect("a temporary directory");
+    let _alone = one_lab_at_a_time();
+    let lab = Lab::up(scenario).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let mut running: Vec<PcapCapture> = Vec::new();
+    let mut captures = Vec::new();
+    for (number, take) in takes.iter().enumerate() {
+        let ns = take
+            .pod
+            .map_or(lab.node_ns().to_owned(), |pod| lab.pod_ns(pod));
+        let file = files
+            .path()
+            .join(format!("{number}-{}.pcap", take.interface));
+        let capture = match take.link_type {
+            Some(link) => lab.capture_pcap_as(&ns, take.interface, link, FILTER, &file),
+            None => lab.capture_pcap(&ns, take.interface, FILTER, &file),
+        };
+        running.push(capture.unwrap_or_else(|error| panic!("{test}: {error:#}")));
+        captures.push(Captured {
+            how: take.describe(),
+            file,
+        });
+    }
+    let tracer = with_trace.then(|| {
+        Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"])
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"))
+    });
+    let sent = traffic(&lab);
+    let trace = tracer.map(|tracer| {
+        let output = tracer
+            .interrupt()
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"))
+    });
+    for capture in running {
+        capture
+            .stop()
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    }
+    Some(Run {
+        captures,
+        trace,
+        sent,
+        _files: files,
+    })
+}
+
+/// `dnsloop analyze --output json FILE`, as any user may run it.
+fn analyze(file: &Path) -> Trace {
+    analyze_with(file, &[])
+}
+
+/// `dnsloop analyze --output json ARGS FILE`.
+fn analyze_with(file: &Path, args: &[&str]) -> Trace {
+    let output = Command::new(dnsloop_bin())
+        .args(["analyze", "--output", "json"])
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap_or_else(|error| panic!("running dnsloop analyze: {error}"));
+    Trace::from_output(TracerOutput {
+        status: output.status,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+    .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", file.display()))
+}
+
+fn dig(lab: &Lab, from: Pod, server: &str, args: &[&str]) -> DigOutcome {
+    lab.dig(from, server, args)
+        .unwrap_or_else(|error| panic!("{error:#}"))
+}
+
+fn dig_answers(lab: &Lab, from: Pod, server: &str, args: &[&str], expected: &str) {
+    let outcome = dig(lab, from, server, args);
+    assert_eq!(
+        (outcome.status.as_deref(), outcome.answers.as_slice()),
+        (Some("NOERROR"), [expected.to_owned()].as_slice()),
+        "dig @{server} {args:?}:\n{}",
+        outcome.stdout
+    );
+}
+
+fn fqdn(name: &str) -> String {
+    format!("{name}.")
+}
+
+fn dns_server(address: impl Into<IpAddr>) -> SocketAddr {
+    SocketAddr::new(address.into(), DNS_PORT)
+}
+
+/// Each finding as a kind and a question name: what a live trace and an analysis of a
+/// capture of the same traffic can be compared on.
+fn kinds_and_names(trace: &Trace) -> BTreeSet<(&'static str, String)> {
+    trace
+        .records
+        .iter()
+        .filter_map(|record| match record {
+            Record::Loop(found) => Some(("loop", found.qname.to_ascii_lowercase())),
+            Record::UnexpectedSource(found) => {
+                Some(("unexpected_source", found.qname.to_ascii_lowercase()))
+            }
+            Record::Timeout(found) => Some(("timeout", found.qname.to_ascii_lowercase())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Holds `analysed` to `traced`'s findings, compared on what both can know.
+///
+/// Paths cannot be compared hop for hop: live, dnsloop names each interface and the pod behind
+/// it (`veth-coredns-a`, `pod 10.244.0.3`), while a `-i any` capture numbers interfaces
+/// (`ifindex 5`) and names namespaces after addresses (`host 10.244.0.3`). Nor can counts:
+/// tcpdump and the kernel programs see a loop storm from slightly different instants. What a
+/// finding is about, its kind and question, must be the same.
+fn assert_agree(traced: &Trace, analysed: &Trace, how: &str) {
+    assert_eq!(
+        kinds_and_names(analysed),
+        kinds_and_names(traced),
+        "analyze of {how} (left) and trace (right) disagree:\n--- trace ---\n{traced}\n--- analyze ---\n{analysed}"
+    );
+}
+
+#[test]
+fn nodelocal_loop_in_captures_agrees_with_trace() {
+    let test = "analyze-nodelocal-loop";
+    let Some(run) = run(
+        test,
+        Scenario::NodelocalLoop,
+        &[NODE_ANY, NODE_ANY_COOKED_V1, NODE_BRIDGE],
+        true,
+        |lab| {
+            dig(
+                lab,
+                Pod::Client,
+                &NODE_LOCAL_DNS.to_string(),
+                &[EXTERNAL_NAME],
+            )
+        },
+    ) else {
+        return;
+    };
+    let traced = run.trace.as_ref().expect("traced");
+    let qname = fqdn(EXTERNAL_NAME);
+    for capture in &run.captures {
+        let analysed = analyze(&capture.file);
+        let found = analysed
+            .loops_for(&qname)
+            .first()
+            .copied()
+            .unwrap_or_else(|| panic!("no loop in {}:\n{analysed}", capture.how));
+        assert_eq!(found.qtype, "A", "{analysed}");
+        assert!(found.path.len() >= 2, "{}:\n{analysed}", capture.how);
+        assert!(
+            found.servers.contains(&IpAddr::V4(NODE_LOCAL_DNS)),
+            "the node cache forwards in the loop ({}):\n{analysed}",
+            capture.how
+        );
+        // Offline there is no conntrack to ask.
+        assert!(found.dnat.is_empty(), "{analysed}");
+        assert!(
+            analysed.loops_for(&qname).len() <= 5,
+            "a loop is reported a few times, not per packet ({}):\n{analysed}",
+            capture.how
+        );
+        assert_agree(traced, &analysed, &capture.how);
+    }
+}
+
+#[test]
+fn unexpected_source_in_captures_agrees_with_trace() {
+    let test = "analyze-unexpected-source";
+    let client_veth = Take {
+        pod: None,
+        interface: "veth-client",
+        link_type: None,
+    };
+    let Some(run) = run(
+        test,
+        Scenario::UnexpectedSource,
+        &[NODE_ANY, client_veth],
+        true,
+        |lab| dig(lab, Pod::Client, &CLUSTER_DNS.to_string(), &[CLUSTER_NAME]),
+    ) else {
+        return;
+    };
+    assert_eq!(run.sent.status, None, "the client must drop the reply");
+    let traced = run.trace.as_ref().expect("traced");
+    for capture in &run.captures {
+        let analysed = analyze(&capture.file);
+        let findings = analysed.unexpected_sources();
+        let found = findings
+            .first()
+            .unwrap_or_else(|| panic!("no unexpected_source in {}:\n{analysed}", capture.how));
+        assert_eq!(
+            found.client.ip(),
+            IpAddr::V4(Pod::Client.ip()),
+            "{analysed}"
+        );
+        assert_eq!(found.expected, dns_server(CLUSTER_DNS), "{analysed}");
+        assert!(
+            Pod::COREDNS
+                .iter()
+                .any(|pod| found.actual == dns_server(pod.ip())),
+            "the reply comes from a CoreDNS pod's own address:\n{analysed}"
+        );
+        assert_eq!(found.qname, fqdn(CLUSTER_NAME), "{analysed}");
+        // The evidence is the node's, and the node is not here.
+        assert!(
+            found.conntrack.is_none() && found.cause.is_none(),
+            "{analysed}"
+        );
+        assert_agree(traced, &analysed, &capture.how);
+    }
+}
+
+#[test]
+fn self_loop_in_a_capture_of_the_pod() {
+    // The loop never leaves the CoreDNS pod: it shows only in a capture of that pod.
+    let pod = Pod::CoreDnsA;
+    let takes = [
+        Take {
+            pod: Some(pod),
+            interface: "any",
+            link_type: None,
+        },
+        Take {
+            pod: Some(pod),
+            interface: "lo",
+            link_type: None,
+        },
+    ];
+    let Some(run) = run(
+        "analyze-self-loop",
+        Scenario::SelfLoop,
+        &takes,
+        false,
+        |lab| dig(lab, Pod::Client, &pod.ip().to_string(), &[EXTERNAL_NAME]),
+    ) else {
+        return;
+    };
+    for capture in &run.captures {
+        let analysed = analyze(&capture.file);
+        let found = analysed
+            .loops_for(&fqdn(EXTERNAL_NAME))
+            .first()
+            .copied()
+            .unwrap_or_else(|| panic!("no loop in {}:\n{analysed}", capture.how));
+        assert!(
+            found.servers.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            "the pod forwards to 127.0.0.1 ({}):\n{analysed}",
+            capture.how
+        );
+    }
+    // With every interface captured, the cooked header tells the loopback apart.
+    let analysed = analyze(&run.captures[0].file);
+    let found = analysed.loops_for(&fqdn(EXTERNAL_NAME))[0];
+    assert!(
+        found.path.iter().all(|hop| hop.ifname == "lo"),
+        "the pod forwards to itself: the path is on its lo:\n{analysed}"
+    );
+}
+
+#[test]
+fn tcp_loop_in_captures() {
+    let Some(run) = run(
+        "analyze-tcp-loop",
+        Scenario::TcpLoop,
+        &[NODE_ANY, NODE_BRIDGE],
+        false,
+        |lab| {
+            dig(
+                lab,
+                Pod::Client,
+                &NODE_LOCAL_DNS.to_string(),
+                &[EXTERNAL_NAME],
+            )
+        },
+    ) else {
+        return;
+    };
+    for capture in &run.captures {
+        let analysed = analyze(&capture.file);
+        assert!(
+            !analysed.loops_for(&fqdn(EXTERNAL_NAME)).is_empty(),
+            "no loop in {}:\n{analysed}",
+            capture.how
+        );
+    }
+}
+
+#[test]
+fn dead_upstream_times_out_in_a_capture() {
+    let stub_name = format!("www.{STUB_DOMAIN}");
+    let Some(run) = run(
+        "analyze-dead-upstream",
+        Scenario::DeadUpstream,
+        &[NODE_ANY],
+        false,
+        |lab| {
+            for server in [CLUSTER_DNS.to_string(), NODE_LOCAL_DNS.to_string()] {
+                dig(lab, Pod::Client, &server, &[&stub_name]);
+                dig_answers(
+                    lab,
+                    Pod::Client,
+                    &server,
+                    &[EXTERNAL_NAME],
+                    &EXTERNAL_A.to_string(),
+                );
+                dig_answers(
+                    lab,
+                    Pod::Client,
+                    &server,
+                    &[CLUSTER_NAME],
+                    CLUSTER_NAME_ADDRESS,
+                );
+            }
+            // A capture knows time only from its packets: one more, answered, query after the
+            // timeout shows that time went on without an answer.
+            thread::sleep(TIMEOUT_SHOWS_AFTER);
+            dig_answers(
+                lab,
+                Pod::Client,
+                &CLUSTER_DNS.to_string(),
+                &[CLUSTER_NAME],
+                CLUSTER_NAME_ADDRESS,
+            );
+        },
+    ) else {
+        return;
+    };
+    let analysed = analyze(&run.captures[0].file);
+    let dead = dns_server(DEAD_DNS);
+    let timeouts = analysed.timeouts();
+    let at_dead: Vec<_> = timeouts
+        .iter()
+        .filter(|timeout| timeout.server == dead)
+        .collect();
+    assert!(!at_dead.is_empty(), "no timeout naming {dead}:\n{analysed}");
+    for timeout in at_dead {
+        assert_eq!(timeout.qname, fqdn(&stub_name), "{analysed}");
+        assert!(timeout.waited_ms >= 2_000, "{analysed}");
+    }
+    let working = [fqdn(EXTERNAL_NAME), fqdn(CLUSTER_NAME)];
+    assert!(
+        timeouts
+            .iter()
+            .all(|timeout| !working.contains(&timeout.qname)),
+        "names that resolve must not time out:\n{analysed}"
+    );
+}
+
+/// The client's veth, not the bridge: tcpdump on a bridge device makes it promiscuous, so it
+/// sees every frame the bridge forwards, and with bridge netfilter on, a frame DNAT'ed on the
+/// bridge can show up rewritten before its original does. Its client then seems to be the node,
+/// and the reply, which goes straight to the pod, never to reach it: a timeout that is not one.
+/// `-i any` and a veth see each frame as it passes.
+#[test]
+fn healthy_traffic_in_captures_is_not_a_fault() {
+    let client_veth = Take {
+        pod: None,
+        interface: "veth-client",
+        link_type: None,
+    };
+    let Some(run) = run(
+        "analyze-healthy",
+        Scenario::Healthy,
+        &[NODE_ANY, client_veth],
+        false,
+        |lab| {
+            let cache = NODE_LOCAL_DNS.to_string();
+            for _ in 0..10 {
+                dig_answers(
+                    lab,
+                    Pod::Client,
+                    &cache,
+                    &[EXTERNAL_NAME],
+                    &EXTERNAL_A.to_string(),
+                );
+            }
+            for transport in ["+notcp", "+tcp"] {
+                dig_answers(
+                    lab,
+                    Pod::Client,
+                    &CLUSTER_DNS.to_string(),
+                    &[transport, CLUSTER_NAME],
+                    CLUSTER_NAME_ADDRESS,
+                );
+            }
+            thread::sleep(TIMEOUT_SHOWS_AFTER);
+            dig_answers(
+                lab,
+                Pod::Client,
+                &cache,
+                &[EXTERNAL_NAME],
+                &EXTERNAL_A.to_string(),
+            );
+        },
+    ) else {
+        return;
+    };
+    for capture in &run.captures {
+        let analysed = analyze_with(&capture.file, &["--packets"]);
+        // A quiet analysis means something only if it read the traffic.
+        assert!(
+            analysed.summary().observations >= 20,
+            "{}:\n{analysed}",
+            capture.how
+        );
+        assert!(
+            analysed.loops().is_empty() && analysed.unexpected_sources().is_empty(),
+            "{}:\n{analysed}",
+            capture.how
+        );
+        // tcpdump on `-i any` now and then misses a packet (one run in twenty or so here): a
+        // query whose reply the capture lacks did time out, as far as the file can tell.
+        let packets = packet_lines(&analysed).unwrap_or_else(|error| panic!("{error:#}"));
+        for timeout in analysed.timeouts() {
+            let client = timeout.client.to_string();
+            assert!(
+                !packets
+                    .iter()
+                    .any(|packet| packet.qr && packet.id == timeout.id && packet.dst == client),
+                "the capture holds the reply to a query reported timed out ({}):\n{analysed}",
+                capture.how
+            );
+        }
+    }
+}
