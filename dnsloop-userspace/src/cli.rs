@@ -1,5 +1,5 @@
 //! The command line.
-use std::{path::PathBuf, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
         dnsloop trace -i cni0 -i eth0 --duration 30s\n  \
         dnsloop trace --output json | jq .\n  \
         dnsloop trace --packets -i cni0        # every DNS packet on the bridge\n  \
+        dnsloop trace --metrics-addr 9553      # Prometheus metrics at http://127.0.0.1:9553/metrics\n  \
         dnsloop doctor --corefile coredns.yaml  # the node's DNS configuration, checked\n  \
         dnsloop analyze node.pcap              # the same findings, from a capture file"
 )]
@@ -140,6 +141,12 @@ pub struct TraceArgs {
     /// UDP/TCP port that carries DNS (repeatable, at most 8).
     #[arg(long = "dns-port", value_name = "PORT", default_values_t = [DEFAULT_DNS_PORT])]
     pub dns_ports: Vec<u16>,
+
+    /// Serve Prometheus metrics over HTTP at /metrics on this address while tracing. A port
+    /// alone (9553 or :9553) listens on 127.0.0.1 only; give an address to listen elsewhere
+    /// (0.0.0.0:9553, [::]:9553). A port already in use stops dnsloop at startup.
+    #[arg(long, value_name = "[IP]:PORT", value_parser = crate::metrics::parse_listen_address)]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 #[derive(Args, Debug)]

@@ -17,6 +17,7 @@ mod enrich;
 mod finding;
 #[cfg(test)]
 mod kernel_tests;
+mod metrics;
 mod namespaces;
 mod netns;
 mod observation;

@@ -12,6 +12,7 @@ use crate::{
     counters,
     decode::Decoder,
     enrich::Enricher,
+    metrics,
     pipeline::Pipeline,
     programs, report,
     sink::{self, Sink},
@@ -49,6 +50,11 @@ pub async fn trace<T>(
     sink: Box<dyn Sink + '_>,
     end: impl std::future::Future<Output = T>,
 ) -> anyhow::Result<T> {
+    // Bound first: a port in use stops dnsloop before anything is loaded.
+    let exporter = match args.metrics_addr {
+        Some(address) => Some(metrics::Exporter::start(address).await?),
+        None => None,
+    };
     let links = attach::select(topology::list_links().await?, &args.interfaces)?;
     let mut ebpf = programs::load(&programs::Settings {
         dns_ports: args.dns_ports.clone(),
@@ -72,6 +78,9 @@ pub async fn trace<T>(
     let whole_node = args.interfaces.is_empty();
     let mut link_events = Box::pin(topology::link_events()?);
     let mut watch = Watch::start(ebpf, links, whole_node, args.xdp)?;
+    if let Some(exporter) = &exporter {
+        eprintln!("dnsloop: serving metrics at {}", exporter.url());
+    }
     eprintln!("dnsloop: {}", watch.describe());
 
     let mut source = RingBufSource::new(records, clock).context("watching the ring buffer")?;
@@ -80,6 +89,10 @@ pub async fn trace<T>(
         loop_report_interval: args.report_interval,
         ..EngineConfig::default()
     });
+    let sink = match &exporter {
+        Some(exporter) => exporter.count_findings(sink),
+        None => sink,
+    };
     // The enricher is built here, on the node's namespace thread: its conntrack socket stays in
     // that namespace.
     let mut pipeline = Pipeline::new(
@@ -94,6 +107,8 @@ pub async fn trace<T>(
     let mut expired = Vec::new();
     let mut sweep = tokio::time::interval(UNANSWERED_SWEEP_INTERVAL);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut metrics_refresh = tokio::time::interval(metrics::REFRESH_INTERVAL);
+    metrics_refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut end = std::pin::pin!(end);
     let ended = loop {
         tokio::select! {
@@ -105,6 +120,11 @@ pub async fn trace<T>(
                     unanswered
                         .take_expired(args.timeout, &mut expired)
                         .context("reading the kernel's query table")?;
+                }
+            }
+            _ = metrics_refresh.tick(), if exporter.is_some() => {
+                if let Some(exporter) = &exporter {
+                    exporter.refresh(&watch);
                 }
             }
         }

@@ -6,7 +6,8 @@ use anyhow::{bail, Result};
 
 use crate::command::{self, output_contains};
 
-/// LLVM 22 for bpf-linker; real DNS servers and network tools for the lab.
+/// LLVM 22 for bpf-linker; real DNS servers and network tools for the lab (curl scrapes
+/// dnsloop's metrics).
 const DEBIAN_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -20,6 +21,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "bpftool",
     "conntrack",
     "bind9-dnsutils",
+    "curl",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Without it, bpf-linker's build finds the system's LLVM 14 and fails to link `-lLLVM`.

@@ -1,0 +1,229 @@
+//! What the kernel counted: read from its maps on the tracing thread at each refresh, and
+//! encoded from that snapshot on each scrape, so the maps are never shared with the server.
+use std::{
+    collections::BTreeMap,
+    fmt,
+    net::SocketAddr,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+};
+
+use anyhow::Context as _;
+use dnsloop_ebpf::{
+    event::{Counter, ServerStats},
+    latency::LATENCY_BUCKETS,
+    parse::Malformed,
+};
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet},
+    metrics::{counter::ConstCounter, MetricType},
+    registry::Unit,
+};
+
+use super::{latency, servers::ServerLabels};
+use crate::{
+    analyze::mnemonic,
+    counters::{self, GlobalCounts, PointCount},
+    programs,
+    source::{ip_family, socket_addr},
+    watch::Watch,
+};
+
+/// The kernel's counts as of one refresh.
+#[derive(Debug, Default)]
+pub struct KernelSnapshot {
+    /// The node's watched interfaces, each direction watched.
+    pub interfaces: Vec<PointCount>,
+    pub global: GlobalCounts,
+    /// By server label: servers past the label cap are added up under `other`.
+    pub servers: BTreeMap<String, ServerAnswers>,
+}
+
+/// The answers of one server (or of all those labelled `other`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerAnswers {
+    /// By 4-bit header rcode.
+    pub rcodes: [u64; 16],
+    /// In the kernel's latency buckets.
+    pub latency: Box<[u64; LATENCY_BUCKETS]>,
+}
+
+impl Default for ServerAnswers {
+    fn default() -> Self {
+        Self {
+            rcodes: [0; 16],
+            latency: Box::new([0; LATENCY_BUCKETS]),
+        }
+    }
+}
+
+impl ServerAnswers {
+    pub fn add(&mut self, stats: &ServerStats) {
+        for (sum, count) in self.rcodes.iter_mut().zip(stats.rcodes) {
+            *sum += count;
+        }
+        for (sum, count) in self.latency.iter_mut().zip(stats.latency) {
+            *sum += count;
+        }
+    }
+}
+
+impl KernelSnapshot {
+    /// Reads the counters of what `watch` watches; servers are labelled by `labels`, in
+    /// address order.
+    pub fn read(watch: &Watch, labels: &mut ServerLabels) -> anyhow::Result<Self> {
+        let interfaces = counters::read_points(&watch.ebpf, watch.node_cookie, &watch.links)
+            .context("reading the per-interface counters")?;
+        let global = counters::read_global(&watch.ebpf).context("reading the kernel counters")?;
+        let answered = programs::read_servers(&watch.ebpf)
+            .context("reading the kernel's answer statistics")?
+            .into_iter()
+            .filter_map(|(key, stats)| {
+                let family = ip_family(key.family)?;
+                Some((socket_addr(family, &key.address, key.port), stats))
+            })
+            .collect();
+        Ok(Self {
+            interfaces,
+            global,
+            servers: by_label(answered, labels),
+        })
+    }
+
+    fn malformed(&self, reason: Malformed) -> u64 {
+        self.global
+            .malformed
+            .iter()
+            .find(|(counted, _)| *counted == reason)
+            .map_or(0, |(_, count)| *count)
+    }
+
+    fn encode(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let interface = |count: &PointCount| {
+            [
+                ("interface", count.ifname.clone()),
+                ("direction", count.direction.as_str().to_owned()),
+            ]
+        };
+        encode_counters(
+            encoder,
+            "dnsloop_packets",
+            "Packets the kernel programs saw on the node's interfaces.",
+            self.interfaces
+                .iter()
+                .map(|count| (interface(count), count.packets)),
+        )?;
+        encode_counters(
+            encoder,
+            "dnsloop_dns_packets",
+            "Packets on a DNS port holding at least one DNS message, on the node's interfaces.",
+            self.interfaces
+                .iter()
+                .map(|count| (interface(count), count.dns_packets)),
+        )?;
+        encode_counters(
+            encoder,
+            "dnsloop_malformed_packets",
+            "Packets on a DNS port that could not be parsed, by reason.",
+            Malformed::ALL
+                .iter()
+                .map(|&reason| ([("reason", reason.as_str())], self.malformed(reason))),
+        )?;
+        let lost = encoder.encode_descriptor(
+            "dnsloop_lost_events",
+            "Packets the kernel could not hand to dnsloop because its ring buffer was full \
+             (raise --ring-buffer-mib): the findings may have missed them.",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(self.global.get(Counter::LostRecords)).encode(lost)?;
+        encode_counters(
+            encoder,
+            "dnsloop_answers",
+            "Answers that reached their client, by the server the query was sent to and rcode.",
+            self.servers.iter().flat_map(|(server, answers)| {
+                (0u16..)
+                    .zip(answers.rcodes)
+                    .filter(|&(_, count)| count > 0)
+                    .map(move |(rcode, count)| {
+                        (
+                            [
+                                ("server", server.clone()),
+                                ("rcode", mnemonic::rcode(rcode).into_owned()),
+                            ],
+                            count,
+                        )
+                    })
+            }),
+        )?;
+        let mut latencies = encoder.encode_descriptor(
+            "dnsloop_answer_latency",
+            "From a query's first sighting to its answer reaching the client, by the server the \
+             query was sent to. Bucket bounds are met to within 1/8 and the sum is estimated \
+             to within 1/16, from the kernel's finer buckets.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for (server, answers) in &self.servers {
+            let histogram = latency::coarse(&answers.latency);
+            latencies
+                .encode_family(&[("server", server.as_str())])?
+                .encode_histogram::<NoLabelSet>(
+                    histogram.sum_seconds,
+                    histogram.count,
+                    &histogram.buckets,
+                    None,
+                )?;
+        }
+        Ok(())
+    }
+}
+
+/// The servers' answers under their labels, labelled in address order (servers past the cap
+/// add up under `other`).
+pub fn by_label(
+    mut answered: Vec<(SocketAddr, ServerStats)>,
+    labels: &mut ServerLabels,
+) -> BTreeMap<String, ServerAnswers> {
+    answered.sort_by_key(|(server, _)| *server);
+    let mut servers: BTreeMap<String, ServerAnswers> = BTreeMap::new();
+    for (server, stats) in &answered {
+        servers.entry(labels.label(*server)).or_default().add(stats);
+    }
+    servers
+}
+
+/// One counter family of `samples`, each a label set and its value.
+fn encode_counters<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl Iterator<Item = (L, u64)>,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, value) in samples {
+        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// The latest snapshot: replaced by the tracing thread, encoded by the metrics server.
+#[derive(Debug, Clone, Default)]
+pub struct SharedSnapshot(Arc<Mutex<KernelSnapshot>>);
+
+impl SharedSnapshot {
+    pub fn replace(&self, snapshot: KernelSnapshot) {
+        *self.lock() = snapshot;
+    }
+
+    fn lock(&self) -> MutexGuard<'_, KernelSnapshot> {
+        // A snapshot is replaced whole: one left by a panicking holder is still consistent.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Collector for SharedSnapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        self.lock().encode(&mut encoder)
+    }
+}

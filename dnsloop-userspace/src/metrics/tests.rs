@@ -1,0 +1,335 @@
+use std::{
+    net::SocketAddr,
+    time::{Duration, SystemTime},
+};
+
+use dnsloop_ebpf::{
+    event::{Counter, Direction, ServerStats},
+    latency::bucket,
+    parse::{Malformed, Probe},
+};
+use prometheus_client::encoding::text;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use super::*;
+use crate::{
+    counters::{GlobalCounts, PointCount},
+    finding::{Finding, LoopFinding, TimeoutFinding, UnexpectedSourceFinding},
+    observation::Transport,
+    sink::TextSink,
+};
+
+fn address(text: &str) -> SocketAddr {
+    text.parse().unwrap()
+}
+
+fn a_loop() -> Finding {
+    Finding::Loop(LoopFinding {
+        ts: SystemTime::UNIX_EPOCH,
+        qname: "www.example.test.".into(),
+        qtype: 1,
+        count: 1,
+        path: Vec::new(),
+        servers: Vec::new(),
+        probe: Probe::None,
+        summary: "a loop".into(),
+        dnat: Vec::new(),
+    })
+}
+
+fn a_timeout(server: &str) -> Finding {
+    Finding::Timeout(TimeoutFinding {
+        ts: SystemTime::UNIX_EPOCH,
+        client: address("10.244.0.2:41234"),
+        server: address(server),
+        id: 7,
+        qname: "www.example.test.".into(),
+        qtype: 1,
+        waited: Duration::from_secs(2),
+        summary: format!("no answer from {server}"),
+    })
+}
+
+fn an_unexpected_source() -> Finding {
+    Finding::UnexpectedSource(UnexpectedSourceFinding {
+        ts: SystemTime::UNIX_EPOCH,
+        client: address("10.244.0.2:41234"),
+        expected: address("10.96.0.10:53"),
+        actual: address("10.244.0.5:53"),
+        id: 7,
+        qname: "www.example.test.".into(),
+        qtype: 1,
+        transport: Transport::Udp,
+        conntrack: None,
+        cause: None,
+        summary: "a reply from elsewhere".into(),
+    })
+}
+
+/// Answers with `rcodes` (rcode, count) and `latencies` in microseconds.
+fn answers(rcodes: &[(usize, u64)], latencies: &[u64]) -> kernel::ServerAnswers {
+    let mut stats = ServerStats::ZERO;
+    for &(rcode, count) in rcodes {
+        stats.rcodes[rcode] = count;
+    }
+    for &micros in latencies {
+        stats.latency[bucket(micros)] += 1;
+    }
+    let mut answers = kernel::ServerAnswers::default();
+    answers.add(&stats);
+    answers
+}
+
+fn known_snapshot() -> KernelSnapshot {
+    let point = |ifname: &str, direction, packets, dns_packets| PointCount {
+        ifname: ifname.into(),
+        direction,
+        packets,
+        dns_packets,
+    };
+    KernelSnapshot {
+        interfaces: vec![
+            point("cni0", Direction::Ingress, 10, 4),
+            point("cni0", Direction::Egress, 12, 5),
+        ],
+        global: GlobalCounts {
+            counters: vec![(Counter::Packets, 22), (Counter::LostRecords, 3)],
+            malformed: vec![(Malformed::BadIhl, 2)],
+        },
+        servers: [(
+            "169.254.25.10:53".to_owned(),
+            answers(&[(0, 3), (3, 1)], &[300, 7_000, 7_000, 3_000_000]),
+        )]
+        .into(),
+    }
+}
+
+fn exposition(registry: &Registry) -> String {
+    let mut text = String::new();
+    text::encode(&mut text, registry).unwrap();
+    text
+}
+
+#[test]
+fn a_registry_of_known_values_reads_as_prometheus_text() {
+    let (registry, findings, snapshot) = registry();
+    let servers = Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS)));
+    let mut sink = CountingSink::new(Box::new(TextSink::new(io::sink())), findings, servers);
+    for finding in [
+        a_loop(),
+        a_loop(),
+        an_unexpected_source(),
+        a_timeout("10.96.0.10:53"),
+    ] {
+        sink.finding(&finding).unwrap();
+    }
+    snapshot.replace(known_snapshot());
+
+    let expected = r#"# HELP dnsloop_loops Forwarding loops reported: once when found, then at most once per --report-interval while the loop goes on.
+# TYPE dnsloop_loops counter
+dnsloop_loops_total 2
+# HELP dnsloop_unexpected_sources Replies from an unexpected source reported (dropped by the client's socket): once when found, then at most once per --report-interval while they go on.
+# TYPE dnsloop_unexpected_sources counter
+dnsloop_unexpected_sources_total 1
+# HELP dnsloop_timeouts Queries with no answer after --timeout, by the server they were sent to (a client's retries of one query count once).
+# TYPE dnsloop_timeouts counter
+dnsloop_timeouts_total{server="10.96.0.10:53"} 1
+# HELP dnsloop_packets Packets the kernel programs saw on the node's interfaces.
+# TYPE dnsloop_packets counter
+dnsloop_packets_total{interface="cni0",direction="ingress"} 10
+dnsloop_packets_total{interface="cni0",direction="egress"} 12
+# HELP dnsloop_dns_packets Packets on a DNS port holding at least one DNS message, on the node's interfaces.
+# TYPE dnsloop_dns_packets counter
+dnsloop_dns_packets_total{interface="cni0",direction="ingress"} 4
+dnsloop_dns_packets_total{interface="cni0",direction="egress"} 5
+"#;
+    let text = exposition(&registry);
+    assert!(text.starts_with(expected), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    for reason in Malformed::ALL {
+        let value = if reason == Malformed::BadIhl { 2 } else { 0 };
+        let line = format!(
+            "dnsloop_malformed_packets_total{{reason=\"{}\"}} {value}",
+            reason.as_str()
+        );
+        assert!(lines.contains(&line.as_str()), "no {line} in\n{text}");
+    }
+    let rest = r#"# HELP dnsloop_lost_events Packets the kernel could not hand to dnsloop because its ring buffer was full (raise --ring-buffer-mib): the findings may have missed them.
+# TYPE dnsloop_lost_events counter
+dnsloop_lost_events_total 3
+# HELP dnsloop_answers Answers that reached their client, by the server the query was sent to and rcode.
+# TYPE dnsloop_answers counter
+dnsloop_answers_total{server="169.254.25.10:53",rcode="NOERROR"} 3
+dnsloop_answers_total{server="169.254.25.10:53",rcode="NXDOMAIN"} 1
+# HELP dnsloop_answer_latency_seconds From a query's first sighting to its answer reaching the client, by the server the query was sent to. Bucket bounds are met to within 1/8 and the sum is estimated to within 1/16, from the kernel's finer buckets.
+# TYPE dnsloop_answer_latency_seconds histogram
+# UNIT dnsloop_answer_latency_seconds seconds
+"#;
+    assert!(text.contains(rest), "{text}");
+    let histogram: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|line| line.starts_with("dnsloop_answer_latency_seconds_"))
+        .collect();
+    let server = r#"server="169.254.25.10:53""#;
+    let expected_buckets: Vec<String> = [
+        ("0.0005", 1),
+        ("0.001", 1),
+        ("0.002", 1),
+        ("0.005", 1),
+        ("0.01", 3),
+        ("0.025", 3),
+        ("0.05", 3),
+        ("0.1", 3),
+        ("0.25", 3),
+        ("0.5", 3),
+        ("1.0", 3),
+        ("2.5", 3),
+        ("5.0", 4),
+        ("+Inf", 4),
+    ]
+    .iter()
+    .map(|(le, count)| {
+        format!("dnsloop_answer_latency_seconds_bucket{{le=\"{le}\",{server}}} {count}")
+    })
+    .collect();
+    assert_eq!(histogram.len(), 2 + expected_buckets.len(), "{text}");
+    let sum: f64 = histogram[0]
+        .strip_prefix(&format!("dnsloop_answer_latency_seconds_sum{{{server}}} "))
+        .and_then(|sum| sum.parse().ok())
+        .unwrap_or_else(|| panic!("no sum first in\n{text}"));
+    let true_sum = 0.0003 + 0.007 + 0.007 + 3.0;
+    assert!(
+        (sum - true_sum).abs() <= true_sum / 16.0,
+        "{sum} vs {true_sum}"
+    );
+    assert_eq!(
+        histogram[1],
+        format!("dnsloop_answer_latency_seconds_count{{{server}}} 4")
+    );
+    assert_eq!(histogram[2..], expected_buckets, "{text}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+}
+
+#[test]
+fn the_counting_sink_passes_everything_on() {
+    let (_, findings, _) = registry();
+    let servers = Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS)));
+    let mut written = Vec::new();
+    {
+        let mut sink = CountingSink::new(Box::new(TextSink::new(&mut written)), findings, servers);
+        sink.finding(&a_timeout("10.96.0.10:53")).unwrap();
+    }
+    let written = String::from_utf8(written).unwrap();
+    assert!(
+        written.contains("no answer from 10.96.0.10:53"),
+        "{written}"
+    );
+}
+
+#[test]
+fn timeouts_past_the_server_cap_are_counted_as_other() {
+    let (registry, findings, _) = registry();
+    let servers = Rc::new(RefCell::new(ServerLabels::new(2)));
+    let mut sink = CountingSink::new(Box::new(TextSink::new(io::sink())), findings, servers);
+    for server in [
+        "10.0.0.1:53",
+        "10.0.0.2:53",
+        "10.0.0.3:53",
+        "10.0.0.4:53",
+        "10.0.0.1:53",
+    ] {
+        sink.finding(&a_timeout(server)).unwrap();
+    }
+    let text = exposition(&registry);
+    let timeouts: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("dnsloop_timeouts_total"))
+        .collect();
+    let mut timeouts = timeouts;
+    timeouts.sort();
+    assert_eq!(
+        timeouts,
+        [
+            r#"dnsloop_timeouts_total{server="10.0.0.1:53"} 2"#,
+            r#"dnsloop_timeouts_total{server="10.0.0.2:53"} 1"#,
+            r#"dnsloop_timeouts_total{server="other"} 2"#,
+        ]
+    );
+}
+
+#[test]
+fn kernel_answers_of_servers_past_the_cap_add_up_under_other() {
+    let stats = |rcode: usize, count: u64, micros: u64| {
+        let mut stats = ServerStats::ZERO;
+        stats.rcodes[rcode] = count;
+        stats.latency[bucket(micros)] = count;
+        stats
+    };
+    let answered = vec![
+        (address("10.0.0.9:53"), stats(2, 4, 9_000)),
+        (address("10.0.0.1:53"), stats(0, 1, 1_000)),
+        (address("10.0.0.5:53"), stats(0, 2, 5_000)),
+    ];
+    let servers = kernel::by_label(answered, &mut ServerLabels::new(1));
+    let labels: Vec<&str> = servers.keys().map(String::as_str).collect();
+    assert_eq!(labels, ["10.0.0.1:53", "other"], "named in address order");
+    let other = &servers["other"];
+    assert_eq!((other.rcodes[0], other.rcodes[2]), (2, 4));
+    assert_eq!(other.latency.iter().sum::<u64>(), 6);
+}
+
+async fn get(address: SocketAddr, path: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response
+}
+
+#[test]
+fn metrics_are_served_at_slash_metrics_only() {
+    crate::trace::runtime().unwrap().block_on(async {
+        let exporter = Exporter::start(address("127.0.0.1:0")).await.unwrap();
+        let served = exporter.address;
+        assert_eq!(exporter.url(), format!("http://{served}/metrics"));
+
+        let metrics = get(served, "/metrics").await;
+        assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
+        assert!(
+            metrics.contains(
+                "content-type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"
+            ),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("\r\n\r\n# HELP dnsloop_loops "),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("dnsloop_lost_events_total 0\n"),
+            "{metrics}"
+        );
+        assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+
+        let elsewhere = get(served, "/").await;
+        assert!(
+            elsewhere.starts_with("HTTP/1.1 404 Not Found\r\n"),
+            "{elsewhere}"
+        );
+    });
+}
+
+#[test]
+fn a_port_in_use_is_a_clear_error_at_startup() {
+    crate::trace::runtime().unwrap().block_on(async {
+        let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = taken.local_addr().unwrap();
+        let error = Exporter::start(address).await.err().expect("the port is taken");
+        assert_eq!(
+            error.to_string(),
+            format!("cannot serve metrics on {address}: port in use; choose another with --metrics-addr")
+        );
+    });
+}

@@ -1,0 +1,202 @@
+//! `dnsloop trace --metrics-addr` serves what it sees to Prometheus while it runs: on a node
+//! whose CoreDNS forwards back to the node-local cache, a scrape shows the loop, the packets
+//! on the bridge, no lost events, and the cache's answer latencies.
+use std::{
+    sync::{Mutex, MutexGuard},
+    thread,
+    time::{Duration, Instant},
+};
+
+use dnsloop_tests::{
+    lab::{Lab, Pod, Scenario, CLUSTER_RECORDS, EXTERNAL_NAME, NODE_LOCAL_DNS},
+    privilege::{can_run, dnsloop_bin, Need},
+    tracer::Tracer,
+};
+
+const METRICS_ADDRESS: &str = "127.0.0.1:9553";
+/// dnsloop reads the kernel's counters every second; a scrape shows them by then.
+const SCRAPE_SHOWS_WITHIN: Duration = Duration::from_secs(5);
+
+/// One lab at a time, as in the detection tests: a loop storm on a 2-core machine would slow
+/// the other test's tracer.
+static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_lab_at_a_time() -> MutexGuard<'static, ()> {
+    // A test that failed while holding the lock has torn its lab down all the same.
+    ONE_LAB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The value of the sample `name{labels}`, whose labels include every one of `labels`
+/// (`key="value"`), summed over the samples that match.
+fn sample(exposition: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    let values: Vec<f64> = exposition
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (series_name, series_labels) = match series.split_once('{') {
+                Some((series_name, rest)) => (series_name, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let matches = series_name == name
+                && labels
+                    .iter()
+                    .all(|label| series_labels.split(',').any(|have| have == *label));
+            matches.then(|| value.parse().ok()).flatten()
+        })
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+fn scrape(lab: &Lab, url: &str) -> String {
+    let output = lab
+        .exec(lab.node_ns(), &["curl", "-s", "--max-time", "5", url])
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Scrapes until `ready` holds for the exposition, for up to [`SCRAPE_SHOWS_WITHIN`]; returns
+/// the last one.
+fn scrape_until(lab: &Lab, url: &str, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + SCRAPE_SHOWS_WITHIN;
+    loop {
+        let exposition = scrape(lab, url);
+        if ready(&exposition) || Instant::now() >= deadline {
+            return exposition;
+        }
+        thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn a_scrape_shows_the_loop_the_bridge_traffic_and_answer_latencies() {
+    let test = "metrics";
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary, Need::Tool("curl")]) {
+        return;
+    }
+    // Declared before the lab, so released after the lab is torn down.
+    let _alone = one_lab_at_a_time();
+    let lab = Lab::up(Scenario::NodelocalLoop).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let tracer = Tracer::start(
+        &dnsloop_bin(),
+        &lab,
+        lab.node_ns(),
+        &["--output", "json", "--metrics-addr", METRICS_ADDRESS],
+    )
+    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+
+    let node_cache = NODE_LOCAL_DNS.to_string();
+    let (cluster_name, _) = CLUSTER_RECORDS[0];
+    // A cluster name is answered (a latency to show); an external one goes round the loop.
+    for name in [cluster_name, EXTERNAL_NAME] {
+        lab.dig(Pod::Client, &node_cache, &[name])
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    }
+    let url = format!("http://{METRICS_ADDRESS}/metrics");
+    let cache_latency = format!("server=\"{node_cache}:53\"");
+    let exposition = scrape_until(&lab, &url, |exposition| {
+        sample(exposition, "dnsloop_loops_total", &[]).is_some_and(|loops| loops >= 1.0)
+            && sample(
+                exposition,
+                "dnsloop_answer_latency_seconds_bucket",
+                &[&cache_latency, "le=\"+Inf\""],
+            )
+            .is_some_and(|answers| answers >= 1.0)
+    });
+    let output = tracer
+        .interrupt()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+
+    let shown = format!("{exposition}\n--- tracer's stderr ---\n{}", output.stderr);
+    assert!(
+        output
+            .stderr
+            .contains(&format!("dnsloop: serving metrics at {url}")),
+        "{shown}"
+    );
+    assert!(
+        sample(&exposition, "dnsloop_loops_total", &[]).is_some_and(|loops| loops >= 1.0),
+        "the loop is counted:\n{shown}"
+    );
+    let bridge_in = ["interface=\"cni0\"", "direction=\"ingress\""];
+    assert!(
+        sample(&exposition, "dnsloop_packets_total", &bridge_in).is_some_and(|n| n > 0.0),
+        "packets into the bridge are counted:\n{shown}"
+    );
+    assert!(
+        sample(&exposition, "dnsloop_dns_packets_total", &bridge_in).is_some_and(|n| n > 0.0),
+        "DNS packets into the bridge are counted:\n{shown}"
+    );
+    assert_eq!(
+        sample(&exposition, "dnsloop_lost_events_total", &[]),
+        Some(0.0),
+        "lost events are shown, and none were lost:\n{shown}"
+    );
+    assert!(
+        sample(
+            &exposition,
+            "dnsloop_answer_latency_seconds_bucket",
+            &[&cache_latency, "le=\"+Inf\""]
+        )
+        .is_some_and(|answers| answers >= 1.0),
+        "the node cache's answer latencies are a histogram:\n{shown}"
+    );
+    assert!(
+        sample(
+            &exposition,
+            "dnsloop_answers_total",
+            &[&cache_latency, "rcode=\"NOERROR\""]
+        )
+        .is_some_and(|answers| answers >= 1.0),
+        "the node cache's answers are counted by rcode:\n{shown}"
+    );
+    assert!(
+        !exposition.contains(EXTERNAL_NAME) && !exposition.contains(cluster_name),
+        "no name asked about is a label:\n{shown}"
+    );
+}
+
+#[test]
+fn a_port_in_use_stops_a_second_tracer_at_startup() {
+    let test = "metrics-port-in-use";
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
+        return;
+    }
+    let _alone = one_lab_at_a_time();
+    let lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let _first = Tracer::start(
+        &dnsloop_bin(),
+        &lab,
+        lab.node_ns(),
+        &["--metrics-addr", METRICS_ADDRESS],
+    )
+    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let binary = dnsloop_bin();
+    let second = lab
+        .exec(
+            lab.node_ns(),
+            &[
+                binary.to_str().expect("a UTF-8 path"),
+                "trace",
+                "--metrics-addr",
+                METRICS_ADDRESS,
+                "--duration",
+                "10s",
+            ],
+        )
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot serve metrics on {METRICS_ADDRESS}: port in use; choose another with --metrics-addr"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("watching"),
+        "it stops before attaching anything:\n{stderr}"
+    );
+}
