@@ -37,6 +37,9 @@ pub enum Command {
     Probe(ProbeArgs),
     /// Find the same faults in a capture file (pcap or pcapng), offline and unprivileged.
     Analyze(AnalyzeArgs),
+    /// Trace every DNS packet for a while, then write a bundle for later: the packets as
+    /// pcapng, and the findings and the node's DNS configuration as JSON and Markdown (root).
+    Capture(CaptureArgs),
 }
 
 #[derive(Args, Debug)]
@@ -182,6 +185,40 @@ pub struct AnalyzeArgs {
     /// UDP/TCP port that carries DNS (repeatable, at most 8).
     #[arg(long = "dns-port", value_name = "PORT", default_values_t = [DEFAULT_DNS_PORT])]
     pub dns_ports: Vec<u16>,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    dnsloop capture --duration 30s --out /var/tmp/dns-$(date +%s)\n  \
+    dnsloop capture -i cni0 -i eth0 --duration 2m --out bundle --max-bytes 50000000\n\n\
+    Then, anywhere: tshark -r bundle/capture.pcapng, or dnsloop analyze bundle/capture.pcapng.")]
+pub struct CaptureArgs {
+    /// Interface to watch (repeatable). Default: the whole node, as `trace` watches it.
+    #[arg(short = 'i', long = "interface", value_name = "IFACE")]
+    pub interfaces: Vec<String>,
+
+    /// How long to capture (e.g. 30s, 5m). SIGINT or SIGTERM ends it sooner, and the bundle of
+    /// what was captured is still written.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub duration: Duration,
+
+    /// Directory to write the bundle into (created if needed; an existing bundle there is
+    /// never overwritten).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+
+    /// Most bytes the packet file may take; past it, packets are counted, not written, and the
+    /// reports say so.
+    #[arg(long, value_name = "BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub max_bytes: u64,
+
+    /// Bytes of each packet to keep, from the start of the frame (64-2048).
+    #[arg(long, value_name = "BYTES", default_value_t = dnsloop_ebpf::event::PACKET_SNAP_MAX)]
+    pub snap_len: usize,
+
+    /// Output format of the findings printed while capturing.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 }
 
 #[derive(Args, Debug)]

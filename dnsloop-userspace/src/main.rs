@@ -9,6 +9,7 @@
 mod analyze;
 mod analyze_file;
 mod attach;
+mod capture;
 mod cli;
 mod counters;
 mod decode;
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
             probe::Verdict::Fault => ExitCode::from(1),
         }),
         cli::Command::Analyze(args) => analyze_file::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Capture(args) => capture::run(args).map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|error| {
         eprintln!("dnsloop: {error:#}");

@@ -16,68 +16,88 @@ use crate::{
 /// The namespace the tracer runs in: on a node, the host's.
 pub const NODE: &str = "node";
 
-/// Resolves the interface and direction of a raw packet to a [`Point`].
+/// Resolves the interface and direction of a raw packet to a [`Point`], and tells how each
+/// interface is described in a saved capture.
 #[derive(Default)]
 pub struct PointMap {
     points: HashMap<(InterfaceRef, Direction), Point>,
+    links: HashMap<InterfaceRef, (Arc<str>, LinkDescription)>,
 }
 
 impl PointMap {
     /// Registers `link` of the node namespace, whose veth, if it is one, leads to one of `pods`;
     /// a veth whose far end was not found is named after itself (`pod@veth-coredns-a`).
     pub fn insert_link(&mut self, link: &Link, pods: &[PodNamespace]) {
-        let node = Namespace::new(NODE);
-        let far = pods
-            .iter()
-            .find(|pod| pod.node_veth == link.index)
-            .map(|pod| Namespace::new(&pod.label))
-            .unwrap_or_else(|| Namespace::new(&format!("pod@{}", link.name)));
+        let role = Role::from(&link.role);
+        let namespace = match role {
+            Role::Loopback => Some(Namespace::new(NODE)),
+            Role::Veth { .. } => pods
+                .iter()
+                .find(|pod| pod.node_veth == link.index)
+                .map(|pod| Namespace::new(&pod.label)),
+            Role::BridgeMaster | Role::Other { .. } => None,
+        };
         let interface = InterfaceRef {
             // The kernel tags loopback records with their namespace's cookie; the node's own
             // loopback is registered by `insert_loopback`.
             netns_cookie: 0,
             ifindex: link.index,
         };
-        let name: Arc<str> = link.name.as_str().into();
-        for direction in [Direction::Ingress, Direction::Egress] {
-            let (leaves, enters) = crossing(&Role::from(&link.role), &node, &far, direction);
-            self.points.insert(
-                (interface, direction),
-                Point {
-                    ifname: name.clone(),
-                    direction,
-                    leaves,
-                    enters,
-                },
-            );
-        }
+        self.insert(
+            interface,
+            &link.name,
+            LinkDescription { role, namespace },
+            &[Direction::Ingress, Direction::Egress],
+        );
     }
 
     /// Forgets interface `index` of the node namespace.
     pub fn remove_link(&mut self, index: u32) {
+        let of_node_link =
+            |interface: &InterfaceRef| interface.netns_cookie == 0 && interface.ifindex == index;
         self.points
-            .retain(|(interface, _), _| interface.netns_cookie != 0 || interface.ifindex != index);
+            .retain(|(interface, _), _| !of_node_link(interface));
+        self.links.retain(|interface, _| !of_node_link(interface));
     }
 
-    /// Registers the loopback of the namespace with `netns_cookie`, named `namespace`.
+    /// Registers the loopback of the namespace with `netns_cookie`, named `namespace`; it is
+    /// watched on egress only (see `attach::watched_directions`).
     pub fn insert_loopback(&mut self, netns_cookie: u64, namespace: Namespace) {
         let interface = InterfaceRef {
             netns_cookie,
             ifindex: crate::attach::LOOPBACK_INDEX,
         };
-        self.points.insert(
-            (interface, Direction::Egress),
-            Point {
-                ifname: "lo".into(),
-                direction: Direction::Egress,
-                leaves: Some(namespace.clone()),
-                enters: Some(namespace),
-            },
-        );
+        let description = LinkDescription {
+            role: Role::Loopback,
+            namespace: Some(namespace),
+        };
+        self.insert(interface, "lo", description, &[Direction::Egress]);
+    }
+
+    fn insert(
+        &mut self,
+        interface: InterfaceRef,
+        ifname: &str,
+        description: LinkDescription,
+        directions: &[Direction],
+    ) {
+        for point in description.points(ifname) {
+            if directions.contains(&point.direction) {
+                self.points.insert((interface, point.direction), point);
+            }
+        }
+        self.links.insert(interface, (ifname.into(), description));
     }
 
     pub fn get(&self, interface: InterfaceRef, direction: Direction) -> Option<&Point> {
         self.points.get(&(interface, direction))
+    }
+
+    /// The name and description of `interface`, as a saved capture records them.
+    pub fn link(&self, interface: InterfaceRef) -> Option<(&str, &LinkDescription)> {
+        self.links
+            .get(&interface)
+            .map(|(name, description)| (name.as_ref(), description))
     }
 }
 

@@ -77,7 +77,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<Verdict> {
                 tokio::time::sleep(LOOP_SETTLE).await;
                 Some(outcomes)
             };
-            let ended = trace::trace(&trace_args, Box::new(sink), async {
+            let ended = trace::trace(&trace_args, Box::new(sink), None, async {
                 tokio::select! {
                     outcomes = probing => outcomes,
                     () = end => None,

@@ -1,6 +1,8 @@
 //! `dnsloop trace`: watch DNS live until the duration ends or a signal arrives.
 //!
 //! kernel programs -> ring buffer source -> pipeline (decoder -> analyzers -> sink on stdout).
+use std::time::SystemTime;
+
 use anyhow::Context as _;
 use futures::StreamExt as _;
 use tokio::signal::unix::{signal, SignalKind};
@@ -14,9 +16,12 @@ use crate::{
     enrich::Enricher,
     metrics,
     pipeline::Pipeline,
+    points::PointMap,
     programs, report,
     sink::{self, Sink},
-    source::{clock::MonotonicClock, ringbuf::RingBufSource, unanswered::UnansweredQueries},
+    source::{
+        clock::MonotonicClock, ringbuf::RingBufSource, unanswered::UnansweredQueries, RawPacket,
+    },
     topology,
     watch::Watch,
 };
@@ -29,7 +34,13 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let end = end_of_run(args.duration)?;
         let stdout = std::io::stdout();
-        trace(&args, sink::for_format(args.output, stdout.lock()), end).await
+        trace(
+            &args,
+            sink::for_format(args.output, stdout.lock()),
+            None,
+            end,
+        )
+        .await
     })
 }
 
@@ -42,12 +53,23 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-/// Traces with `args`, writing to `sink`, until `end` resolves; returns what `end` resolved to.
-/// `end` is first polled once the programs are attached, so it may also drive what is to be
-/// watched (`dnsloop probe --trace` sends its probes from it).
+/// Sees every packet the kernel streams before the pipeline does (`capture` keeps them).
+pub trait PacketTap {
+    /// `packets` were streamed; `points` places them.
+    fn packets(&mut self, packets: &[RawPacket], points: &PointMap) -> anyhow::Result<()>;
+
+    /// No packet up to `now` is still to come.
+    fn tick(&mut self, now: SystemTime) -> anyhow::Result<()>;
+}
+
+/// Traces with `args`, writing to `sink` and showing every packet to `tap`, until `end`
+/// resolves; returns what `end` resolved to. `end` is first polled once the programs are
+/// attached, so it may also drive what is to be watched (`dnsloop probe --trace` sends its
+/// probes from it).
 pub async fn trace<T>(
     args: &TraceArgs,
     sink: Box<dyn Sink + '_>,
+    mut tap: Option<&mut dyn PacketTap>,
     end: impl std::future::Future<Output = T>,
 ) -> anyhow::Result<T> {
     // Bound first: a port in use stops dnsloop before anything is loaded.
@@ -128,11 +150,20 @@ pub async fn trace<T>(
                 }
             }
         }
+        if let Some(tap) = tap.as_deref_mut() {
+            tap.packets(&packets, &watch.points)?;
+        }
         pipeline.ingest(&mut packets, &watch.points)?;
         pipeline.ingest_unanswered(&mut expired, &watch.points)?;
         pipeline.tick(source.watermark())?;
+        if let Some(tap) = tap.as_deref_mut() {
+            tap.tick(source.watermark())?;
+        }
     };
     source.drain(&mut packets);
+    if let Some(tap) = tap {
+        tap.packets(&packets, &watch.points)?;
+    }
     pipeline.ingest(&mut packets, &watch.points)?;
 
     let interfaces = counters::read_points(&watch.ebpf, watch.node_cookie, &watch.links)

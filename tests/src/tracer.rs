@@ -34,16 +34,28 @@ pub struct TracerOutput {
 impl Tracer {
     /// Starts `dnsloop trace ARGS` in namespace `ns` and returns once it is attached.
     pub fn start(dnsloop: &Path, lab: &Lab, ns: &str, args: &[&str]) -> Result<Tracer> {
+        Self::start_subcommand(dnsloop, "trace", lab, ns, args)
+    }
+
+    /// Starts `dnsloop SUBCOMMAND ARGS` (one that traces: `trace`, `capture`) in namespace `ns`
+    /// and returns once it is attached.
+    pub fn start_subcommand(
+        dnsloop: &Path,
+        subcommand: &str,
+        lab: &Lab,
+        ns: &str,
+        args: &[&str],
+    ) -> Result<Tracer> {
         let mut child = Command::new("ip")
             .args(["netns", "exec", ns])
             .arg(dnsloop)
-            .arg("trace")
+            .arg(subcommand)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .with_context(|| format!("starting {} trace in {ns}", dnsloop.display()))?;
+            .with_context(|| format!("starting {} {subcommand} in {ns}", dnsloop.display()))?;
         let mut stdout = child.stdout.take().context("no stdout pipe")?;
         let stdout = thread::spawn(move || {
             let mut text = String::new();

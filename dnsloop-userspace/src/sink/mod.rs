@@ -1,8 +1,5 @@
 //! Where results go: a person at a terminal, or a log shipper reading JSON lines.
 mod json;
-// `dnsloop capture` writes its bundles' packets with it; until that command lands only its
-// tests and `analyze`'s round-trip tests use it.
-#[allow(dead_code)]
 pub mod pcapng;
 #[cfg(test)]
 mod samples;
@@ -21,6 +18,7 @@ use crate::{
 
 pub use json::JsonSink;
 pub use text::TextSink;
+pub use time::rfc3339;
 
 pub trait Sink {
     fn finding(&mut self, finding: &Finding) -> io::Result<()>;

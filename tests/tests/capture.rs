@@ -1,0 +1,233 @@
+//! `dnsloop capture` leaves a bundle that stands on its own: tshark reads its packets, its
+//! reports name the fault, and `dnsloop analyze` finds in it exactly what the capture reported
+//! live. A size limit is kept and said, and Ctrl-C still leaves a whole bundle.
+use std::{
+    path::Path,
+    process::Command,
+    sync::{Mutex, MutexGuard},
+};
+
+use dnsloop_tests::{
+    findings::{LoopFinding, Trace},
+    lab::{Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
+    privilege::{can_run, dnsloop_bin, Need},
+    tracer::{Tracer, TracerOutput},
+};
+use serde_json::Value;
+
+/// A loop storm in one lab slows another's capture on a 2-core machine.
+static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_lab_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_LAB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// What one capture left: its own output, and its bundle's directory (removed with it).
+struct Captured {
+    live: Trace,
+    bundle: tempfile::TempDir,
+}
+
+/// Runs `dnsloop capture --output json --out DIR OPTIONS` on the node of a `nodelocal-loop`
+/// lab while the client's question loops, and stops it with Ctrl-C.
+fn capture_the_loop(test: &str, options: &[&str]) -> Option<Captured> {
+    if !can_run(
+        test,
+        &[Need::Root, Need::Tool("tshark"), Need::DnsloopBinary],
+    ) {
+        return None;
+    }
+    let _alone = one_lab_at_a_time();
+    let bundle = tempfile::tempdir().expect("a temporary directory");
+    let out = bundle.path().join("bundle");
+    let lab = Lab::up(Scenario::NodelocalLoop).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let mut args = vec![
+        "--output",
+        "json",
+        "--duration",
+        "1h",
+        "--out",
+        out.to_str().expect("a UTF-8 path"),
+    ];
+    args.extend(options);
+    let capture = Tracer::start_subcommand(&dnsloop_bin(), "capture", &lab, lab.node_ns(), &args)
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    lab.dig(Pod::Client, &NODE_LOCAL_DNS.to_string(), &[EXTERNAL_NAME])
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    // Ctrl-C long before the hour is up: the bundle is written all the same.
+    let output = capture
+        .interrupt()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    assert!(
+        output.stderr.contains("bundle written to"),
+        "the capture says where its bundle is:\n{}",
+        output.stderr
+    );
+    let live = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    Some(Captured { live, bundle })
+}
+
+fn bundle_file(captured: &Captured, name: &str) -> std::path::PathBuf {
+    captured.bundle.path().join("bundle").join(name)
+}
+
+/// `dnsloop analyze --output json FILE`.
+fn analyze(file: &Path) -> Trace {
+    let output = Command::new(dnsloop_bin())
+        .args(["analyze", "--output", "json"])
+        .arg(file)
+        .output()
+        .unwrap_or_else(|error| panic!("running dnsloop analyze: {error}"));
+    Trace::from_output(TracerOutput {
+        status: output.status,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+    .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", file.display()))
+}
+
+/// What a loop report says about the packets, leaving out what only the live node could add
+/// (conntrack's ClusterIP behind a DNAT'ed hop, and the sentence naming it).
+fn seen(found: &LoopFinding) -> (String, String, u64, Vec<String>) {
+    (
+        found.qname.clone(),
+        found.qtype.clone(),
+        found.count,
+        found
+            .path
+            .iter()
+            .map(|hop| {
+                format!(
+                    "{} {} {} {} -> {} id {}",
+                    hop.ts
+                        .0
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_millis(),
+                    hop.ifname,
+                    hop.dir,
+                    hop.src,
+                    hop.dst,
+                    hop.id
+                )
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn a_capture_of_a_loop_reads_in_tshark_names_the_loop_and_analyzes_to_the_same_findings() {
+    let Some(captured) = capture_the_loop("capture-nodelocal-loop", &[]) else {
+        return;
+    };
+    let qname = format!("{EXTERNAL_NAME}.");
+    let live_loops = captured.live.loops_for(&qname);
+    assert!(
+        !live_loops.is_empty(),
+        "the loop is reported live:\n{}",
+        captured.live
+    );
+
+    // tshark decodes the DNS of every packet, and finds the loop's comments.
+    let pcapng = bundle_file(&captured, "capture.pcapng");
+    let tshark = |filter: &str| -> Vec<String> {
+        let output = Command::new("tshark")
+            .args(["-n", "-r"])
+            .arg(&pcapng)
+            .args(["-Y", filter, "-T", "fields", "-e", "dns.qry.name"])
+            .output()
+            .expect("running tshark");
+        assert!(output.status.success(), "tshark reads the file");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let dns = tshark("dns");
+    assert!(
+        dns.len() > 10,
+        "the loop's packets are in the file: {}",
+        dns.len()
+    );
+    assert!(dns.iter().all(|name| name == EXTERNAL_NAME), "{dns:?}");
+    let commented = tshark(&format!("frame.comment == \"loop {qname}\""));
+    assert!(!commented.is_empty(), "the loop's hops carry its comment");
+
+    // The reports name the loop, findings first.
+    let report: Value = serde_json::from_slice(
+        &std::fs::read(bundle_file(&captured, "report.json")).expect("report.json"),
+    )
+    .expect("report.json is JSON");
+    let findings = report["findings"].as_array().expect("findings");
+    assert!(
+        findings
+            .iter()
+            .any(|found| found["kind"] == "loop" && found["qname"] == qname.as_str()),
+        "{report:#}"
+    );
+    assert_eq!(report["summary"]["kind"], "summary");
+    assert!(
+        report["pcapng"]["packets"].as_u64() > Some(10),
+        "{report:#}"
+    );
+    assert!(
+        report["node"]["resolv_conf"]["content"].is_string(),
+        "{report:#}"
+    );
+    assert!(report["node"]["checks"]
+        .as_array()
+        .is_some_and(|checks| !checks.is_empty()));
+    let markdown = std::fs::read_to_string(bundle_file(&captured, "report.md")).expect("report.md");
+    let findings_at = markdown.find("## Findings").expect("a findings section");
+    let loop_at = markdown.find("LOOP").expect("the loop in report.md");
+    assert!(findings_at < loop_at && loop_at < markdown.find("## Packets").unwrap_or(0));
+
+    // The same packets, analysed offline: the same loop reports, hop for hop.
+    let offline = analyze(&pcapng);
+    let live: Vec<_> = live_loops.iter().copied().map(seen).collect();
+    let analysed: Vec<_> = offline.loops_for(&qname).into_iter().map(seen).collect();
+    assert_eq!(
+        analysed, live,
+        "analyze and capture disagree:\n--- live ---\n{}\n--- analyze ---\n{offline}",
+        captured.live
+    );
+    assert_eq!(
+        offline.unexpected_sources().len(),
+        captured.live.unexpected_sources().len()
+    );
+    assert_eq!(offline.timeouts().len(), captured.live.timeouts().len());
+}
+
+#[test]
+fn a_capture_keeps_to_its_size_limit_and_says_so() {
+    const LIMIT: u64 = 20_000;
+    let limit = LIMIT.to_string();
+    let Some(captured) = capture_the_loop("capture-size-limit", &["--max-bytes", &limit]) else {
+        return;
+    };
+    let pcapng = bundle_file(&captured, "capture.pcapng");
+    let size = std::fs::metadata(&pcapng).expect("the packet file").len();
+    assert!(size <= LIMIT, "{size} bytes");
+    let report: Value = serde_json::from_slice(
+        &std::fs::read(bundle_file(&captured, "report.json")).expect("report.json"),
+    )
+    .expect("report.json is JSON");
+    assert!(
+        report["pcapng"]["left_out"].as_u64() > Some(0),
+        "{report:#}"
+    );
+    let note = report["pcapng"]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("limit"), "{report:#}");
+    let markdown = std::fs::read_to_string(bundle_file(&captured, "report.md")).expect("report.md");
+    assert!(markdown.contains("**Note:**"), "{markdown}");
+    // What was written is still a file tshark reads.
+    let status = Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(&pcapng)
+        .output()
+        .expect("running tshark")
+        .status;
+    assert!(status.success());
+}
