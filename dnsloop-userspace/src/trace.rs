@@ -139,9 +139,10 @@ pub async fn trace<T>(
             Some(event) = link_events.next() => watch.apply(event),
             _ = sweep.tick(), if unanswered.is_some() => {
                 if let Some(unanswered) = &mut unanswered {
-                    unanswered
-                        .take_expired(args.timeout, &mut expired)
-                        .context("reading the kernel's query table")?;
+                    // A failed sweep loses nothing: its queries stay for the next one.
+                    if let Err(error) = unanswered.take_expired(args.timeout, &mut expired) {
+                        tracing::warn!("reading the kernel's query table: {error}");
+                    }
                 }
             }
             _ = metrics_refresh.tick(), if exporter.is_some() => {

@@ -150,7 +150,7 @@ impl<'de> Deserialize<'de> for Timestamp {
 }
 
 /// Parses the one shape dnsloop prints, `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC, milliseconds).
-fn parse_rfc3339_millis(text: &str) -> Option<SystemTime> {
+pub fn parse_rfc3339_millis(text: &str) -> Option<SystemTime> {
     let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
     let mut date = date.splitn(3, '-').map(str::parse::<i64>);
     let (year, month, day) = (date.next()?.ok()?, date.next()?.ok()?, date.next()?.ok()?);

@@ -2,6 +2,7 @@
 //!
 //! Everything a fresh machine needs is installed by `setup`, and `demo` and `test` run it first,
 //! so the README's two commands work from a fresh clone.
+mod bench;
 mod command;
 mod demo;
 mod setup;
@@ -36,6 +37,9 @@ enum Task {
     Demo,
     /// Run every test: unit, property, and the privileged end-to-end tests on the lab.
     Test,
+    /// Measure dnsloop's cost and speed on the lab, side by side with an empty program and
+    /// tcpdump, and write BENCHMARKS.md (about 5 minutes).
+    Bench,
 }
 
 #[derive(Subcommand)]
@@ -55,6 +59,7 @@ fn main() -> Result<()> {
         Task::Lab { action } => run_lab(action),
         Task::Demo => demo::run(),
         Task::Test => test::run(),
+        Task::Bench => bench::run(),
     }
 }
 

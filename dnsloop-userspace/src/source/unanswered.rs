@@ -68,7 +68,7 @@ impl UnansweredQueries {
             let (key, entry) = match entry {
                 Ok(entry) => entry,
                 // Removed by the kernel between listing its key and reading it: answered.
-                Err(MapError::KeyNotFound) => continue,
+                Err(error) if is_gone(&error) => continue,
                 Err(error) => return Err(error),
             };
             if entry.state.first_ns < expired_before {
@@ -79,7 +79,7 @@ impl UnansweredQueries {
         for (key, entry) in expired {
             match self.table.remove(&key) {
                 // Answered just now, between the read and the removal.
-                Err(MapError::KeyNotFound) => continue,
+                Err(error) if is_gone(&error) => continue,
                 result => result?,
             }
             match unanswered(&key, &entry, &self.clock) {
@@ -88,6 +88,17 @@ impl UnansweredQueries {
             }
         }
         Ok(())
+    }
+}
+
+/// Whether `error` says the entry is no longer in the table: the kernel removed it (its answer
+/// arrived) or evicted it while userspace was looking. aya reports a lookup's miss as
+/// `KeyNotFound` and a deletion's as the syscall's ENOENT.
+fn is_gone(error: &MapError) -> bool {
+    match error {
+        MapError::KeyNotFound => true,
+        MapError::SyscallError(failed) => failed.io_error.raw_os_error() == Some(libc::ENOENT),
+        _ => false,
     }
 }
 
@@ -168,5 +179,20 @@ mod tests {
             ..entry
         };
         assert_eq!(unanswered(&key, &not_a_name, &clock), None);
+    }
+
+    #[test]
+    fn an_entry_gone_while_looking_is_not_an_error() {
+        let deleted_meanwhile = MapError::SyscallError(aya::sys::SyscallError {
+            call: "bpf_map_delete_elem",
+            io_error: std::io::Error::from_raw_os_error(libc::ENOENT),
+        });
+        assert!(is_gone(&deleted_meanwhile));
+        assert!(is_gone(&MapError::KeyNotFound));
+        let refused = MapError::SyscallError(aya::sys::SyscallError {
+            call: "bpf_map_delete_elem",
+            io_error: std::io::Error::from_raw_os_error(libc::EPERM),
+        });
+        assert!(!is_gone(&refused));
     }
 }

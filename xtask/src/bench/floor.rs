@@ -1,0 +1,148 @@
+//! The floor: an empty TC classifier (`xtask/bench-programs`) attached where dnsloop's programs
+//! are, so that what dnsloop costs per run can be set against what running any program costs.
+use std::{
+    ffi::CStr,
+    fs::File,
+    os::fd::AsRawFd as _,
+    path::{Path, PathBuf},
+    sync::mpsc,
+    thread::{self, JoinHandle},
+};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use aya::{
+    programs::{SchedClassifier, TcAttachType},
+    Ebpf,
+};
+
+use crate::command;
+
+/// The empty classifier's name, as `bpftool prog show` lists it.
+pub const PROGRAM: &str = "bench_empty";
+
+/// Builds the empty classifier for the BPF target and returns its object file.
+pub fn build() -> Result<PathBuf> {
+    let crate_dir = command::workspace_root().join("xtask/bench-programs");
+    let target_dir = command::workspace_root().join("target/bench-programs");
+    command::run(
+        std::process::Command::new("cargo")
+            .current_dir(&crate_dir)
+            .args([
+                "+nightly",
+                "build",
+                "--release",
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--target-dir",
+            ])
+            .arg(&target_dir)
+            // The workspace's cargo sets these for xtask; the nested build must choose its own.
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("CARGO"),
+    )?;
+    Ok(target_dir.join("bpfel-unknown-none/release/bench-programs"))
+}
+
+/// The empty classifier, attached to every interface of a namespace until dropped.
+pub struct Floor {
+    stop: Option<mpsc::Sender<()>>,
+    holder: Option<JoinHandle<()>>,
+}
+
+impl Floor {
+    /// Attaches the classifier in `object` to the interfaces of the namespace mounted at
+    /// `netns`: ingress and egress, loopback on egress only, as dnsloop attaches.
+    pub fn attach(object: &Path, netns: &Path) -> Result<Self> {
+        let (object, netns) = (object.to_path_buf(), netns.to_path_buf());
+        let (ready, attached) = mpsc::channel::<Result<()>>();
+        let (stop, stopped) = mpsc::channel::<()>();
+        // The links live on a thread of their own, moved into the namespace.
+        let holder = thread::spawn(move || {
+            let ebpf = match load_and_attach(&object, &netns) {
+                Ok(ebpf) => {
+                    let _ = ready.send(Ok(()));
+                    ebpf
+                }
+                Err(error) => {
+                    let _ = ready.send(Err(error));
+                    return;
+                }
+            };
+            let _ = stopped.recv();
+            drop(ebpf);
+        });
+        attached
+            .recv()
+            .map_err(|_| anyhow!("the floor's thread ended before attaching"))??;
+        Ok(Self {
+            stop: Some(stop),
+            holder: Some(holder),
+        })
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(holder) = self.holder.take() {
+            let _ = holder.join();
+        }
+    }
+}
+
+fn load_and_attach(object: &Path, netns: &Path) -> Result<Ebpf> {
+    let namespace = File::open(netns).with_context(|| format!("opening {}", netns.display()))?;
+    // SAFETY: a valid namespace fd; only this thread moves.
+    if unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        bail!(
+            "entering {}: {}",
+            netns.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    let bytes = std::fs::read(object).with_context(|| format!("reading {}", object.display()))?;
+    let mut ebpf = Ebpf::load(&bytes).context("loading the floor's object")?;
+    let program: &mut SchedClassifier = ebpf
+        .program_mut(PROGRAM)
+        .context("the floor's object has no bench_empty")?
+        .try_into()?;
+    program.load().context("loading bench_empty")?;
+    for interface in interface_names()? {
+        let directions: &[TcAttachType] = if interface == "lo" {
+            &[TcAttachType::Egress]
+        } else {
+            &[TcAttachType::Ingress, TcAttachType::Egress]
+        };
+        for &direction in directions {
+            program
+                .attach(&interface, direction)
+                .with_context(|| format!("attaching bench_empty to {interface}"))?;
+        }
+    }
+    Ok(ebpf)
+}
+
+/// The interfaces of the calling thread's namespace.
+fn interface_names() -> Result<Vec<String>> {
+    // SAFETY: if_nameindex returns a list ending with a zero entry, freed below.
+    unsafe {
+        let list = libc::if_nameindex();
+        if list.is_null() {
+            bail!("listing interfaces: {}", std::io::Error::last_os_error());
+        }
+        let mut names = Vec::new();
+        let mut entry = list;
+        while (*entry).if_index != 0 {
+            names.push(
+                CStr::from_ptr((*entry).if_name)
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            entry = entry.add(1);
+        }
+        libc::if_freenameindex(list);
+        Ok(names)
+    }
+}

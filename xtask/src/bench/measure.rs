@@ -1,0 +1,180 @@
+//! Reading what a run cost: BPF program statistics, a process's CPU time and memory, and what
+//! dnsperf achieved.
+use std::{collections::HashMap, process::Command, time::Duration};
+
+use anyhow::{bail, Context as _, Result};
+use dnsloop_tests::lab::{Lab, Pod};
+use serde_json::Value;
+
+/// Run time and run count of the loaded BPF programs, by name (as the kernel truncates it).
+#[derive(Clone, Debug, Default)]
+pub struct ProgramStats(HashMap<String, (u64, u64)>);
+
+impl ProgramStats {
+    /// Reads every program's statistics (`kernel.bpf_stats_enabled` must be on).
+    pub fn read() -> Result<Self> {
+        let output = Command::new("bpftool")
+            .args(["prog", "show", "--json"])
+            .output()
+            .context("running bpftool prog show")?;
+        let programs: Value =
+            serde_json::from_slice(&output.stdout).context("reading bpftool's JSON")?;
+        let mut stats = HashMap::new();
+        for program in programs.as_array().into_iter().flatten() {
+            let Some(name) = program["name"].as_str() else {
+                continue;
+            };
+            let entry = stats.entry(name.to_owned()).or_insert((0, 0));
+            entry.0 += program["run_time_ns"].as_u64().unwrap_or(0);
+            entry.1 += program["run_cnt"].as_u64().unwrap_or(0);
+        }
+        Ok(Self(stats))
+    }
+
+    /// Nanoseconds per run and runs, of the programs named `names`, since `before`.
+    pub fn since(&self, before: &Self, names: &[&str]) -> Option<(f64, u64)> {
+        let (mut time, mut runs) = (0, 0);
+        for name in names {
+            let now = self.0.get(*name).copied().unwrap_or_default();
+            let then = before.0.get(*name).copied().unwrap_or_default();
+            time += now.0.saturating_sub(then.0);
+            runs += now.1.saturating_sub(then.1);
+        }
+        (runs > 0).then(|| (time as f64 / runs as f64, runs))
+    }
+
+    /// Kernel memory of the maps the programs named `names` use, in bytes.
+    pub fn map_memory(names: &[&str]) -> Result<u64> {
+        let show = |what: &str| -> Result<Value> {
+            let output = Command::new("bpftool")
+                .args([what, "show", "--json"])
+                .output()
+                .with_context(|| format!("running bpftool {what} show"))?;
+            serde_json::from_slice(&output.stdout).context("reading bpftool's JSON")
+        };
+        let programs = show("prog")?;
+        let maps = show("map")?;
+        let mut ids: Vec<u64> = programs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|program| names.contains(&program["name"].as_str().unwrap_or_default()))
+            .flat_map(|program| program["map_ids"].as_array().cloned().unwrap_or_default())
+            .filter_map(|id| id.as_u64())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(maps
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|map| map["id"].as_u64().is_some_and(|id| ids.contains(&id)))
+            .map(|map| map["bytes_memlock"].as_u64().unwrap_or(0))
+            .sum())
+    }
+}
+
+/// User plus system CPU time a process has used so far.
+pub fn cpu_time(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&at| fields.get(at)?.parse::<u64>().ok())
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(Duration::from_nanos(ticks * 1_000_000_000 / per_second))
+}
+
+/// The most memory a process has had resident (VmHWM), in bytes.
+pub fn peak_rss(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| {
+            value
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map(|kib| kib * 1024)
+        .context("no VmHWM in /proc/PID/status")
+}
+
+/// What one dnsperf run achieved.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    pub queries_per_second: f64,
+    pub completed: u64,
+}
+
+/// How dnsperf loads the node: from the client pod, at `server`:`port`, with `args`.
+pub struct Dnsperf<'a> {
+    pub lab: &'a Lab,
+    pub queries: &'a str,
+    pub server: String,
+    pub port: u16,
+}
+
+impl Dnsperf<'_> {
+    /// Runs dnsperf for `seconds`, at `rate` queries/s if given, else as fast as it can.
+    pub fn run(&self, seconds: u64, rate: Option<u64>, extra: &[&str]) -> Result<Load> {
+        let (seconds, port) = (seconds.to_string(), self.port.to_string());
+        let rate = rate.map(|rate| rate.to_string());
+        let mut argv = vec![
+            "dnsperf",
+            "-s",
+            &self.server,
+            "-p",
+            &port,
+            "-d",
+            self.queries,
+            "-l",
+            &seconds,
+        ];
+        if let Some(rate) = &rate {
+            argv.extend(["-Q", rate]);
+        }
+        argv.extend(extra);
+        let output = self.lab.exec(&self.lab.pod_ns(Pod::Client), &argv)?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let number = |label: &str| -> Option<f64> {
+            text.lines()
+                .find_map(|line| line.trim().strip_prefix(label))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|value| value.parse().ok())
+        };
+        let (Some(queries_per_second), Some(completed)) =
+            (number("Queries per second:"), number("Queries completed:"))
+        else {
+            bail!("dnsperf printed no statistics:\n{text}");
+        };
+        Ok(Load {
+            queries_per_second,
+            completed: completed as u64,
+        })
+    }
+}
+
+/// Median, minimum and maximum of `values`.
+pub fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = match sorted.len() {
+        0 => return None,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    };
+    Some((median, sorted[0], sorted[sorted.len() - 1]))
+}

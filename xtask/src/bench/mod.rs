@@ -1,0 +1,676 @@
+//! `cargo xtask bench`: what dnsloop costs a node, measured side by side on the lab, and
+//! whether it keeps up. Writes BENCHMARKS.md.
+//!
+//! - Kernel cost per program run at a fixed load through nodelocal -> ClusterIP -> DNS pods:
+//!   dnsloop's programs (TC, and XDP on ingress) against an empty classifier on the same
+//!   interfaces (the floor), for DNS packets and for other packets.
+//! - Userspace CPU during that load: dnsloop (default and `--packets`) against tcpdump writing
+//!   every DNS packet.
+//! - Throughput at saturation with and without dnsloop, in alternating pairs.
+//! - A loop storm: how soon each of 20 CoreDNS probes is reported, what was lost, peak memory.
+//! - Attach time on a namespace of 100 veths.
+mod floor;
+mod measure;
+mod report;
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{bail, Context as _, Result};
+use dnsloop_tests::{
+    findings::parse_rfc3339_millis,
+    lab::{Lab, Pod, Scenario, NODE_LOCAL_DNS},
+    tracer::READY_MARKER,
+};
+use serde_json::Value;
+
+use self::{
+    floor::Floor,
+    measure::{cpu_time, peak_rss, spread, Dnsperf, ProgramStats},
+    report::{Report, Row},
+};
+use crate::{build_release, command};
+
+/// The fixed load the cost is measured at, and for how long.
+const FIXED_RATE: u64 = 20_000;
+const FIXED_SECONDS: u64 = 10;
+/// Repetitions of each fixed-load measurement, interleaved.
+const REPEATS: usize = 3;
+/// Saturation runs: alternating pairs, each this long.
+const PAIRS: usize = 5;
+const SATURATION_SECONDS: u64 = 5;
+/// Loop probes sent into the storm, and how far apart.
+const PROBES: usize = 20;
+const PROBE_SPACING: Duration = Duration::from_millis(500);
+/// veth pairs of the attach-time namespace (two interfaces each).
+const VETH_PAIRS: usize = 50;
+
+const DNSLOOP_PROGRAMS: [&str; 2] = ["dnsloop_ingress", "dnsloop_egress"];
+/// The kernel keeps 15 characters of a program's name.
+const DNSLOOP_XDP_PROGRAMS: [&str; 3] = ["dnsloop_ingress", "dnsloop_egress", "dnsloop_xdp_ing"];
+
+/// Names the CoreDNS pods answer themselves, so that every query crosses nodelocal ->
+/// ClusterIP -> DNS pod and back.
+const QUERIES: &str = "kubernetes.default.svc.cluster.local A\n\
+    api.default.svc.cluster.local A\n\
+    kube-dns.kube-system.svc.cluster.local A\n";
+
+pub fn run() -> Result<()> {
+    let dnsloop = build_release()?;
+    let floor_object = floor::build()?;
+    let _stats = BpfStats::enable()?;
+    let mut report = Report::new();
+
+    let lab = Lab::up(Scenario::Healthy)?;
+    let queries = lab.state_dir().join("bench-queries.txt");
+    std::fs::write(&queries, QUERIES).context("writing dnsperf's queries")?;
+    let queries = queries.to_str().context("a UTF-8 path")?.to_owned();
+    let node_cache = Dnsperf {
+        lab: &lab,
+        queries: &queries,
+        server: NODE_LOCAL_DNS.to_string(),
+        port: 53,
+    };
+    // A port nothing listens on, behind the bridge: every packet is UDP, none of it DNS.
+    let not_dns = Dnsperf {
+        lab: &lab,
+        queries: &queries,
+        server: Pod::CoreDnsA.ip().to_string(),
+        port: 5300,
+    };
+    let context = Context {
+        lab: &lab,
+        dnsloop: &dnsloop,
+        floor_object: &floor_object,
+    };
+    eprintln!("bench: kernel and userspace cost at {FIXED_RATE} queries/s ({REPEATS} x {FIXED_SECONDS} s each)");
+    fixed_load(&context, &node_cache, &not_dns, &mut report)?;
+    eprintln!(
+        "bench: throughput at saturation ({PAIRS} alternating pairs of {SATURATION_SECONDS} s)"
+    );
+    saturation(&context, &node_cache, &mut report)?;
+    drop(lab);
+
+    eprintln!("bench: a loop storm of {PROBES} CoreDNS probes");
+    storm(&dnsloop, &mut report)?;
+    eprintln!("bench: attaching to {} veths", 2 * VETH_PAIRS);
+    attach_time(&dnsloop, &mut report)?;
+
+    print!("{}", report.table());
+    let path = command::workspace_root().join("BENCHMARKS.md");
+    std::fs::write(&path, report.markdown()).context("writing BENCHMARKS.md")?;
+    eprintln!("bench: wrote {}", path.display());
+    Ok(())
+}
+
+struct Context<'a> {
+    lab: &'a Lab,
+    dnsloop: &'a Path,
+    floor_object: &'a Path,
+}
+
+/// What runs on the node during a measurement.
+#[derive(Clone, Copy, PartialEq)]
+enum Watcher {
+    Nothing,
+    Floor,
+    Dnsloop,
+    DnsloopXdp,
+    DnsloopPackets,
+    Tcpdump,
+}
+
+impl Watcher {
+    fn name(self) -> &'static str {
+        match self {
+            Watcher::Nothing => "no program",
+            Watcher::Floor => "empty classifier",
+            Watcher::Dnsloop => "dnsloop trace",
+            Watcher::DnsloopXdp => "dnsloop trace --xdp",
+            Watcher::DnsloopPackets => "dnsloop trace --packets",
+            Watcher::Tcpdump => "tcpdump -i any -w FILE port 53",
+        }
+    }
+
+    fn programs(self) -> &'static [&'static str] {
+        match self {
+            Watcher::Floor => &[floor::PROGRAM],
+            Watcher::Dnsloop | Watcher::DnsloopPackets => &DNSLOOP_PROGRAMS,
+            Watcher::DnsloopXdp => &DNSLOOP_XDP_PROGRAMS,
+            Watcher::Nothing | Watcher::Tcpdump => &[],
+        }
+    }
+}
+
+/// A watcher running on the lab's node, stopped when dropped.
+enum Running {
+    Nothing,
+    /// Held for its `Drop`, which detaches it.
+    Floor {
+        _attached: Floor,
+    },
+    Process(Process),
+}
+
+impl Running {
+    fn start(context: &Context, watcher: Watcher) -> Result<Self> {
+        let lab = context.lab;
+        let dnsloop = context.dnsloop.to_str().context("a UTF-8 path")?;
+        let pcap = lab.state_dir().join("bench-tcpdump.pcap");
+        let argv: Vec<&str> = match watcher {
+            Watcher::Nothing => return Ok(Running::Nothing),
+            Watcher::Floor => {
+                let floor = Floor::attach(context.floor_object, &lab.netns_path(lab.node_ns()))?;
+                return Ok(Running::Floor { _attached: floor });
+            }
+            Watcher::Dnsloop => vec![dnsloop, "trace", "--output", "json"],
+            Watcher::DnsloopXdp => vec![dnsloop, "trace", "--output", "json", "--xdp"],
+            Watcher::DnsloopPackets => {
+                vec![dnsloop, "trace", "--output", "json", "--packets"]
+            }
+            Watcher::Tcpdump => vec![
+                "tcpdump",
+                "-i",
+                "any",
+                "-w",
+                pcap.to_str().context("a UTF-8 path")?,
+                "port",
+                "53",
+            ],
+        };
+        let ready = if watcher == Watcher::Tcpdump {
+            "listening on"
+        } else {
+            READY_MARKER
+        };
+        let child = lab.spawn(lab.node_ns(), &argv)?;
+        Ok(Running::Process(Process::started(child, ready)?))
+    }
+
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Running::Process(process) => Some(process.child.id()),
+            _ => None,
+        }
+    }
+
+    /// Stops it; for dnsloop, returns its summary.
+    fn stop(self) -> Result<Option<Value>> {
+        match self {
+            Running::Process(process) => process.interrupt().map(|lines| {
+                lines.into_iter().rev().find_map(|(_, line)| {
+                    serde_json::from_str::<Value>(&line)
+                        .ok()
+                        .filter(|value| value["kind"] == "summary")
+                })
+            }),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// A process on the node whose stdout lines are stamped as they arrive.
+struct Process {
+    child: Child,
+    lines: mpsc::Receiver<(Instant, String)>,
+    stderr: Option<thread::JoinHandle<String>>,
+}
+
+impl Process {
+    /// Waits until its stderr shows `ready`.
+    fn started(mut child: Child, ready: &str) -> Result<Self> {
+        let stdout = child.stdout.take().context("no stdout")?;
+        let stderr = child.stderr.take().context("no stderr")?;
+        let (line_sender, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line_sender.send((Instant::now(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+        let (ready_sender, ready_seen) = mpsc::channel();
+        let ready = ready.to_owned();
+        let stderr = thread::spawn(move || {
+            let mut reader = BufReader::new(stderr);
+            let mut text = String::new();
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                if line.contains(&ready) {
+                    let _ = ready_sender.send(());
+                }
+                text.push_str(&line);
+                line.clear();
+            }
+            let _ = reader.read_to_string(&mut text);
+            text
+        });
+        let process = Self {
+            child,
+            lines,
+            stderr: Some(stderr),
+        };
+        if ready_seen.recv_timeout(Duration::from_secs(30)).is_err() {
+            let output = process.interrupt();
+            bail!("a watcher did not start: {output:?}");
+        }
+        Ok(process)
+    }
+
+    /// SIGINT, then every stdout line with its arrival time.
+    fn interrupt(mut self) -> Result<Vec<(Instant, String)>> {
+        // SAFETY: signalling our own child by its PID.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        let status = self.child.wait().context("waiting for a watcher")?;
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|reader| reader.join().ok())
+            .unwrap_or_default();
+        if !status.success() {
+            bail!("a watcher failed ({status}):\n{stderr}");
+        }
+        Ok(self.lines.try_iter().collect())
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// One fixed-load measurement.
+struct Measured {
+    ns_per_run: Option<(f64, u64)>,
+    cpu: Option<Duration>,
+    load: measure::Load,
+    summary: Option<Value>,
+}
+
+fn measure(context: &Context, watcher: Watcher, load: &Dnsperf, rate: u64) -> Result<Measured> {
+    let running = Running::start(context, watcher)?;
+    let (stats, cpu) = (
+        ProgramStats::read()?,
+        running.pid().map(cpu_time).transpose()?,
+    );
+    // Nothing answers on the port of the non-DNS load: dnsperf must not wait for answers.
+    let achieved = load.run(FIXED_SECONDS, Some(rate), &["-q", "100000", "-t", "1"])?;
+    let ns_per_run = ProgramStats::read()?.since(&stats, watcher.programs());
+    let cpu = match (running.pid(), cpu) {
+        (Some(pid), Some(before)) => Some(cpu_time(pid)?.saturating_sub(before)),
+        _ => None,
+    };
+    let summary = running.stop()?;
+    Ok(Measured {
+        ns_per_run,
+        cpu,
+        load: achieved,
+        summary,
+    })
+}
+
+fn fixed_load(
+    context: &Context,
+    dns: &Dnsperf,
+    not_dns: &Dnsperf,
+    report: &mut Report,
+) -> Result<()> {
+    let watchers = [
+        Watcher::Nothing,
+        Watcher::Floor,
+        Watcher::Dnsloop,
+        Watcher::DnsloopXdp,
+        Watcher::DnsloopPackets,
+        Watcher::Tcpdump,
+    ];
+    let mut runs: Vec<(Watcher, Measured)> = Vec::new();
+    for _ in 0..REPEATS {
+        for watcher in watchers {
+            runs.push((watcher, measure(context, watcher, dns, FIXED_RATE)?));
+        }
+    }
+    let of = |watcher: Watcher| {
+        runs.iter()
+            .filter(move |(w, _)| *w == watcher)
+            .map(|(_, m)| m)
+    };
+    for watcher in [Watcher::Floor, Watcher::Dnsloop, Watcher::DnsloopXdp] {
+        let per_run: Vec<f64> = of(watcher)
+            .filter_map(|m| m.ns_per_run)
+            .map(|(ns, _)| ns)
+            .collect();
+        report.add(Row::new(
+            "kernel ns per program run, DNS load",
+            watcher.name(),
+            &per_run,
+            "ns",
+        ));
+    }
+    for watcher in [Watcher::Dnsloop, Watcher::DnsloopPackets, Watcher::Tcpdump] {
+        let seconds: Vec<f64> = of(watcher)
+            .filter_map(|m| m.cpu)
+            .map(|cpu| cpu.as_secs_f64() * 100_000.0 / (mean_completed(&runs, watcher)))
+            .collect();
+        report.add(Row::new(
+            "userspace CPU s per 100k queries",
+            watcher.name(),
+            &seconds,
+            "s",
+        ));
+    }
+    let kernel =
+        |watcher: Watcher| report.median("kernel ns per program run, DNS load", watcher.name());
+    let userspace =
+        |watcher: Watcher| report.median("userspace CPU s per 100k queries", watcher.name());
+    let kernel_ratio = kernel(Watcher::Dnsloop).zip(kernel(Watcher::Floor));
+    let userspace_ratio = userspace(Watcher::Dnsloop)
+        .zip(userspace(Watcher::DnsloopPackets))
+        .zip(userspace(Watcher::Tcpdump));
+    if let Some((dnsloop, floor)) = kernel_ratio {
+        report.note(format!(
+            "Kernel cost on DNS packets: {:.1}x the empty classifier (target <= 3x).",
+            dnsloop / floor
+        ));
+    }
+    if let Some(((dnsloop, packets), tcpdump)) = userspace_ratio {
+        report.note(format!(
+            "Userspace CPU against tcpdump's: {:.2}x in default mode (target <= 1x), {:.2}x with \
+             --packets (target <= 2x).",
+            dnsloop / tcpdump,
+            packets / tcpdump
+        ));
+    }
+    let qps: Vec<f64> = of(Watcher::Dnsloop)
+        .map(|m| m.load.queries_per_second)
+        .collect();
+    report.add(Row::new(
+        "achieved queries/s at the fixed load",
+        "dnsloop trace",
+        &qps,
+        "q/s",
+    ));
+    let dns_rate: Vec<f64> = of(Watcher::Dnsloop)
+        .filter_map(|m| m.summary.as_ref())
+        .filter_map(|summary| summary["kernel"]["dns_packets"].as_f64())
+        .map(|packets| packets / FIXED_SECONDS as f64)
+        .collect();
+    report.add(Row::new(
+        "DNS packets/s the programs parsed",
+        "dnsloop trace",
+        &dns_rate,
+        "pkt/s",
+    ));
+    let lost: Vec<f64> = of(Watcher::Dnsloop)
+        .chain(of(Watcher::DnsloopPackets))
+        .filter_map(|m| m.summary.as_ref()?["lost_events"].as_f64())
+        .collect();
+    report.add(Row::new(
+        "lost events per run (default and --packets)",
+        "dnsloop trace",
+        &lost,
+        "",
+    ));
+
+    let mut not_dns_runs = Vec::new();
+    for _ in 0..REPEATS {
+        for watcher in [Watcher::Floor, Watcher::Dnsloop] {
+            let measured = measure(context, watcher, not_dns, FIXED_RATE)?;
+            not_dns_runs.push((watcher, measured.ns_per_run.map(|(ns, _)| ns)));
+        }
+    }
+    for watcher in [Watcher::Floor, Watcher::Dnsloop] {
+        let per_run: Vec<f64> = not_dns_runs
+            .iter()
+            .filter(|(w, _)| *w == watcher)
+            .filter_map(|(_, ns)| *ns)
+            .collect();
+        report.add(Row::new(
+            "kernel ns per program run, non-DNS load",
+            watcher.name(),
+            &per_run,
+            "ns",
+        ));
+    }
+    let map_memory = {
+        let running = Running::start(context, Watcher::Dnsloop)?;
+        let bytes = ProgramStats::map_memory(&DNSLOOP_PROGRAMS)?;
+        running.stop()?;
+        bytes
+    };
+    report.note(format!(
+        "Kernel map memory of `dnsloop trace` with default sizes: {:.1} MiB.",
+        map_memory as f64 / 1024.0 / 1024.0
+    ));
+    Ok(())
+}
+
+/// Queries completed in the runs of `watcher`, on average (for a per-query cost).
+fn mean_completed(runs: &[(Watcher, Measured)], watcher: Watcher) -> f64 {
+    let completed: Vec<f64> = runs
+        .iter()
+        .filter(|(w, _)| *w == watcher)
+        .map(|(_, m)| m.load.completed as f64)
+        .collect();
+    (completed.iter().sum::<f64>() / completed.len().max(1) as f64).max(1.0)
+}
+
+fn saturation(context: &Context, dns: &Dnsperf, report: &mut Report) -> Result<()> {
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    let flags = ["-c", "8", "-T", "2", "-q", "500"];
+    for _ in 0..PAIRS {
+        without.push(
+            dns.run(SATURATION_SECONDS, None, &flags)?
+                .queries_per_second,
+        );
+        let running = Running::start(context, Watcher::Dnsloop)?;
+        with.push(
+            dns.run(SATURATION_SECONDS, None, &flags)?
+                .queries_per_second,
+        );
+        running.stop()?;
+    }
+    report.add(Row::new(
+        "queries/s at saturation",
+        "no program",
+        &without,
+        "q/s",
+    ));
+    report.add(Row::new(
+        "queries/s at saturation",
+        "dnsloop trace",
+        &with,
+        "q/s",
+    ));
+    if let (Some((a, _, _)), Some((b, _, _))) = (spread(&without), spread(&with)) {
+        report.note(format!(
+            "Throughput with dnsloop: {:.1} % of without (medians of {PAIRS} alternating pairs).",
+            100.0 * b / a
+        ));
+    }
+    Ok(())
+}
+
+fn storm(dnsloop: &Path, report: &mut Report) -> Result<()> {
+    let lab = Lab::up(Scenario::NodelocalLoop)?;
+    let binary = dnsloop.to_str().context("a UTF-8 path")?;
+    let child = lab.spawn(lab.node_ns(), &[binary, "trace", "--output", "json"])?;
+    let tracer = Process::started(child, READY_MARKER)?;
+    let pid = tracer.child.id();
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let mut probes = Vec::new();
+    let mut digs = Vec::new();
+    for number in 0..PROBES {
+        let name = format!("{}.{number}.", seed % 1_000_000_007);
+        digs.push(lab.spawn(
+            &lab.pod_ns(Pod::CoreDnsA),
+            &[
+                "dig",
+                "+tries=1",
+                "+timeout=1",
+                "@169.254.25.10",
+                "HINFO",
+                &name,
+            ],
+        )?);
+        probes.push(name);
+        thread::sleep(PROBE_SPACING);
+    }
+    thread::sleep(Duration::from_secs(2));
+    for mut dig in digs {
+        let _ = dig.wait();
+    }
+    let peak = peak_rss(pid)?;
+    // Arrival times are Instants; the findings' hop times are wall clock: one anchor joins them.
+    let (anchor_instant, anchor_wall) = (Instant::now(), SystemTime::now());
+    let lines = tracer.interrupt()?;
+    let mut latencies = Vec::new();
+    let mut lost = None;
+    for probe in &probes {
+        let first = lines.iter().find_map(|(arrived, line)| {
+            let value: Value = serde_json::from_str(line).ok()?;
+            (value["kind"] == "loop" && value["qname"] == probe.as_str())
+                .then_some((*arrived, value))
+        });
+        let Some((arrived, found)) = first else {
+            continue;
+        };
+        let first_hop = found["path"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|hop| parse_rfc3339_millis(hop["ts"].as_str()?))
+            .min();
+        let arrived_wall = anchor_wall - anchor_instant.saturating_duration_since(arrived);
+        if let Some(first_hop) = first_hop {
+            let waited = arrived_wall.duration_since(first_hop).unwrap_or_default();
+            latencies.push(waited.as_secs_f64() * 1000.0);
+        }
+    }
+    for (_, line) in &lines {
+        if let Ok(value) = serde_json::from_str::<Value>(line) {
+            if value["kind"] == "summary" {
+                lost = value["lost_events"].as_f64();
+            }
+        }
+    }
+    report.add(Row::new(
+        "loop reported after its first packet",
+        "dnsloop trace",
+        &latencies,
+        "ms",
+    ));
+    report.note(format!(
+        "Loop storm: {} of {PROBES} CoreDNS probes reported as loops; {} lost events; peak \
+         userspace memory (VmHWM) {:.1} MiB.",
+        latencies.len(),
+        lost.map_or("unknown".into(), |lost| format!("{lost:.0}")),
+        peak as f64 / 1024.0 / 1024.0
+    ));
+    Ok(())
+}
+
+fn attach_time(dnsloop: &Path, report: &mut Report) -> Result<()> {
+    let namespace = AttachNamespace::create()?;
+    let binary = dnsloop.to_str().context("a UTF-8 path")?;
+    let mut times = Vec::new();
+    for _ in 0..REPEATS {
+        let started = Instant::now();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &namespace.name, binary, "trace"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting dnsloop in the attach namespace")?;
+        let process = Process::started(child, READY_MARKER)?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        process.interrupt()?;
+    }
+    report.add(Row::new(
+        "start to attached, 100 veths (load, verify, attach)",
+        "dnsloop trace",
+        &times,
+        "ms",
+    ));
+    Ok(())
+}
+
+/// A namespace of its own with `VETH_PAIRS` veth pairs, deleted when dropped.
+struct AttachNamespace {
+    name: String,
+}
+
+impl AttachNamespace {
+    fn create() -> Result<Self> {
+        let name = format!("dnsloopbench-{}", std::process::id());
+        let ip = |args: &[&str]| -> Result<()> {
+            let status = Command::new("ip")
+                .args(args)
+                .status()
+                .context("running ip")?;
+            if !status.success() {
+                bail!("ip {args:?} failed");
+            }
+            Ok(())
+        };
+        ip(&["netns", "add", &name])?;
+        let namespace = Self { name };
+        let batch: String = (0..VETH_PAIRS)
+            .map(|n| format!("link add vb{n}a type veth peer name vb{n}b\nlink set vb{n}a up\nlink set vb{n}b up\n"))
+            .collect();
+        let batch_file = std::env::temp_dir().join(format!("{}.ip", namespace.name));
+        std::fs::write(&batch_file, batch).context("writing the veth batch")?;
+        ip(&[
+            "-n",
+            &namespace.name,
+            "-batch",
+            batch_file.to_str().context("a UTF-8 path")?,
+        ])?;
+        let _ = std::fs::remove_file(batch_file);
+        ip(&["-n", &namespace.name, "link", "set", "lo", "up"])?;
+        Ok(namespace)
+    }
+}
+
+impl Drop for AttachNamespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.name])
+            .status();
+    }
+}
+
+/// `kernel.bpf_stats_enabled` on for the run, as it was before afterwards.
+struct BpfStats {
+    before: String,
+}
+
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    fn enable() -> Result<Self> {
+        let before =
+            std::fs::read_to_string(BPF_STATS).with_context(|| format!("reading {BPF_STATS}"))?;
+        std::fs::write(BPF_STATS, "1").with_context(|| format!("enabling {BPF_STATS}"))?;
+        Ok(Self { before })
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = std::fs::write(BPF_STATS, self.before.trim());
+    }
+}

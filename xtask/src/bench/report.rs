@@ -1,0 +1,117 @@
+//! The benchmark's table: each measurement's median, minimum and maximum, and what they mean.
+use std::fmt::Write as _;
+
+use super::measure::spread;
+
+/// One measured quantity under one configuration.
+pub struct Row {
+    section: String,
+    config: String,
+    /// Median, minimum, maximum; `None` when nothing was measured.
+    spread: Option<(f64, f64, f64)>,
+    samples: usize,
+    unit: String,
+}
+
+impl Row {
+    pub fn new(section: &str, config: &str, values: &[f64], unit: &str) -> Self {
+        Self {
+            section: section.to_owned(),
+            config: config.to_owned(),
+            spread: spread(values),
+            samples: values.len(),
+            unit: unit.to_owned(),
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Report {
+    rows: Vec<Row>,
+    notes: Vec<String>,
+}
+
+impl Report {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, row: Row) {
+        self.rows.push(row);
+    }
+
+    pub fn note(&mut self, note: String) {
+        self.notes.push(note);
+    }
+
+    /// The median of `section` under `config`, if it was measured.
+    pub fn median(&self, section: &str, config: &str) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|row| row.section == section && row.config == config)
+            .and_then(|row| row.spread)
+            .map(|(median, _, _)| median)
+    }
+
+    /// A Markdown table of every row.
+    pub fn table(&self) -> String {
+        let mut text = String::from(
+            "| measurement | configuration | median | min | max | runs |\n|---|---|---:|---:|---:|---:|\n",
+        );
+        for row in &self.rows {
+            let cells = match row.spread {
+                Some((median, min, max)) => [median, min, max]
+                    .map(|value| format!("{} {}", number(value), row.unit).trim().to_owned())
+                    .join(" | "),
+                None => "not measured | | ".to_owned(),
+            };
+            let _ = writeln!(
+                text,
+                "| {} | {} | {cells} | {} |",
+                row.section, row.config, row.samples
+            );
+        }
+        text.push('\n');
+        for note in &self.notes {
+            let _ = writeln!(text, "- {note}");
+        }
+        text
+    }
+
+    /// BENCHMARKS.md: the table, the machine it ran on, and how to run it again.
+    pub fn markdown(&self) -> String {
+        let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+        let cpu = read("/proc/cpuinfo")
+            .lines()
+            .find_map(|line| line.strip_prefix("model name"))
+            .map(|model| model.trim_start_matches([' ', '\t', ':']).to_owned())
+            .unwrap_or_else(|| "unknown CPU".to_owned());
+        let cores = std::thread::available_parallelism().map_or(0, usize::from);
+        let kernel = read("/proc/sys/kernel/osrelease");
+        format!(
+            "# Benchmarks\n\n\
+             Measured by `cargo xtask bench` on the lab (network namespaces on one machine): \
+             {cpu}, {cores} cores, Linux {kernel}.\n\
+             Every row is measured side by side in one run; medians, minimums and maximums are \
+             over the runs shown. The fixed load is dnsperf from the client pod to the node-local \
+             cache, which forwards every query to the ClusterIP and a CoreDNS pod (about 7.5 \
+             program runs per query). Kernel cost is `run_time_ns / run_cnt` with \
+             `kernel.bpf_stats_enabled` on, for dnsloop's programs or for an empty classifier \
+             attached to the same interfaces.\n\n\
+             {}\n\
+             Reproduce: `cargo xtask bench` as root (it builds everything, brings the lab up, and \
+             rewrites this file).\n",
+            self.table()
+        )
+    }
+}
+
+fn number(value: f64) -> String {
+    if value >= 100.0 {
+        format!("{value:.0}")
+    } else if value >= 1.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.3}")
+    }
+}
