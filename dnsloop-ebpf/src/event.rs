@@ -120,9 +120,9 @@ pub struct PacketRecord {
     pub _pad: [u8; 3],
     /// For `StreamReason::UnexpectedSource`: the query the reply answers. Zero otherwise.
     pub matched_query: QueryState,
-    /// For the query that made its question hot: the last sighting before it, of the query it
-    /// forwards (`family` 0 otherwise).
-    pub prior: Sighting,
+    /// For the query that made its question hot: the sightings before it, oldest first, that
+    /// were not streamed (`family` 0 in unused ones): the round of forwards that brought it back.
+    pub priors: [Sighting; PRIOR_SIGHTINGS],
     pub bytes: [u8; PACKET_SNAP_MAX],
 }
 
@@ -317,10 +317,44 @@ pub struct QuestionKey {
     pub _pad: [u8; 4],
 }
 
-/// IDs remembered per question to tell a forward (new ID) from a retry (same ID).
-pub const QUESTION_IDS: usize = 4;
+/// Namespaces, and destinations, each question remembers.
+pub const QUESTION_SLOTS: usize = 4;
+
+/// Sightings of a question kept while it is cold, streamed with the one that makes it hot: a
+/// loop between the node and a pod on a bridge shows four hops a round (the client's query
+/// entering the node, the forward leaving it and entering the pod, and the pod's forward leaving
+/// it), enough to prove the loop from its first round. A power of two, for index masks.
+pub const PRIOR_SIGHTINGS: usize = 4;
+
+/// The namespaces a packet leaves and enters where it is seen, as userspace numbers them for
+/// the kernel (see `points`); 0 is a side that is not watched.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PointNamespaces {
+    pub leaves: u32,
+    pub enters: u32,
+}
+
+/// One query sighting, as the question table judges it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuerySighting {
+    /// IPv4 in the first 4 bytes.
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    /// The source is known to serve DNS (it answered a query, or it is the node's or loopback).
+    pub src_serves_dns: bool,
+    pub at: PointNamespaces,
+}
 
 /// What the kernel remembers about a question asked recently.
+///
+/// A loop is a question that re-enters a namespace along a chain of forwards. The table sees
+/// forwards without following them: a query is a forward when its source serves DNS or was sent
+/// the question recently (`sent_to`); a namespace that a forward leaves is forwarding the question
+/// (`forwarding`) until an answer to it enters there. A forward entering a namespace that is
+/// forwarding the question is the question coming back: from then on every sighting is streamed
+/// (the question is hot) until it has been quiet for the window. Popular questions forwarded
+/// for many clients never come back into the forwarder, and stay cold.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QuestionState {
@@ -329,16 +363,21 @@ pub struct QuestionState {
     pub last_ns: u64,
     /// Query sightings in this window, every hop counted.
     pub sightings: u32,
-    /// The first distinct IDs seen in this window.
-    pub ids: [u16; QUESTION_IDS],
-    /// How many of `ids` are filled.
-    pub id_count: u8,
-    /// Set once a second ID was seen: from then on, every sighting is streamed.
+    /// Set once the question came back into a namespace that was forwarding it.
     pub hot: u8,
-    pub _pad: [u8; 2],
-    /// The latest sighting while the question was not hot: where the query that the first hot
-    /// one forwards was last seen (it was not streamed).
-    pub last_cold: Sighting,
+    /// The slot of `sent_to` to fill next.
+    pub sent_to_next: u8,
+    /// The slot of `cold` to fill next.
+    pub cold_next: u8,
+    pub _pad: [u8; 1],
+    /// Namespaces with a forward of the question unanswered (0: free slot), since when.
+    pub forwarding: [u32; QUESTION_SLOTS],
+    pub forwarding_since: [u64; QUESTION_SLOTS],
+    /// Where the question was sent lately (IPv4 in the first 4 bytes; all zero: free slot).
+    pub sent_to: [[u8; 16]; QUESTION_SLOTS],
+    /// The latest sightings while the question was not hot (not streamed), a ring from
+    /// `cold_next`: the round that brought the question back.
+    pub cold: [Sighting; PRIOR_SIGHTINGS],
 }
 
 /// One sighting of a query: enough for userspace to rebuild the observation of a packet that
@@ -367,27 +406,32 @@ pub struct Sighting {
 /// What a query sighting made of its question.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Heat {
-    /// Asked with one ID so far (or a retry): not streamed.
+    /// Not come back: not streamed.
     Cold,
-    /// This sighting brought a second ID: streamed, with the last cold sighting attached.
+    /// This sighting is the question coming back: streamed, with the cold sightings before it
+    /// attached.
     BecameHot,
     /// Already hot: streamed.
     Hot,
 }
 
 impl QuestionState {
-    /// The state after a first sighting, or after a quiet window.
+    /// The state of a question not seen for a quiet window. The kernel inserts a zeroed
+    /// state instead, which its first sighting resets the same way.
     #[inline(always)]
-    pub const fn first_sighting(id: u16, now_ns: u64) -> Self {
+    pub const fn fresh(now_ns: u64) -> Self {
         Self {
             first_ns: now_ns,
             last_ns: now_ns,
-            sightings: 1,
-            ids: [id, 0, 0, 0],
-            id_count: 1,
+            sightings: 0,
             hot: 0,
-            _pad: [0; 2],
-            last_cold: Sighting {
+            sent_to_next: 0,
+            cold_next: 0,
+            _pad: [0; 1],
+            forwarding: [0; QUESTION_SLOTS],
+            forwarding_since: [0; QUESTION_SLOTS],
+            sent_to: [[0; 16]; QUESTION_SLOTS],
+            cold: [Sighting {
                 ts_ns: 0,
                 netns_cookie: 0,
                 src: [0; 16],
@@ -400,55 +444,130 @@ impl QuestionState {
                 transport: 0,
                 family: 0,
                 _pad: [0; 3],
-            },
+            }; PRIOR_SIGHTINGS],
         }
     }
 
-    /// Whether the question is hot at `now_ns`: a second ID was seen, and it has not been quiet
-    /// for `window_ns` since.
+    /// Whether the question is hot at `now_ns`: it came back, and it has not been quiet for
+    /// `window_ns` since.
     #[inline(always)]
     pub fn is_hot_at(&self, now_ns: u64, window_ns: u64) -> bool {
         self.hot != 0 && now_ns.saturating_sub(self.last_ns) <= window_ns
     }
 
-    /// Records a query sighting with `id` at `now_ns` and says whether it should be streamed.
-    /// The caller keeps `last_cold` up to date for `Heat::Cold` sightings.
-    ///
-    /// A question becomes hot when a forwarder asks it with a new ID within `window_ns` of the
-    /// previous sighting (a forwarder gives every upstream query a new ID), and stays hot until
-    /// it has been quiet for `window_ns`. New IDs from clients (`from_forwarder` false) leave it
-    /// cold: a popular name is asked by many clients, each with its own ID, and is no loop.
+    /// Records a query sighting at `now_ns` and says whether it should be streamed (see the
+    /// type's documentation). The caller keeps `cold` up to date for `Heat::Cold` ones.
     #[inline(always)]
-    pub fn record_sighting(
-        &mut self,
-        id: u16,
-        now_ns: u64,
-        window_ns: u64,
-        from_forwarder: bool,
-    ) -> Heat {
+    pub fn record_query(&mut self, now_ns: u64, window_ns: u64, seen: &QuerySighting) -> Heat {
         if now_ns.saturating_sub(self.last_ns) > window_ns {
-            *self = Self::first_sighting(id, now_ns);
-            return Heat::Cold;
+            self.reset(now_ns);
         }
         self.last_ns = now_ns;
         self.sightings = self.sightings.saturating_add(1);
         if self.hot != 0 {
             return Heat::Hot;
         }
+        let mut was_sent_it = false;
+        for slot in 0..QUESTION_SLOTS {
+            was_sent_it |= self.sent_to[slot] == seen.src;
+        }
+        let forward = seen.src_serves_dns || was_sent_it;
+        if forward
+            && self
+                .forwarding_since(seen.at.enters, now_ns, window_ns)
+                .is_some()
+        {
+            self.hot = 1;
+            return Heat::BecameHot;
+        }
+        self.remember_destination(seen.dst);
+        if forward && seen.at.leaves != 0 {
+            self.mark_forwarding(seen.at.leaves, now_ns);
+        }
+        Heat::Cold
+    }
+
+    /// Forgets the last window, field by field: the whole state is too big for the BPF stack,
+    /// where a new value would be built.
+    #[inline(always)]
+    fn reset(&mut self, now_ns: u64) {
+        self.first_ns = now_ns;
+        self.sightings = 0;
+        self.hot = 0;
+        self.sent_to_next = 0;
+        for slot in 0..QUESTION_SLOTS {
+            self.forwarding[slot] = 0;
+            self.forwarding_since[slot] = 0;
+            self.sent_to[slot] = [0; 16];
+        }
+        for sighting in &mut self.cold {
+            sighting.family = 0;
+        }
+    }
+
+    /// Records an answer to the question entering `namespace`: a forward from there is done.
+    #[inline(always)]
+    pub fn record_answer(&mut self, namespace: u32) {
+        for slot in 0..QUESTION_SLOTS {
+            if namespace != 0 && self.forwarding[slot] == namespace {
+                self.forwarding[slot] = 0;
+            }
+        }
+    }
+
+    /// When `namespace` started forwarding the question, if it still is (within the window).
+    #[inline(always)]
+    fn forwarding_since(&self, namespace: u32, now_ns: u64, window_ns: u64) -> Option<u64> {
+        let mut since = None;
+        for slot in 0..QUESTION_SLOTS {
+            let recent = now_ns.saturating_sub(self.forwarding_since[slot]) <= window_ns;
+            if namespace != 0 && self.forwarding[slot] == namespace && recent {
+                since = Some(self.forwarding_since[slot]);
+            }
+        }
+        since
+    }
+
+    #[inline(always)]
+    fn remember_destination(&mut self, dst: [u8; 16]) {
         let mut known = false;
-        for slot in 0..QUESTION_IDS {
-            known |= slot < usize::from(self.id_count) && self.ids[slot] == id;
+        for slot in 0..QUESTION_SLOTS {
+            known |= self.sent_to[slot] == dst;
         }
-        if known || !from_forwarder {
-            return Heat::Cold;
+        if !known {
+            let slot = usize::from(self.sent_to_next) % QUESTION_SLOTS;
+            self.sent_to[slot] = dst;
+            self.sent_to_next = ((slot + 1) % QUESTION_SLOTS) as u8;
         }
-        let slot = usize::from(self.id_count);
-        if slot < QUESTION_IDS {
-            self.ids[slot] = id;
-            self.id_count += 1;
+    }
+
+    /// Marks `namespace` as forwarding the question since `now_ns`: in its own slot if it has
+    /// one, else in a free one, else in place of the oldest.
+    #[inline(always)]
+    fn mark_forwarding(&mut self, namespace: u32, now_ns: u64) {
+        let mut chosen = 0;
+        let mut found = false;
+        for slot in 0..QUESTION_SLOTS {
+            if !found && self.forwarding[slot] == namespace {
+                chosen = slot;
+                found = true;
+            }
         }
-        self.hot = 1;
-        Heat::BecameHot
+        for slot in 0..QUESTION_SLOTS {
+            if !found && self.forwarding[slot] == 0 {
+                chosen = slot;
+                found = true;
+            }
+        }
+        if !found {
+            for slot in 1..QUESTION_SLOTS {
+                if self.forwarding_since[slot] < self.forwarding_since[chosen] {
+                    chosen = slot;
+                }
+            }
+        }
+        self.forwarding[chosen] = namespace;
+        self.forwarding_since[chosen] = now_ns;
     }
 }
 
@@ -456,7 +575,10 @@ impl QuestionState {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProgramConfig {
-    /// A question stays hot while sightings are less than this apart.
+    /// A question stays hot while sightings are less than this apart, and a forward not
+    /// answered within it no longer waits for the question to come back. Longer than resolvers'
+    /// retry intervals (unbound retries a forward after 3 s), so that a loop going round once per
+    /// retry stays hot from one round to the next.
     pub hot_window_ns: u64,
     /// Bytes of each streamed packet to keep, at most [`PACKET_SNAP_MAX`].
     pub snap_len: u32,
@@ -467,7 +589,7 @@ pub struct ProgramConfig {
 
 impl ProgramConfig {
     pub const DEFAULT: Self = Self {
-        hot_window_ns: 2_000_000_000,
+        hot_window_ns: 5_000_000_000,
         snap_len: PACKET_SNAP_MAX as u32,
         stream_every_packet: 0,
         _pad: [0; 3],
@@ -481,6 +603,7 @@ mod user {
     unsafe impl aya::Pod for super::PointCounters {}
     unsafe impl aya::Pod for super::QuestionKey {}
     unsafe impl aya::Pod for super::QuestionState {}
+    unsafe impl aya::Pod for super::PointNamespaces {}
     unsafe impl aya::Pod for super::ProgramConfig {}
     unsafe impl aya::Pod for super::QueryKey {}
     unsafe impl aya::Pod for super::QueryState {}
@@ -504,13 +627,17 @@ mod tests {
         assert_eq!(size_of::<PointCounters>(), 16);
         assert_eq!(size_of::<QueryKey>(), 24);
         assert_eq!(size_of::<QueryState>(), 32);
-        assert_eq!(size_of::<PacketRecord>(), 32 + 32 + 64 + PACKET_SNAP_MAX);
+        assert_eq!(
+            size_of::<PacketRecord>(),
+            32 + 32 + 64 * PRIOR_SIGHTINGS + PACKET_SNAP_MAX
+        );
         assert_eq!(size_of::<QuestionKey>(), 16);
         assert_eq!(size_of::<Sighting>(), 64);
         assert_eq!(
             size_of::<QuestionState>(),
-            8 + 8 + 4 + 2 * QUESTION_IDS + 4 + 64
+            8 + 8 + 4 + 4 + QUESTION_SLOTS * (4 + 8 + 16) + 64 * PRIOR_SIGHTINGS
         );
+        assert_eq!(size_of::<PointNamespaces>(), 8);
         assert_eq!(size_of::<ProgramConfig>(), 16);
         assert_eq!(size_of::<QueryEntry>(), 32 + 8 + 8 + NAME_WIRE_MAX);
         assert_eq!(size_of::<ServerKey>(), 20);
@@ -521,65 +648,129 @@ mod tests {
     }
 
     const WINDOW: u64 = 2_000_000_000;
+    const NODE: u32 = 1;
+    const COREDNS: u32 = 2;
+    const CLIENT: u32 = 3;
 
-    #[test]
-    fn a_retry_with_the_same_id_is_not_hot() {
-        let mut state = QuestionState::first_sighting(7, 0);
-        assert_eq!(state.record_sighting(7, 1_000, WINDOW, true), Heat::Cold);
-        assert_eq!(
-            state.record_sighting(7, 500_000_000, WINDOW, true),
-            Heat::Cold
-        );
-        assert_eq!(state.sightings, 3);
+    fn ip(last: u8) -> [u8; 16] {
+        let mut address = [0; 16];
+        address[..4].copy_from_slice(&[10, 0, 0, last]);
+        address
+    }
+
+    fn query(src: u8, dst: u8, serves_dns: bool, leaves: u32, enters: u32) -> QuerySighting {
+        QuerySighting {
+            src: ip(src),
+            dst: ip(dst),
+            src_serves_dns: serves_dns,
+            at: PointNamespaces { leaves, enters },
+        }
+    }
+
+    /// The node-local cache (on the node, sending from .1, known to serve DNS) forwarding a
+    /// client's question to a CoreDNS pod (.3), hop by hop.
+    fn cache_forwards(state: &mut QuestionState, at: u64) -> [Heat; 4] {
+        [
+            state.record_query(at, WINDOW, &query(2, 10, false, CLIENT, 0)),
+            state.record_query(at, WINDOW, &query(2, 10, false, 0, NODE)),
+            state.record_query(at, WINDOW, &query(1, 3, true, NODE, 0)),
+            state.record_query(at, WINDOW, &query(1, 3, true, 0, COREDNS)),
+        ]
     }
 
     #[test]
-    fn a_new_id_makes_the_question_hot_until_it_is_quiet() {
-        let mut state = QuestionState::first_sighting(7, 0);
+    fn a_question_forwarded_for_many_clients_stays_cold() {
+        let mut state = QuestionState::fresh(0);
+        for at in 0..100 {
+            assert_eq!(cache_forwards(&mut state, at), [Heat::Cold; 4]);
+            if at % 2 == 0 {
+                state.record_answer(NODE);
+            }
+        }
+        assert_eq!(state.sightings, 400);
+    }
+
+    #[test]
+    fn a_forward_coming_back_into_the_forwarder_makes_the_question_hot_until_it_is_quiet() {
+        let mut state = QuestionState::fresh(0);
+        cache_forwards(&mut state, 0);
+        // CoreDNS, which was sent the question, sends it back to the node-local cache.
         assert_eq!(
-            state.record_sighting(8, 1_000, WINDOW, true),
+            state.record_query(10, WINDOW, &query(3, 10, false, COREDNS, 0)),
+            Heat::Cold
+        );
+        assert_eq!(
+            state.record_query(10, WINDOW, &query(3, 10, false, 0, NODE)),
             Heat::BecameHot,
-            "a forward"
+            "the node was forwarding it"
         );
-        assert_eq!(
-            state.record_sighting(7, 2_000, WINDOW, true),
-            Heat::Hot,
-            "every sighting streams"
-        );
+        assert_eq!(cache_forwards(&mut state, 20), [Heat::Hot; 4]);
         assert!(
-            state.is_hot_at(2_000 + WINDOW, WINDOW),
+            state.is_hot_at(20 + WINDOW, WINDOW),
             "replies stream while it is hot"
         );
         assert!(
-            !state.is_hot_at(2_000 + WINDOW + 1, WINDOW),
+            !state.is_hot_at(21 + WINDOW, WINDOW),
             "not once it has been quiet"
         );
         assert_eq!(
-            state.record_sighting(9, 2_000 + WINDOW + 1, WINDOW, true),
-            Heat::Cold,
+            cache_forwards(&mut state, 21 + WINDOW),
+            [Heat::Cold; 4],
             "reset"
         );
-        assert_eq!(state, QuestionState::first_sighting(9, 2_000 + WINDOW + 1));
     }
 
     #[test]
-    fn clients_asking_with_their_own_ids_leave_a_question_cold() {
-        let mut state = QuestionState::first_sighting(7, 0);
-        for id in 8..40 {
-            assert_eq!(state.record_sighting(id, 1_000, WINDOW, false), Heat::Cold);
-        }
+    fn an_answered_forward_is_no_longer_waited_for() {
+        let mut state = QuestionState::fresh(0);
+        cache_forwards(&mut state, 0);
+        state.record_answer(NODE);
         assert_eq!(
-            state.record_sighting(99, 2_000, WINDOW, true),
-            Heat::BecameHot
+            state.record_query(10, WINDOW, &query(3, 10, false, 0, NODE)),
+            Heat::Cold
         );
     }
 
     #[test]
-    fn clock_going_backwards_does_not_reset() {
-        let mut state = QuestionState::first_sighting(7, 5_000);
+    fn a_server_forwarding_to_its_own_loopback_comes_back_on_the_second_round() {
+        let mut state = QuestionState::fresh(0);
+        let to_itself = query(1, 1, true, COREDNS, COREDNS);
+        assert_eq!(state.record_query(0, WINDOW, &to_itself), Heat::Cold);
+        assert_eq!(state.record_query(5, WINDOW, &to_itself), Heat::BecameHot);
+    }
+
+    #[test]
+    fn a_forward_older_than_the_window_is_forgotten() {
+        let mut state = QuestionState::fresh(0);
+        cache_forwards(&mut state, 0);
+        // Sightings keep the window open, but the node's forward is too old to come back.
+        for at in [WINDOW / 2, WINDOW, WINDOW + WINDOW / 2] {
+            state.record_query(at, WINDOW, &query(2, 10, false, CLIENT, 0));
+        }
         assert_eq!(
-            state.record_sighting(8, 4_000, WINDOW, true),
+            state.record_query(2 * WINDOW + 1, WINDOW, &query(3, 10, true, 0, NODE)),
+            Heat::Cold
+        );
+    }
+
+    #[test]
+    fn many_forwarding_namespaces_keep_the_latest() {
+        let mut state = QuestionState::fresh(0);
+        for (at, namespace) in (10..20).enumerate() {
+            state.record_query(at as u64, WINDOW, &query(1, 9, true, namespace, 0));
+        }
+        assert_eq!(
+            state.record_query(30, WINDOW, &query(1, 9, true, 0, 19)),
             Heat::BecameHot
+        );
+        let mut state = QuestionState::fresh(0);
+        for (at, namespace) in (10..20).enumerate() {
+            state.record_query(at as u64, WINDOW, &query(1, 9, true, namespace, 0));
+        }
+        assert_eq!(
+            state.record_query(30, WINDOW, &query(1, 9, true, 0, 10)),
+            Heat::Cold,
+            "the oldest gave its slot"
         );
     }
 

@@ -119,9 +119,10 @@ pub struct TraceArgs {
     #[arg(long, value_name = "BYTES", default_value_t = dnsloop_ebpf::event::PACKET_SNAP_MAX)]
     pub snap_len: usize,
 
-    /// Questions the kernel remembers to spot forwards (LRU). Each entry takes about 160 bytes
-    /// of kernel memory: the default 65536 is about 10 MiB.
-    #[arg(long, value_name = "ENTRIES", default_value_t = 65536)]
+    /// Questions the kernel remembers to see one come back into a namespace that forwarded it
+    /// (LRU). Each entry takes about 460 bytes of kernel memory: the default 32768 is about
+    /// 15 MiB.
+    #[arg(long, value_name = "ENTRIES", default_value_t = 32768)]
     pub question_table_size: u32,
 
     /// Queries in flight the kernel remembers, with their question, to check and time their

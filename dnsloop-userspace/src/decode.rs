@@ -76,9 +76,11 @@ impl Decoder {
         let query_point = packet
             .matched_query
             .and_then(|query| point_of(packet.interface, query.direction));
-        let prior_point = packet
-            .prior
-            .and_then(|prior| point_of(prior.interface, prior.direction));
+        let priors: Vec<(&PriorSighting, &Point)> = packet
+            .priors
+            .iter()
+            .filter_map(|prior| Some((prior, point_of(prior.interface, prior.direction)?)))
+            .collect();
         let bytes = SlicePacket(&packet.bytes);
         let segment = match classify(&bytes, packet.link_layer, &self.ports) {
             PacketClass::Dns(segment) => segment,
@@ -127,7 +129,7 @@ impl Decoder {
                             query_point,
                         ));
                     }
-                    if let (Some(prior), Some(prior_point)) = (&packet.prior, prior_point) {
+                    for &(prior, prior_point) in &priors {
                         out.push(prior_sighting(&observation, prior, prior_point));
                     }
                     out.push(observation);

@@ -16,8 +16,8 @@ use aya::{
 };
 use dnsloop_ebpf::{
     event::{
-        Counter, Direction, ObservationPoint, PacketRecord, PointCounters, StreamReason,
-        PACKET_SNAP_MAX,
+        Counter, Direction, ObservationPoint, PacketRecord, PointCounters, PointNamespaces,
+        StreamReason, PACKET_SNAP_MAX,
     },
     frames::*,
     parse::{LinkLayer, Malformed, Transport},
@@ -276,40 +276,92 @@ fn a_query_and_its_retries_with_the_same_id_are_only_counted() {
     assert_eq!(kernel.counts().get(Counter::DnsMessages), 3);
 }
 
+/// Namespaces the test runs' two directions cross, as userspace would number them: frames run
+/// on ingress come from a client pod into the node; frames run on egress leave the node for a
+/// CoreDNS pod.
+const CLIENT_NS: u32 = 3;
+const NODE_NS: u32 = 1;
+const COREDNS_NS: u32 = 2;
+
+/// The node's address, which userspace registers as serving DNS (node-local-dns forwards from
+/// it).
+const NODE_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 1);
+
+/// The node-local cache's forward of `name`, with its own ID and DNS 0x20 case.
+fn forward_frame(id: u16, name: &str) -> Vec<u8> {
+    FrameSpec {
+        src: IpAddr::V4(NODE_ADDRESS),
+        payload: dns_query(id, &name.to_ascii_uppercase(), QTYPE_A),
+        ..FrameSpec::default()
+    }
+    .build()
+}
+
+/// Loads the programs with the test runs' points placed as a node's (see `CLIENT_NS`).
+fn node_kernel() -> Option<Kernel> {
+    let mut kernel = Kernel::load(trace_settings())?;
+    kernel.place(Direction::Ingress, CLIENT_NS, NODE_NS);
+    kernel.place(Direction::Egress, NODE_NS, COREDNS_NS);
+    programs::register_forwarders(&mut kernel.ebpf, &[IpAddr::V4(NODE_ADDRESS)])
+        .expect("registering the node's address");
+    Some(kernel)
+}
+
 #[test]
-fn a_question_asked_again_with_a_new_id_is_streamed_from_then_on() {
-    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+fn a_popular_question_forwarded_for_many_clients_is_not_streamed() {
+    let Some(mut kernel) = node_kernel() else {
+        return;
+    };
+    for id in 0..50 {
+        kernel.run(
+            Direction::Ingress,
+            &query_frame(id, "www.example.test", QTYPE_A),
+        );
+        kernel.run(
+            Direction::Egress,
+            &forward_frame(1000 + id, "www.example.test"),
+        );
+        if id % 3 == 0 {
+            // Some forwards are answered, others are still out when the next one goes.
+            kernel.run(
+                Direction::Ingress,
+                &answer_frame(1000 + id, "www.example.test", QTYPE_A, 0),
+            );
+        }
+    }
+    kernel.assert_streamed(&[]);
+}
+
+#[test]
+fn a_forward_coming_back_into_the_forwarder_is_streamed_from_then_on() {
+    let Some(mut kernel) = node_kernel() else {
         return;
     };
     let client_query = query_frame(0x1001, "www.example.test", QTYPE_A);
-    // Another client asks too, with its own ID: a popular name, no forward.
-    let other_client = query_frame(0x1717, "www.example.test", QTYPE_A);
-    // A forwarder (here the node, whose addresses userspace registers) gives the question a
-    // new ID, and may randomise its case (DNS 0x20).
-    let node = Ipv4Addr::new(10, 255, 0, 1);
-    programs::register_forwarders(&mut kernel.ebpf, &[IpAddr::V4(node)])
-        .expect("registering the node's address");
-    let forwarded = FrameSpec {
-        src: IpAddr::V4(node),
-        payload: dns_query(0x2002, "WWW.Example.TEST", QTYPE_A),
+    let forwarded = forward_frame(0x2002, "www.example.test");
+    // CoreDNS, which the question was sent to, sends it back into the node.
+    let coming_back = FrameSpec {
+        src: FrameSpec::default().dst,
+        dst: IpAddr::V4(Ipv4Addr::new(169, 254, 25, 10)),
+        payload: dns_query(0x3003, "www.example.test", QTYPE_A),
         ..FrameSpec::default()
     }
     .build();
     // The same name with another type is another question.
-    let other_question = query_frame(0x3003, "www.example.test", QTYPE_AAAA);
+    let other_question = query_frame(0x4004, "www.example.test", QTYPE_AAAA);
 
     let before = monotonic_now_ns();
     kernel.run(Direction::Ingress, &client_query);
-    kernel.run(Direction::Ingress, &other_client);
     kernel.run(Direction::Egress, &forwarded);
-    kernel.run(Direction::Ingress, &client_query);
+    kernel.run(Direction::Ingress, &coming_back);
+    kernel.run(Direction::Egress, &forwarded);
     kernel.run(Direction::Egress, &other_question);
     let after = monotonic_now_ns();
 
-    // The forward, and every sighting after it; not the other question.
+    // The question coming back, and every sighting after it; not the other question.
     let records = kernel.assert_streamed(&[
+        (&coming_back, Direction::Ingress, StreamReason::HotQuestion),
         (&forwarded, Direction::Egress, StreamReason::HotQuestion),
-        (&client_query, Direction::Ingress, StreamReason::HotQuestion),
     ]);
     for record in &records {
         assert!(
@@ -319,6 +371,20 @@ fn a_question_asked_again_with_a_new_id_is_streamed_from_then_on() {
         );
     }
     assert!(records[0].ts_ns <= records[1].ts_ns);
+    let priors: Vec<(u16, u8)> = records[0]
+        .priors
+        .iter()
+        .filter(|prior| prior.family != 0)
+        .map(|prior| (prior.id, prior.direction))
+        .collect();
+    assert_eq!(
+        priors,
+        [
+            (0x1001, Direction::Ingress as u8),
+            (0x2002, Direction::Egress as u8)
+        ],
+        "the record that made it hot carries the round before it, oldest first"
+    );
     assert_eq!(kernel.counts().get(Counter::StreamedRecords), 2);
 }
 
@@ -839,6 +905,8 @@ struct Kernel {
     snap_len: usize,
     /// What the programs take loopback's frames to start with.
     loopback_link: LinkLayer,
+    /// The namespaces the test runs' points lead to, as told to the programs.
+    placed: Vec<(ObservationPoint, PointNamespaces)>,
 }
 
 impl Kernel {
@@ -857,6 +925,7 @@ impl Kernel {
             records,
             snap_len: settings.snap_len,
             loopback_link: LinkLayer::Ethernet,
+            placed: Vec::new(),
         })
     }
 
@@ -891,6 +960,21 @@ impl Kernel {
             frame,
             "{name} changed the frame"
         );
+    }
+
+    /// Tells the programs which namespaces the test runs' frames in `direction` leave and enter.
+    fn place(&mut self, direction: Direction, leaves: u32, enters: u32) {
+        let point = ObservationPoint {
+            netns_cookie: this_namespace_cookie(),
+            ifindex: LOOPBACK_IFINDEX,
+            direction: direction as u8,
+            _pad: [0; 3],
+        };
+        self.placed.retain(|(known, _)| *known != point);
+        self.placed
+            .push((point, PointNamespaces { leaves, enters }));
+        programs::register_point_namespaces(&mut self.ebpf, &self.placed)
+            .expect("placing the test runs' points");
     }
 
     /// The query table, as `dnsloop trace` collects it.

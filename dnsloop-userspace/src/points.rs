@@ -4,7 +4,7 @@
 //! interface's description ([`LinkDescription`]), so both place a packet at the same point.
 use std::{collections::HashMap, fmt, str::FromStr, sync::Arc};
 
-use dnsloop_ebpf::event::Direction;
+use dnsloop_ebpf::event::{Direction, ObservationPoint, PointNamespaces};
 
 use crate::{
     namespaces::PodNamespace,
@@ -22,6 +22,8 @@ pub const NODE: &str = "node";
 pub struct PointMap {
     points: HashMap<(InterfaceRef, Direction), Point>,
     links: HashMap<InterfaceRef, (Arc<str>, LinkDescription)>,
+    /// The numbers the kernel programs know namespaces by (see `kernel_namespaces`).
+    namespace_numbers: HashMap<Namespace, u32>,
 }
 
 impl PointMap {
@@ -91,6 +93,40 @@ impl PointMap {
 
     pub fn get(&self, interface: InterfaceRef, direction: Direction) -> Option<&Point> {
         self.points.get(&(interface, direction))
+    }
+
+    /// What the kernel programs need to follow a question from namespace to namespace: the
+    /// namespaces each watched point's packets leave and enter, numbered from 1 (0: none). A
+    /// namespace keeps its number while dnsloop runs.
+    pub fn kernel_namespaces(&mut self) -> Vec<(ObservationPoint, PointNamespaces)> {
+        let Self {
+            points,
+            namespace_numbers,
+            ..
+        } = self;
+        let mut number = |namespace: &Option<Namespace>| match namespace {
+            Some(namespace) => {
+                let next = namespace_numbers.len() as u32 + 1;
+                *namespace_numbers.entry(namespace.clone()).or_insert(next)
+            }
+            None => 0,
+        };
+        points
+            .iter()
+            .map(|((interface, direction), point)| {
+                let key = ObservationPoint {
+                    netns_cookie: interface.netns_cookie,
+                    ifindex: interface.ifindex,
+                    direction: *direction as u8,
+                    _pad: [0; 3],
+                };
+                let namespaces = PointNamespaces {
+                    leaves: number(&point.leaves),
+                    enters: number(&point.enters),
+                };
+                (key, namespaces)
+            })
+            .collect()
     }
 
     /// The name and description of `interface`, as a saved capture records them.
@@ -287,6 +323,47 @@ pub fn crossing(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_namespace_has_one_number_for_the_kernel() {
+        let mut points = PointMap::default();
+        points.insert_loopback(7, Namespace::new("pod 10.244.0.3"));
+        let bridge = Link {
+            index: 3,
+            name: "cni0".into(),
+            role: LinkRole::BridgeMaster,
+            ethernet: true,
+        };
+        points.insert_link(&bridge, &[]);
+        let numbered = points.kernel_namespaces();
+        let at = |cookie, ifindex, direction: Direction| {
+            numbered
+                .iter()
+                .find(|(point, _)| {
+                    (point.netns_cookie, point.ifindex, point.direction)
+                        == (cookie, ifindex, direction as u8)
+                })
+                .map(|(_, namespaces)| *namespaces)
+                .expect("a numbered point")
+        };
+        let pod_lo = at(7, 1, Direction::Egress);
+        assert_eq!(
+            pod_lo.leaves, pod_lo.enters,
+            "loopback leaves and enters its pod"
+        );
+        assert_ne!(pod_lo.leaves, 0);
+        let into_node = at(0, 3, Direction::Ingress);
+        let out_of_node = at(0, 3, Direction::Egress);
+        assert_eq!(
+            (into_node.leaves, out_of_node.enters),
+            (0, 0),
+            "the bridge side"
+        );
+        assert_eq!(into_node.enters, out_of_node.leaves, "the node");
+        assert_ne!(into_node.enters, pod_lo.leaves);
+        assert_eq!(points.kernel_namespaces().len(), numbered.len());
+        assert_eq!(at(0, 3, Direction::Ingress), into_node, "numbers are kept");
+    }
 
     fn names(crossing: (Option<Namespace>, Option<Namespace>)) -> (Option<String>, Option<String>) {
         (

@@ -8,7 +8,8 @@ use std::net::IpAddr;
 
 use dnsloop_ebpf::{
     event::{
-        ForwarderKey, ProgramConfig, QueryEntry, QueryKey, ServerKey, ServerStats, PACKET_SNAP_MAX,
+        ForwarderKey, ObservationPoint, PointNamespaces, ProgramConfig, QueryEntry, QueryKey,
+        ServerKey, ServerStats, PACKET_SNAP_MAX,
     },
     parse::{LinkLayer, MAX_DNS_PORTS},
 };
@@ -30,6 +31,7 @@ const QUERIES_MAP: &str = "QUERIES";
 const LINK_LAYERS_MAP: &str = "LINK_LAYERS";
 const FORWARDERS_MAP: &str = "FORWARDERS";
 const SERVERS_MAP: &str = "SERVERS";
+const POINT_NAMESPACES_MAP: &str = "POINT_NAMESPACES";
 
 #[derive(Debug, Error)]
 pub enum LoadError {
@@ -182,6 +184,36 @@ pub fn take_records(ebpf: &mut Ebpf) -> Result<RingBuf<MapData>, LoadError> {
         name: RECORDS_MAP,
         source,
     })
+}
+
+/// Tells the programs which namespaces each point's packets leave and enter: `entries`
+/// replace what they knew.
+pub fn register_point_namespaces(
+    ebpf: &mut Ebpf,
+    entries: &[(ObservationPoint, PointNamespaces)],
+) -> Result<(), LoadError> {
+    let map_error = |source| LoadError::Map {
+        name: POINT_NAMESPACES_MAP,
+        source,
+    };
+    let mut map: HashMap<_, ObservationPoint, PointNamespaces> = HashMap::try_from(
+        ebpf.map_mut(POINT_NAMESPACES_MAP)
+            .ok_or(LoadError::Missing(POINT_NAMESPACES_MAP))?,
+    )
+    .map_err(map_error)?;
+    let stale: Vec<ObservationPoint> = map
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|key| !entries.iter().any(|(point, _)| point == key))
+        .collect();
+    for key in stale {
+        // Gone already is as good as removed.
+        let _ = map.remove(&key);
+    }
+    for (point, namespaces) in entries {
+        map.insert(point, namespaces, 0).map_err(map_error)?;
+    }
+    Ok(())
 }
 
 /// Takes the query table, whose unanswered queries userspace collects once they expire.

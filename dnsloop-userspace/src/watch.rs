@@ -50,6 +50,7 @@ impl Watch {
             .points
             .insert_loopback(node_cookie, Namespace::new(NODE));
         watch.add(links)?;
+        watch.sync_namespaces()?;
         Ok(watch)
     }
 
@@ -85,6 +86,17 @@ impl Watch {
                 self.links.retain(|link| link.index != index);
             }
         }
+        if let Err(error) = self.sync_namespaces() {
+            tracing::warn!("telling the programs where namespaces are: {error:#}");
+        }
+    }
+
+    /// Tells the kernel programs the namespaces of every watched point (see
+    /// `PointMap::kernel_namespaces`).
+    fn sync_namespaces(&mut self) -> anyhow::Result<()> {
+        let entries = self.points.kernel_namespaces();
+        programs::register_point_namespaces(&mut self.ebpf, &entries)?;
+        Ok(())
     }
 
     /// A known link changed: if what it connects did, re-place its points.

@@ -5,9 +5,9 @@ use aya_ebpf::{
 };
 use dnsloop_ebpf::{
     event::{
-        ForwarderKey, ObservationPoint, PointCounters, ProgramConfig, QueryEntry, QueryKey,
-        QueryState, QuestionKey, QuestionState, ServerKey, ServerStats, Sighting, StreamReason,
-        COUNTER_SLOTS,
+        ForwarderKey, ObservationPoint, PointCounters, PointNamespaces, ProgramConfig, QueryEntry,
+        QueryKey, QueryState, QuestionKey, QuestionState, ServerKey, ServerStats, Sighting,
+        StreamReason, COUNTER_SLOTS, PRIOR_SIGHTINGS,
     },
     parse::{DnsPorts, LinkLayer, Segment, TcpFraming, DNS_BUF_LEN},
 };
@@ -29,6 +29,10 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SL
 pub static QUESTIONS: LruHashMap<QuestionKey, QuestionState> =
     LruHashMap::with_max_entries(65536, 0);
 
+/// Never written: the zeroed value a new `QUESTIONS` entry is inserted from.
+#[map]
+pub static ZERO_QUESTION_STATE: PerCpuArray<QuestionState> = PerCpuArray::with_max_entries(1, 0);
+
 /// Queries in flight, to check their replies' source and time them (see `queries`). Userspace
 /// takes out the ones never answered once they are older than its timeout. LRU: under a storm
 /// of unanswered queries the oldest are forgotten rather than new ones refused.
@@ -43,6 +47,12 @@ pub static SERVERS: LruHashMap<ServerKey, ServerStats> = LruHashMap::with_max_en
 /// Never written: the zeroed value a new `SERVERS` entry is inserted from (too big for the stack).
 #[map]
 pub static ZERO_SERVER_STATS: PerCpuArray<ServerStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// The namespaces each observation point's packets leave and enter, numbered by userspace
+/// (see `questions`). A point missing here leaves and enters none that is watched.
+#[map]
+pub static POINT_NAMESPACES: HashMap<ObservationPoint, PointNamespaces> =
+    HashMap::with_max_entries(4096, 0);
 
 /// Addresses that forward DNS (see `forwarders`); userspace adds the node's own. LRU: a storm of
 /// responders evicts the oldest.
@@ -76,6 +86,8 @@ pub struct Verdict {
     pub netns_cookie: u64,
     pub ifindex: u32,
     pub direction: u8,
+    /// The namespaces the packet leaves and enters there.
+    pub at: PointNamespaces,
     /// The segment being inspected, and where its messages are (one for UDP).
     pub segment: Segment,
     pub framing: TcpFraming,
@@ -84,7 +96,7 @@ pub struct Verdict {
     /// A query met for the first time, built here before it is copied into `QUERIES`.
     pub new_query: QueryEntry,
     /// For a query that made its question hot: the last sighting before it.
-    pub prior: Sighting,
+    pub priors: [Sighting; PRIOR_SIGHTINGS],
 }
 
 impl Verdict {
@@ -100,6 +112,14 @@ impl Verdict {
     #[inline(always)]
     pub fn stream_because(&mut self, reason: StreamReason) {
         self.stream = reason as u8 + 1;
+    }
+
+    /// Forgets the sightings a hot question would attach.
+    #[inline(always)]
+    pub fn clear_priors(&mut self) {
+        for prior in &mut self.priors {
+            prior.family = 0;
+        }
     }
 
     #[inline(always)]
@@ -147,4 +167,13 @@ pub fn link_layer(ifindex: u32) -> LinkLayer {
         Some(&raw) if raw == LinkLayer::RawIp as u8 => LinkLayer::RawIp,
         _ => LinkLayer::Ethernet,
     }
+}
+
+/// The namespaces packets leave and enter at `point`.
+#[inline(always)]
+pub fn point_namespaces(point: &ObservationPoint) -> PointNamespaces {
+    // SAFETY: a plain-data value of our map, copied out at once.
+    unsafe { POINT_NAMESPACES.get(point) }
+        .copied()
+        .unwrap_or_default()
 }

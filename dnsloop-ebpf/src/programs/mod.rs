@@ -43,6 +43,12 @@ pub fn observe<H: Hook>(hook: H, direction: Direction) {
                 (*verdict).netns_cookie = hook.loopback_netns_cookie();
                 (*verdict).ifindex = ifindex;
                 (*verdict).direction = direction as u8;
+                (*verdict).at = maps::point_namespaces(&ObservationPoint {
+                    netns_cookie: (*verdict).netns_cookie,
+                    ifindex,
+                    direction: direction as u8,
+                    _pad: [0; 3],
+                });
             }
             inspect_dns(&HookBytes(hook), verdict)
         }
@@ -127,7 +133,7 @@ fn classify_into<H: Hook>(hook: H, link: LinkLayer, verdict: *mut Verdict) -> bo
             unsafe {
                 (*verdict).malformed = 1;
                 (*verdict).matched_query = QueryState::default();
-                (*verdict).prior.family = 0;
+                (*verdict).clear_priors();
             }
             false
         }
@@ -180,7 +186,7 @@ fn frame_messages<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) {
         0
     };
     verdict.matched_query = QueryState::default();
-    verdict.prior.family = 0;
+    verdict.clear_priors();
     let segment = verdict.segment;
     match segment.transport {
         Transport::Udp => single_message(&mut verdict.framing, udp_message(&segment)),
@@ -257,18 +263,16 @@ fn inspect_message<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index:
     if !matches!(question.probe, Probe::None) {
         verdict.stream_unless_set(StreamReason::Probe);
     } else if summary.header.qr() {
-        // Replies to a hot question go up too: without them every forward would look unanswered.
-        if questions::is_hot(&question, window) {
+        if questions::answer_sighting(&question, window, verdict) {
             verdict.stream_unless_set(StreamReason::HotQuestion);
         }
     } else {
-        let from_forwarder = forwarders::sent_by_forwarder(&verdict.segment);
-        match questions::sighting(&question, id, window, from_forwarder, verdict) {
+        match questions::query_sighting(&question, id, window, verdict) {
             Heat::Cold => {}
             Heat::BecameHot | Heat::Hot => verdict.stream_unless_set(StreamReason::HotQuestion),
         }
         if !attach_unstreamed {
-            verdict.prior.family = 0;
+            verdict.clear_priors();
         }
     }
 }

@@ -1,43 +1,72 @@
-//! The question table: which questions are being asked with several IDs right now.
+//! The question table: which questions are coming back into a namespace that forwarded them
+//! (see `QuestionState`).
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use dnsloop_ebpf::{
-    event::{Heat, QuestionKey, QuestionState, Sighting},
+    event::{Heat, QuerySighting, QuestionKey, Sighting, PRIOR_SIGHTINGS},
     parse::Question,
 };
 
-use super::maps::{Verdict, QUESTIONS};
+use super::{
+    forwarders,
+    maps::{Verdict, QUESTIONS, ZERO_QUESTION_STATE},
+};
 
-/// Records a sighting of the query with `id` for `question`, seen where `verdict` says (see
-/// `QuestionState::record_sighting`). While the question is cold the sighting is remembered;
-/// when this one makes it hot, the remembered one goes to `verdict.prior` to be streamed with it.
+/// Records a sighting of the query with `id` for `question`, seen where `verdict` says. While the
+/// question is cold the sighting is remembered; when this one makes it hot, the remembered ones
+/// go to `verdict.priors`, oldest first, to be streamed with it.
 #[inline(always)]
-pub fn sighting(
-    question: &Question,
-    id: u16,
-    window_ns: u64,
-    from_forwarder: bool,
-    verdict: &mut Verdict,
-) -> Heat {
+pub fn query_sighting(question: &Question, id: u16, window_ns: u64, verdict: &mut Verdict) -> Heat {
     let key = key_of(question);
     let now = now_ns();
+    if QUESTIONS.get_ptr_mut(&key).is_none() {
+        // Inserted zeroed, from a map: the value is too big for the stack. Its first sighting
+        // finds it quiet for longer than any window, and starts it afresh.
+        let Some(zero) = ZERO_QUESTION_STATE.get_ptr(0) else {
+            return Heat::Cold;
+        };
+        // SAFETY: a plain-data value of our map; inserting copies it.
+        let _ = QUESTIONS.insert(&key, unsafe { &*zero }, 0);
+    }
     let Some(state) = QUESTIONS.get_ptr_mut(&key) else {
-        // Inserted, then filled in place: the value is too big to build on the stack too.
-        let _ = QUESTIONS.insert(&key, &QuestionState::first_sighting(id, now), 0);
-        if let Some(state) = QUESTIONS.get_ptr_mut(&key) {
-            // SAFETY: as below.
-            remember(unsafe { &mut (*state).last_cold }, id, now, verdict);
-        }
         return Heat::Cold;
     };
     // SAFETY: a value of our map; a concurrent update on another CPU can only skew what it holds.
     let state = unsafe { &mut *state };
-    let heat = state.record_sighting(id, now, window_ns, from_forwarder);
+    let seen = QuerySighting {
+        src: verdict.segment.src,
+        dst: verdict.segment.dst,
+        src_serves_dns: forwarders::sent_by_forwarder(&verdict.segment),
+        at: verdict.at,
+    };
+    let heat = state.record_query(now, window_ns, &seen);
     match heat {
-        Heat::Cold => remember(&mut state.last_cold, id, now, verdict),
-        Heat::BecameHot => verdict.prior = state.last_cold,
+        Heat::Cold => {
+            let slot = usize::from(state.cold_next) & (PRIOR_SIGHTINGS - 1);
+            remember(&mut state.cold[slot], id, now, verdict);
+            state.cold_next = ((slot + 1) & (PRIOR_SIGHTINGS - 1)) as u8;
+        }
+        Heat::BecameHot => {
+            for age in 0..PRIOR_SIGHTINGS {
+                let slot = (usize::from(state.cold_next) + age) & (PRIOR_SIGHTINGS - 1);
+                verdict.priors[age] = state.cold[slot];
+            }
+        }
         Heat::Hot => {}
     }
     heat
+}
+
+/// Records a reply to `question` seen where `verdict` says, and says whether the question is
+/// hot (replies to a hot question are streamed, or every forward would look unanswered).
+#[inline(always)]
+pub fn answer_sighting(question: &Question, window_ns: u64, verdict: &Verdict) -> bool {
+    let Some(state) = QUESTIONS.get_ptr_mut(&key_of(question)) else {
+        return false;
+    };
+    // SAFETY: as above.
+    let state = unsafe { &mut *state };
+    state.record_answer(verdict.at.enters);
+    state.is_hot_at(now_ns(), window_ns)
 }
 
 /// Writes the sighting in place: the map value, not the stack, holds it.
@@ -55,16 +84,6 @@ fn remember(sighting: &mut Sighting, id: u16, now: u64, verdict: &Verdict) {
     sighting.direction = verdict.direction;
     sighting.transport = segment.transport as u8;
     sighting.family = segment.family as u8;
-}
-
-/// Whether `question` is hot now, without counting a sighting (for replies).
-#[inline(always)]
-pub fn is_hot(question: &Question, window_ns: u64) -> bool {
-    // SAFETY: a plain-data value of our map.
-    match unsafe { QUESTIONS.get(&key_of(question)) } {
-        Some(state) => state.is_hot_at(now_ns(), window_ns),
-        None => false,
-    }
 }
 
 #[inline(always)]

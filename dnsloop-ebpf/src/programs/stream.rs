@@ -48,7 +48,7 @@ pub fn packet<H: Hook>(
         (*record)._pad = [0; 3];
         // Map to ring memory directly: a copy through the stack would not fit its budget.
         (*record).matched_query = (*verdict).matched_query;
-        (*record).prior = (*verdict).prior;
+        (*record).priors = (*verdict).priors;
         let captured = hook::copy_into(hook, 0, &mut (*record).bytes, wanted).unwrap_or(0);
         (*record).captured_len = captured as u16;
     }

@@ -15,7 +15,9 @@ pub struct EngineConfig {
     /// A query with no reply this long after it was sent has timed out.
     pub timeout: Duration,
     /// A namespace that sends a question within this long after it was delivered the same
-    /// question (and has not answered it) is taken to forward it.
+    /// question (and has not answered it) is taken to forward it. Resolvers retry a forward
+    /// seconds later (unbound after 3 s), and a retry is a forward too. The kernel programs
+    /// keep a question hot as long (`ProgramConfig::hot_window_ns`).
     pub forward_window: Duration,
     /// How far out of timestamp order observations may arrive, and how long a packet that
     /// entered a namespace may take to leave it again if it is only routed through. A loop is
@@ -33,7 +35,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             timeout: Duration::from_secs(2),
-            forward_window: Duration::from_secs(2),
+            forward_window: Duration::from_secs(5),
             settle: Duration::from_millis(50),
             loop_report_interval: Duration::from_secs(10),
             max_tracked: 65_536,

@@ -445,7 +445,7 @@ mod tests {
             link_layer: LinkLayer::Ethernet,
             bytes: frame.into(),
             matched_query: None,
-            prior: None,
+            priors: Vec::new(),
         }
     }
 

@@ -36,7 +36,7 @@ pub struct RawPacket {
     pub matched_query: Option<MatchedQuery>,
     /// For the query that made its question hot: the last, unstreamed, sighting before it of the
     /// query it forwards.
-    pub prior: Option<PriorSighting>,
+    pub priors: Vec<PriorSighting>,
 }
 
 /// A query sighting the kernel counted but did not stream, in full.

@@ -6,7 +6,7 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use dnsloop_ebpf::{
-    event::{Direction, PacketRecord, StreamReason, PACKET_SNAP_MAX},
+    event::{Direction, PacketRecord, Sighting, StreamReason, PACKET_SNAP_MAX},
     parse::Transport,
 };
 use tokio::io::unix::AsyncFd;
@@ -89,7 +89,11 @@ fn raw_packet(item: &[u8], clock: &MonotonicClock) -> Option<RawPacket> {
         link_layer: link_layer(record.link_layer)?,
         bytes: bytes::Bytes::copy_from_slice(&record.bytes[..captured]),
         matched_query: matched_query(&record, clock),
-        prior: prior_sighting(&record, clock),
+        priors: record
+            .priors
+            .iter()
+            .filter_map(|prior| prior_sighting(prior, clock))
+            .collect(),
     })
 }
 
@@ -112,9 +116,8 @@ fn matched_query(record: &PacketRecord, clock: &MonotonicClock) -> Option<Matche
     })
 }
 
-/// The sighting before the one that made its question hot, when the record carries one.
-fn prior_sighting(record: &PacketRecord, clock: &MonotonicClock) -> Option<PriorSighting> {
-    let prior = &record.prior;
+/// One of the sightings before the one that made its question hot, if the slot holds one.
+fn prior_sighting(prior: &Sighting, clock: &MonotonicClock) -> Option<PriorSighting> {
     let family = ip_family(prior.family)?;
     Some(PriorSighting {
         at: clock.wall_time(prior.ts_ns),

@@ -436,7 +436,7 @@ impl CaptureFile {
                 link_layer,
                 bytes: bytes::Bytes::from(data),
                 matched_query: None,
-                prior: None,
+                priors: Vec::new(),
             },
             direction,
         })

@@ -743,7 +743,7 @@ fn what_the_pcapng_sink_writes_reads_back_as_it_was_seen() {
             link_layer: link,
             bytes: frame.into(),
             matched_query: None,
-            prior: None,
+            priors: Vec::new(),
         };
     let sent = [
         (
