@@ -151,6 +151,12 @@ pub struct TraceArgs {
     /// (0.0.0.0:9553, [::]:9553). A port already in use stops dnsloop at startup.
     #[arg(long, value_name = "[IP]:PORT", value_parser = crate::metrics::parse_listen_address)]
     pub metrics_addr: Option<SocketAddr>,
+
+    /// The kubelet's pod log directory, whose `<namespace>_<pod>_<uid>` directories name the
+    /// pods behind the node's veths (`pod kube-system/coredns-5d78c9869d-abcde`); pods it does
+    /// not name are shown by address (`pod 10.244.0.3`). In a container, mount the node's.
+    #[arg(long, value_name = "DIR", default_value = crate::pods::POD_LOGS)]
+    pub pod_logs: PathBuf,
 }
 
 #[derive(Args, Debug)]

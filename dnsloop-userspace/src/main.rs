@@ -1,10 +1,10 @@
 //! `dnsloop`: find DNS forwarding loops and broken DNS paths on a Kubernetes node while they happen.
 //!
 //! Data flow, readable from `trace`: the kernel programs (`programs`, attached by `attach` and
-//! kept current by `watch` on the links `topology` lists, pods' loopbacks found by `namespaces`)
-//! stream packets to a `source`; the `pipeline` has the `decode`r turn them into `observation`s
-//! at `points`, the `analyze` engine turn those into `finding`s, `enrich` add the node's
-//! evidence, and a `sink` write them. `analyze` never learns which source a packet came from.
+//! kept current by `watch` on the links `topology` lists, pods' loopbacks found by `namespaces`
+//! and named by `pods`) stream packets to a `source`; the `pipeline` has the `decode`r turn them
+//! into `observation`s at `points`, the `analyze` engine turn those into `finding`s, `enrich`
+//! add the node's evidence, and a `sink` write them. `analyze` never learns which source a packet came from.
 //! `analyze_file` feeds the same pipeline from a capture file (`source::capture_file`).
 mod analyze;
 mod analyze_file;
@@ -23,6 +23,7 @@ mod namespaces;
 mod netns;
 mod observation;
 mod pipeline;
+mod pods;
 mod points;
 mod probe;
 mod programs;

@@ -76,6 +76,18 @@ impl PointMap {
         self.insert(interface, "lo", description, &[Direction::Egress]);
     }
 
+    /// Renames the namespace of the watched loopback of the namespace with `netns_cookie`; one
+    /// not watched stays so.
+    pub fn rename_loopback(&mut self, netns_cookie: u64, namespace: Namespace) {
+        let interface = InterfaceRef {
+            netns_cookie,
+            ifindex: crate::attach::LOOPBACK_INDEX,
+        };
+        if self.links.contains_key(&interface) {
+            self.insert_loopback(netns_cookie, namespace);
+        }
+    }
+
     fn insert(
         &mut self,
         interface: InterfaceRef,
@@ -166,6 +178,7 @@ impl From<&LinkRole> for Role {
 ///
 /// ```text
 /// dnsloop/1 role=veth bridged=1 ns=pod 10.244.0.3
+/// dnsloop/1 role=veth bridged=1 ns=pod kube-system/coredns-5d78c9869d-abcde
 /// dnsloop/1 role=loopback ns=pod 10.244.0.3
 /// dnsloop/1 role=bridge
 /// dnsloop/1 role=other bridged=0
@@ -425,6 +438,11 @@ mod tests {
                 role: Role::Loopback,
                 namespace: Some(Namespace::new("pod 10.244.0.3")),
             },
+            // A pod dnsloop named: the name runs to the end of the line.
+            LinkDescription {
+                role: Role::Veth { bridged: true },
+                namespace: Some(Namespace::new("pod kube-system/coredns-5d78c9869d-abcde")),
+            },
             LinkDescription {
                 role: Role::BridgeMaster,
                 namespace: None,
@@ -466,6 +484,29 @@ mod tests {
     }
 
     #[test]
+    fn a_watched_loopback_takes_its_pods_name_and_no_other_appears() {
+        let mut points = PointMap::default();
+        points.insert_loopback(42, Namespace::new("pod 10.244.0.2"));
+        points.rename_loopback(42, Namespace::new("pod default/client"));
+        points.rename_loopback(43, Namespace::new("pod default/other"));
+        let lo = |netns_cookie| InterfaceRef {
+            netns_cookie,
+            ifindex: crate::attach::LOOPBACK_INDEX,
+        };
+        let renamed = points
+            .get(lo(42), Direction::Egress)
+            .expect("still watched");
+        assert_eq!(
+            (renamed.leaves.clone(), renamed.enters.clone()),
+            (
+                Some(Namespace::new("pod default/client")),
+                Some(Namespace::new("pod default/client"))
+            )
+        );
+        assert_eq!(points.get(lo(43), Direction::Egress), None);
+    }
+
+    #[test]
     fn a_described_link_is_placed_as_live() {
         let link = Link {
             index: 7,
@@ -482,6 +523,8 @@ mod tests {
             path: "/run/netns/coredns-a".into(),
             label: "pod 10.244.0.3".into(),
             cookie: 42,
+            inode: 4026532301,
+            pod: None,
         };
         let mut live = PointMap::default();
         live.insert_link(&link, std::slice::from_ref(&pod));

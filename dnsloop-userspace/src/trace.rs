@@ -16,6 +16,7 @@ use crate::{
     enrich::Enricher,
     metrics,
     pipeline::Pipeline,
+    pods::PodNames,
     points::PointMap,
     programs, report,
     sink::{self, Sink},
@@ -29,6 +30,8 @@ use crate::{
 /// How often the kernel's query table is searched for queries past the timeout: a timeout is
 /// reported at most this long after it happened.
 const UNANSWERED_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+/// How often pods found before their sandbox started are looked for again, to be named.
+const POD_NAMING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub fn run(args: TraceArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
@@ -99,7 +102,8 @@ pub async fn trace<T>(
     // Without -i the whole node is watched, including pods that appear while we run.
     let whole_node = args.interfaces.is_empty();
     let mut link_events = Box::pin(topology::link_events()?);
-    let mut watch = Watch::start(ebpf, links, whole_node, args.xdp)?;
+    let pod_names = PodNames::new(args.pod_logs.clone());
+    let mut watch = Watch::start(ebpf, links, whole_node, pod_names, args.xdp)?;
     if let Some(exporter) = &exporter {
         eprintln!("dnsloop: serving metrics at {}", exporter.url());
     }
@@ -129,6 +133,8 @@ pub async fn trace<T>(
     let mut expired = Vec::new();
     let mut sweep = tokio::time::interval(UNANSWERED_SWEEP_INTERVAL);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut pod_naming = tokio::time::interval(POD_NAMING_INTERVAL);
+    pod_naming.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut metrics_refresh = tokio::time::interval(metrics::REFRESH_INTERVAL);
     metrics_refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut end = std::pin::pin!(end);
@@ -137,6 +143,7 @@ pub async fn trace<T>(
             ended = &mut end => break ended,
             batch = source.next_batch(&mut packets) => batch.context("reading the ring buffer")?,
             Some(event) = link_events.next() => watch.apply(event),
+            _ = pod_naming.tick(), if watch.awaits_pod_names() => watch.name_new_pods(),
             _ = sweep.tick(), if unanswered.is_some() => {
                 if let Some(unanswered) = &mut unanswered {
                     // A failed sweep loses nothing: its queries stay for the next one.

@@ -1,13 +1,16 @@
 //! The node as it is being watched: its links, the programs attached to them and to its pods'
 //! loopbacks, and where each observation point sits. Kept current as links come and go.
+use std::time::Instant;
+
 use anyhow::Context as _;
 use aya::Ebpf;
 
 use crate::{
     attach::{self, Attachments},
-    namespaces::{self, PodNamespace},
+    namespaces::{self, AwaitingNames, PodNamespace},
     netns,
     observation::Namespace,
+    pods::PodNames,
     points::{PointMap, NODE},
     programs,
     topology::{Link, LinkEvent},
@@ -22,16 +25,20 @@ pub struct Watch {
     attachments: Attachments,
     /// Whole-node mode: pods' loopbacks are watched too, and new links are followed.
     whole_node: bool,
+    /// Names the pods found behind the node's veths.
+    pod_names: PodNames,
+    awaiting_names: AwaitingNames,
     watched_pods: Vec<String>,
 }
 
 impl Watch {
     /// Attaches the programs to `links`; with `whole_node`, also to the loopback of every pod
-    /// behind them.
+    /// behind them, which `pod_names` names.
     pub fn start(
         ebpf: Ebpf,
         links: Vec<Link>,
         whole_node: bool,
+        pod_names: PodNames,
         xdp_ingress: bool,
     ) -> anyhow::Result<Self> {
         let node_cookie = netns::current_cookie().context(
@@ -44,6 +51,8 @@ impl Watch {
             node_cookie,
             attachments: Attachments::new(xdp_ingress),
             whole_node,
+            pod_names,
+            awaiting_names: AwaitingNames::default(),
             watched_pods: Vec::new(),
         };
         watch
@@ -81,6 +90,7 @@ impl Watch {
             // A CNI creates a pod's veth, then puts it on the bridge: place it again.
             LinkEvent::Added(link) => self.update(link),
             LinkEvent::Removed { index } => {
+                self.awaiting_names.forget(index);
                 self.attachments.forget(&mut self.ebpf, index);
                 self.points.remove_link(index);
                 self.links.retain(|link| link.index != index);
@@ -111,9 +121,32 @@ impl Watch {
         if known.role == link.role && known.name == link.name {
             return;
         }
-        let pods = namespaces::discover(std::slice::from_ref(&link));
+        let pods = namespaces::discover(std::slice::from_ref(&link), &self.pod_names);
         self.points.insert_link(&link, &pods);
         *known = link;
+        for pod in &pods {
+            self.points
+                .rename_loopback(pod.cookie, Namespace::new(&pod.label));
+            self.awaiting_names.add(pod, Instant::now());
+        }
+    }
+
+    /// Whether some pod is still named by address while its name may yet be found.
+    pub fn awaits_pod_names(&self) -> bool {
+        !self.awaiting_names.is_empty()
+    }
+
+    /// Names the pods that were named by address when found, if their names are known now.
+    pub fn name_new_pods(&mut self) {
+        for pod in self.awaiting_names.named(&self.pod_names, Instant::now()) {
+            let Some(link) = self.links.iter().find(|link| link.index == pod.node_veth) else {
+                continue;
+            };
+            tracing::info!("the namespace behind {} is {}", link.name, pod.label);
+            self.points.insert_link(link, std::slice::from_ref(&pod));
+            self.points
+                .rename_loopback(pod.cookie, Namespace::new(&pod.label));
+        }
     }
 
     fn add(&mut self, links: Vec<Link>) -> anyhow::Result<()> {
@@ -122,7 +155,7 @@ impl Watch {
             self.attachments.attach(&mut self.ebpf, link)?;
         }
         let pods = if self.whole_node {
-            namespaces::discover(&links)
+            namespaces::discover(&links, &self.pod_names)
         } else {
             Vec::new()
         };
@@ -131,6 +164,7 @@ impl Watch {
         }
         for pod in &pods {
             self.watch_pod_loopback(pod);
+            self.awaiting_names.add(pod, Instant::now());
         }
         self.links.extend(links);
         Ok(())

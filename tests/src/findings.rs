@@ -59,6 +59,10 @@ pub struct Hop {
     pub src: SocketAddr,
     pub dst: SocketAddr,
     pub id: u16,
+    /// The namespaces the packet left and entered there (`node`, `pod 10.244.0.3`, `pod
+    /// kube-system/coredns-5d78c9869d-abcde`); `None` for a side that is not watched.
+    pub leaves: Option<String>,
+    pub enters: Option<String>,
 }
 
 /// A reply that reached its client from another address than the query went to.
@@ -299,6 +303,13 @@ impl LoopFinding {
     /// Whether some hop of the path was seen on interface `ifname`.
     pub fn crosses(&self, ifname: &str) -> bool {
         self.path.iter().any(|hop| hop.ifname == ifname)
+    }
+
+    /// Whether some hop of the path left or entered the namespace named `namespace`.
+    pub fn passes_through(&self, namespace: &str) -> bool {
+        self.path.iter().any(|hop| {
+            hop.leaves.as_deref() == Some(namespace) || hop.enters.as_deref() == Some(namespace)
+        })
     }
 
     /// How long after the first packet of its path the loop was reported.

@@ -28,6 +28,9 @@ pub struct PacketLine {
     pub qtype: Option<String>,
     /// Bytes of the DNS message.
     pub size: usize,
+    /// The namespaces the packet left and entered there, as in a loop's path.
+    pub leaves: Option<String>,
+    pub enters: Option<String>,
 }
 
 /// The `packet` lines of a finished run, in the order they were printed.

@@ -290,6 +290,9 @@ fn assert_leg<S: AsRef<str>>(
             qname: Some(exchange.query.presented_qname()),
             qtype: Some(exchange.query.qtype.to_owned()),
             size,
+            // Where each hop leads is `pod_names`'s to check.
+            leaves: line.leaves.clone(),
+            enters: line.enters.clone(),
         };
         assert_eq!(**line, expected, "{exchange}");
     }

@@ -162,6 +162,8 @@ fn packet_json(obs: &Observation) -> Value {
         "qname": question.map(|question| question.name.presentation()),
         "qtype": question.map(|question| mnemonic::qtype(question.qtype)),
         "size": obs.size,
+        "leaves": obs.point.leaves.as_ref().map(ToString::to_string),
+        "enters": obs.point.enters.as_ref().map(ToString::to_string),
     })
 }
 
@@ -292,7 +294,7 @@ mod tests {
             keys(&value),
             set(&[
                 "kind", "ts", "ifname", "dir", "proto", "src", "dst", "id", "qr", "opcode",
-                "rcode", "qname", "qtype", "size"
+                "rcode", "qname", "qtype", "size", "leaves", "enters"
             ])
         );
         assert_eq!(value["kind"], "packet");
@@ -309,6 +311,9 @@ mod tests {
         assert_eq!(value["qname"], "www.example.test.");
         assert_eq!(value["qtype"], "A");
         assert_eq!(value["size"], 40);
+        // The namespaces the packet left and entered, as in a loop's path.
+        assert_eq!(value["leaves"], Value::Null);
+        assert_eq!(value["enters"], "pod 10.244.0.2");
     }
 
     #[test]

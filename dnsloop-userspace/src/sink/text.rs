@@ -18,7 +18,7 @@ use crate::{
     analyze::{mnemonic, Summary},
     decode::MalformedSample,
     finding::{Finding, Hop, LoopFinding, UnexpectedSourceFinding},
-    observation::Observation,
+    observation::{Namespace, Observation},
 };
 
 pub struct TextSink<W> {
@@ -158,6 +158,9 @@ impl<W: Write> Sink for TextSink<W> {
             }
             None => text.push_str(" (no question)"),
         }
+        if let Some(crossing) = crossing(&obs.point.leaves, &obs.point.enters) {
+            let _ = write!(text, "  [{crossing}]");
+        }
         self.line(&text)
     }
 
@@ -237,7 +240,8 @@ impl<W: Write> Sink for TextSink<W> {
 /// `service`: where the hop's packet was sent, when a DNAT sent it to `hop.dst` instead.
 fn hop_line(hop: &Hop, service: Option<SocketAddr>) -> String {
     let via = service.map_or(String::new(), |service| format!(" ({service} via DNAT)"));
-    let crossing = crossing(hop).map_or(String::new(), |crossing| format!("  [{crossing}]"));
+    let crossing = crossing(&hop.leaves, &hop.enters)
+        .map_or(String::new(), |crossing| format!("  [{crossing}]"));
     format!(
         "  {}  {:<16} {:<7}  {} -> {}{via}  id {}{crossing}",
         time_of_day(hop.ts),
@@ -249,10 +253,10 @@ fn hop_line(hop: &Hop, service: Option<SocketAddr>) -> String {
     )
 }
 
-/// Where the hop took the packet: `leaves pod 10.244.0.3`, `enters node`, `within pod ...` (a
-/// loopback), `pod A -> node`; `None` between two unwatched sides.
-fn crossing(hop: &Hop) -> Option<String> {
-    match (&hop.leaves, &hop.enters) {
+/// Where a packet went: `leaves pod 10.244.0.3`, `enters node`, `within pod ...` (a loopback),
+/// `pod A -> node`; `None` between two unwatched sides.
+fn crossing(leaves: &Option<Namespace>, enters: &Option<Namespace>) -> Option<String> {
+    match (leaves, enters) {
         (Some(left), Some(entered)) if left == entered => Some(format!("within {left}")),
         (Some(left), Some(entered)) => Some(format!("{left} -> {entered}")),
         (Some(left), None) => Some(format!("leaves {left}")),
@@ -436,8 +440,8 @@ mod tests {
         });
         assert_eq!(
             text,
-            "12:00:01.123 cni0 ingress udp 10.244.0.2:41234 -> 169.254.25.10:53 id 4242 query A www.example.test.\n\
-             12:00:01.124 veth-client egress tcp 10.244.0.2:41234 -> 169.254.25.10:53 id 4242 reply NXDOMAIN A www.example.test.\n"
+            "12:00:01.123 cni0 ingress udp 10.244.0.2:41234 -> 169.254.25.10:53 id 4242 query A www.example.test.  [enters node]\n\
+             12:00:01.124 veth-client egress tcp 10.244.0.2:41234 -> 169.254.25.10:53 id 4242 reply NXDOMAIN A www.example.test.  [enters pod 10.244.0.2]\n"
         );
     }
 

@@ -6,6 +6,7 @@ use std::{
 };
 
 use super::{
+    kubelet,
     scenario::Scenario,
     servers::ServerConfig,
     state,
@@ -47,6 +48,11 @@ fn write_description(
         "  state, configs and logs: {}",
         state::dir(prefix).display()
     )?;
+    writeln!(
+        out,
+        "  pods named as a kubelet names them: `dnsloop trace --pod-logs {}`",
+        kubelet::pod_logs(prefix).display()
+    )?;
 
     writeln!(out, "\nnamespaces")?;
     writeln!(
@@ -68,9 +74,10 @@ fn write_description(
     for pod in Pod::ALL {
         writeln!(
             out,
-            "  {:<24} pod {}: eth0 {} {} ({} on cni0)",
+            "  {:<24} pod {} ({}): eth0 {} {} ({} on cni0)",
             names.pod(pod),
             pod.name(),
+            pod.kubernetes_id(),
             pod.ip(),
             pod.ip6(),
             pod.host_veth()

@@ -19,6 +19,7 @@ mod capture;
 mod command;
 mod describe;
 mod dig;
+mod kubelet;
 mod netns;
 mod network;
 mod nftables;
@@ -51,6 +52,7 @@ pub use topology::{
 };
 
 use describe::ServerProcess;
+use kubelet::KubeletPods;
 use servers::RunningServer;
 use state::{LabState, ServerState};
 use topology::Namespaces;
@@ -70,6 +72,8 @@ pub struct Lab {
     scenario: Scenario,
     names: Namespaces,
     servers: Vec<RunningServer>,
+    /// The pods' sandboxes, cgroups and log directories, as a kubelet would leave them.
+    kubelet: KubeletPods,
     /// Numbers this lab's captures, for their file names.
     next_capture: AtomicU32,
 }
@@ -104,6 +108,7 @@ impl Lab {
             scenario,
             names: Namespaces::new(prefix),
             servers: Vec::new(),
+            kubelet: KubeletPods::default(),
             next_capture: AtomicU32::new(0),
         };
         // On any error `lab` is dropped here, which removes whatever was already built.
@@ -121,11 +126,18 @@ impl Lab {
             &self.scenario.node_settings(),
             &self.state_dir(),
         )?;
+        for pod in Pod::ALL {
+            self.kubelet.start(&self.prefix, pod, self.names.pod(pod))?;
+        }
         for server in Server::ALL {
             let config = self.scenario.server_config(server);
             let namespace = self.names.of_server(server);
-            self.servers
-                .push(servers::start(&config, namespace, &self.state_dir())?);
+            let running = servers::start(&config, namespace, &self.state_dir())?;
+            let pid = running.child.id();
+            self.servers.push(running);
+            if let Some(pod) = server.pod() {
+                self.kubelet.adopt(pod, pid)?;
+            }
         }
         let deadline = Instant::now() + SERVERS_READY_TIMEOUT;
         for server in &mut self.servers {
@@ -186,6 +198,24 @@ impl Lab {
     /// The lab's state directory: configs, server logs, nftables rules, captures.
     pub fn state_dir(&self) -> PathBuf {
         state::dir(&self.prefix)
+    }
+
+    /// The lab's stand-in for the kubelet's `/var/log/pods`, naming its pods (`dnsloop trace
+    /// --pod-logs`): `default/client`, `kube-system/coredns-5d78c9869d-abcde`, ...
+    pub fn pod_logs(&self) -> PathBuf {
+        kubelet::pod_logs(&self.prefix)
+    }
+
+    /// Ends `pod`'s sandbox (its pause process), as if its container runtime had set up its
+    /// network but not started it yet: the pod's namespace and network stay. The client pod
+    /// then has no process in its namespace; a CoreDNS pod still has its server.
+    pub fn stop_sandbox(&mut self, pod: Pod) -> Result<()> {
+        self.kubelet.stop_sandbox(pod)
+    }
+
+    /// Starts `pod`'s sandbox again after [`Lab::stop_sandbox`].
+    pub fn start_sandbox(&mut self, pod: Pod) -> Result<()> {
+        self.kubelet.start_sandbox(pod)
     }
 
     /// PID of `server`'s process.
@@ -308,16 +338,18 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let pids: Vec<u32> = self
+        let mut pids: Vec<u32> = self
             .servers
             .iter()
             .map(|running| running.child.id())
             .collect();
+        pids.extend(self.kubelet.sandbox_pids());
         process::terminate(&pids);
         for running in &mut self.servers {
             // Reap: terminate() has already ended it.
             let _ = running.child.wait();
         }
+        self.kubelet.reap();
         if let Err(error) = down(&self.prefix) {
             // Drop must not panic; say what is left behind and how to remove it.
             let _ = writeln!(
@@ -331,7 +363,8 @@ impl Drop for Lab {
 
 /// Tears down the lab named `prefix`, whichever process started it: ends every process in its
 /// namespaces (each lab process lives in one, so nothing else is touched), deletes the
-/// namespaces `<prefix>-*`, and removes its state directory. Doing nothing is fine.
+/// namespaces `<prefix>-*`, removes its pods' cgroups and its state directory. Doing nothing
+/// is fine.
 pub fn down(prefix: &str) -> Result<()> {
     validate_prefix(prefix)?;
     preflight::require_root()?;
@@ -350,6 +383,9 @@ pub fn down(prefix: &str) -> Result<()> {
         if let Err(error) = netns::delete(namespace) {
             failures.push(format!("{error:#}"));
         }
+    }
+    if let Err(error) = kubelet::remove(prefix) {
+        failures.push(format!("{error:#}"));
     }
     if let Err(error) = state::remove(prefix) {
         failures.push(format!("{error:#}"));

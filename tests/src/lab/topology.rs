@@ -81,6 +81,38 @@ impl Pod {
         Ipv6Addr::new(0xfd00, 0x10, 0x244, 0, 0, 0, 0, self.host_number().into())
     }
 
+    /// The Kubernetes namespace the pod would be in.
+    pub fn kubernetes_namespace(&self) -> &'static str {
+        match self {
+            Pod::Client => "default",
+            Pod::CoreDnsA | Pod::CoreDnsB => "kube-system",
+        }
+    }
+
+    /// The pod's name as the API server would give it (a Deployment's pods are named
+    /// `<deployment>-<replica set hash>-<suffix>`).
+    pub fn kubernetes_name(&self) -> &'static str {
+        match self {
+            Pod::Client => "client",
+            Pod::CoreDnsA => "coredns-5d78c9869d-abcde",
+            Pod::CoreDnsB => "coredns-5d78c9869d-fghij",
+        }
+    }
+
+    /// `namespace/name`, as dnsloop shows a pod it knows.
+    pub fn kubernetes_id(&self) -> String {
+        format!("{}/{}", self.kubernetes_namespace(), self.kubernetes_name())
+    }
+
+    /// The pod's QoS class, which places its cgroup: CoreDNS asks for resources, the client
+    /// does not.
+    pub(crate) fn qos_class(&self) -> &'static str {
+        match self {
+            Pod::Client => "besteffort",
+            Pod::CoreDnsA | Pod::CoreDnsB => "burstable",
+        }
+    }
+
     /// The node side of the pod's veth pair, enslaved to `cni0` (at most 15 characters).
     pub fn host_veth(&self) -> String {
         format!("veth-{}", self.name())
@@ -122,6 +154,15 @@ impl Server {
             Server::CoreDnsA => "coredns-a",
             Server::CoreDnsB => "coredns-b",
             Server::Upstream => "upstream",
+        }
+    }
+
+    /// The pod the server runs in, if it is one of the node's pods on `cni0`.
+    pub fn pod(&self) -> Option<Pod> {
+        match self {
+            Server::CoreDnsA => Some(Pod::CoreDnsA),
+            Server::CoreDnsB => Some(Pod::CoreDnsB),
+            Server::NodeCache | Server::Upstream => None,
         }
     }
 }

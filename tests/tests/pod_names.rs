@@ -1,0 +1,252 @@
+//! dnsloop names the pods behind the node's veths `namespace/pod`, without the API server:
+//! from the processes in a pod's network namespace, their cgroup, the pod UID in it, and the
+//! kubelet's pod log directory. The lab lays its pods out as a kubelet does (sandbox process,
+//! cgroups named after pod UIDs, `<namespace>_<pod>_<uid>` log directories) and hands its log
+//! directory to `dnsloop trace --pod-logs`.
+use std::{
+    sync::{Mutex, MutexGuard},
+    time::Duration,
+};
+
+use dnsloop_tests::{
+    findings::Trace,
+    lab::{Lab, Pod, Scenario, CLUSTER_DOMAIN, EXTERNAL_NAME, NODE_LOCAL_DNS},
+    packet_lines::{packet_lines, PacketLine},
+    privilege::{can_run, dnsloop_bin, Need},
+    tracer::Tracer,
+};
+
+/// dnsloop looks again for the pods it could not name every second: by then it has.
+const NAMING_WITHIN: Duration = Duration::from_secs(4);
+
+/// A loop storm loads a 2-core machine; one lab at a time (see `detect.rs`).
+static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_lab_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_LAB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Brings up `scenario`, runs `dnsloop trace --output json OPTIONS` on its node while
+/// `traffic` runs, and returns what it printed; `options` is given the lab. `None` when this
+/// host cannot run the test (it fails instead under `CI=true`).
+fn traced(
+    test: &str,
+    scenario: Scenario,
+    options: impl FnOnce(&Lab) -> Vec<String>,
+    traffic: impl FnOnce(&Lab),
+) -> Option<Trace> {
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
+        return None;
+    }
+    let _alone = one_lab_at_a_time();
+    let lab = Lab::up(scenario).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let mut args = vec!["--output".to_owned(), "json".to_owned()];
+    args.extend(options(&lab));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &args)
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    traffic(&lab);
+    let output = tracer
+        .interrupt()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    Some(Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}")))
+}
+
+fn pod_logs_of(lab: &Lab) -> Vec<String> {
+    vec![
+        "--pod-logs".to_owned(),
+        lab.pod_logs().display().to_string(),
+    ]
+}
+
+/// `pod kube-system/coredns-5d78c9869d-abcde`: a pod dnsloop knows.
+fn named(pod: Pod) -> String {
+    format!("pod {}", pod.kubernetes_id())
+}
+
+/// `pod 10.244.0.3`: a pod dnsloop knows only by address.
+fn by_address(pod: Pod) -> String {
+    format!("pod {}", pod.ip())
+}
+
+fn dig(lab: &Lab, from: Pod, qname: &str) {
+    lab.dig(from, &NODE_LOCAL_DNS.to_string(), &[qname])
+        .unwrap_or_else(|error| panic!("{error:#}"));
+}
+
+/// The first `packet` line on `ifname` in `dir` that is a query (`qr` false) or a reply.
+fn first_packet<'a>(
+    packets: &'a [PacketLine],
+    ifname: &str,
+    dir: &str,
+    qr: bool,
+    trace: &Trace,
+) -> &'a PacketLine {
+    packets
+        .iter()
+        .find(|packet| packet.ifname == ifname && packet.dir == dir && packet.qr == qr)
+        .unwrap_or_else(|| panic!("no packet on {ifname} {dir} (qr {qr}):\n{trace}"))
+}
+
+#[test]
+fn a_loop_through_coredns_names_the_coredns_pod() {
+    let Some(trace) = traced(
+        "pod-names-loop",
+        Scenario::NodelocalLoop,
+        pod_logs_of,
+        |lab| dig(lab, Pod::Client, EXTERNAL_NAME),
+    ) else {
+        return;
+    };
+
+    let qname = format!("{EXTERNAL_NAME}.");
+    let found = trace
+        .loops_for(&qname)
+        .first()
+        .copied()
+        .unwrap_or_else(|| panic!("no loop reported for {qname}:\n{trace}"));
+    // The question goes round cache -> ClusterIP -> a CoreDNS pod -> cache.
+    let coredns = Pod::COREDNS
+        .into_iter()
+        .find(|&pod| found.passes_through(&named(pod)))
+        .unwrap_or_else(|| panic!("no hop of the loop names a CoreDNS pod:\n{trace}"));
+    assert!(
+        Pod::ALL
+            .iter()
+            .all(|&pod| !found.passes_through(&by_address(pod))),
+        "a pod the lab names is shown by address:\n{trace}"
+    );
+    // The summary says which pod sends the question back.
+    assert!(
+        found.summary.contains(&format!("({})", named(coredns)))
+            && found
+                .summary
+                .contains(&format!("{} forwards to {NODE_LOCAL_DNS}", named(coredns))),
+        "the summary should name {}:\n{trace}",
+        coredns.kubernetes_id()
+    );
+}
+
+#[test]
+fn packets_name_the_pods_they_leave_and_enter() {
+    let cluster_name = format!("kubernetes.default.svc.{CLUSTER_DOMAIN}");
+    let Some(trace) = traced(
+        "pod-names-packets",
+        Scenario::Healthy,
+        |lab| {
+            let mut options = pod_logs_of(lab);
+            options.push("--packets".to_owned());
+            options
+        },
+        |lab| dig(lab, Pod::Client, &cluster_name),
+    ) else {
+        return;
+    };
+    let packets = packet_lines(&trace).unwrap_or_else(|error| panic!("{error:#}"));
+
+    // The client's query leaves its pod, and the cache's reply enters it.
+    let client = Pod::Client.host_veth();
+    let asked = first_packet(&packets, &client, "ingress", false, &trace);
+    assert_eq!(asked.leaves.as_deref(), Some(named(Pod::Client).as_str()));
+    let answered = first_packet(&packets, &client, "egress", true, &trace);
+    assert_eq!(
+        answered.enters.as_deref(),
+        Some(named(Pod::Client).as_str())
+    );
+    // The cache's forward, DNAT'ed to a CoreDNS pod, enters that pod.
+    let forwarded = Pod::COREDNS
+        .into_iter()
+        .find_map(|pod| {
+            packets
+                .iter()
+                .find(|packet| packet.ifname == pod.host_veth() && packet.dir == "egress")
+                .map(|packet| (pod, packet))
+        })
+        .unwrap_or_else(|| panic!("no packet entered a CoreDNS pod:\n{trace}"));
+    assert_eq!(
+        forwarded.1.enters.as_deref(),
+        Some(named(forwarded.0).as_str()),
+        "{trace}"
+    );
+}
+
+#[test]
+fn pods_the_log_directory_does_not_name_are_shown_by_address() {
+    let elsewhere = tempfile::tempdir().expect("create a temporary directory");
+    let Some(trace) = traced(
+        "pod-names-unknown",
+        Scenario::Healthy,
+        |_| {
+            vec![
+                "--packets".to_owned(),
+                "--pod-logs".to_owned(),
+                elsewhere.path().display().to_string(),
+            ]
+        },
+        |lab| dig(lab, Pod::Client, EXTERNAL_NAME),
+    ) else {
+        return;
+    };
+    let packets = packet_lines(&trace).unwrap_or_else(|error| panic!("{error:#}"));
+
+    let asked = first_packet(&packets, &Pod::Client.host_veth(), "ingress", false, &trace);
+    assert_eq!(
+        asked.leaves.as_deref(),
+        Some(by_address(Pod::Client).as_str()),
+        "{trace}"
+    );
+    // The operator is told why, and what to do.
+    assert!(
+        trace.stderr.contains("has no directory in"),
+        "dnsloop should say why it names pods by address:\n{trace}"
+    );
+}
+
+#[test]
+fn a_pod_whose_sandbox_starts_after_its_network_is_named_once_it_runs() {
+    let test = "pod-names-late-sandbox";
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
+        return;
+    }
+    let _alone = one_lab_at_a_time();
+    let mut lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    // A container runtime sets up a pod's network, then starts its sandbox: dnsloop sees the
+    // pod before any process of it is there to name it.
+    lab.stop_sandbox(Pod::Client)
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let args = ["--output", "json", "--packets", "--pod-logs"];
+    let pod_logs = lab.pod_logs().display().to_string();
+    let args: Vec<&str> = args.into_iter().chain([pod_logs.as_str()]).collect();
+    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &args)
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let before = format!("before.{EXTERNAL_NAME}");
+    dig(&lab, Pod::Client, &before);
+    lab.start_sandbox(Pod::Client)
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    // dnsloop looks for the names of unnamed pods every second; give it a few.
+    std::thread::sleep(NAMING_WITHIN);
+    let after = format!("after.{EXTERNAL_NAME}");
+    dig(&lab, Pod::Client, &after);
+    let output = tracer
+        .interrupt()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let packets = packet_lines(&trace).unwrap_or_else(|error| panic!("{error:#}"));
+
+    let left_from = |qname: &str| {
+        packets
+            .iter()
+            .find(|packet| {
+                packet.ifname == Pod::Client.host_veth()
+                    && packet.dir == "ingress"
+                    && packet.qname.as_deref() == Some(&format!("{qname}."))
+            })
+            .unwrap_or_else(|| panic!("no query for {qname} left the client:\n{trace}"))
+            .leaves
+            .clone()
+    };
+    assert_eq!(left_from(&before), Some(by_address(Pod::Client)), "{trace}");
+    assert_eq!(left_from(&after), Some(named(Pod::Client)), "{trace}");
+}
