@@ -138,6 +138,7 @@ impl Watch {
 
     /// Names the pods that were named by address when found, if their names are known now.
     pub fn name_new_pods(&mut self) {
+        let mut renamed = false;
         for pod in self.awaiting_names.named(&self.pod_names, Instant::now()) {
             let Some(link) = self.links.iter().find(|link| link.index == pod.node_veth) else {
                 continue;
@@ -146,6 +147,13 @@ impl Watch {
             self.points.insert_link(link, std::slice::from_ref(&pod));
             self.points
                 .rename_loopback(pod.cookie, Namespace::new(&pod.label));
+            renamed = true;
+        }
+        // The kernel follows questions by namespace: a renamed one is numbered anew.
+        if renamed {
+            if let Err(error) = self.sync_namespaces() {
+                tracing::warn!("telling the programs where namespaces are: {error:#}");
+            }
         }
     }
 
