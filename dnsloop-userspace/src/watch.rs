@@ -4,7 +4,7 @@ use anyhow::Context as _;
 use aya::Ebpf;
 
 use crate::{
-    attach::{self, Attachments},
+    attach::{AttachError, Attachments},
     namespaces::{self, PodNamespace},
     netns,
     observation::Namespace,
@@ -80,7 +80,7 @@ impl Watch {
             // A CNI creates a pod's veth, then puts it on the bridge: place it again.
             LinkEvent::Added(link) => self.update(link),
             LinkEvent::Removed { index } => {
-                self.attachments.forget(&mut self.ebpf, index);
+                self.attachments.forget(index);
                 self.points.remove_link(index);
                 self.links.retain(|link| link.index != index);
             }
@@ -106,9 +106,18 @@ impl Watch {
 
     fn add(&mut self, links: Vec<Link>) -> anyhow::Result<()> {
         programs::register_link_layers(&mut self.ebpf, &links)?;
-        for link in &links {
-            self.attachments.attach(&mut self.ebpf, link)?;
+        let mut attached = Vec::with_capacity(links.len());
+        for link in links {
+            match self.attachments.attach(&mut self.ebpf, &link) {
+                Ok(()) => attached.push(link),
+                // The whole node is what exists: a pod's veth may go while dnsloop starts.
+                Err(AttachError::InterfaceGone(name)) if self.whole_node => {
+                    tracing::info!("{name} went away before it could be watched");
+                }
+                Err(error) => return Err(error.into()),
+            }
         }
+        let links = attached;
         let pods = if self.whole_node {
             namespaces::discover(&links)
         } else {
@@ -126,15 +135,16 @@ impl Watch {
 
     /// A server forwarding to itself over its loopback shows nowhere else.
     fn watch_pod_loopback(&mut self, pod: &PodNamespace) {
-        let ebpf = &mut self.ebpf;
-        match namespaces::in_namespace(&pod.path, || attach::attach_loopback(ebpf)) {
-            Ok(Ok(())) => {
+        let attached =
+            self.attachments
+                .attach_pod_loopback(&mut self.ebpf, &pod.path, pod.cookie, &pod.label);
+        match attached {
+            Ok(()) => {
                 self.points
                     .insert_loopback(pod.cookie, Namespace::new(&pod.label));
                 self.watched_pods.push(pod.label.clone());
             }
             // The pod may be going away; the node's own interfaces still see its traffic.
-            Ok(Err(error)) => tracing::warn!("not watching lo of {}: {error}", pod.label),
             Err(error) => tracing::warn!("not watching lo of {}: {error}", pod.label),
         }
     }
