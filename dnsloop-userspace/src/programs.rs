@@ -1,11 +1,12 @@
 //! Loading the embedded kernel programs with this run's settings.
 use aya::{
     maps::{HashMap, MapData, RingBuf},
-    programs::{ProgramError, SchedClassifier, Xdp},
+    programs::{ProgramError, ProgramType, SchedClassifier, Xdp},
+    sys::{is_helper_supported, BpfHelper},
     util::KernelVersion,
     Ebpf, EbpfLoader,
 };
-use std::net::IpAddr;
+use std::{net::IpAddr, sync::OnceLock};
 
 use dnsloop_ebpf::{
     event::{
@@ -16,6 +17,7 @@ use dnsloop_ebpf::{
 use thiserror::Error;
 
 use crate::{
+    netns,
     preflight::{self, PreflightError},
     topology::Link,
 };
@@ -68,6 +70,8 @@ pub enum LoadError {
         #[source]
         source: ProgramError,
     },
+    #[error("reading this network namespace's cookie failed (SO_NETNS_COOKIE needs Linux 5.14)")]
+    NetnsCookie(#[source] std::io::Error),
     #[error("setting up map {name} failed")]
     Map {
         name: &'static str,
@@ -96,7 +100,12 @@ pub fn load(settings: &Settings) -> Result<Ebpf, LoadError> {
         tracing::info!("{note}");
     }
     let ports = port_table(&settings.dns_ports)?;
-    let config = program_config(settings)?;
+    let loopback_cookie = if tc_knows_netns_cookie() {
+        0
+    } else {
+        netns::current_cookie().map_err(LoadError::NetnsCookie)?
+    };
+    let config = program_config(settings, loopback_cookie)?;
     let MapSizes {
         questions,
         queries,
@@ -240,13 +249,32 @@ pub fn read_servers(ebpf: &Ebpf) -> Result<Vec<(ServerKey, ServerStats)>, LoadEr
     servers.iter().collect::<Result<_, _>>().map_err(map_error)
 }
 
-fn program_config(settings: &Settings) -> Result<ProgramConfig, LoadError> {
+/// Whether TC programs may ask the kernel which network namespace a packet's socket is in
+/// (`bpf_get_netns_cookie`, Linux 6.13+). Without it the programs tag loopback packets with a
+/// cookie patched in at load time, so only the calling namespace's loopback can be watched.
+pub fn tc_knows_netns_cookie() -> bool {
+    static KNOWN: OnceLock<bool> = OnceLock::new();
+    *KNOWN.get_or_init(|| {
+        let probed = is_helper_supported(
+            ProgramType::SchedClassifier,
+            BpfHelper::BPF_FUNC_get_netns_cookie,
+        );
+        probed.unwrap_or_else(|error| {
+            tracing::warn!("probing TC programs for bpf_get_netns_cookie failed ({error}): watching this namespace's loopback alone");
+            false
+        })
+    })
+}
+
+/// `loopback_cookie`: see [`ProgramConfig::loopback_cookie`].
+fn program_config(settings: &Settings, loopback_cookie: u64) -> Result<ProgramConfig, LoadError> {
     if !(64..=PACKET_SNAP_MAX).contains(&settings.snap_len) {
         return Err(LoadError::SnapLength(settings.snap_len));
     }
     Ok(ProgramConfig {
         snap_len: settings.snap_len as u32,
         stream_every_packet: u8::from(settings.stream_every_packet),
+        loopback_cookie,
         ..ProgramConfig::DEFAULT
     })
 }
@@ -416,14 +444,21 @@ mod tests {
             ..settings()
         };
         assert!(matches!(
-            program_config(&settings(63)),
+            program_config(&settings(63), 0),
             Err(LoadError::SnapLength(63))
         ));
         assert!(matches!(
-            program_config(&settings(PACKET_SNAP_MAX + 1)),
+            program_config(&settings(PACKET_SNAP_MAX + 1), 0),
             Err(LoadError::SnapLength(_))
         ));
-        let config = program_config(&settings(512)).unwrap();
-        assert_eq!((config.snap_len, config.stream_every_packet), (512, 1));
+        let config = program_config(&settings(512), 42).unwrap();
+        assert_eq!(
+            (
+                config.snap_len,
+                config.stream_every_packet,
+                config.loopback_cookie
+            ),
+            (512, 1, 42)
+        );
     }
 }

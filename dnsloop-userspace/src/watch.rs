@@ -23,6 +23,7 @@ pub struct Watch {
     /// Whole-node mode: pods' loopbacks are watched too, and new links are followed.
     whole_node: bool,
     watched_pods: Vec<String>,
+    warned_pod_loopbacks: bool,
 }
 
 impl Watch {
@@ -45,6 +46,7 @@ impl Watch {
             attachments: Attachments::new(xdp_ingress),
             whole_node,
             watched_pods: Vec::new(),
+            warned_pod_loopbacks: false,
         };
         watch
             .points
@@ -126,11 +128,23 @@ impl Watch {
         for link in &links {
             self.points.insert_link(link, &pods);
         }
-        for pod in &pods {
-            self.watch_pod_loopback(pod);
+        if !pods.is_empty() && !programs::tc_knows_netns_cookie() {
+            self.warn_pod_loopbacks_unwatched();
+        } else {
+            for pod in &pods {
+                self.watch_pod_loopback(pod);
+            }
         }
         self.links.extend(links);
         Ok(())
+    }
+
+    /// The programs cannot tell one namespace's loopback from another's here: say once what
+    /// goes unseen.
+    fn warn_pod_loopbacks_unwatched(&mut self) {
+        if !std::mem::replace(&mut self.warned_pod_loopbacks, true) {
+            eprintln!("dnsloop: pods' loopbacks are not watched: this kernel's TC programs cannot tell network namespaces apart (bpf_get_netns_cookie reached them in Linux 6.13), so a server in a pod forwarding to itself over its loopback goes unseen");
+        }
     }
 
     /// A server forwarding to itself over its loopback shows nowhere else.
