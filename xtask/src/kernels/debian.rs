@@ -24,38 +24,29 @@ pub struct Kernel {
 }
 
 /// The kernel image `metapackage` depends on, which must be of `series` (`6.1`), downloaded
-/// and unpacked unless it already is.
+/// unless it already is. Only what the guest needs is kept: the image and the modules.
 pub fn kernel(metapackage: &str, series: &str, cache: &Path) -> Result<Kernel> {
     let package = current_image_package(metapackage, series)?;
     let dir = cache.join(&package);
-    let root = dir.join("root");
-    if !root.join("boot").is_dir() {
-        let deb = download(&package, &dir)?;
-        let unpacking = root.with_extension("partial");
-        let _ = std::fs::remove_dir_all(&unpacking);
-        command::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacking))?;
-        std::fs::rename(&unpacking, &root).context("moving the unpacked kernel in place")?;
-        std::fs::remove_file(&deb).context("removing the downloaded package")?;
+    let vmlinuz = dir.join("vmlinuz");
+    if !vmlinuz.is_file() {
+        unpack(&package, &dir)?;
     }
-    let release = package
-        .strip_prefix("linux-image-")
-        .context("a linux-image package")?;
-    let vmlinuz = root.join(format!("boot/vmlinuz-{release}"));
-    ensure!(
-        vmlinuz.is_file(),
-        "{package} has no {}: remove {} and run again",
-        vmlinuz.display(),
-        dir.display()
-    );
     let modules = MODULES
         .iter()
         .map(|module| {
-            let plain = root.join(format!("lib/modules/{release}/kernel/{module}"));
+            let name = module.rsplit('/').next().unwrap_or(module);
+            let plain = dir.join(name);
             let compressed = plain.with_extension("ko.xz");
             [plain, compressed]
                 .into_iter()
                 .find(|path| path.is_file())
-                .with_context(|| format!("{package} has no {module}"))
+                .with_context(|| {
+                    format!(
+                        "{package} has no {module}: remove {} and run again",
+                        dir.display()
+                    )
+                })
         })
         .collect::<Result<_>>()?;
     let version = std::fs::read_to_string(dir.join("version")).unwrap_or_default();
@@ -65,6 +56,32 @@ pub fn kernel(metapackage: &str, series: &str, cache: &Path) -> Result<Kernel> {
         vmlinuz,
         modules,
     })
+}
+
+/// Downloads `package` and keeps its image and [`MODULES`] in `dir`; the image goes last, as
+/// the mark of a complete unpacking.
+fn unpack(package: &str, dir: &Path) -> Result<()> {
+    let deb = download(package, dir)?;
+    let root = dir.join("unpacked");
+    let _ = std::fs::remove_dir_all(&root);
+    command::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
+    let release = package
+        .strip_prefix("linux-image-")
+        .context("a linux-image package")?;
+    for module in MODULES {
+        let plain = root.join(format!("lib/modules/{release}/kernel/{module}"));
+        for path in [plain.clone(), plain.with_extension("ko.xz")] {
+            if let Some(name) = path.file_name().filter(|_| path.is_file()) {
+                std::fs::rename(&path, dir.join(name))?;
+            }
+        }
+    }
+    let image = root.join(format!("boot/vmlinuz-{release}"));
+    ensure!(image.is_file(), "{package} has no {}", image.display());
+    std::fs::rename(&image, dir.join("vmlinuz"))?;
+    std::fs::remove_dir_all(&root).context("removing the unpacked package")?;
+    std::fs::remove_file(&deb).context("removing the downloaded package")?;
+    Ok(())
 }
 
 /// What `metapackage` depends on: `linux-image-amd64` on `linux-image-6.1.0-<abi>-amd64` in
