@@ -585,6 +585,10 @@ pub struct ProgramConfig {
     /// Non-zero: stream every DNS packet (`--packets`).
     pub stream_every_packet: u8,
     pub _pad: [u8; 3],
+    /// Non-zero: the namespace cookie loopback packets are tagged with, on kernels whose TC
+    /// programs cannot ask for it (`bpf_get_netns_cookie` came to TC in Linux 6.13); userspace
+    /// then watches its own namespace's loopback alone. Zero: the programs ask the kernel.
+    pub loopback_cookie: u64,
 }
 
 impl ProgramConfig {
@@ -593,6 +597,7 @@ impl ProgramConfig {
         snap_len: PACKET_SNAP_MAX as u32,
         stream_every_packet: 0,
         _pad: [0; 3],
+        loopback_cookie: 0,
     };
 }
 
@@ -638,7 +643,7 @@ mod tests {
             8 + 8 + 4 + 4 + QUESTION_SLOTS * (4 + 8 + 16) + 64 * PRIOR_SIGHTINGS
         );
         assert_eq!(size_of::<PointNamespaces>(), 8);
-        assert_eq!(size_of::<ProgramConfig>(), 16);
+        assert_eq!(size_of::<ProgramConfig>(), 24);
         assert_eq!(size_of::<QueryEntry>(), 32 + 8 + 8 + NAME_WIRE_MAX);
         assert_eq!(size_of::<ServerKey>(), 20);
         assert_eq!(

@@ -1,10 +1,12 @@
 //! Loading the embedded kernel programs with this run's settings.
 use aya::{
     maps::{HashMap, MapData, RingBuf},
-    programs::{SchedClassifier, Xdp},
+    programs::{ProgramError, ProgramType, SchedClassifier, Xdp},
+    sys::{is_helper_supported, BpfHelper},
+    util::KernelVersion,
     Ebpf, EbpfLoader,
 };
-use std::net::IpAddr;
+use std::{net::IpAddr, sync::OnceLock};
 
 use dnsloop_ebpf::{
     event::{
@@ -15,7 +17,11 @@ use dnsloop_ebpf::{
 };
 use thiserror::Error;
 
-use crate::topology::Link;
+use crate::{
+    netns,
+    preflight::{self, PreflightError},
+    topology::Link,
+};
 
 /// The BPF object built by build.rs from the dnsloop-ebpf crate.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dnsloop"));
@@ -35,8 +41,8 @@ const POINT_NAMESPACES_MAP: &str = "POINT_NAMESPACES";
 
 #[derive(Debug, Error)]
 pub enum LoadError {
-    #[error("loading BPF programs needs root (or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON): run it with sudo")]
-    NotPrivileged,
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
     #[error("at most {MAX_DNS_PORTS} DNS ports can be watched, {0} were given")]
     TooManyPorts(usize),
     #[error("DNS port 0 is not a port")]
@@ -47,18 +53,27 @@ pub enum LoadError {
     RingBufferSize(u32),
     #[error("the {table} table must hold between 1024 and 16777216 entries, not {entries}")]
     TableSize { table: &'static str, entries: u32 },
-    #[error(
-        "loading the BPF object failed (is this kernel built with CONFIG_BPF_SYSCALL and BTF?)"
-    )]
+    #[error("loading the BPF object failed (its maps could not be created): see the error below")]
     Object(#[source] aya::EbpfError),
     #[error("the BPF object has no {0}: the build is broken, rebuild with `cargo xtask build`")]
     Missing(&'static str),
-    #[error("the kernel verifier rejected program {name}")]
+    #[error("the kernel verifier rejected program {name}: please report it with the verifier's log below and `uname -a`")]
     Verifier {
         name: &'static str,
         #[source]
-        source: aya::programs::ProgramError,
+        source: ProgramError,
     },
+    #[error("the kernel verifier rejected program {name}: Linux {kernel} is older than {needed}, the first with {feature}, which the program uses; run dnsloop on a newer kernel")]
+    KernelTooOld {
+        name: &'static str,
+        kernel: KernelVersion,
+        needed: KernelVersion,
+        feature: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("reading this network namespace's cookie failed (SO_NETNS_COOKIE needs Linux 5.14)")]
+    NetnsCookie(#[source] std::io::Error),
     #[error("setting up map {name} failed")]
     Map {
         name: &'static str,
@@ -83,12 +98,16 @@ pub struct Settings {
 
 /// Loads the programs into the kernel with `settings` patched in, ready to attach.
 pub fn load(settings: &Settings) -> Result<Ebpf, LoadError> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(LoadError::NotPrivileged);
+    for note in preflight::check()? {
+        tracing::info!("{note}");
     }
     let ports = port_table(&settings.dns_ports)?;
-    let config = program_config(settings)?;
+    let loopback_cookie = if tc_knows_netns_cookie() {
+        0
+    } else {
+        netns::current_cookie().map_err(LoadError::NetnsCookie)?
+    };
+    let config = program_config(settings, loopback_cookie)?;
     let MapSizes {
         questions,
         queries,
@@ -102,20 +121,42 @@ pub fn load(settings: &Settings) -> Result<Ebpf, LoadError> {
         .map_max_entries(RECORDS_MAP, ring_bytes)
         .load(OBJECT)
         .map_err(LoadError::Object)?;
+    let kernel = KernelVersion::current().ok();
     for name in [INGRESS_PROGRAM, EGRESS_PROGRAM] {
         classifier(&mut ebpf, name)?
             .load()
-            .map_err(|source| LoadError::Verifier { name, source })?;
+            .map_err(|source| rejected(name, kernel, source))?;
     }
     if settings.xdp_ingress {
         xdp(&mut ebpf)?
             .load()
-            .map_err(|source| LoadError::Verifier {
-                name: XDP_INGRESS_PROGRAM,
-                source,
-            })?;
+            .map_err(|source| rejected(XDP_INGRESS_PROGRAM, kernel, source))?;
     }
     Ok(ebpf)
+}
+
+/// The oldest kernel with every helper program `name` calls, and the newest of those helpers.
+fn requirement(name: &str) -> (KernelVersion, &'static str) {
+    if name == XDP_INGRESS_PROGRAM {
+        (KernelVersion::new(5, 18, 0), "bpf_xdp_load_bytes")
+    } else {
+        (KernelVersion::new(5, 17, 0), "bpf_loop")
+    }
+}
+
+/// Why the verifier rejected program `name` on `kernel`: a kernel too old for it, or a bug.
+fn rejected(name: &'static str, kernel: Option<KernelVersion>, source: ProgramError) -> LoadError {
+    let (needed, feature) = requirement(name);
+    match kernel {
+        Some(kernel) if kernel < needed => LoadError::KernelTooOld {
+            name,
+            kernel,
+            needed,
+            feature,
+            source,
+        },
+        _ => LoadError::Verifier { name, source },
+    }
 }
 
 pub fn classifier<'a>(
@@ -240,13 +281,32 @@ pub fn read_servers(ebpf: &Ebpf) -> Result<Vec<(ServerKey, ServerStats)>, LoadEr
     servers.iter().collect::<Result<_, _>>().map_err(map_error)
 }
 
-fn program_config(settings: &Settings) -> Result<ProgramConfig, LoadError> {
+/// Whether TC programs may ask the kernel which network namespace a packet's socket is in
+/// (`bpf_get_netns_cookie`, Linux 6.13+). Without it the programs tag loopback packets with a
+/// cookie patched in at load time, so only the calling namespace's loopback can be watched.
+pub fn tc_knows_netns_cookie() -> bool {
+    static KNOWN: OnceLock<bool> = OnceLock::new();
+    *KNOWN.get_or_init(|| {
+        let probed = is_helper_supported(
+            ProgramType::SchedClassifier,
+            BpfHelper::BPF_FUNC_get_netns_cookie,
+        );
+        probed.unwrap_or_else(|error| {
+            tracing::warn!("probing TC programs for bpf_get_netns_cookie failed ({error}): watching this namespace's loopback alone");
+            false
+        })
+    })
+}
+
+/// `loopback_cookie`: see [`ProgramConfig::loopback_cookie`].
+fn program_config(settings: &Settings, loopback_cookie: u64) -> Result<ProgramConfig, LoadError> {
     if !(64..=PACKET_SNAP_MAX).contains(&settings.snap_len) {
         return Err(LoadError::SnapLength(settings.snap_len));
     }
     Ok(ProgramConfig {
         snap_len: settings.snap_len as u32,
         stream_every_packet: u8::from(settings.stream_every_packet),
+        loopback_cookie,
         ..ProgramConfig::DEFAULT
     })
 }
@@ -358,20 +418,79 @@ mod tests {
     }
 
     #[test]
+    fn a_kernel_too_old_for_a_helper_is_named_as_the_cause() {
+        let error = rejected(
+            EGRESS_PROGRAM,
+            Some(KernelVersion::new(5, 15, 0)),
+            ProgramError::NotLoaded,
+        );
+        assert_eq!(
+            error.to_string(),
+            "the kernel verifier rejected program dnsloop_egress: Linux 5.15.0 is older than 5.17.0, the first with bpf_loop, which the program uses; run dnsloop on a newer kernel"
+        );
+        let xdp = rejected(
+            XDP_INGRESS_PROGRAM,
+            Some(KernelVersion::new(5, 17, 3)),
+            ProgramError::NotLoaded,
+        );
+        assert!(matches!(
+            xdp,
+            LoadError::KernelTooOld {
+                feature: "bpf_xdp_load_bytes",
+                ..
+            }
+        ));
+        // On a recent kernel a rejection is a bug to report.
+        for kernel in [Some(KernelVersion::new(6, 1, 0)), None] {
+            assert!(matches!(
+                rejected(INGRESS_PROGRAM, kernel, ProgramError::NotLoaded),
+                LoadError::Verifier { .. }
+            ));
+        }
+    }
+
+    /// The preflight lets a kernel without BTF through: that holds while the object asks for
+    /// no CO-RE relocation, which only the kernel's BTF could resolve.
+    #[test]
+    fn the_programs_need_no_kernel_btf() {
+        use object::{Object as _, ObjectSection as _};
+        let file = object::File::parse(OBJECT).expect("the BPF object is ELF");
+        let ext = file
+            .section_by_name(".BTF.ext")
+            .expect("the BPF object has .BTF.ext")
+            .data()
+            .expect(".BTF.ext is readable");
+        // struct btf_ext_header: magic, version, flags, hdr_len, then func_info, line_info
+        // and (when hdr_len allows) core_relo offset/length pairs.
+        let word = |at: usize| u32::from_le_bytes(ext[at..at + 4].try_into().unwrap());
+        assert_eq!(u16::from_le_bytes([ext[0], ext[1]]), 0xeb9f);
+        let header_len = word(4) as usize;
+        let core_relo_len = if header_len >= 32 { word(28) } else { 0 };
+        assert_eq!(core_relo_len, 0, "the programs now need the kernel's BTF");
+    }
+
+    #[test]
     fn snap_length_is_bounded() {
         let settings = |snap_len| Settings {
             snap_len,
             ..settings()
         };
         assert!(matches!(
-            program_config(&settings(63)),
+            program_config(&settings(63), 0),
             Err(LoadError::SnapLength(63))
         ));
         assert!(matches!(
-            program_config(&settings(PACKET_SNAP_MAX + 1)),
+            program_config(&settings(PACKET_SNAP_MAX + 1), 0),
             Err(LoadError::SnapLength(_))
         ));
-        let config = program_config(&settings(512)).unwrap();
-        assert_eq!((config.snap_len, config.stream_every_packet), (512, 1));
+        let config = program_config(&settings(512), 42).unwrap();
+        assert_eq!(
+            (
+                config.snap_len,
+                config.stream_every_packet,
+                config.loopback_cookie
+            ),
+            (512, 1, 42)
+        );
     }
 }

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use aya::Ebpf;
 
 use crate::{
-    attach::{self, Attachments},
+    attach::{AttachError, Attachments},
     namespaces::{self, AwaitingNames, PodNamespace},
     netns,
     observation::Namespace,
@@ -29,6 +29,7 @@ pub struct Watch {
     pod_names: PodNames,
     awaiting_names: AwaitingNames,
     watched_pods: Vec<String>,
+    warned_pod_loopbacks: bool,
 }
 
 impl Watch {
@@ -54,6 +55,7 @@ impl Watch {
             pod_names,
             awaiting_names: AwaitingNames::default(),
             watched_pods: Vec::new(),
+            warned_pod_loopbacks: false,
         };
         watch
             .points
@@ -91,7 +93,7 @@ impl Watch {
             LinkEvent::Added(link) => self.update(link),
             LinkEvent::Removed { index } => {
                 self.awaiting_names.forget(index);
-                self.attachments.forget(&mut self.ebpf, index);
+                self.attachments.forget(index);
                 self.points.remove_link(index);
                 self.links.retain(|link| link.index != index);
             }
@@ -159,9 +161,18 @@ impl Watch {
 
     fn add(&mut self, links: Vec<Link>) -> anyhow::Result<()> {
         programs::register_link_layers(&mut self.ebpf, &links)?;
-        for link in &links {
-            self.attachments.attach(&mut self.ebpf, link)?;
+        let mut attached = Vec::with_capacity(links.len());
+        for link in links {
+            match self.attachments.attach(&mut self.ebpf, &link) {
+                Ok(()) => attached.push(link),
+                // The whole node is what exists: a pod's veth may go while dnsloop starts.
+                Err(AttachError::InterfaceGone(name)) if self.whole_node => {
+                    tracing::info!("{name} went away before it could be watched");
+                }
+                Err(error) => return Err(error.into()),
+            }
         }
+        let links = attached;
         let pods = if self.whole_node {
             namespaces::discover(&links, &self.pod_names)
         } else {
@@ -170,25 +181,40 @@ impl Watch {
         for link in &links {
             self.points.insert_link(link, &pods);
         }
+        if !pods.is_empty() && !programs::tc_knows_netns_cookie() {
+            self.warn_pod_loopbacks_unwatched();
+        } else {
+            for pod in &pods {
+                self.watch_pod_loopback(pod);
+            }
+        }
         for pod in &pods {
-            self.watch_pod_loopback(pod);
             self.awaiting_names.add(pod, Instant::now());
         }
         self.links.extend(links);
         Ok(())
     }
 
+    /// The programs cannot tell one namespace's loopback from another's here: say once what
+    /// goes unseen.
+    fn warn_pod_loopbacks_unwatched(&mut self) {
+        if !std::mem::replace(&mut self.warned_pod_loopbacks, true) {
+            eprintln!("dnsloop: pods' loopbacks are not watched: this kernel's TC programs cannot tell network namespaces apart (bpf_get_netns_cookie reached them in Linux 6.13), so a server in a pod forwarding to itself over its loopback goes unseen");
+        }
+    }
+
     /// A server forwarding to itself over its loopback shows nowhere else.
     fn watch_pod_loopback(&mut self, pod: &PodNamespace) {
-        let ebpf = &mut self.ebpf;
-        match namespaces::in_namespace(&pod.path, || attach::attach_loopback(ebpf)) {
-            Ok(Ok(())) => {
+        let attached =
+            self.attachments
+                .attach_pod_loopback(&mut self.ebpf, &pod.path, pod.cookie, &pod.label);
+        match attached {
+            Ok(()) => {
                 self.points
                     .insert_loopback(pod.cookie, Namespace::new(&pod.label));
                 self.watched_pods.push(pod.label.clone());
             }
             // The pod may be going away; the node's own interfaces still see its traffic.
-            Ok(Err(error)) => tracing::warn!("not watching lo of {}: {error}", pod.label),
             Err(error) => tracing::warn!("not watching lo of {}: {error}", pod.label),
         }
     }

@@ -37,6 +37,17 @@ impl Tracer {
         Self::start_subcommand(dnsloop, "trace", lab, ns, args)
     }
 
+    /// As [`Tracer::start`], with `env` added to dnsloop's environment.
+    pub fn start_with_env(
+        dnsloop: &Path,
+        lab: &Lab,
+        ns: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Tracer> {
+        Self::spawn(dnsloop, "trace", lab, ns, args, env)
+    }
+
     /// Starts `dnsloop SUBCOMMAND ARGS` (one that traces: `trace`, `capture`) in namespace `ns`
     /// and returns once it is attached.
     pub fn start_subcommand(
@@ -46,11 +57,24 @@ impl Tracer {
         ns: &str,
         args: &[&str],
     ) -> Result<Tracer> {
+        Self::spawn(dnsloop, subcommand, lab, ns, args, &[])
+    }
+
+    fn spawn(
+        dnsloop: &Path,
+        subcommand: &str,
+        lab: &Lab,
+        ns: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Tracer> {
+        // `ip netns exec` execs dnsloop: the child's PID is dnsloop's.
         let mut child = Command::new("ip")
             .args(["netns", "exec", ns])
             .arg(dnsloop)
             .arg(subcommand)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -108,10 +132,29 @@ impl Tracer {
         )
     }
 
+    /// dnsloop's PID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends SIGINT, as an operator's Ctrl-C would, and collects the output.
     pub fn interrupt(self) -> Result<TracerOutput> {
+        self.signal(libc::SIGINT)
+    }
+
+    /// Sends SIGTERM, as `kill` or Kubernetes stopping a pod would, and collects the output.
+    pub fn terminate(self) -> Result<TracerOutput> {
+        self.signal(libc::SIGTERM)
+    }
+
+    /// Sends SIGKILL, which gives dnsloop no chance to clean up, and collects the output.
+    pub fn kill(self) -> Result<TracerOutput> {
+        self.signal(libc::SIGKILL)
+    }
+
+    fn signal(self, signal: libc::c_int) -> Result<TracerOutput> {
         // SAFETY: signalling our own child by its PID.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
         self.wait(Duration::from_secs(10))
     }
 

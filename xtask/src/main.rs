@@ -1,10 +1,11 @@
-//! Developer and CI entry point: `cargo xtask setup|build|lab|demo|test`.
+//! Developer and CI entry point: `cargo xtask setup|build|lab|demo|kernels|test`.
 //!
 //! Everything a fresh machine needs is installed by `setup`, and `demo` and `test` run it first,
 //! so the README's two commands work from a fresh clone.
 mod bench;
 mod command;
 mod demo;
+mod kernels;
 mod setup;
 mod test;
 
@@ -35,7 +36,11 @@ enum Task {
     },
     /// Show dnsloop on the lab.
     Demo,
-    /// Run every test: unit, property, and the privileged end-to-end tests on the lab.
+    /// Boot Debian 12's Linux 6.1 under QEMU and check dnsloop loads, attaches (with the
+    /// clsact fallback) and counts DNS there.
+    Kernels,
+    /// Run every test: unit, property, the privileged end-to-end tests on the lab, and the
+    /// kernel matrix.
     Test,
     /// Measure dnsloop's cost and speed on the lab, side by side with an empty program and
     /// tcpdump, and write BENCHMARKS.md (about 5 minutes).
@@ -58,6 +63,7 @@ fn main() -> Result<()> {
         Task::Build => build_release().map(|_| ()),
         Task::Lab { action } => run_lab(action),
         Task::Demo => demo::run(),
+        Task::Kernels => kernels::run(),
         Task::Test => test::run(),
         Task::Bench => bench::run(),
     }

@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use crate::command::{self, output_contains};
 
 /// LLVM 22 for bpf-linker; real DNS servers and network tools for the lab (curl scrapes
-/// dnsloop's metrics).
+/// dnsloop's metrics); QEMU, busybox and strip for the kernel matrix's guest.
 const DEBIAN_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -22,6 +22,9 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "conntrack",
     "bind9-dnsutils",
     "curl",
+    "qemu-system-x86",
+    "busybox-static",
+    "binutils",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Without it, bpf-linker's build finds the system's LLVM 14 and fails to link `-lLLVM`.

@@ -1,7 +1,7 @@
 //! `cargo xtask test`: every test, from a fresh machine to a verdict.
 use anyhow::Result;
 
-use crate::{command, setup};
+use crate::{command, kernels, setup};
 
 pub fn run() -> Result<()> {
     setup::run()?;
@@ -15,6 +15,8 @@ pub fn run() -> Result<()> {
     command::run(
         command::cargo_command()
             .arg("test")
-            .env(dnsloop_tests::DNSLOOP_BIN_ENV, dnsloop),
-    )
+            .env(dnsloop_tests::DNSLOOP_BIN_ENV, &dnsloop),
+    )?;
+    // The same binary on a kernel it was not built on.
+    kernels::check(&dnsloop)
 }

@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use dnsloop_ebpf::parse::{PacketBytes, DNS_BUF_LEN};
 
-use super::maps::DNS_BUFFER;
+use super::maps::{self, DNS_BUFFER};
 
 /// The kernel gives loopback this index in every network namespace.
 pub const LOOPBACK_IFINDEX: u32 = 1;
@@ -63,10 +63,18 @@ impl Hook for Skb {
     /// In TC, `bpf_get_netns_cookie` returns the namespace of the skb's socket (init_net when
     /// there is none), so userspace attaches to `lo` on egress only, where every packet still
     /// carries the local socket that sent it.
+    ///
+    /// TC programs have the helper since Linux 6.13. Before, userspace watches only its own
+    /// loopback and patches its cookie in: the verifier then never reaches the call, which an
+    /// older kernel would reject.
     #[inline(always)]
     fn loopback_netns_cookie(self) -> u64 {
         if self.ifindex() != LOOPBACK_IFINDEX {
             return 0;
+        }
+        let patched = maps::loopback_cookie();
+        if patched != 0 {
+            return patched;
         }
         // SAFETY: the helper only reads the skb's socket, if any.
         unsafe { bpf_get_netns_cookie(self.0 as *mut _) }

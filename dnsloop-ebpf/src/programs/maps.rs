@@ -160,6 +160,14 @@ pub fn config() -> ProgramConfig {
     unsafe { core::ptr::read_volatile(&CONFIG) }
 }
 
+/// [`ProgramConfig::loopback_cookie`], read alone so that the verifier sees a constant (CONFIG
+/// is read-only to the programs) and skips the branch it rules out.
+#[inline(always)]
+pub fn loopback_cookie() -> u64 {
+    // SAFETY: reading a field of a global of plain data.
+    unsafe { core::ptr::read_volatile(&raw const CONFIG.loopback_cookie) }
+}
+
 #[inline(always)]
 pub fn link_layer(ifindex: u32) -> LinkLayer {
     // SAFETY: a plain-data value of a map we own.

@@ -1,0 +1,157 @@
+//! What the kernel must allow before the programs load, checked first so that a node that
+//! cannot run dnsloop says why, and what to do, rather than failing halfway.
+use std::{io, path::Path};
+
+use thiserror::Error;
+
+/// Where the kernel publishes its own BTF (`CONFIG_DEBUG_INFO_BTF`).
+const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+/// Where the BPF filesystem is mounted, for pinning.
+const BPFFS: &str = "/sys/fs/bpf";
+/// `BPF_FS_MAGIC` from linux/magic.h.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PreflightError {
+    #[error("loading BPF programs needs root (or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON): run it with sudo")]
+    NotRoot,
+    #[error("the kernel refuses the bpf() system call to this process ({0}): it needs CAP_BPF or CAP_SYS_ADMIN, which containers drop; run dnsloop as root on the host, or in a privileged pod (securityContext.privileged: true), and check that no seccomp profile blocks bpf()")]
+    BpfDenied(String),
+    #[error("this kernel has no bpf() system call: it was built without CONFIG_BPF_SYSCALL; dnsloop needs a kernel with BPF (any distribution kernel since Linux 5.17 has it)")]
+    NoBpf,
+    #[error("the bpf() system call failed ({0}): check `dmesg` for why")]
+    Bpf(String),
+}
+
+/// Something that does not stop dnsloop but is worth knowing when things go wrong.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Note {
+    /// No kernel BTF: fine, the programs use no CO-RE relocations.
+    NoKernelBtf,
+    /// No BPF filesystem: fine, dnsloop pins nothing.
+    NoBpffs,
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Note::NoKernelBtf => write!(f, "this kernel publishes no BTF ({KERNEL_BTF}): not needed, dnsloop's programs use no CO-RE relocations"),
+            Note::NoBpffs => write!(f, "no BPF filesystem at {BPFFS}: not needed, dnsloop pins nothing"),
+        }
+    }
+}
+
+/// Checks that this process may load BPF programs; returns what is worth noting.
+pub fn check() -> Result<Vec<Note>, PreflightError> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(PreflightError::NotRoot);
+    }
+    probe_bpf_syscall().map_err(bpf_error)?;
+    let mut notes = Vec::new();
+    if !Path::new(KERNEL_BTF).exists() {
+        notes.push(Note::NoKernelBtf);
+    }
+    if !is_bpffs(Path::new(BPFFS)) {
+        notes.push(Note::NoBpffs);
+    }
+    Ok(notes)
+}
+
+/// What the bpf() system call failing with `error` means for dnsloop.
+fn bpf_error(error: io::Error) -> PreflightError {
+    match error.raw_os_error() {
+        Some(libc::EPERM | libc::EACCES) => PreflightError::BpfDenied(error.to_string()),
+        Some(libc::ENOSYS) => PreflightError::NoBpf,
+        _ => PreflightError::Bpf(error.to_string()),
+    }
+}
+
+/// Creates (and closes) the smallest map there is: the one bpf() command every run needs.
+fn probe_bpf_syscall() -> io::Result<()> {
+    /// The first fields of `union bpf_attr` for BPF_MAP_CREATE; the kernel reads the rest as 0.
+    #[repr(C)]
+    struct MapCreate {
+        map_type: u32,
+        key_size: u32,
+        value_size: u32,
+        max_entries: u32,
+    }
+    const BPF_MAP_CREATE: libc::c_long = 0;
+    const BPF_MAP_TYPE_ARRAY: u32 = 2;
+    let attr = MapCreate {
+        map_type: BPF_MAP_TYPE_ARRAY,
+        key_size: 4,
+        value_size: 4,
+        max_entries: 1,
+    };
+    // SAFETY: bpf(BPF_MAP_CREATE) reads `size` bytes of a live, initialised attribute struct.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_CREATE,
+            &raw const attr,
+            std::mem::size_of::<MapCreate>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: closing the descriptor the kernel just gave us.
+    unsafe { libc::close(fd as libc::c_int) };
+    Ok(())
+}
+
+fn is_bpffs(path: &Path) -> bool {
+    let Ok(path) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs writes into a zeroed statfs we own, reading a NUL-terminated path.
+    unsafe {
+        let mut stat: libc::statfs = std::mem::zeroed();
+        libc::statfs(path.as_ptr(), &mut stat) == 0 && stat.f_type as i64 == BPF_FS_MAGIC
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_bpf_call_says_which_privilege_is_missing_and_what_to_do() {
+        for errno in [libc::EPERM, libc::EACCES] {
+            let error = bpf_error(io::Error::from_raw_os_error(errno));
+            assert!(matches!(error, PreflightError::BpfDenied(_)), "{error:?}");
+            let message = error.to_string();
+            assert!(message.contains("CAP_BPF or CAP_SYS_ADMIN"), "{message}");
+            assert!(message.contains("privileged"), "{message}");
+        }
+    }
+
+    #[test]
+    fn a_kernel_without_bpf_is_told_apart_from_a_refusal() {
+        assert_eq!(
+            bpf_error(io::Error::from_raw_os_error(libc::ENOSYS)),
+            PreflightError::NoBpf
+        );
+        assert!(PreflightError::NoBpf
+            .to_string()
+            .contains("CONFIG_BPF_SYSCALL"));
+        assert!(matches!(
+            bpf_error(io::Error::from_raw_os_error(libc::ENOMEM)),
+            PreflightError::Bpf(_)
+        ));
+    }
+
+    #[test]
+    fn missing_btf_and_bpffs_are_notes_not_errors() {
+        assert!(Note::NoKernelBtf.to_string().contains("not needed"));
+        assert!(Note::NoBpffs.to_string().contains("not needed"));
+    }
+
+    #[test]
+    fn only_a_bpf_filesystem_counts_as_bpffs() {
+        assert!(!is_bpffs(Path::new("/proc")));
+        assert!(!is_bpffs(Path::new("/no/such/dir")));
+    }
+}

@@ -1,0 +1,385 @@
+//! dnsloop on a node over its lifetime: what it leaves attached when it ends (SIGTERM, SIGKILL),
+//! two dnsloops on one node, and the clsact path that kernels without TCX take (forced here with
+//! `DNSLOOP_FORCE_CLSACT=1`).
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
+
+use dnsloop_tests::{
+    lab::{Lab, Pod, Scenario, NODE_LOCAL_DNS},
+    privilege::{can_run, dnsloop_bin, Need},
+    tracer::{Tracer, TracerOutput},
+};
+use serde_json::Value;
+
+const QUERIES: u64 = 3;
+const CLUSTER_NAME: &str = "api.default.svc.cluster.local";
+const FORCE_CLSACT: (&str, &str) = ("DNSLOOP_FORCE_CLSACT", "1");
+/// The start of the warning dnsloop prints when it attaches with tc clsact.
+const CLSACT_WARNING: &str = "dnsloop: TCX is not available";
+/// Freeing a program the kernel no longer uses is deferred (RCU): give it this long.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn healthy_lab(test: &str) -> Option<Lab> {
+    if !can_run(
+        test,
+        &[
+            Need::Root,
+            Need::DnsloopBinary,
+            Need::Tool("bpftool"),
+            Need::Tool("tc"),
+        ],
+    ) {
+        return None;
+    }
+    Some(Lab::up(Scenario::Healthy).expect("lab up"))
+}
+
+fn start(lab: &Lab, env: &[(&str, &str)]) -> Tracer {
+    Tracer::start_with_env(
+        &dnsloop_bin(),
+        lab,
+        lab.node_ns(),
+        &["--output", "json"],
+        env,
+    )
+    .expect("tracer starts")
+}
+
+#[test]
+fn sigkill_leaves_no_program_attached() {
+    let Some(lab) = healthy_lab("sigkill_leaves_no_program_attached") else {
+        return;
+    };
+    let tracer = start(&lab, &[]);
+    let handles = BpfHandles::of(tracer.pid());
+    // Both directions of the node's links, its loopback's egress and the pods' loopbacks.
+    assert!(handles.tcx_links >= 5, "{handles:?}");
+    assert_eq!(handles.programs.len(), 2, "{handles:?}");
+
+    let output = tracer.kill().expect("tracer ends on SIGKILL");
+    assert!(!output.stderr.contains(CLSACT_WARNING), "{}", output.stderr);
+    // TCX links die with the process, and with them the kernel's last use of the programs.
+    assert_released(&handles.programs);
+    assert_no_dnsloop_filters(&lab, lab.node_ns());
+}
+
+#[test]
+fn sigterm_ends_with_the_summary_and_exit_0() {
+    let Some(lab) = healthy_lab("sigterm_ends_with_the_summary") else {
+        return;
+    };
+    let tracer = start(&lab, &[]);
+    let programs = BpfHandles::of(tracer.pid()).programs;
+    ask(&lab, QUERIES);
+
+    let output = tracer.terminate().expect("tracer ends on SIGTERM");
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status,
+        output.stderr
+    );
+    let summary = summary_of(&output);
+    assert!(client_queries(&summary) >= QUERIES, "{summary}");
+    assert_released(&programs);
+}
+
+#[test]
+fn a_second_tracer_works_alongside_the_first_and_outlives_it() {
+    let Some(lab) = healthy_lab("a_second_tracer_works_alongside") else {
+        return;
+    };
+    side_by_side(&lab, &[]);
+}
+
+/// On the clsact path the second dnsloop's filters get priorities of their own: the first's
+/// exit removes its filters only, and the second goes on seeing every query.
+#[test]
+fn on_the_clsact_path_a_second_tracer_keeps_its_filters_when_the_first_exits() {
+    let Some(lab) = healthy_lab("clsact_second_tracer_keeps_its_filters") else {
+        return;
+    };
+    side_by_side(&lab, &[FORCE_CLSACT]);
+}
+
+/// Starts two tracers, asks `QUERIES` names, stops the first, asks as many again: the second,
+/// still attached, saw both rounds.
+fn side_by_side(lab: &Lab, env: &[(&str, &str)]) {
+    let first = start(lab, env);
+    let first_programs = BpfHandles::of(first.pid()).programs;
+    let second = start(lab, env);
+    let second_programs = BpfHandles::of(second.pid()).programs;
+    ask(lab, QUERIES);
+
+    let first = first.terminate().expect("first tracer ends on SIGTERM");
+    assert!(first.status.success(), "{}", first.stderr);
+    assert!(
+        client_queries(&summary_of(&first)) >= QUERIES,
+        "{}",
+        first.stdout
+    );
+    assert_released(&first_programs);
+    if !env.is_empty() {
+        let attached = dnsloop_filters(lab, lab.node_ns());
+        let ids: BTreeSet<u64> = attached.iter().map(|filter| filter.program).collect();
+        assert_eq!(
+            ids,
+            second_programs.iter().copied().collect(),
+            "{attached:?}"
+        );
+    }
+
+    ask(lab, QUERIES);
+    let second = second.terminate().expect("second tracer ends on SIGTERM");
+    assert!(second.status.success(), "{}", second.stderr);
+    assert!(
+        client_queries(&summary_of(&second)) >= 2 * QUERIES,
+        "{}",
+        second.stdout
+    );
+    assert_released(&second_programs);
+    assert_no_dnsloop_filters(lab, lab.node_ns());
+}
+
+#[test]
+fn on_the_clsact_path_an_exit_removes_the_filters_and_qdiscs_it_added() {
+    let Some(lab) = healthy_lab("clsact_exit_removes_filters_and_qdiscs") else {
+        return;
+    };
+    let client = lab.pod_ns(Pod::Client);
+    for ns in [lab.node_ns(), &client] {
+        assert!(clsact_qdiscs(&lab, ns).is_empty(), "the lab has no clsact");
+    }
+    let tracer = start(&lab, &[FORCE_CLSACT]);
+    let programs = BpfHandles::of(tracer.pid()).programs;
+    // The node's interfaces, and the pod's loopback in its own namespace.
+    assert!(dnsloop_filters(&lab, lab.node_ns()).len() >= 5);
+    assert_eq!(dnsloop_filters(&lab, &client).len(), 1);
+    ask(&lab, QUERIES);
+
+    let output = tracer.terminate().expect("tracer ends on SIGTERM");
+    assert!(output.status.success(), "{}", output.stderr);
+    assert!(output.stderr.contains(CLSACT_WARNING), "{}", output.stderr);
+    assert!(client_queries(&summary_of(&output)) >= QUERIES);
+    for ns in [lab.node_ns(), &client] {
+        assert_no_dnsloop_filters(&lab, ns);
+        assert_eq!(clsact_qdiscs(&lab, ns), Vec::<String>::new(), "in {ns}");
+    }
+    assert_released(&programs);
+}
+
+/// A SIGKILL leaves the clsact filters behind, as the warning says; the warning's own recipe
+/// (`tc filter del dev IFACE DIRECTION pref PREF`) removes them.
+#[test]
+fn on_the_clsact_path_sigkill_leaves_the_filters_the_warning_tells_how_to_remove() {
+    let Some(lab) = healthy_lab("clsact_sigkill_leaves_filters") else {
+        return;
+    };
+    let tracer = start(&lab, &[FORCE_CLSACT]);
+    let output = tracer.kill().expect("tracer ends on SIGKILL");
+    let warning = output
+        .stderr
+        .lines()
+        .find(|line| line.starts_with(CLSACT_WARNING))
+        .unwrap_or_else(|| panic!("no clsact warning in:\n{}", output.stderr));
+    assert!(warning.contains("SIGKILL leaves them behind"), "{warning}");
+
+    let left = dnsloop_filters(&lab, lab.node_ns());
+    assert!(left.len() >= 5, "{left:?}");
+    for filter in &left {
+        let pref = filter.pref.to_string();
+        let removed = lab
+            .exec(
+                lab.node_ns(),
+                &[
+                    "tc",
+                    "filter",
+                    "del",
+                    "dev",
+                    &filter.device,
+                    &filter.direction,
+                    "pref",
+                    &pref,
+                ],
+            )
+            .expect("run tc");
+        assert!(removed.status.success(), "{filter:?}: {removed:?}");
+    }
+    assert_no_dnsloop_filters(&lab, lab.node_ns());
+    // The pods' loopbacks keep theirs: deleting the lab removes them with the namespaces.
+}
+
+/// Asks the node-local cache for a cluster name `count` times from the client pod.
+fn ask(lab: &Lab, count: u64) {
+    for _ in 0..count {
+        let outcome = lab
+            .dig(Pod::Client, &NODE_LOCAL_DNS.to_string(), &[CLUSTER_NAME])
+            .expect("dig");
+        assert_eq!(
+            outcome.status.as_deref(),
+            Some("NOERROR"),
+            "{}",
+            outcome.stdout
+        );
+    }
+}
+
+fn summary_of(output: &TracerOutput) -> Value {
+    output
+        .stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|value| value["kind"] == "summary")
+        .unwrap_or_else(|| {
+            panic!(
+                "no JSON summary on stdout:\n{}\nstderr:\n{}",
+                output.stdout, output.stderr
+            )
+        })
+}
+
+/// DNS packets from the client pod into the node: the queries asked.
+fn client_queries(summary: &Value) -> u64 {
+    summary["interfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|point| point["ifname"] == "veth-client" && point["dir"] == "ingress")
+        .and_then(|point| point["dns_packets"].as_u64())
+        .unwrap_or(0)
+}
+
+/// The BPF programs and TCX links a process holds, from its file descriptors.
+#[derive(Debug)]
+struct BpfHandles {
+    programs: Vec<u64>,
+    tcx_links: usize,
+}
+
+impl BpfHandles {
+    fn of(pid: u32) -> Self {
+        let mut handles = BpfHandles {
+            programs: Vec::new(),
+            tcx_links: 0,
+        };
+        let fdinfo = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).expect("read fdinfo");
+        for entry in fdinfo.flatten() {
+            let Ok(info) = std::fs::read_to_string(entry.path()) else {
+                continue;
+            };
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|line| line.strip_prefix(name))
+                    .map(str::trim)
+            };
+            match (field("link_type:"), field("prog_id:")) {
+                (Some("tcx"), _) => handles.tcx_links += 1,
+                (None, Some(id)) => handles.programs.push(id.parse().expect("prog_id")),
+                _ => {}
+            }
+        }
+        handles
+    }
+}
+
+/// Waits until the kernel has freed every program in `ids`: nothing holds them any more, no
+/// link, no filter, no process.
+fn assert_released(ids: &[u64]) {
+    let deadline = Instant::now() + RELEASE_TIMEOUT;
+    loop {
+        let held: Vec<u64> = ids
+            .iter()
+            .copied()
+            .filter(|&id| program_exists(id))
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "programs {held:?} are still in the kernel after {RELEASE_TIMEOUT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn program_exists(id: u64) -> bool {
+    std::process::Command::new("bpftool")
+        .args(["prog", "show", "id", &id.to_string()])
+        .output()
+        .expect("run bpftool")
+        .status
+        .success()
+}
+
+/// A dnsloop classifier attached as a tc filter, as `bpftool net show` and `tc` list it.
+#[derive(Debug)]
+struct TcFilter {
+    device: String,
+    direction: String,
+    program: u64,
+    pref: u64,
+}
+
+/// dnsloop's tc filters in namespace `ns`. (TCX links show in `bpftool net show` only from
+/// bpftool 7.3; Debian 12 has 7.1, hence `BpfHandles` for them.)
+fn dnsloop_filters(lab: &Lab, ns: &str) -> Vec<TcFilter> {
+    let shown = json(lab, ns, &["bpftool", "-j", "net", "show"]);
+    let mut filters = Vec::new();
+    for entry in shown[0]["tc"].as_array().into_iter().flatten() {
+        let name = entry["name"].as_str().unwrap_or_default();
+        if !name.starts_with("dnsloop") {
+            continue;
+        }
+        let device = entry["devname"].as_str().expect("devname").to_owned();
+        let direction = entry["kind"]
+            .as_str()
+            .and_then(|kind| kind.strip_prefix("clsact/"))
+            .expect("a clsact filter")
+            .to_owned();
+        let program = entry["id"].as_u64().expect("program id");
+        let pref = json(
+            lab,
+            ns,
+            &["tc", "-j", "filter", "show", "dev", &device, &direction],
+        )
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|filter| filter["options"]["prog"]["id"].as_u64() == Some(program))
+        .and_then(|filter| filter["pref"].as_u64())
+        .expect("tc lists the filter bpftool shows");
+        filters.push(TcFilter {
+            device,
+            direction,
+            program,
+            pref,
+        });
+    }
+    filters
+}
+
+fn assert_no_dnsloop_filters(lab: &Lab, ns: &str) {
+    let left = dnsloop_filters(lab, ns);
+    assert!(left.is_empty(), "dnsloop filters left in {ns}: {left:?}");
+}
+
+/// The devices of namespace `ns` that have a clsact qdisc.
+fn clsact_qdiscs(lab: &Lab, ns: &str) -> Vec<String> {
+    json(lab, ns, &["tc", "-j", "qdisc", "show"])
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|qdisc| qdisc["kind"] == "clsact")
+        .map(|qdisc| qdisc["dev"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn json(lab: &Lab, ns: &str, argv: &[&str]) -> Value {
+    let output = lab.exec(ns, argv).expect("run a tool in the lab");
+    assert!(output.status.success(), "{argv:?}: {output:?}");
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("{argv:?} printed no JSON ({error}): {output:?}"))
+}

@@ -1,0 +1,606 @@
+//! `cargo xtask kernels`: dnsloop on kernels it was not built on.
+//!
+//! Boots kernels Debian 12 packages under QEMU, each with an initramfs holding dnsloop, its
+//! libraries, busybox and bpftool: 6.1, Debian 12's own, which has no TCX (dnsloop attaches with
+//! tc clsact there), and 6.12, which has TCX but predates `bpf_get_netns_cookie` in TC programs
+//! (6.13). The guest (`init.sh`) loads and attaches the programs to loopback, asks a few DNS
+//! names that nothing answers, stops dnsloop with SIGTERM and reports on the serial console;
+//! [`Report::check`] reads that report.
+//!
+//! KVM hangs on this machine's kind of host, so QEMU emulates the CPU (TCG, `-cpu max`); the
+//! kernels boot in parallel, one emulated CPU each.
+mod debian;
+mod initramfs;
+
+use std::{
+    io::Read as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use serde_json::Value;
+
+use crate::{command, setup};
+use initramfs::Initramfs;
+
+/// Where a kernel runs dnsloop's classifiers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hook {
+    Tcx,
+    Clsact,
+}
+
+/// A kernel of the matrix: the Debian 12 metapackage that names it, and what dnsloop must do
+/// there.
+struct Target {
+    metapackage: &'static str,
+    series: &'static str,
+    hook: Hook,
+}
+
+const TARGETS: [Target; 2] = [
+    Target {
+        metapackage: "linux-image-amd64",
+        series: "6.1",
+        hook: Hook::Clsact,
+    },
+    Target {
+        metapackage: "linux-image-6.12-amd64",
+        series: "6.12",
+        hook: Hook::Tcx,
+    },
+];
+
+/// Asked from the guest, one A query each.
+const QUERY_NAMES: [&str; 3] = [
+    "one.kernels.dnsloop.test",
+    "two.kernels.dnsloop.test",
+    "three.kernels.dnsloop.test",
+];
+/// Boot, load (the verifier is emulated too), queries, exit: one to two minutes.
+const GUEST_TIMEOUT: Duration = Duration::from_secs(300);
+const MARKER: &str = "dnsloop-kernels: ";
+const BUSYBOX: &str = "/bin/busybox";
+const BPFTOOL: &str = "/usr/sbin/bpftool";
+
+pub fn run() -> Result<()> {
+    setup::run()?;
+    command::cargo(&["build", "--bin", "dnsloop"])?;
+    check(&command::workspace_root().join("target/debug/dnsloop"))
+}
+
+/// Boots every kernel of the matrix with `dnsloop` and checks what each guest reports.
+pub fn check(dnsloop: &Path) -> Result<()> {
+    let cache = command::workspace_root().join("target/kernels");
+    let kernels = TARGETS
+        .iter()
+        .map(|target| debian::kernel(target.metapackage, target.series, &cache))
+        .collect::<Result<Vec<_>>>()?;
+    let shared = shared_files(dnsloop, &cache)?;
+    let outcomes: Vec<Result<String>> = std::thread::scope(|scope| {
+        let runs: Vec<_> = TARGETS
+            .iter()
+            .zip(&kernels)
+            .map(|(target, kernel)| {
+                let shared = &shared;
+                let cache = &cache;
+                scope.spawn(move || run_guest(target, kernel, shared, cache))
+            })
+            .collect();
+        runs.into_iter()
+            .map(|run| {
+                run.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a guest's thread panicked")))
+            })
+            .collect()
+    });
+    let mut failed = Vec::new();
+    for (kernel, outcome) in kernels.iter().zip(outcomes) {
+        match outcome {
+            Ok(summary) => println!("kernels: {summary}"),
+            Err(error) => {
+                println!("kernels: {} FAILED: {error:#}", kernel.package);
+                failed.push(kernel.package.as_str());
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!("dnsloop failed on {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// Boots `kernel` with the guest's files and checks its report; says what it showed.
+fn run_guest(
+    target: &Target,
+    kernel: &debian::Kernel,
+    shared: &[(String, Vec<u8>, u32)],
+    cache: &Path,
+) -> Result<String> {
+    let dir = cache.join(&kernel.package);
+    let initrd = dir.join("initrd.gz");
+    std::fs::write(&initrd, initramfs(shared, kernel)?)
+        .with_context(|| format!("writing {}", initrd.display()))?;
+    let started = Instant::now();
+    let console = boot(&kernel.vmlinuz, &initrd)?;
+    let took = started.elapsed();
+    let log = dir.join("console.log");
+    std::fs::write(&log, &console).with_context(|| format!("writing {}", log.display()))?;
+    let checked = Report::parse(&console)
+        .check(target)
+        .with_context(|| format!("(the guest's whole console: {})", log.display()))?;
+    let hook = match target.hook {
+        Hook::Tcx => "as TCX links",
+        Hook::Clsact => "with the clsact fallback (no TCX), removed again on exit",
+    };
+    let verified: Vec<String> = checked.verified.iter().map(u64::to_string).collect();
+    Ok(format!(
+        "Linux {} (Debian's {} {}) booted and ran in {took:.0?} under TCG: the verifier accepted dnsloop's programs ({} instructions processed), they attached {hook}, counted {} DNS packets on lo egress for {} queries, and dnsloop exited 0 on SIGTERM",
+        checked.kernel,
+        kernel.package,
+        kernel.version,
+        verified.join(" and "),
+        checked.dns_packets,
+        QUERY_NAMES.len(),
+    ))
+}
+
+/// The files every guest holds: busybox, and dnsloop and bpftool with their libraries, as
+/// (path, contents, mode).
+fn shared_files(dnsloop: &Path, scratch: &Path) -> Result<Vec<(String, Vec<u8>, u32)>> {
+    std::fs::create_dir_all(scratch)?;
+    // Without debug info: a sixth of the size, and so of the guest's unpacking time.
+    let stripped = scratch.join("dnsloop.stripped");
+    command::run(
+        Command::new("strip")
+            .arg("--strip-debug")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(dnsloop),
+    )?;
+    let mut files = vec![
+        (BUSYBOX.to_owned(), PathBuf::from(BUSYBOX)),
+        ("/dnsloop".to_owned(), stripped),
+        ("/bin/bpftool".to_owned(), PathBuf::from(BPFTOOL)),
+    ];
+    for library in shared_libraries(&[dnsloop, Path::new(BPFTOOL)])? {
+        let path = library
+            .to_str()
+            .context("library paths are UTF-8")?
+            .to_owned();
+        files.push((path, library));
+    }
+    files
+        .into_iter()
+        .map(|(path, source)| {
+            let contents =
+                std::fs::read(&source).with_context(|| format!("reading {}", source.display()))?;
+            Ok((path, contents, 0o755))
+        })
+        .collect()
+}
+
+/// The guest's root: the shared files, the kernel's modules, /init.
+fn initramfs(shared: &[(String, Vec<u8>, u32)], kernel: &debian::Kernel) -> Result<Vec<u8>> {
+    let mut image = Initramfs::default();
+    for (path, contents, mode) in shared {
+        image.file(path, *mode, contents);
+    }
+    for module in &kernel.modules {
+        let name = module
+            .file_name()
+            .and_then(|name| name.to_str())
+            .context("module names are UTF-8")?;
+        image.copy(&format!("/modules/{name}"), module, 0o644)?;
+    }
+    for directory in ["/proc", "/sys", "/tmp", "/dev"] {
+        image.directory(directory);
+    }
+    image.file("/init", 0o755, init_script().as_bytes());
+    image.gzip()
+}
+
+fn init_script() -> String {
+    include_str!("init.sh").replace("@QUERY_NAMES@", &QUERY_NAMES.join(" "))
+}
+
+/// The shared libraries `binaries` load, and the loader, as `ldd` finds them.
+fn shared_libraries(binaries: &[&Path]) -> Result<Vec<PathBuf>> {
+    let mut libraries = Vec::new();
+    for binary in binaries {
+        let output = Command::new("ldd")
+            .arg(binary)
+            .output()
+            .context("running ldd")?;
+        ensure!(
+            output.status.success(),
+            "ldd {} failed: {}",
+            binary.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        for path in ldd_paths(&String::from_utf8_lossy(&output.stdout)) {
+            if !libraries.contains(&path) {
+                libraries.push(path);
+            }
+        }
+    }
+    Ok(libraries)
+}
+
+/// `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)` and `/lib64/ld-linux-x86-64.so.2
+/// (0x...)`; the vDSO has no file.
+fn ldd_paths(ldd: &str) -> Vec<PathBuf> {
+    ldd.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let path = line.split_once(" => ").map_or(line, |(_, path)| path);
+            let path = path.split_whitespace().next()?;
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+/// Runs the guest to its end and returns its console output.
+fn boot(vmlinuz: &Path, initrd: &Path) -> Result<String> {
+    let mut qemu = Command::new("qemu-system-x86_64")
+        .args(["-accel", "tcg", "-cpu", "max", "-m", "1024"])
+        .args(["-nographic", "-no-reboot"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting qemu-system-x86_64 (run `cargo xtask setup`)")?;
+    let mut stdout = qemu.stdout.take().context("qemu has no stdout")?;
+    let console = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stdout.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).replace('\r', "")
+    });
+    let deadline = Instant::now() + GUEST_TIMEOUT;
+    let status = loop {
+        if let Some(status) = qemu.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            // Our own child, by its PID.
+            let _ = qemu.kill();
+            let _ = qemu.wait();
+            let console = console.join().unwrap_or_default();
+            bail!("the guest did not finish within {GUEST_TIMEOUT:?}; its console:\n{console}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let console = console
+        .join()
+        .map_err(|_| anyhow::anyhow!("reading the console panicked"))?;
+    if !status.success() {
+        let mut stderr = String::new();
+        if let Some(mut pipe) = qemu.stderr.take() {
+            let _ = pipe.read_to_string(&mut stderr);
+        }
+        bail!("qemu failed ({status}): {stderr}\nconsole:\n{console}");
+    }
+    Ok(console)
+}
+
+/// What the guest reported between its marker lines.
+#[derive(Debug, Default)]
+struct Report {
+    /// `uname -r` and /proc/version.
+    booted: Option<String>,
+    ready: bool,
+    exit: Option<i32>,
+    attached: String,
+    /// `link_type:` and `verified_insns:` lines of dnsloop's descriptors.
+    descriptors: String,
+    stderr: String,
+    stdout: String,
+    after_exit: String,
+}
+
+/// What the run showed.
+#[derive(Debug, PartialEq, Eq)]
+struct Checked {
+    kernel: String,
+    dns_packets: u64,
+    /// Instructions the verifier processed, per loaded program.
+    verified: Vec<u64>,
+}
+
+impl Report {
+    fn parse(console: &str) -> Report {
+        let mut report = Report::default();
+        let mut section: Option<&str> = None;
+        for line in console.lines() {
+            // The console's escape sequences may share a line with a marker.
+            if let Some((_, said)) = line.split_once(MARKER) {
+                let (word, rest) = said.split_once(' ').unwrap_or((said, ""));
+                match word {
+                    "booted" => report.booted = Some(rest.to_owned()),
+                    "ready" => report.ready = rest == "yes",
+                    "exit" => report.exit = rest.parse().ok(),
+                    _ => match word.strip_suffix("-begin") {
+                        Some(name) => section = Some(name),
+                        None => section = None,
+                    },
+                }
+                continue;
+            }
+            let text = match section {
+                Some("attached") => &mut report.attached,
+                Some("descriptors") => &mut report.descriptors,
+                Some("stderr") => &mut report.stderr,
+                Some("stdout") => &mut report.stdout,
+                Some("after-exit") => &mut report.after_exit,
+                _ => continue,
+            };
+            text.push_str(line);
+            text.push('\n');
+        }
+        report
+    }
+
+    fn check(&self, target: &Target) -> Result<Checked> {
+        let booted = self
+            .booted
+            .as_deref()
+            .context("the guest never reported booting")?;
+        let kernel = booted
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        ensure!(
+            self.ready,
+            "dnsloop never attached on {kernel}; its stderr (a verifier rejection ends with the verifier's log):\n{}",
+            condensed(&self.stderr)
+        );
+        let clsact_warning = format!("dnsloop: TCX is not available (Linux {}.", target.series);
+        match target.hook {
+            Hook::Clsact => {
+                ensure!(
+                    self.stderr.contains(&clsact_warning),
+                    "dnsloop did not report the clsact fallback on {kernel}:\n{}",
+                    self.stderr
+                );
+                ensure!(
+                    self.attached
+                        .lines()
+                        .any(|line| line.contains("clsact/egress dnsloop_egress")),
+                    "bpftool shows no dnsloop_egress on lo's clsact egress:\n{}",
+                    self.attached
+                );
+            }
+            Hook::Tcx => {
+                ensure!(
+                    !self.stderr.contains("TCX is not available"),
+                    "dnsloop fell back to clsact on {kernel}, which has TCX:\n{}",
+                    self.stderr
+                );
+                ensure!(
+                    self.descriptors
+                        .lines()
+                        .any(|line| line.starts_with("link_type:") && line.ends_with("tcx")),
+                    "dnsloop holds no TCX link on {kernel}:\n{}",
+                    self.descriptors
+                );
+            }
+        }
+        ensure!(
+            self.exit == Some(0),
+            "dnsloop ended with {:?} on SIGTERM, not 0:\n{}",
+            self.exit,
+            self.stderr
+        );
+        let lines: Vec<Value> = self
+            .stdout
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect();
+        for name in QUERY_NAMES {
+            ensure!(
+                lines.iter().any(|line| line["kind"] == "packet"
+                    && line["ifname"] == "lo"
+                    && line["qname"]
+                        .as_str()
+                        .is_some_and(|qname| qname.trim_end_matches('.') == name)),
+                "no packet line for the query {name} on lo:\n{}",
+                self.stdout
+            );
+        }
+        let summary = lines
+            .iter()
+            .find(|line| line["kind"] == "summary")
+            .with_context(|| format!("no summary on dnsloop's stdout:\n{}", self.stdout))?;
+        let dns_packets = summary["interfaces"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|point| point["ifname"] == "lo" && point["dir"] == "egress")
+            .and_then(|point| point["dns_packets"].as_u64())
+            .with_context(|| format!("the summary has no lo egress: {summary}"))?;
+        ensure!(
+            dns_packets >= QUERY_NAMES.len() as u64,
+            "only {dns_packets} DNS packets counted on lo egress for {} queries: {summary}",
+            QUERY_NAMES.len()
+        );
+        ensure!(
+            !self.after_exit.contains("dnsloop"),
+            "dnsloop's programs are still attached after it exited:\n{}",
+            self.after_exit
+        );
+        let verified = self
+            .descriptors
+            .lines()
+            .filter_map(|line| line.strip_prefix("verified_insns:"))
+            .filter_map(|count| count.trim().parse().ok())
+            .collect();
+        Ok(Checked {
+            kernel,
+            dns_packets,
+            verified,
+        })
+    }
+}
+
+/// `text` with its middle left out past a few dozen lines: a verifier log runs to thousands,
+/// and its start (the error) and end (the verdict and its statistics) say what failed.
+fn condensed(text: &str) -> String {
+    const HEAD: usize = 3;
+    const TAIL: usize = 12;
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= HEAD + TAIL {
+        return text.to_owned();
+    }
+    format!(
+        "{}\n[... {} lines ...]\n{}",
+        lines[..HEAD].join("\n"),
+        lines.len() - HEAD - TAIL,
+        lines[lines.len() - TAIL..].join("\n")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_paths_are_the_files_loaded() {
+        let ldd = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f4d)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f4d)\n";
+        assert_eq!(
+            ldd_paths(ldd),
+            [
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2")
+            ]
+        );
+    }
+
+    const CLSACT: &Target = &TARGETS[0];
+    const TCX: &Target = &TARGETS[1];
+
+    /// A guest's console as the 6.12 guest printed it, cut down; `attached` and `stderr` vary.
+    fn console(kernel: &str, attached: &str, descriptors: &str, stderr: &str, exit: i32) -> String {
+        let packets: String = QUERY_NAMES
+            .iter()
+            .map(|name| format!("{{\"kind\":\"packet\",\"ifname\":\"lo\",\"dir\":\"egress\",\"qname\":\"{name}.\"}}\n"))
+            .collect();
+        format!(
+            "\u{1b}c\u{1b}[?7l\u{1b}[2Jdnsloop-kernels: booted {kernel} (Linux version {kernel})\n\
+             dnsloop-kernels: ready yes\n\
+             dnsloop-kernels: attached-begin\nxdp:\n\ntc:\n{attached}\nflow_dissector:\n\ndnsloop-kernels: attached-end\n\
+             dnsloop-kernels: descriptors-begin\n{descriptors}dnsloop-kernels: descriptors-end\n\
+             dnsloop-kernels: exit {exit}\n\
+             dnsloop-kernels: stderr-begin\n{stderr}dnsloop: watching 1 interface(s): lo\ndnsloop-kernels: stderr-end\n\
+             dnsloop-kernels: stdout-begin\n{packets}\
+             {{\"kind\":\"summary\",\"interfaces\":[{{\"ifname\":\"lo\",\"dir\":\"egress\",\"dns_packets\":6,\"packets\":12}}]}}\n\
+             dnsloop-kernels: stdout-end\n\
+             dnsloop-kernels: after-exit-begin\nxdp:\n\ntc:\n\nflow_dissector:\n\ndnsloop-kernels: after-exit-end\n\
+             dnsloop-kernels: done\n[   26.873268] reboot: Power down\n"
+        )
+    }
+
+    const TCX_DESCRIPTORS: &str =
+        "verified_insns:\t154958\nverified_insns:\t155014\nlink_type:\ttcx\nlink_type:\ttcx\n";
+    const CLSACT_STDERR: &str =
+        "dnsloop: TCX is not available (Linux 6.1.192 < 6.6): attached with tc clsact; ...\n";
+    const CLSACT_ATTACHED: &str = "lo(1) clsact/egress dnsloop_egress id 12";
+
+    #[test]
+    fn a_tcx_run_is_read_from_the_console() {
+        let console = console("6.12.117+deb12-amd64", "", TCX_DESCRIPTORS, "", 0);
+        let checked = Report::parse(&console).check(TCX).unwrap();
+        assert_eq!(
+            checked,
+            Checked {
+                kernel: "6.12.117+deb12-amd64".into(),
+                dns_packets: 6,
+                verified: vec![154958, 155014],
+            }
+        );
+    }
+
+    #[test]
+    fn a_clsact_run_needs_the_warning_and_the_filter() {
+        let descriptors = "verified_insns:\t9\n";
+        let good = console(
+            "6.1.0-56-amd64",
+            CLSACT_ATTACHED,
+            descriptors,
+            CLSACT_STDERR,
+            0,
+        );
+        assert!(Report::parse(&good).check(CLSACT).is_ok());
+
+        let silent = console("6.1.0-56-amd64", CLSACT_ATTACHED, descriptors, "", 0);
+        let error = Report::parse(&silent).check(CLSACT).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("did not report the clsact fallback"),
+            "{error}"
+        );
+
+        // On a kernel with TCX, a fallback is a failure.
+        let fell_back = console(
+            "6.12.117+deb12-amd64",
+            "",
+            TCX_DESCRIPTORS,
+            CLSACT_STDERR,
+            0,
+        );
+        let error = Report::parse(&fell_back).check(TCX).unwrap_err();
+        assert!(error.to_string().contains("fell back to clsact"), "{error}");
+    }
+
+    #[test]
+    fn a_failed_run_says_what_failed() {
+        let failed = console("6.12.117+deb12-amd64", "", TCX_DESCRIPTORS, "", 2);
+        let error = Report::parse(&failed).check(TCX).unwrap_err();
+        assert!(error.to_string().contains("ended with Some(2)"), "{error}");
+
+        let rejected = "dnsloop-kernels: booted 6.1.0-56-amd64 (Linux)\ndnsloop-kernels: ready no\n\
+            dnsloop-kernels: exit 2\ndnsloop-kernels: stderr-begin\nBPF program is too large\ndnsloop-kernels: stderr-end\n";
+        let error = Report::parse(rejected).check(CLSACT).unwrap_err();
+        assert!(error.to_string().contains("never attached"), "{error}");
+        assert!(
+            error.to_string().contains("BPF program is too large"),
+            "{error}"
+        );
+
+        let left = console("6.1.0-56-amd64", CLSACT_ATTACHED, "", CLSACT_STDERR, 0).replace(
+            "tc:\n\nflow_dissector:\n\ndnsloop-kernels: after-exit-end",
+            &format!("tc:\n{CLSACT_ATTACHED}\nflow_dissector:\n\ndnsloop-kernels: after-exit-end"),
+        );
+        let error = Report::parse(&left).check(CLSACT).unwrap_err();
+        assert!(
+            error.to_string().contains("still attached after it exited"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_long_log_keeps_its_start_and_end() {
+        let log: String = (0..100).map(|line| format!("line {line}\n")).collect();
+        let short = condensed(&log);
+        assert!(short.starts_with("line 0\nline 1\nline 2\n[... 85 lines ...]\nline 88\n"));
+        assert!(short.ends_with("line 99"));
+        assert_eq!(condensed("short\n"), "short\n");
+    }
+
+    #[test]
+    fn the_init_script_asks_every_name() {
+        let script = init_script();
+        assert!(!script.contains('@'), "placeholders left: {script}");
+        for name in QUERY_NAMES {
+            assert!(script.contains(name));
+        }
+    }
+}
