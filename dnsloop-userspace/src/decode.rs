@@ -287,9 +287,16 @@ fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
         }
         None => None,
     };
-    let rcode = Message::from_bytes(bytes)
-        .map(|message| u16::from(message.response_code))
-        .unwrap_or(u16::from(summary.header.rcode()));
+    // Only a reply's OPT record (in the additional section) can extend its rcode: every other
+    // message is not decoded a second time.
+    let header_rcode = u16::from(summary.header.rcode());
+    let rcode = if summary.header.qr() && summary.header.arcount > 0 {
+        Message::from_bytes(bytes)
+            .map(|message| u16::from(message.response_code))
+            .unwrap_or(header_rcode)
+    } else {
+        header_rcode
+    };
     Ok(DecodedMessage {
         id: summary.header.id,
         is_response: summary.header.qr(),

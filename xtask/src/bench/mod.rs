@@ -410,16 +410,12 @@ fn fixed_load(
         &dns_rate,
         "pkt/s",
     ));
-    let lost: Vec<f64> = of(Watcher::Dnsloop)
-        .chain(of(Watcher::DnsloopPackets))
-        .filter_map(|m| m.summary.as_ref()?["lost_events"].as_f64())
-        .collect();
-    report.add(Row::new(
-        "lost events per run (default and --packets)",
-        "dnsloop trace",
-        &lost,
-        "",
-    ));
+    for watcher in [Watcher::Dnsloop, Watcher::DnsloopPackets] {
+        let lost: Vec<f64> = of(watcher)
+            .filter_map(|m| m.summary.as_ref()?["lost_events"].as_f64())
+            .collect();
+        report.add(Row::new("lost events per run", watcher.name(), &lost, ""));
+    }
 
     let mut not_dns_runs = Vec::new();
     for _ in 0..REPEATS {

@@ -87,7 +87,7 @@ impl Report {
             .map(|model| model.trim_start_matches([' ', '\t', ':']).to_owned())
             .unwrap_or_else(|| "unknown CPU".to_owned());
         let cores = std::thread::available_parallelism().map_or(0, usize::from);
-        let kernel = read("/proc/sys/kernel/osrelease");
+        let kernel = read("/proc/sys/kernel/osrelease").trim().to_owned();
         format!(
             "# Benchmarks\n\n\
              Measured by `cargo xtask bench` on the lab (network namespaces on one machine): \
@@ -99,6 +99,7 @@ impl Report {
              `kernel.bpf_stats_enabled` on, for dnsloop's programs or for an empty classifier \
              attached to the same interfaces.\n\n\
              {}\n\
+             {ANALYSIS}\n\
              Reproduce: `cargo xtask bench` as root (it builds everything, brings the lab up, and \
              rewrites this file).\n",
             self.table()
@@ -115,3 +116,35 @@ fn number(value: f64) -> String {
         format!("{value:.3}")
     }
 }
+
+/// What the numbers mean against the targets: written with the last full run in view, and kept
+/// with the generator so that a new run keeps it (revise it when the numbers move).
+const ANALYSIS: &str = r#"## Where the targets stand, and why
+
+Targets (issue 8): kernel cost <= 3x the empty classifier; userspace CPU <= tcpdump's in default
+mode and <= 2x with `--packets`; throughput >= 95 % of none; 0 lost events in default mode;
+a loop reported <= 1 s after its first packet; 100 veths attached in <= 2 s; userspace RSS
+<= 64 MiB. Read the table above against them:
+
+- **Held:** default-mode userspace CPU (below tcpdump's: nothing is streamed while no question
+  comes back into a namespace that forwarded it), 0 lost events in default mode at the lab's
+  highest load, every loop probe of the storm reported well within a second, and memory.
+- **Kernel cost per run does not hold (about 20x the floor on DNS packets, 4-5x on other
+  packets).** A DNS packet costs about a dozen map operations (per-CPU counters, the point's
+  namespaces, the query table's lookup and insert or delete, the question table, the
+  forwarder and server tables), a copy of the message into the parse buffer, and a name walk
+  that reads one byte per step under the verifier's bounds masks. The floor is one function
+  call. Closing most of the gap needs a different fast path: counters folded into one per-CPU
+  value, a label-at-a-time name walk with a word-wise hash, and the query table touched only at
+  the client's hop instead of on every packet.
+- **Throughput does not hold (about 85 %)** for the same reason: at saturation the programs
+  run about 7.5 times per query on 2 cores.
+- **`--packets` does not hold (far above 2x tcpdump, and events lost at this load):** it
+  decodes, analyses and prints a JSON line for every DNS packet, where tcpdump copies bytes to
+  a file. It is a diagnostic mode for one interface or a quiet node, not for a node at 150k
+  DNS packets/s; `capture` writes pcapng instead of JSON.
+- **Attach time does not hold (about 2.7 s for 100 veths):** the programs load and verify in
+  under 0.3 s; almost all the rest is the kernel creating 200 TCX links, about 13 ms each
+  (measured with `strace -T`: each waits out an RCU grace period on this kernel). Creating the
+  links from several threads would overlap those waits.
+"#;
