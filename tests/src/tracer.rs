@@ -205,3 +205,18 @@ impl Drop for Tracer {
         }
     }
 }
+
+/// Runs `dnsloop analyze --output json ARGS FILE`, as any user may, and collects its output.
+pub fn analyze(dnsloop: &Path, file: &Path, args: &[&str]) -> Result<TracerOutput> {
+    let output = Command::new(dnsloop)
+        .args(["analyze", "--output", "json"])
+        .args(args)
+        .arg(file)
+        .output()
+        .with_context(|| format!("running {} analyze", dnsloop.display()))?;
+    Ok(TracerOutput {
+        status: output.status,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}

@@ -12,12 +12,11 @@ use std::{
     collections::BTreeSet,
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
-    process::Command,
-    sync::{Mutex, MutexGuard},
     thread,
     time::Duration,
 };
 
+use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     findings::{Record, Trace},
     lab::{
@@ -26,7 +25,7 @@ use dnsloop_tests::{
     },
     packet_lines::packet_lines,
     privilege::{can_run, dnsloop_bin, Need},
-    tracer::{Tracer, TracerOutput},
+    tracer::{self, Tracer},
 };
 
 const CLUSTER_NAME: &str = "kubernetes.default.svc.cluster.local";
@@ -37,14 +36,6 @@ const FILTER: &str = "port 53";
 /// dnsloop's query timeout (2 s) and some: a capture must run this long past a query for its
 /// timeout to show in it.
 const TIMEOUT_SHOWS_AFTER: Duration = Duration::from_millis(2_500);
-
-static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_lab_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_LAB_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Where a capture is taken, and how.
 struct Take {
@@ -166,18 +157,9 @@ fn analyze(file: &Path) -> Trace {
 
 /// `dnsloop analyze --output json ARGS FILE`.
 fn analyze_with(file: &Path, args: &[&str]) -> Trace {
-    let output = Command::new(dnsloop_bin())
-        .args(["analyze", "--output", "json"])
-        .args(args)
-        .arg(file)
-        .output()
-        .unwrap_or_else(|error| panic!("running dnsloop analyze: {error}"));
-    Trace::from_output(TracerOutput {
-        status: output.status,
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    })
-    .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", file.display()))
+    tracer::analyze(&dnsloop_bin(), file, args)
+        .and_then(Trace::from_output)
+        .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", file.display()))
 }
 
 fn dig(lab: &Lab, from: Pod, server: &str, args: &[&str]) -> DigOutcome {

@@ -1,28 +1,16 @@
 //! `dnsloop capture` leaves a bundle that stands on its own: tshark reads its packets, its
 //! reports name the fault, and `dnsloop analyze` finds in it exactly what the capture reported
 //! live. A size limit is kept and said, and Ctrl-C still leaves a whole bundle.
-use std::{
-    path::Path,
-    process::Command,
-    sync::{Mutex, MutexGuard},
-};
+use std::{path::Path, process::Command};
 
+use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     findings::{LoopFinding, Trace},
     lab::{Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
     privilege::{can_run, dnsloop_bin, Need},
-    tracer::{Tracer, TracerOutput},
+    tracer::{self, Tracer},
 };
 use serde_json::Value;
-
-/// A loop storm in one lab slows another's capture on a 2-core machine.
-static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_lab_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_LAB_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// What one capture left: its own output, and its bundle's directory (removed with it).
 struct Captured {
@@ -75,17 +63,9 @@ fn bundle_file(captured: &Captured, name: &str) -> std::path::PathBuf {
 
 /// `dnsloop analyze --output json FILE`.
 fn analyze(file: &Path) -> Trace {
-    let output = Command::new(dnsloop_bin())
-        .args(["analyze", "--output", "json"])
-        .arg(file)
-        .output()
-        .unwrap_or_else(|error| panic!("running dnsloop analyze: {error}"));
-    Trace::from_output(TracerOutput {
-        status: output.status,
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    })
-    .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", file.display()))
+    tracer::analyze(&dnsloop_bin(), file, &[])
+        .and_then(Trace::from_output)
+        .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", file.display()))
 }
 
 /// What a loop report says about the packets, leaving out what only the live node could add

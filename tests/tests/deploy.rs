@@ -9,11 +9,11 @@ use std::{
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{Mutex, MutexGuard},
     thread,
     time::{Duration, Instant},
 };
 
+use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     findings::Trace,
     lab::{Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_NAME},
@@ -555,16 +555,6 @@ fn the_dockerfile_passes_hadolint() {
 }
 
 // dnsloop run as the container runtime runs the DaemonSet's container, on the lab.
-
-/// One lab at a time, as in the other end-to-end tests.
-static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_lab_at_a_time() -> MutexGuard<'static, ()> {
-    // A test that failed while holding the lock has torn its lab down all the same.
-    ONE_LAB_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 fn can_run_as_in_the_daemonset(test: &str) -> bool {
     can_run(

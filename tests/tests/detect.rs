@@ -3,14 +3,14 @@
 //! Each test brings up one scenario on a lab of its own, runs `dnsloop trace --output json` in
 //! the node namespace while it sends traffic from the pods, then stops the tracer as an
 //! operator would (Ctrl-C) and reads what it printed. Tests run in parallel threads, but keep
-//! to one lab at a time (see [`ONE_LAB_AT_A_TIME`]).
+//! to one lab at a time (see `dnsloop_tests::lab::one_lab_at_a_time`).
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
-    sync::{Mutex, MutexGuard},
     thread,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     dns_query,
     findings::{Hop, LoopFinding, Trace},
@@ -34,19 +34,6 @@ const TIMEOUT_REPORTED_WITHIN: Duration = Duration::from_millis(2_500);
 const MAX_REPORTS_PER_LOOP: usize = 5;
 /// A loop must be reported while it is still going on.
 const LOOP_REPORTED_WITHIN: Duration = Duration::from_secs(1);
-
-/// Labs no longer see each other (`another_labs_traffic_stays_out_of_the_trace` holds without
-/// this lock), but a loop storm in one lab loads a 2-core machine enough to delay another
-/// test's tracer past the deadlines these tests assert (a loop reported within a second). The
-/// tests keep to one lab at a time so that what they measure is dnsloop, not the neighbours.
-static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_lab_at_a_time() -> MutexGuard<'static, ()> {
-    // A test that failed while holding the lock has torn its lab down all the same.
-    ONE_LAB_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Brings up `scenario`, runs `dnsloop trace --output json` on its node while `traffic` runs,
 /// and returns what the tracer printed and what `traffic` returned. `None` when this host

@@ -2,11 +2,11 @@
 //! whose CoreDNS forwards back to the node-local cache, a scrape shows the loop, the packets
 //! on the bridge, no lost events, and the cache's answer latencies.
 use std::{
-    sync::{Mutex, MutexGuard},
     thread,
     time::{Duration, Instant},
 };
 
+use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     lab::{Lab, Pod, Scenario, CLUSTER_RECORDS, EXTERNAL_NAME, NODE_LOCAL_DNS},
     privilege::{can_run, dnsloop_bin, Need},
@@ -16,17 +16,6 @@ use dnsloop_tests::{
 const METRICS_ADDRESS: &str = "127.0.0.1:9553";
 /// dnsloop reads the kernel's counters every second; a scrape shows them by then.
 const SCRAPE_SHOWS_WITHIN: Duration = Duration::from_secs(5);
-
-/// One lab at a time, as in the detection tests: a loop storm on a 2-core machine would slow
-/// the other test's tracer.
-static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_lab_at_a_time() -> MutexGuard<'static, ()> {
-    // A test that failed while holding the lock has torn its lab down all the same.
-    ONE_LAB_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// The value of the sample `name{labels}`, whose labels include every one of `labels`
 /// (`key="value"`), summed over the samples that match.

@@ -3,11 +3,9 @@
 //! kubelet's pod log directory. The lab lays its pods out as a kubelet does (sandbox process,
 //! cgroups named after pod UIDs, `<namespace>_<pod>_<uid>` log directories) and hands its log
 //! directory to `dnsloop trace --pod-logs`.
-use std::{
-    sync::{Mutex, MutexGuard},
-    time::Duration,
-};
+use std::time::Duration;
 
+use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     findings::Trace,
     lab::{Lab, Pod, Scenario, CLUSTER_DOMAIN, EXTERNAL_NAME, NODE_LOCAL_DNS},
@@ -18,15 +16,6 @@ use dnsloop_tests::{
 
 /// dnsloop looks again for the pods it could not name every second: by then it has.
 const NAMING_WITHIN: Duration = Duration::from_secs(4);
-
-/// A loop storm loads a 2-core machine; one lab at a time (see `detect.rs`).
-static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_lab_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_LAB_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Brings up `scenario`, runs `dnsloop trace --output json OPTIONS` on its node while
 /// `traffic` runs, and returns what it printed; `options` is given the lab. `None` when this

@@ -26,6 +26,7 @@ mod nftables;
 mod preflight;
 mod process;
 mod scenario;
+mod serial;
 mod servers;
 mod state;
 mod topology;
@@ -45,6 +46,7 @@ pub use capture::{Capture, PcapCapture};
 pub use dig::DigOutcome;
 pub use preflight::{check_host, HostNotReady};
 pub use scenario::{Scenario, UnknownScenario};
+pub use serial::one_lab_at_a_time;
 pub use topology::{
     Pod, Server, CLUSTER_DNS, CLUSTER_DNS_V6, CLUSTER_DOMAIN, CLUSTER_RECORDS, DEAD_DNS,
     EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_UPLINK,
