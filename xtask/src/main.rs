@@ -5,6 +5,7 @@
 mod bench;
 mod command;
 mod demo;
+mod fuzz;
 mod kernels;
 mod setup;
 mod test;
@@ -42,6 +43,12 @@ enum Task {
     /// Run every test: unit, property, the privileged end-to-end tests on the lab, and the
     /// kernel matrix.
     Test,
+    /// Fuzz the shared packet/DNS parser from its checked-in corpus.
+    Fuzz {
+        /// How long to fuzz.
+        #[arg(long, value_parser = parse_seconds, default_value = "120")]
+        seconds: std::time::Duration,
+    },
     /// Measure dnsloop's cost and speed on the lab, side by side with an empty program and
     /// tcpdump, and write BENCHMARKS.md (about 5 minutes).
     Bench,
@@ -66,6 +73,7 @@ fn main() -> Result<()> {
         Task::Kernels => kernels::run(),
         Task::Test => test::run(),
         Task::Bench => bench::run(),
+        Task::Fuzz { seconds } => fuzz::run(seconds),
     }
 }
 
@@ -91,4 +99,8 @@ fn build_release() -> Result<std::path::PathBuf> {
     setup::run()?;
     command::cargo(&["build", "--release", "--bin", "dnsloop"])?;
     Ok(command::workspace_root().join("target/release/dnsloop"))
+}
+
+fn parse_seconds(text: &str) -> Result<std::time::Duration, std::num::ParseIntError> {
+    text.parse().map(std::time::Duration::from_secs)
 }

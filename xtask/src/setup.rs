@@ -41,8 +41,26 @@ pub fn run() -> Result<()> {
     ensure_nightly_rust_src()?;
     ensure_debian_packages()?;
     ensure_bpf_linker()?;
+    ensure_cargo_fuzz()?;
     ensure_python_tools()?;
     Ok(())
+}
+
+/// cargo-fuzz runs the parser's fuzz target (`cargo xtask fuzz`, part of `cargo xtask test`).
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
+
+fn ensure_cargo_fuzz() -> Result<()> {
+    if output_contains("cargo", &["fuzz", "--version"], CARGO_FUZZ_VERSION) {
+        return Ok(());
+    }
+    eprintln!("setup: installing cargo-fuzz {CARGO_FUZZ_VERSION} (about a minute)");
+    command::run(
+        Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())).args([
+            "install",
+            "--locked",
+            &format!("cargo-fuzz@{CARGO_FUZZ_VERSION}"),
+        ]),
+    )
 }
 
 fn ensure_nightly_rust_src() -> Result<()> {

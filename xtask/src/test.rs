@@ -1,7 +1,12 @@
 //! `cargo xtask test`: every test, from a fresh machine to a verdict.
+use std::time::Duration;
+
 use anyhow::Result;
 
-use crate::{command, kernels, setup};
+use crate::{command, fuzz, kernels, setup};
+
+/// How long CI fuzzes the parser: long enough to go past the corpus into new inputs.
+const FUZZ_FOR: Duration = Duration::from_secs(120);
 
 pub fn run() -> Result<()> {
     setup::run()?;
@@ -18,5 +23,7 @@ pub fn run() -> Result<()> {
             .env(dnsloop_tests::DNSLOOP_BIN_ENV, &dnsloop),
     )?;
     // The same binary on a kernel it was not built on.
-    kernels::check(&dnsloop)
+    kernels::check(&dnsloop)?;
+    // The parser under libFuzzer.
+    fuzz::run(FUZZ_FOR)
 }
