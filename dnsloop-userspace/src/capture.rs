@@ -20,7 +20,6 @@ use std::{
 };
 
 use anyhow::Context as _;
-use clap::{Args as _, FromArgMatches as _};
 use dnsloop_ebpf::parse::DnsPorts;
 use serde_json::{json, Value};
 
@@ -57,7 +56,7 @@ const SYSCTLS: [&str; 6] = [
 
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let dir = prepare_dir(&args.out)?;
-    let trace_args = trace_args(&args)?;
+    let trace_args = trace_args(&args);
     let pcapng_path = dir.join(PCAPNG_FILE);
     let file = File::create(&pcapng_path)
         .with_context(|| format!("creating {}", pcapng_path.display()))?;
@@ -121,19 +120,15 @@ fn prepare_dir(dir: &Path) -> anyhow::Result<PathBuf> {
 
 /// The trace behind a capture: every packet streamed (the analyzers see them all), with the
 /// capture's interfaces, duration, output and snap length.
-fn trace_args(args: &CaptureArgs) -> anyhow::Result<TraceArgs> {
-    let mut argv = vec!["trace".to_string(), "--packets".to_string()];
-    for interface in &args.interfaces {
-        argv.extend(["-i".to_string(), interface.clone()]);
+fn trace_args(args: &CaptureArgs) -> TraceArgs {
+    TraceArgs {
+        interfaces: args.interfaces.clone(),
+        duration: Some(args.duration),
+        output: args.output,
+        packets: true,
+        snap_len: args.snap_len,
+        ..TraceArgs::defaults()
     }
-    argv.extend(["--snap-len".to_string(), args.snap_len.to_string()]);
-    let matches = TraceArgs::augment_args(clap::Command::new("trace"))
-        .try_get_matches_from(argv)
-        .context("building the trace's settings")?;
-    let mut trace_args = TraceArgs::from_arg_matches(&matches)?;
-    trace_args.output = args.output;
-    trace_args.duration = Some(args.duration);
-    Ok(trace_args)
 }
 
 /// What the capture gathers while it runs.
@@ -499,7 +494,7 @@ mod tests {
 
     #[test]
     fn the_trace_behind_a_capture_streams_every_packet_of_its_interfaces() {
-        let args = trace_args(&capture_args(Path::new("/tmp/unused"))).unwrap();
+        let args = trace_args(&capture_args(Path::new("/tmp/unused")));
         assert!(args.packets);
         assert_eq!(args.interfaces, ["cni0"]);
         assert_eq!(args.snap_len, 512);

@@ -159,6 +159,15 @@ pub struct TraceArgs {
     pub pod_logs: PathBuf,
 }
 
+impl TraceArgs {
+    /// `dnsloop trace` as given no option: what `probe --trace` and `capture` start from.
+    pub fn defaults() -> Self {
+        use clap::FromArgMatches as _;
+        let matches = Self::augment_args(clap::Command::new("trace")).get_matches_from(["trace"]);
+        Self::from_arg_matches(&matches).expect("trace's defaults parse")
+    }
+}
+
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
     tcpdump -i any -w node.pcap port 53       # on the node, then elsewhere:\n  \

@@ -15,7 +15,6 @@ use std::{
 };
 
 use anyhow::Context as _;
-use clap::{Args as _, FromArgMatches as _};
 use hickory_proto::{
     op::{Message, MessageType, OpCode, Query},
     rr::{Name, RecordType},
@@ -63,7 +62,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<Verdict> {
     let runtime = trace::runtime()?;
     let loop_count = Cell::new(0);
     let outcomes = if args.trace {
-        let trace_args = trace_args(args.output)?;
+        let trace_args = trace_args(args.output);
         let stdout = std::io::stdout();
         let sink = ProbeFindings {
             inner: sink::for_format(args.output, stdout.lock()),
@@ -215,15 +214,11 @@ async fn exchange_tcp(server: SocketAddr, wire: &[u8]) -> io::Result<Vec<u8>> {
 }
 
 /// A trace's settings with every default, writing `output`.
-fn trace_args(output: OutputFormat) -> anyhow::Result<TraceArgs> {
-    let format = match output {
-        OutputFormat::Text => "text",
-        OutputFormat::Json => "json",
-    };
-    let matches = TraceArgs::augment_args(clap::Command::new("trace"))
-        .try_get_matches_from(["trace", "--output", format])
-        .context("building the trace's settings")?;
-    Ok(TraceArgs::from_arg_matches(&matches)?)
+fn trace_args(output: OutputFormat) -> TraceArgs {
+    TraceArgs {
+        output,
+        ..TraceArgs::defaults()
+    }
 }
 
 /// Passes on the findings about the probe, and counts how many times it came back; the
@@ -363,7 +358,7 @@ mod tests {
 
     #[test]
     fn the_trace_behind_a_probe_has_tracings_defaults() {
-        let args = trace_args(OutputFormat::Json).unwrap();
+        let args = trace_args(OutputFormat::Json);
         assert_eq!(args.output, OutputFormat::Json);
         assert!(args.interfaces.is_empty() && !args.packets && !args.xdp);
         assert_eq!(args.timeout, Duration::from_secs(2));
