@@ -1,5 +1,7 @@
 //! DNS: the header and the first question of one message, read from a fixed-size buffer.
 
+use core::ops::ControlFlow;
+
 use super::class::Malformed;
 use super::message::{Message, DNS_BUF_LEN};
 use super::name_hash::{name_hash_fold, NAME_HASH_SEED};
@@ -14,6 +16,8 @@ const MAX_LABEL_LEN: u8 = 63;
 /// Label types 0b11 (a pointer); 0b01 and 0b10 (64..=191) are the extended and reserved ones.
 const COMPRESSION_POINTER: u8 = 0xc0;
 const TYPE_CLASS_LEN: usize = 4;
+/// The most labels a name can have (127, of one byte each) and its root label.
+const MAX_NAME_STEPS: u32 = 128;
 
 const _: () = assert!(NAME_OFFSET + MAX_NAME_WIRE_LEN + TYPE_CLASS_LEN <= DNS_BUF_LEN);
 
@@ -89,14 +93,24 @@ pub struct DnsSummary {
 ///
 /// Only the first question is read; answers and further questions are not needed to follow
 /// a query around a loop, so a message cut after its first question still parses.
-///
-/// Verifier cost: about 70k processed instructions (kernel 6.18) for each distinct state the
-/// caller enters it with, so keep what is live across the call uniform (e.g. per-packet flags
-/// in a per-CPU map rather than in registers). And avoid branching on `name_len` and `labels`:
-/// each of the verifier's paths through the name walk knows them as constants, and a branch on
-/// them (or a variable-length copy of the name) makes it keep those paths apart from there on.
-#[inline(always)]
 pub fn parse_dns(buf: &[u8; DNS_BUF_LEN], len: usize) -> Result<DnsSummary, Malformed> {
+    parse_dns_with(buf, len, &mut NameWalk::default(), PlainSteps)
+}
+
+/// [`parse_dns`], with the name walk kept in `walk` and its steps run by `steps`.
+///
+/// In BPF, `walk` is a per-CPU map value and `steps` is `bpf_loop`: the verifier then checks one
+/// step of the walk, whatever the name, instead of following every byte of every possible
+/// name (which took Linux 6.1 past its budget of one million instructions). For the same
+/// reason nothing here branches on what the walk found except through values read back from
+/// `walk`, which the verifier does not track.
+#[inline(always)]
+pub fn parse_dns_with<S: Steps>(
+    buf: &[u8; DNS_BUF_LEN],
+    len: usize,
+    walk: &mut NameWalk,
+    steps: S,
+) -> Result<DnsSummary, Malformed> {
     let msg = Message::new(buf, len).ok_or(Malformed::DnsBadLength)?;
     let header = read_header(&msg).ok_or(Malformed::DnsTruncatedHeader)?;
     if header.qdcount == 0 {
@@ -105,14 +119,20 @@ pub fn parse_dns(buf: &[u8; DNS_BUF_LEN], len: usize) -> Result<DnsSummary, Malf
             question: None,
         });
     }
-    let wire = read_question(&msg)?;
+    *walk = NameWalk::default();
+    steps.run(MAX_NAME_STEPS, || walk.step(&msg));
+    let name_len = walk.finished()?;
+    let type_class = NAME_OFFSET + usize::from(name_len);
+    let (Some(qtype), Some(qclass)) = (msg.u16_at(type_class), msg.u16_at(type_class + 2)) else {
+        return Err(Malformed::DnsTruncatedQuestion);
+    };
     let question = Question {
-        name_hash: wire.name_hash,
-        name_len: wire.name_len,
-        labels: wire.labels,
-        qtype: wire.qtype,
-        qclass: wire.qclass,
-        probe: detect_probe(&wire.name, wire.qtype),
+        name_hash: walk.hash,
+        name_len,
+        labels: walk.labels,
+        qtype,
+        qclass,
+        probe: detect_probe(&AcceptedName { msg: &msg }, qtype),
     };
     Ok(DnsSummary {
         header,
@@ -150,80 +170,119 @@ impl AcceptedName<'_, '_> {
     }
 }
 
-/// The first question as read off the wire.
-struct QuestionWire<'m, 'b> {
-    name: AcceptedName<'m, 'b>,
-    name_hash: u64,
-    name_len: u16,
-    labels: u8,
-    qtype: u16,
-    qclass: u16,
+/// Runs the steps of a name walk until one breaks, at most `max` of them.
+pub trait Steps {
+    fn run<F: FnMut() -> ControlFlow<()>>(self, max: u32, step: F);
 }
 
-/// Reads the first question: walks its name, hashing it, then reads the type and class.
-///
-/// Written for the verifier, which follows every path through the loop separately and can
-/// only merge paths whose registers it need not tell apart:
-/// - One flat loop over the bytes, carrying how many are left in the current label, instead of
-///   a loop over labels with a loop over bytes inside, which it would explore as the product of
-///   their bounds.
-/// - Nothing branches on the label count or the name length, nor reads at an offset computed
-///   from them: every path knows them as constants, and a branch or an offset would make the
-///   verifier keep apart paths that differ only there. Over 255 iterations that exceeds its
-///   budget of one million instructions. So the type and class are read by the same loop, as
-///   the four bytes after the root label, at offsets that depend only on the loop index; and
-///   the label count is not checked, since 255 bytes cannot hold more than 127 labels anyway.
+/// Steps run by a plain loop.
+pub struct PlainSteps;
+
+impl Steps for PlainSteps {
+    #[inline(always)]
+    fn run<F: FnMut() -> ControlFlow<()>>(self, max: u32, mut step: F) {
+        for _ in 0..max {
+            if step().is_break() {
+                return;
+            }
+        }
+    }
+}
+
+/// A walk of the first question's name, one label per step, hashing it as it goes.
 ///
 /// A pointer ends the walk as an error instead of being followed: the first question of a
 /// query never needs one, and pointers can loop.
-#[inline(always)]
-fn read_question<'m, 'b>(msg: &'m Message<'b>) -> Result<QuestionWire<'m, 'b>, Malformed> {
-    let mut name_hash = NAME_HASH_SEED;
-    let mut labels: u8 = 0;
-    let mut label_left: u8 = 0;
-    let mut name_len: u16 = 0;
-    // Set at the root label: how many type and class bytes remain to be read.
-    let mut type_class_left: u8 = 0;
-    let mut type_class: u32 = 0;
-    for wire_index in 0..MAX_NAME_WIRE_LEN + TYPE_CLASS_LEN {
-        let byte = msg
-            .byte_at(NAME_OFFSET + wire_index)
-            .ok_or(Malformed::DnsTruncatedQuestion)?;
-        if type_class_left > 0 {
-            type_class = (type_class << 8) | u32::from(byte);
-            type_class_left -= 1;
-            if type_class_left == 0 {
-                return Ok(QuestionWire {
-                    name: AcceptedName { msg },
-                    name_hash,
-                    name_len,
-                    labels,
-                    qtype: (type_class >> 16) as u16,
-                    qclass: type_class as u16,
-                });
-            }
-            continue;
-        }
-        name_hash = name_hash_fold(name_hash, byte);
-        if label_left > 0 {
-            label_left -= 1;
-            continue;
-        }
-        match byte {
-            0 if wire_index < MAX_NAME_WIRE_LEN => {
-                // At most MAX_NAME_WIRE_LEN, so the cast is exact.
-                name_len = (wire_index + 1) as u16;
-                type_class_left = TYPE_CLASS_LEN as u8;
-            }
-            0 => return Err(Malformed::DnsNameTooLong),
-            1..=MAX_LABEL_LEN => {
-                labels += 1;
-                label_left = byte;
-            }
-            COMPRESSION_POINTER..=u8::MAX => return Err(Malformed::DnsCompressionPointer),
-            _ => return Err(Malformed::DnsLabelTooLong),
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NameWalk {
+    hash: u64,
+    /// Wire index of the next length octet; once the root label is read, the name's length.
+    next: u16,
+    labels: u8,
+    /// `WALKING`, `ACCEPTED`, or `REJECTED + Malformed as u8`.
+    outcome: u8,
+    _pad: [u8; 4],
+}
+
+impl Default for NameWalk {
+    fn default() -> Self {
+        Self {
+            hash: NAME_HASH_SEED,
+            next: 0,
+            labels: 0,
+            outcome: WALKING,
+            _pad: [0; 4],
         }
     }
-    // The loop covers a maximal name and its type and class: no root label within it.
-    Err(Malformed::DnsNameTooLong)
+}
+
+const WALKING: u8 = 0;
+const ACCEPTED: u8 = 1;
+const REJECTED: u8 = 2;
+
+impl NameWalk {
+    /// Reads the label at `next`: its length octet and bytes.
+    #[inline(always)]
+    fn step(&mut self, msg: &Message) -> ControlFlow<()> {
+        let at = usize::from(self.next);
+        let Some(len) = msg.byte_at(NAME_OFFSET + at) else {
+            return self.reject(Malformed::DnsTruncatedQuestion);
+        };
+        self.hash = name_hash_fold(self.hash, len);
+        match len {
+            0 => {
+                // `at` < MAX_NAME_WIRE_LEN, checked by the step that led here.
+                self.next = (at + 1) as u16;
+                self.outcome = ACCEPTED;
+                ControlFlow::Break(())
+            }
+            1..=MAX_LABEL_LEN => {
+                let next = at + 1 + usize::from(len);
+                if msg.byte_at(NAME_OFFSET + next - 1).is_none() {
+                    return self.reject(Malformed::DnsTruncatedQuestion);
+                }
+                // The root label must still fit at `next`.
+                if next >= MAX_NAME_WIRE_LEN {
+                    return self.reject(Malformed::DnsNameTooLong);
+                }
+                let mut hash = self.hash;
+                // Bounded by the constant for the verifier, ended by the label length. The bytes
+                // are valid: the label's last one is.
+                for index in 0..usize::from(MAX_LABEL_LEN) {
+                    if index == usize::from(len) {
+                        break;
+                    }
+                    hash = name_hash_fold(hash, msg.buffer_byte(NAME_OFFSET + at + 1 + index));
+                }
+                self.hash = hash;
+                self.labels += 1;
+                // Below MAX_NAME_WIRE_LEN, so the cast is exact.
+                self.next = next as u16;
+                ControlFlow::Continue(())
+            }
+            COMPRESSION_POINTER..=u8::MAX => self.reject(Malformed::DnsCompressionPointer),
+            _ => self.reject(Malformed::DnsLabelTooLong),
+        }
+    }
+
+    #[inline(always)]
+    fn reject(&mut self, reason: Malformed) -> ControlFlow<()> {
+        self.outcome = REJECTED + reason as u8;
+        ControlFlow::Break(())
+    }
+
+    /// The name's wire length, root label included, if the walk accepted it.
+    #[inline(always)]
+    fn finished(&self) -> Result<u16, Malformed> {
+        match self.outcome {
+            ACCEPTED => Ok(self.next),
+            // Every step but the last reads a label of at least two bytes: a walk that never
+            // broke ran past MAX_NAME_WIRE_LEN.
+            WALKING => Err(Malformed::DnsNameTooLong),
+            rejected => {
+                Err(Malformed::from_u8(rejected - REJECTED).unwrap_or(Malformed::DnsNameTooLong))
+            }
+        }
+    }
 }

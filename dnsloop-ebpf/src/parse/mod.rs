@@ -23,7 +23,9 @@ mod transport;
 
 pub use bytes::{PacketBytes, SlicePacket};
 pub use class::{Malformed, PacketClass, Skip};
-pub use dns::{parse_dns, DnsHeader, DnsSummary, Question};
+pub use dns::{
+    parse_dns, parse_dns_with, DnsHeader, DnsSummary, NameWalk, PlainSteps, Question, Steps,
+};
 pub use framing::{tcp_framing, udp_message, DnsMessageRef, TcpFraming, MAX_TCP_MESSAGES};
 pub use ip::IpFamily;
 pub use link::LinkLayer;

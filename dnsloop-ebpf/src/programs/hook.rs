@@ -6,6 +6,8 @@ use aya_ebpf::{
         bpf_get_netns_cookie, bpf_skb_load_bytes, bpf_xdp_get_buff_len, bpf_xdp_load_bytes,
     },
 };
+use core::mem::MaybeUninit;
+
 use dnsloop_ebpf::parse::{PacketBytes, DNS_BUF_LEN};
 
 use super::maps::{self, DNS_BUFFER};
@@ -122,13 +124,16 @@ impl<H: Hook> PacketBytes for HookBytes<H> {
 
     #[inline(always)]
     fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]> {
-        let mut bytes = [0u8; N];
+        // Not zeroed first: the helper writes every byte or fails, and zeroing compiles to a
+        // `memset` call per header read, which also counts against 6.1's stack limit.
+        let mut bytes = MaybeUninit::<[u8; N]>::uninit();
         // SAFETY: `bytes` holds N bytes.
         let loaded = unsafe {
             self.0
-                .load_bytes(offset as u32, bytes.as_mut_ptr(), N as u32)
+                .load_bytes(offset as u32, bytes.as_mut_ptr().cast(), N as u32)
         };
-        loaded.then_some(bytes)
+        // SAFETY: a successful load wrote all N bytes.
+        loaded.then(|| unsafe { bytes.assume_init() })
     }
 }
 

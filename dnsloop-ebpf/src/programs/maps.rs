@@ -9,7 +9,7 @@ use dnsloop_ebpf::{
         QueryKey, QueryState, QuestionKey, QuestionState, ServerKey, ServerStats, Sighting,
         StreamReason, COUNTER_SLOTS, PRIOR_SIGHTINGS,
     },
-    parse::{DnsPorts, LinkLayer, Segment, TcpFraming, DNS_BUF_LEN},
+    parse::{DnsPorts, LinkLayer, NameWalk, Segment, TcpFraming, DNS_BUF_LEN},
 };
 
 /// Observation points are few (interfaces x 2 directions); 4096 covers a node with ~2000 pods.
@@ -93,6 +93,8 @@ pub struct Verdict {
     pub framing: TcpFraming,
     /// The query a reply from an unexpected source answers.
     pub matched_query: QueryState,
+    /// The name walk of the message being parsed: here, where the verifier does not track it.
+    pub name_walk: NameWalk,
     /// A query met for the first time, built here before it is copied into `QUERIES`.
     pub new_query: QueryEntry,
     /// For a query that made its question hot: the last sighting before it.

@@ -15,7 +15,7 @@ use dnsloop_ebpf::{
         MALFORMED_SAMPLE_INTERVAL_NS,
     },
     parse::{
-        classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, LinkLayer, PacketClass,
+        classify, parse_dns_with, tcp_framing, udp_message, DnsMessageRef, LinkLayer, PacketClass,
         Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
     },
 };
@@ -24,7 +24,7 @@ use core::ops::ControlFlow;
 
 pub use self::hook::{Skb, Xdp};
 use self::{
-    bounded_loop::bounded_loop,
+    bounded_loop::{bounded_loop, BpfSteps},
     hook::{Hook, HookBytes},
     maps::{config, Verdict},
 };
@@ -92,6 +92,11 @@ fn malformed_sample(verdict: *mut Verdict) -> Option<StreamReason> {
         return None;
     }
     verdict.last_malformed_sample_ns = now;
+    // The sample carries nothing an earlier packet's inspection attached. (Cleared here rather
+    // than where the packet is found malformed: the memset it compiles to is a call, and that
+    // call chain would exceed Linux 6.1's stack limit.)
+    verdict.matched_query = QueryState::default();
+    verdict.clear_priors();
     Some(StreamReason::Malformed)
 }
 
@@ -128,13 +133,8 @@ fn classify_into<H: Hook>(hook: H, link: LinkLayer, verdict: *mut Verdict) -> bo
         PacketClass::Skip(_) => false,
         PacketClass::Malformed(reason) => {
             counters::bump_malformed(reason);
-            // SAFETY: as above. What a DNS packet's inspection would have attached is cleared,
-            // so that a sample of this one carries nothing of the packet before.
-            unsafe {
-                (*verdict).malformed = 1;
-                (*verdict).matched_query = QueryState::default();
-                (*verdict).clear_priors();
-            }
+            // SAFETY: as above.
+            unsafe { (*verdict).malformed = 1 };
             false
         }
     }
@@ -144,7 +144,7 @@ fn classify_into<H: Hook>(hook: H, link: LinkLayer, verdict: *mut Verdict) -> bo
 /// packet. `None` when no message could be parsed (the packet is then not counted as DNS).
 ///
 /// One call site parses every message, UDP's single one as TCP's several, inside a `bpf_loop`:
-/// the verifier re-checks `parse_dns` (tens of thousands of instructions) per call site and per
+/// the verifier re-checks a message's inspection (thousands of instructions) per call site and per
 /// distinct state it is reached with, so unrolled calls exhaust its budget. The packet's state
 /// lives in a per-CPU map value, not on the 512-byte stack (which the loop body's frame shares),
 /// and its contents are opaque to the verifier, so the loop body's state converges at once.
@@ -222,7 +222,7 @@ fn inspect_message<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index:
     let Some((buffer, len)) = hook::load_dns_buffer(packet, message.offset, load_len) else {
         return;
     };
-    let summary = match parse_dns(buffer, len) {
+    let summary = match parse_dns_with(buffer, len, &mut verdict.name_walk, BpfSteps) {
         Ok(summary) => summary,
         // A message cut by the segment's end is not malformed: the rest is in the next segment.
         Err(_) if !message.complete => return,

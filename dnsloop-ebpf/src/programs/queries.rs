@@ -5,7 +5,7 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns};
 use dnsloop_ebpf::{
-    event::{QueryKey, QueryState, ServerKey, ServerStats, NAME_WIRE_MAX},
+    event::{QueryEntry, QueryKey, QueryState, ServerKey, ServerStats, NAME_WIRE_MAX},
     latency,
     parse::{Question, Segment, DNS_BUF_LEN},
 };
@@ -22,16 +22,25 @@ const RETRY_AFTER_NS: u64 = 200_000_000;
 /// Offset of the question's name in a DNS message.
 const NAME_OFFSET: usize = 12;
 
-/// The part of a message, held in the DNS buffer, where its question's name can be.
+/// Copies the part of a message, held in the DNS buffer, where its question's name can be.
+///
+/// Word by word, with volatile writes: an assignment of the array compiles to a call to a
+/// `memmove` that copies one byte per iteration, and a plain loop is turned back into one.
 #[inline(always)]
-fn name_window(message: &[u8; DNS_BUF_LEN]) -> &[u8; NAME_WIRE_MAX] {
-    const { assert!(NAME_OFFSET + NAME_WIRE_MAX <= DNS_BUF_LEN) };
-    // SAFETY: in bounds, by the assertion above; u8 arrays have no alignment.
-    unsafe {
-        &*message
-            .as_ptr()
-            .add(NAME_OFFSET)
-            .cast::<[u8; NAME_WIRE_MAX]>()
+fn copy_name_window(dst: &mut [u8; NAME_WIRE_MAX], message: &[u8; DNS_BUF_LEN]) {
+    const WORD: usize = core::mem::size_of::<u32>();
+    const {
+        assert!(NAME_OFFSET + NAME_WIRE_MAX <= DNS_BUF_LEN);
+        assert!(NAME_OFFSET % WORD == 0 && NAME_WIRE_MAX % WORD == 0);
+        assert!(core::mem::offset_of!(QueryEntry, name) % WORD == 0);
+    };
+    // The buffer is a map value (8-aligned) and the name field of `QueryEntry` is 8-aligned:
+    // both word pointers are aligned.
+    let src = message.as_ptr().wrapping_add(NAME_OFFSET).cast::<u32>();
+    let dst = dst.as_mut_ptr().cast::<u32>();
+    for word in 0..NAME_WIRE_MAX / WORD {
+        // SAFETY: in bounds of both arrays (asserted above) and aligned (see above).
+        unsafe { dst.add(word).write_volatile(src.add(word).read()) };
     }
 }
 
@@ -80,7 +89,7 @@ pub fn remember(
     // A fixed-size copy: a length taken from the packet would make the verifier tell apart every
     // name length it meets, and the program outgrow its budget. The bytes past the name are
     // whatever followed it in the buffer, and are never read.
-    entry.name = *name_window(message);
+    copy_name_window(&mut entry.name, message);
     entry.name_len = question.name_len;
     // The entry is copied from the per-CPU scratch value: it is too big for the stack.
     let _ = QUERIES.insert(&key, &verdict.new_query, BPF_NOEXIST.into());

@@ -38,15 +38,6 @@ struct Target {
     metapackage: &'static str,
     series: &'static str,
     hook: Hook,
-    /// A failure known and tracked: the run passes the matrix only if it fails this way.
-    known_failure: Option<KnownFailure>,
-}
-
-/// How a kernel is known to fail, and why.
-struct KnownFailure {
-    /// What the failure's report contains.
-    shows: &'static str,
-    why: &'static str,
 }
 
 const TARGETS: [Target; 2] = [
@@ -54,17 +45,11 @@ const TARGETS: [Target; 2] = [
         metapackage: "linux-image-amd64",
         series: "6.1",
         hook: Hook::Clsact,
-        known_failure: Some(KnownFailure {
-            shows: "BPF program is too large",
-            why: "6.1's verifier gives up after 1M instructions on the parser's name walk (6.12 \
-                  needs 166k): the programs must be restructured for it (issue 7)",
-        }),
     },
     Target {
         metapackage: "linux-image-6.12-amd64",
         series: "6.12",
         hook: Hook::Tcx,
-        known_failure: None,
     },
 ];
 
@@ -112,23 +97,10 @@ pub fn check(dnsloop: &Path) -> Result<()> {
             .collect()
     });
     let mut failed = Vec::new();
-    for ((kernel, target), outcome) in kernels.iter().zip(&TARGETS).zip(outcomes) {
-        match (outcome, &target.known_failure) {
-            (Ok(summary), None) => println!("kernels: {summary}"),
-            (Ok(summary), Some(_)) => {
-                println!("kernels: {summary}");
-                println!(
-                    "kernels: {} now PASSES where it was known to fail: drop its known failure",
-                    kernel.package
-                );
-            }
-            (Err(error), Some(known)) if format!("{error:#}").contains(known.shows) => {
-                println!(
-                    "kernels: {} KNOWN FAILURE, as expected ({}): {}",
-                    kernel.package, known.shows, known.why
-                );
-            }
-            (Err(error), _) => {
+    for (kernel, outcome) in kernels.iter().zip(outcomes) {
+        match outcome {
+            Ok(summary) => println!("kernels: {summary}"),
+            Err(error) => {
                 println!("kernels: {} FAILED: {error:#}", kernel.package);
                 failed.push(kernel.package.as_str());
             }
