@@ -916,7 +916,7 @@ impl Kernel {
         if !can_run() {
             return None;
         }
-        let mut ebpf = programs::load(&settings).unwrap_or_else(|error| {
+        let mut ebpf = programs::load(&settings, None).unwrap_or_else(|error| {
             panic!("loading the programs: {:#}", anyhow::Error::from(error))
         });
         let records = programs::take_records(&mut ebpf).expect("the programs have a ring buffer");
@@ -981,7 +981,8 @@ impl Kernel {
     fn unanswered_queries(&mut self) -> UnansweredQueries {
         let table =
             programs::take_queries(&mut self.ebpf).expect("the programs have a query table");
-        UnansweredQueries::new(table, MonotonicClock::anchored_now())
+        // Every query in the table is this run's.
+        UnansweredQueries::new(table, MonotonicClock::anchored_now(), 0)
     }
 
     fn counts(&self) -> GlobalCounts {
