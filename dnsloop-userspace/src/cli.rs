@@ -157,6 +157,14 @@ pub struct TraceArgs {
     /// not name are shown by address (`pod 10.244.0.3`). In a container, mount the node's.
     #[arg(long, value_name = "DIR", default_value = crate::pods::POD_LOGS)]
     pub pod_logs: PathBuf,
+
+    /// Keep the kernel's counters, per-server answer statistics and queries in flight in DIR,
+    /// on a BPF filesystem (e.g. /sys/fs/bpf/dnsloop), and carry on from them when started
+    /// again with the same DIR: counters continue, and answers to queries asked before the
+    /// restart are still matched. Give the same table sizes each time; `rm -r DIR` starts from
+    /// zero.
+    #[arg(long, value_name = "DIR")]
+    pub pin: Option<PathBuf>,
 }
 
 impl TraceArgs {

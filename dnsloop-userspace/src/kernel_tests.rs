@@ -494,6 +494,32 @@ fn a_query_never_answered_is_collected_with_its_question_once_it_expires() {
     assert!(expired.is_empty(), "each is collected once: {expired:?}");
 }
 
+/// A query from before the run (pinned by an earlier one, `--pin`) that expires is counted but
+/// not reported: its answer may have come while no program watched.
+#[test]
+fn a_query_from_before_the_run_expires_unreported() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    kernel.run(
+        Direction::Ingress,
+        &query_frame(0x5152, "before.example", QTYPE_AAAA),
+    );
+    let table = programs::take_queries(&mut kernel.ebpf).expect("the programs have a query table");
+    let mut unanswered =
+        UnansweredQueries::new(table, MonotonicClock::anchored_now(), monotonic_now_ns());
+    let mut expired = Vec::new();
+    unanswered
+        .take_expired(Duration::ZERO, &mut expired)
+        .expect("reading the query table");
+    assert!(expired.is_empty(), "not reported: {expired:?}");
+    assert_eq!(unanswered.expired_from_before, 1);
+    unanswered
+        .take_expired(Duration::ZERO, &mut expired)
+        .expect("reading the query table");
+    assert_eq!(unanswered.expired_from_before, 1, "taken out of the table");
+}
+
 #[test]
 fn an_answered_query_leaves_the_table_and_counts_for_its_server() {
     let Some(mut kernel) = Kernel::load(trace_settings()) else {
@@ -916,7 +942,7 @@ impl Kernel {
         if !can_run() {
             return None;
         }
-        let mut ebpf = programs::load(&settings).unwrap_or_else(|error| {
+        let mut ebpf = programs::load(&settings, None).unwrap_or_else(|error| {
             panic!("loading the programs: {:#}", anyhow::Error::from(error))
         });
         let records = programs::take_records(&mut ebpf).expect("the programs have a ring buffer");
@@ -981,7 +1007,8 @@ impl Kernel {
     fn unanswered_queries(&mut self) -> UnansweredQueries {
         let table =
             programs::take_queries(&mut self.ebpf).expect("the programs have a query table");
-        UnansweredQueries::new(table, MonotonicClock::anchored_now())
+        // Every query in the table is this run's.
+        UnansweredQueries::new(table, MonotonicClock::anchored_now(), 0)
     }
 
     fn counts(&self) -> GlobalCounts {

@@ -1,4 +1,6 @@
 //! Loading the embedded kernel programs with this run's settings.
+pub mod pinning;
+
 use aya::{
     maps::{HashMap, MapData, RingBuf},
     programs::{ProgramError, ProgramType, SchedClassifier, Xdp},
@@ -22,6 +24,7 @@ use crate::{
     preflight::{self, PreflightError},
     topology::Link,
 };
+use pinning::{PinDir, PinError, Shape, PINNED_MAPS};
 
 /// The BPF object built by build.rs from the dnsloop-ebpf crate.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dnsloop"));
@@ -74,6 +77,10 @@ pub enum LoadError {
     },
     #[error("reading this network namespace's cookie failed (SO_NETNS_COOKIE needs Linux 5.14)")]
     NetnsCookie(#[source] std::io::Error),
+    #[error(transparent)]
+    Pin(#[from] PinError),
+    #[error("the BPF object cannot be read to check the pinned maps against it: the build is broken, rebuild with `cargo xtask build`")]
+    ObjectDefinitions(#[source] aya_obj::ParseError),
     #[error("setting up map {name} failed")]
     Map {
         name: &'static str,
@@ -96,8 +103,9 @@ pub struct Settings {
     pub xdp_ingress: bool,
 }
 
-/// Loads the programs into the kernel with `settings` patched in, ready to attach.
-pub fn load(settings: &Settings) -> Result<Ebpf, LoadError> {
+/// Loads the programs into the kernel with `settings` patched in, ready to attach. With `pins`
+/// the maps it keeps are taken from there, or created and pinned there.
+pub fn load(settings: &Settings, pins: Option<&PinDir>) -> Result<Ebpf, LoadError> {
     for note in preflight::check()? {
         tracing::info!("{note}");
     }
@@ -113,14 +121,22 @@ pub fn load(settings: &Settings) -> Result<Ebpf, LoadError> {
         queries,
         ring_bytes,
     } = map_sizes(settings)?;
-    let mut ebpf = EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    loader
         .override_global("DNS_PORTS", &ports, true)
         .override_global("CONFIG", &config, true)
         .map_max_entries(QUESTIONS_MAP, questions)
         .map_max_entries(QUERIES_MAP, queries)
-        .map_max_entries(RECORDS_MAP, ring_bytes)
-        .load(OBJECT)
-        .map_err(LoadError::Object)?;
+        .map_max_entries(RECORDS_MAP, ring_bytes);
+    if let Some(pins) = pins {
+        for (name, shape) in pinned_shapes(&[(QUERIES_MAP, queries)])? {
+            pins.check(name, shape)?;
+            // Only the maps named here are pinned: none is declared pinned in the object, so
+            // aya's default of pinning those under /sys/fs/bpf never applies.
+            loader.map_pin_path(name, pins.map_path(name));
+        }
+    }
+    let mut ebpf = loader.load(OBJECT).map_err(LoadError::Object)?;
     let kernel = KernelVersion::current().ok();
     for name in [INGRESS_PROGRAM, EGRESS_PROGRAM] {
         classifier(&mut ebpf, name)?
@@ -133,6 +149,29 @@ pub fn load(settings: &Settings) -> Result<Ebpf, LoadError> {
             .map_err(|source| rejected(XDP_INGRESS_PROGRAM, kernel, source))?;
     }
     Ok(ebpf)
+}
+
+/// The shape of each map `--pin` keeps, as the object defines it and with `max_entries` applied.
+fn pinned_shapes(max_entries: &[(&str, u32)]) -> Result<Vec<(&'static str, Shape)>, LoadError> {
+    let object = aya_obj::Object::parse(OBJECT).map_err(LoadError::ObjectDefinitions)?;
+    PINNED_MAPS
+        .iter()
+        .map(|&name| {
+            let map = object.maps.get(name).ok_or(LoadError::Missing(name))?;
+            let entries = max_entries
+                .iter()
+                .find(|(sized, _)| *sized == name)
+                .map_or(map.max_entries(), |&(_, entries)| entries);
+            let shape = Shape {
+                map_type: map.map_type(),
+                key_size: map.key_size(),
+                value_size: map.value_size(),
+                max_entries: entries,
+                flags: map.map_flags(),
+            };
+            Ok((name, shape))
+        })
+        .collect()
 }
 
 /// The oldest kernel with every helper program `name` calls, and the newest of those helpers.
@@ -352,6 +391,37 @@ fn port_table(dns_ports: &[u16]) -> Result<[u16; MAX_DNS_PORTS], LoadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// aya pins a map the object declares pinned under /sys/fs/bpf when no path is given:
+    /// without `--pin` nothing may outlive the run.
+    #[test]
+    fn no_map_is_declared_pinned_in_the_object() {
+        let object = aya_obj::Object::parse(OBJECT).expect("the object parses");
+        for (name, map) in &object.maps {
+            assert_eq!(
+                map.pinning(),
+                aya_obj::maps::PinningType::None,
+                "map {name} is declared pinned"
+            );
+        }
+    }
+
+    #[test]
+    fn pinned_maps_are_checked_against_the_object_with_this_runs_sizes() {
+        let shapes = pinned_shapes(&[(QUERIES_MAP, 4096)]).expect("the object has every map");
+        let names: Vec<&str> = shapes.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, PINNED_MAPS);
+        let (_, queries) = shapes
+            .iter()
+            .find(|(name, _)| *name == QUERIES_MAP)
+            .expect("the query table is pinned");
+        assert_eq!(queries.max_entries, 4096);
+        assert_eq!(queries.key_size as usize, std::mem::size_of::<QueryKey>());
+        assert_eq!(
+            queries.value_size as usize,
+            std::mem::size_of::<QueryEntry>()
+        );
+    }
 
     #[test]
     fn port_table_pads_with_zeros() {

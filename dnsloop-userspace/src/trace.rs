@@ -18,10 +18,14 @@ use crate::{
     pipeline::Pipeline,
     pods::PodNames,
     points::PointMap,
-    programs, report,
+    programs::{self, pinning::PinDir},
+    report,
     sink::{self, Sink},
     source::{
-        clock::MonotonicClock, ringbuf::RingBufSource, unanswered::UnansweredQueries, RawPacket,
+        clock::{monotonic_now_ns, MonotonicClock},
+        ringbuf::RingBufSource,
+        unanswered::UnansweredQueries,
+        RawPacket,
     },
     topology,
     watch::Watch,
@@ -81,22 +85,37 @@ pub async fn trace<T>(
         None => None,
     };
     let links = attach::select(topology::list_links().await?, &args.interfaces)?;
-    let mut ebpf = programs::load(&programs::Settings {
-        dns_ports: args.dns_ports.clone(),
-        stream_every_packet: args.packets,
-        snap_len: args.snap_len,
-        question_table_size: args.question_table_size,
-        query_table_size: args.query_table_size,
-        ring_buffer_mib: args.ring_buffer_mib,
-        xdp_ingress: args.xdp,
-    })?;
+    // Held until the run ends: a second dnsloop cannot count into the same maps meanwhile.
+    let pins = args.pin.as_deref().map(PinDir::open).transpose()?;
+    let reused = pins.as_ref().is_some_and(PinDir::holds_maps);
+    let run_started_ns = monotonic_now_ns();
+    let mut ebpf = programs::load(
+        &programs::Settings {
+            dns_ports: args.dns_ports.clone(),
+            stream_every_packet: args.packets,
+            snap_len: args.snap_len,
+            question_table_size: args.question_table_size,
+            query_table_size: args.query_table_size,
+            ring_buffer_mib: args.ring_buffer_mib,
+            xdp_ingress: args.xdp,
+        },
+        pins.as_ref(),
+    )?;
+    if let Some(pins) = &pins {
+        let how = if reused {
+            "continuing from the counters and queries in flight pinned in"
+        } else {
+            "pinning the counters and queries in flight in"
+        };
+        eprintln!("dnsloop: {how} {}", pins.path().display());
+    }
     let records = programs::take_records(&mut ebpf)?;
     let clock = MonotonicClock::anchored_now();
     // With every packet streamed the analyzers have every query already.
     let mut unanswered = (!args.packets)
         .then(|| programs::take_queries(&mut ebpf))
         .transpose()?
-        .map(|queries| UnansweredQueries::new(queries, clock));
+        .map(|queries| UnansweredQueries::new(queries, clock, run_started_ns));
     let node_addresses = topology::addresses(None).await?;
     programs::register_forwarders(&mut ebpf, &node_addresses)?;
     // Without -i the whole node is watched, including pods that appear while we run.
@@ -147,8 +166,13 @@ pub async fn trace<T>(
             _ = sweep.tick(), if unanswered.is_some() => {
                 if let Some(unanswered) = &mut unanswered {
                     // A failed sweep loses nothing: its queries stay for the next one.
+                    let before = unanswered.expired_from_before;
                     if let Err(error) = unanswered.take_expired(args.timeout, &mut expired) {
                         tracing::warn!("reading the kernel's query table: {error}");
+                    }
+                    let from_before = unanswered.expired_from_before - before;
+                    if from_before > 0 {
+                        eprintln!("dnsloop: {from_before} queries pinned by an earlier run got no answer within --timeout; not reported as timeouts, as answers that came between the runs went unseen");
                     }
                 }
             }

@@ -1,8 +1,10 @@
 //! dnsloop on a node over its lifetime: what it leaves attached when it ends (SIGTERM, SIGKILL),
-//! two dnsloops on one node, and the clsact path that kernels without TCX take (forced here with
-//! `DNSLOOP_FORCE_CLSACT=1`).
+//! two dnsloops on one node, the clsact path that kernels without TCX take (forced here with
+//! `DNSLOOP_FORCE_CLSACT=1`), and a restart that carries on from its pinned maps (`--pin`).
 use std::{
     collections::BTreeSet,
+    path::{Path, PathBuf},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -211,6 +213,163 @@ fn on_the_clsact_path_sigkill_leaves_the_filters_the_warning_tells_how_to_remove
     // The pods' loopbacks keep theirs: deleting the lab removes them with the namespaces.
 }
 
+/// The maps `--pin` keeps, by name.
+const PINNED_MAPS: [&str; 4] = ["COUNTERS", "POINT_COUNTERS", "QUERIES", "SERVERS"];
+
+/// A tracer stopped and started again with the same `--pin` carries on from its maps: the
+/// per-interface and kernel counters and the server's answers continue; only one tracer may use
+/// the directory at a time, and one with another query table size is refused.
+#[test]
+fn a_tracer_restarted_with_pin_continues_its_counters() {
+    let Some(lab) = healthy_lab("a_tracer_restarted_with_pin_continues") else {
+        return;
+    };
+    let bpffs = BpfFs::mount();
+    let dir = bpffs.path().join("dnsloop");
+    let dir_arg = dir.to_str().expect("a UTF-8 path");
+    let pinned = ["--output", "json", "--pin", dir_arg];
+
+    let first = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &pinned).expect("tracer starts");
+    ask(&lab, QUERIES);
+    let refused = run_trace(&lab, &pinned);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("another dnsloop is tracing with it"),
+        "{refused:?}"
+    );
+    let first = first.terminate().expect("first tracer ends on SIGTERM");
+    assert!(first.status.success(), "{}", first.stderr);
+    assert!(
+        first.stderr.contains("dnsloop: pinning"),
+        "{}",
+        first.stderr
+    );
+    let before = summary_of(&first);
+    assert_eq!(
+        pinned_maps(&dir),
+        PINNED_MAPS,
+        "what --pin leaves in {dir:?}"
+    );
+
+    let second =
+        Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &pinned).expect("tracer starts again");
+    ask(&lab, QUERIES);
+    let second = second.terminate().expect("second tracer ends on SIGTERM");
+    assert!(second.status.success(), "{}", second.stderr);
+    assert!(
+        second.stderr.contains("dnsloop: continuing from"),
+        "{}",
+        second.stderr
+    );
+    let after = summary_of(&second);
+    assert!(
+        client_queries(&after) >= client_queries(&before) + QUERIES,
+        "the client's queries did not continue:\nbefore: {before}\nafter: {after}"
+    );
+    let dns_packets = |summary: &Value| summary["kernel"]["dns_packets"].as_u64().unwrap_or(0);
+    assert!(
+        dns_packets(&after) > dns_packets(&before),
+        "{before}\n{after}"
+    );
+    let answered = |summary: &Value| {
+        summary["servers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|server| server["server"] == format!("{NODE_LOCAL_DNS}:53"))
+            .and_then(|server| server["count"].as_u64())
+            .unwrap_or(0)
+    };
+    assert!(answered(&before) >= QUERIES, "{before}");
+    assert!(
+        answered(&after) >= answered(&before) + QUERIES,
+        "the cache's answers did not continue:\nbefore: {before}\nafter: {after}"
+    );
+
+    let resized = run_trace(&lab, &["--pin", dir_arg, "--query-table-size", "4096"]);
+    let stderr = String::from_utf8_lossy(&resized.stderr);
+    assert_eq!(resized.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("pinned map ") && stderr.contains("/QUERIES"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("`rm -r {dir_arg}`")), "{stderr}");
+}
+
+/// Without `--pin` no map outlives the tracer: none is pinned, in /sys/fs/bpf or anywhere.
+#[test]
+fn without_pin_no_map_outlives_the_tracer() {
+    let Some(lab) = healthy_lab("without_pin_no_map_outlives_the_tracer") else {
+        return;
+    };
+    let sys_fs_bpf = pinned_maps(Path::new("/sys/fs/bpf"));
+    let tracer = start(&lab, &[]);
+    let maps = BpfHandles::of(tracer.pid()).maps;
+    assert!(maps.len() >= PINNED_MAPS.len(), "{maps:?}");
+    ask(&lab, QUERIES);
+    let output = tracer.terminate().expect("tracer ends on SIGTERM");
+    assert!(output.status.success(), "{}", output.stderr);
+    assert!(!output.stderr.contains("pinning"), "{}", output.stderr);
+    wait_until_gone("maps", &maps, |id| bpftool_shows("map", id));
+    assert_eq!(pinned_maps(Path::new("/sys/fs/bpf")), sys_fs_bpf);
+}
+
+/// `dnsloop trace ARGS` run to its end in the lab's node namespace, for a start it refuses.
+fn run_trace(lab: &Lab, args: &[&str]) -> std::process::Output {
+    let dnsloop = dnsloop_bin();
+    let argv: Vec<&str> = [
+        dnsloop.to_str().expect("a UTF-8 path"),
+        "trace",
+        "--duration",
+        "1s",
+    ]
+    .into_iter()
+    .chain(args.iter().copied())
+    .collect();
+    lab.exec(lab.node_ns(), &argv).expect("run dnsloop trace")
+}
+
+/// The names in `dir`, sorted; none when it does not exist.
+fn pinned_maps(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A BPF filesystem of the test's own, unmounted (and with it whatever was pinned there) when
+/// dropped.
+struct BpfFs {
+    dir: tempfile::TempDir,
+}
+
+impl BpfFs {
+    fn mount() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mounted = Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(dir.path())
+            .status()
+            .expect("run mount");
+        assert!(mounted.success(), "mount -t bpf failed");
+        Self { dir }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().to_owned()
+    }
+}
+
+impl Drop for BpfFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
 /// Asks the node-local cache for a cluster name `count` times from the client pod.
 fn ask(lab: &Lab, count: u64) {
     for _ in 0..count {
@@ -251,10 +410,11 @@ fn client_queries(summary: &Value) -> u64 {
         .unwrap_or(0)
 }
 
-/// The BPF programs and TCX links a process holds, from its file descriptors.
+/// The BPF programs, maps and TCX links a process holds, from its file descriptors.
 #[derive(Debug)]
 struct BpfHandles {
     programs: Vec<u64>,
+    maps: Vec<u64>,
     tcx_links: usize,
 }
 
@@ -262,6 +422,7 @@ impl BpfHandles {
     fn of(pid: u32) -> Self {
         let mut handles = BpfHandles {
             programs: Vec::new(),
+            maps: Vec::new(),
             tcx_links: 0,
         };
         let fdinfo = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).expect("read fdinfo");
@@ -274,9 +435,10 @@ impl BpfHandles {
                     .find_map(|line| line.strip_prefix(name))
                     .map(str::trim)
             };
-            match (field("link_type:"), field("prog_id:")) {
-                (Some("tcx"), _) => handles.tcx_links += 1,
-                (None, Some(id)) => handles.programs.push(id.parse().expect("prog_id")),
+            match (field("link_type:"), field("prog_id:"), field("map_id:")) {
+                (Some("tcx"), _, _) => handles.tcx_links += 1,
+                (None, Some(id), _) => handles.programs.push(id.parse().expect("prog_id")),
+                (None, None, Some(id)) => handles.maps.push(id.parse().expect("map_id")),
                 _ => {}
             }
         }
@@ -287,27 +449,29 @@ impl BpfHandles {
 /// Waits until the kernel has freed every program in `ids`: nothing holds them any more, no
 /// link, no filter, no process.
 fn assert_released(ids: &[u64]) {
+    wait_until_gone("programs", ids, |id| bpftool_shows("prog", id));
+}
+
+/// Waits until none of the BPF objects `ids` (`what`: programs, maps) exists any more.
+fn wait_until_gone(what: &str, ids: &[u64], exists: impl Fn(u64) -> bool) {
     let deadline = Instant::now() + RELEASE_TIMEOUT;
     loop {
-        let held: Vec<u64> = ids
-            .iter()
-            .copied()
-            .filter(|&id| program_exists(id))
-            .collect();
+        let held: Vec<u64> = ids.iter().copied().filter(|&id| exists(id)).collect();
         if held.is_empty() {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "programs {held:?} are still in the kernel after {RELEASE_TIMEOUT:?}"
+            "{what} {held:?} are still in the kernel after {RELEASE_TIMEOUT:?}"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-fn program_exists(id: u64) -> bool {
-    std::process::Command::new("bpftool")
-        .args(["prog", "show", "id", &id.to_string()])
+/// Whether the BPF object of `kind` (`prog`, `map`) with `id` exists.
+fn bpftool_shows(kind: &str, id: u64) -> bool {
+    Command::new("bpftool")
+        .args([kind, "show", "id", &id.to_string()])
         .output()
         .expect("run bpftool")
         .status

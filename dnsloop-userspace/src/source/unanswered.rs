@@ -41,16 +41,29 @@ pub struct UnansweredQuery {
 pub struct UnansweredQueries {
     table: HashMap<MapData, QueryKey, QueryEntry>,
     clock: MonotonicClock,
+    /// When this run started, on the kernel's clock: a query first seen before then is in the
+    /// table an earlier run pinned (`--pin`).
+    run_started_ns: u64,
     /// Entries that could not be read back as a query (never expected: counted, not hidden).
     pub unreadable: u64,
+    /// Queries from before this run that expired. They are not reported: between the runs no
+    /// program watched, so their answers may have come unseen.
+    pub expired_from_before: u64,
 }
 
 impl UnansweredQueries {
-    pub fn new(table: HashMap<MapData, QueryKey, QueryEntry>, clock: MonotonicClock) -> Self {
+    /// `run_started_ns`: when this run started, on the kernel's monotonic clock.
+    pub fn new(
+        table: HashMap<MapData, QueryKey, QueryEntry>,
+        clock: MonotonicClock,
+        run_started_ns: u64,
+    ) -> Self {
         Self {
             table,
             clock,
+            run_started_ns,
             unreadable: 0,
+            expired_from_before: 0,
         }
     }
 
@@ -81,6 +94,10 @@ impl UnansweredQueries {
                 // Answered just now, between the read and the removal.
                 Err(error) if is_gone(&error) => continue,
                 result => result?,
+            }
+            if entry.state.first_ns < self.run_started_ns {
+                self.expired_from_before += 1;
+                continue;
             }
             match unanswered(&key, &entry, &self.clock) {
                 Some(query) => out.push(query),
