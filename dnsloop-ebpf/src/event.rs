@@ -3,6 +3,8 @@
 //! Every type is `#[repr(C)]` with explicit padding so that its layout is the same on both sides
 //! and no uninitialised byte ever reaches userspace.
 
+use crate::stores;
+
 /// Which way a packet crossed the interface it was seen on.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -38,7 +40,23 @@ pub struct ObservationPoint {
     pub netns_cookie: u64,
     pub ifindex: u32,
     pub direction: u8,
-    pub _pad: [u8; 3],
+    // Padding as scalars, not `[u8; 3]`: zeroing an array compiles, in BPF, to a `memset` call
+    // that loops over the bytes, on every packet.
+    _pad1: u8,
+    _pad2: u16,
+}
+
+impl ObservationPoint {
+    #[inline(always)]
+    pub const fn new(netns_cookie: u64, ifindex: u32, direction: u8) -> Self {
+        Self {
+            netns_cookie,
+            ifindex,
+            direction,
+            _pad1: 0,
+            _pad2: 0,
+        }
+    }
 }
 
 /// Per observation point counts, kept per CPU and summed by userspace.
@@ -137,7 +155,36 @@ pub struct QueryKey {
     pub id: u16,
     /// `parse::Transport as u8`.
     pub transport: u8,
-    pub _pad: [u8; 3],
+    // Scalars, as in `ObservationPoint`.
+    _pad1: u8,
+    _pad2: u16,
+}
+
+impl QueryState {
+    /// Clears every field in place (see [`stores`]).
+    #[inline(always)]
+    pub fn clear(&mut self) {
+        self.first_ns = 0;
+        stores::fill(&mut self.server, 0);
+        self.server_port = 0;
+        self.direction = 0;
+        self.retried = 0;
+        self.ifindex = 0;
+    }
+}
+
+impl QueryKey {
+    #[inline(always)]
+    pub const fn new(client: [u8; 16], client_port: u16, id: u16, transport: u8) -> Self {
+        Self {
+            client,
+            client_port,
+            id,
+            transport,
+            _pad1: 0,
+            _pad2: 0,
+        }
+    }
 }
 
 /// Where and when a query was first seen, and where it was sent from there.
@@ -495,10 +542,10 @@ impl QuestionState {
         self.sightings = 0;
         self.hot = 0;
         self.sent_to_next = 0;
-        for slot in 0..QUESTION_SLOTS {
-            self.forwarding[slot] = 0;
-            self.forwarding_since[slot] = 0;
-            self.sent_to[slot] = [0; 16];
+        stores::fill(&mut self.forwarding, 0);
+        stores::fill(&mut self.forwarding_since, 0);
+        for destination in &mut self.sent_to {
+            stores::fill(destination, 0);
         }
         for sighting in &mut self.cold {
             sighting.family = 0;
@@ -536,7 +583,7 @@ impl QuestionState {
         }
         if !known {
             let slot = usize::from(self.sent_to_next) % QUESTION_SLOTS;
-            self.sent_to[slot] = dst;
+            stores::copy(&mut self.sent_to[slot], &dst);
             self.sent_to_next = ((slot + 1) % QUESTION_SLOTS) as u8;
         }
     }

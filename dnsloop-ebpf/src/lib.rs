@@ -10,3 +10,4 @@ pub mod event;
 pub mod frames;
 pub mod latency;
 pub mod parse;
+pub mod stores;

@@ -62,17 +62,13 @@ pub fn read_points(
     let mut counts = Vec::with_capacity(links.len() * 2);
     for link in links {
         for &direction in watched_directions(link) {
-            let point = ObservationPoint {
-                // The kernel tells namespaces apart only for loopback (see ObservationPoint).
-                netns_cookie: if link.role == LinkRole::Loopback {
-                    loopback_cookie
-                } else {
-                    0
-                },
-                ifindex: link.index,
-                direction: direction as u8,
-                _pad: [0; 3],
+            // The kernel tells namespaces apart only for loopback (see ObservationPoint).
+            let netns_cookie = if link.role == LinkRole::Loopback {
+                loopback_cookie
+            } else {
+                0
             };
+            let point = ObservationPoint::new(netns_cookie, link.index, direction as u8);
             let total = match counters.get(&point, 0) {
                 Ok(per_cpu) => {
                     per_cpu

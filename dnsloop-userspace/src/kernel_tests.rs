@@ -990,12 +990,8 @@ impl Kernel {
 
     /// Tells the programs which namespaces the test runs' frames in `direction` leave and enter.
     fn place(&mut self, direction: Direction, leaves: u32, enters: u32) {
-        let point = ObservationPoint {
-            netns_cookie: this_namespace_cookie(),
-            ifindex: LOOPBACK_IFINDEX,
-            direction: direction as u8,
-            _pad: [0; 3],
-        };
+        let point =
+            ObservationPoint::new(this_namespace_cookie(), LOOPBACK_IFINDEX, direction as u8);
         self.placed.retain(|(known, _)| *known != point);
         self.placed
             .push((point, PointNamespaces { leaves, enters }));
@@ -1023,12 +1019,8 @@ impl Kernel {
             .expect("the programs have point counters");
         let counters: PerCpuHashMap<_, ObservationPoint, PointCounters> =
             PerCpuHashMap::try_from(map).expect("point counters are a per-CPU hash map");
-        let point = ObservationPoint {
-            netns_cookie: this_namespace_cookie(),
-            ifindex: LOOPBACK_IFINDEX,
-            direction: direction as u8,
-            _pad: [0; 3],
-        };
+        let point =
+            ObservationPoint::new(this_namespace_cookie(), LOOPBACK_IFINDEX, direction as u8);
         let per_cpu = counters
             .get(&point, 0)
             .unwrap_or_else(|error| panic!("no counters for loopback {direction:?}: {error}"));

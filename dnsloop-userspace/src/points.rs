@@ -126,12 +126,11 @@ impl PointMap {
         points
             .iter()
             .map(|((interface, direction), point)| {
-                let key = ObservationPoint {
-                    netns_cookie: interface.netns_cookie,
-                    ifindex: interface.ifindex,
-                    direction: *direction as u8,
-                    _pad: [0; 3],
-                };
+                let key = ObservationPoint::new(
+                    interface.netns_cookie,
+                    interface.ifindex,
+                    *direction as u8,
+                );
                 let namespaces = PointNamespaces {
                     leaves: number(&point.leaves),
                     enters: number(&point.enters),

@@ -1,5 +1,6 @@
 //! The programs' maps and load-time settings.
 use aya_ebpf::{
+    bindings::BPF_F_NO_COMMON_LRU,
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
@@ -27,7 +28,7 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SL
 /// counts, which only makes them approximate.
 #[map]
 pub static QUESTIONS: LruHashMap<QuestionKey, QuestionState> =
-    LruHashMap::with_max_entries(65536, 0);
+    LruHashMap::with_max_entries(65536, BPF_F_NO_COMMON_LRU);
 
 /// Never written: the zeroed value a new `QUESTIONS` entry is inserted from.
 #[map]
@@ -37,7 +38,8 @@ pub static ZERO_QUESTION_STATE: PerCpuArray<QuestionState> = PerCpuArray::with_m
 /// takes out the ones never answered once they are older than its timeout. LRU: under a storm
 /// of unanswered queries the oldest are forgotten rather than new ones refused.
 #[map]
-pub static QUERIES: LruHashMap<QueryKey, QueryEntry> = LruHashMap::with_max_entries(65536, 0);
+pub static QUERIES: LruHashMap<QueryKey, QueryEntry> =
+    LruHashMap::with_max_entries(65536, BPF_F_NO_COMMON_LRU);
 
 /// Answer counts and latency per server, as its clients addressed it. A node talks to a few
 /// dozen servers; LRU keeps the busiest under a storm of new ones.

@@ -11,8 +11,7 @@ mod stream;
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use dnsloop_ebpf::{
     event::{
-        Counter, Direction, Heat, ObservationPoint, QueryState, StreamReason,
-        MALFORMED_SAMPLE_INTERVAL_NS,
+        Counter, Direction, Heat, ObservationPoint, StreamReason, MALFORMED_SAMPLE_INTERVAL_NS,
     },
     parse::{
         classify, parse_dns_with, tcp_framing, udp_message, DnsMessageRef, LinkLayer, PacketClass,
@@ -43,24 +42,18 @@ pub fn observe<H: Hook>(hook: H, direction: Direction) {
                 (*verdict).netns_cookie = hook.loopback_netns_cookie();
                 (*verdict).ifindex = ifindex;
                 (*verdict).direction = direction as u8;
-                (*verdict).at = maps::point_namespaces(&ObservationPoint {
-                    netns_cookie: (*verdict).netns_cookie,
+                (*verdict).at = maps::point_namespaces(&ObservationPoint::new(
+                    (*verdict).netns_cookie,
                     ifindex,
-                    direction: direction as u8,
-                    _pad: [0; 3],
-                });
+                    direction as u8,
+                ));
             }
             inspect_dns(&HookBytes(hook), verdict)
         }
         _ => None,
     };
     // Built only now: what is live across the calls above shares their 512-byte stack budget.
-    let point = ObservationPoint {
-        netns_cookie: hook.loopback_netns_cookie(),
-        ifindex,
-        direction: direction as u8,
-        _pad: [0; 3],
-    };
+    let point = ObservationPoint::new(hook.loopback_netns_cookie(), ifindex, direction as u8);
     counters::count_point(&point, inspection.is_some());
     if inspection.is_some() {
         counters::bump(Counter::DnsPackets);
@@ -95,7 +88,7 @@ fn malformed_sample(verdict: *mut Verdict) -> Option<StreamReason> {
     // The sample carries nothing an earlier packet's inspection attached. (Cleared here rather
     // than where the packet is found malformed: the memset it compiles to is a call, and that
     // call chain would exceed Linux 6.1's stack limit.)
-    verdict.matched_query = QueryState::default();
+    verdict.matched_query.clear();
     verdict.clear_priors();
     Some(StreamReason::Malformed)
 }
@@ -185,7 +178,7 @@ fn frame_messages<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) {
     } else {
         0
     };
-    verdict.matched_query = QueryState::default();
+    verdict.matched_query.clear();
     verdict.clear_priors();
     let segment = verdict.segment;
     match segment.transport {
@@ -194,15 +187,15 @@ fn frame_messages<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) {
     }
 }
 
-/// Puts a UDP datagram's one message in the shape of a TCP segment's framing.
+/// Puts a UDP datagram's one message in the shape of a TCP segment's framing: the other slots
+/// get length 0, which marks them unused.
 #[inline(always)]
 fn single_message(framing: &mut TcpFraming, message: DnsMessageRef) {
-    let unused = DnsMessageRef {
-        offset: 0,
-        len: 0,
-        complete: false,
-    };
-    framing.messages = [message, unused, unused, unused];
+    // Slot by slot: an array literal compiles to a `memset` call (see `stores`).
+    framing.messages[0] = message;
+    for slot in &mut framing.messages[1..] {
+        slot.len = 0;
+    }
     framing.count = 1;
     framing.split = false;
     framing.more = false;

@@ -174,13 +174,7 @@ fn add(count: &mut u64) {
 /// The key of the query sent by `client`:`client_port` with `id` over `segment`'s transport.
 #[inline(always)]
 fn key(client: [u8; 16], client_port: u16, id: u16, segment: &Segment) -> QueryKey {
-    QueryKey {
-        client,
-        client_port,
-        id,
-        transport: segment.transport as u8,
-        _pad: [0; 3],
-    }
+    QueryKey::new(client, client_port, id, segment.transport as u8)
 }
 
 /// Whether the reply in `segment` comes from somewhere other than where `query` was sent.

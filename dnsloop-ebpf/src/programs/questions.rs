@@ -4,6 +4,7 @@ use aya_ebpf::helpers::bpf_ktime_get_ns;
 use dnsloop_ebpf::{
     event::{Heat, QuerySighting, QuestionKey, Sighting, PRIOR_SIGHTINGS},
     parse::Question,
+    stores,
 };
 
 use super::{
@@ -75,8 +76,8 @@ fn remember(sighting: &mut Sighting, id: u16, now: u64, verdict: &Verdict) {
     let segment = &verdict.segment;
     sighting.ts_ns = now;
     sighting.netns_cookie = verdict.netns_cookie;
-    sighting.src = segment.src;
-    sighting.dst = segment.dst;
+    stores::copy(&mut sighting.src, &segment.src);
+    stores::copy(&mut sighting.dst, &segment.dst);
     sighting.ifindex = verdict.ifindex;
     sighting.sport = segment.sport;
     sighting.dport = segment.dport;

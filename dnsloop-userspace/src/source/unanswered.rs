@@ -170,13 +170,12 @@ mod tests {
             _pad: [0],
             name,
         };
-        let key = QueryKey {
-            client: [10, 244, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-            client_port: 40000,
-            id: 0x1234,
-            transport: Transport::Udp as u8,
-            _pad: [0; 3],
-        };
+        let key = QueryKey::new(
+            [10, 244, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            40000,
+            0x1234,
+            Transport::Udp as u8,
+        );
         let clock = MonotonicClock::anchored_now();
         let query = unanswered(&key, &entry, &clock).expect("a readable entry");
         assert_eq!(query.client, "10.244.0.2:40000".parse().unwrap());
