@@ -537,7 +537,7 @@ impl QuestionState {
     /// Forgets the last window, field by field: the whole state is too big for the BPF stack,
     /// where a new value would be built.
     #[inline(always)]
-    fn reset(&mut self, now_ns: u64) {
+    pub fn reset(&mut self, now_ns: u64) {
         self.first_ns = now_ns;
         self.sightings = 0;
         self.hot = 0;

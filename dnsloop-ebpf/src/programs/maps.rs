@@ -30,9 +30,9 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SL
 pub static QUESTIONS: LruHashMap<QuestionKey, QuestionState> =
     LruHashMap::with_max_entries(65536, BPF_F_NO_COMMON_LRU);
 
-/// Never written: the zeroed value a new `QUESTIONS` entry is inserted from.
+/// Where a new `QUESTIONS` entry is built before it is inserted: too big for the stack.
 #[map]
-pub static ZERO_QUESTION_STATE: PerCpuArray<QuestionState> = PerCpuArray::with_max_entries(1, 0);
+pub static NEW_QUESTION: PerCpuArray<QuestionState> = PerCpuArray::with_max_entries(1, 0);
 
 /// Queries in flight, to check their replies' source and time them (see `queries`). Userspace
 /// takes out the ones never answered once they are older than its timeout. LRU: under a storm
@@ -88,6 +88,8 @@ pub struct Verdict {
     pub netns_cookie: u64,
     pub ifindex: u32,
     pub direction: u8,
+    /// When the packet's inspection began: one clock read serves all its messages.
+    pub now_ns: u64,
     /// The namespaces the packet leaves and enters there.
     pub at: PointNamespaces,
     /// The segment being inspected, and where its messages are (one for UDP).

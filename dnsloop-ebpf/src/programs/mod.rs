@@ -172,6 +172,8 @@ fn frame_messages<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) {
     let stream_every_packet = config().stream_every_packet != 0;
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     let verdict = unsafe { &mut *verdict };
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    verdict.now_ns = unsafe { bpf_ktime_get_ns() };
     verdict.parsed = 0;
     verdict.stream = if stream_every_packet {
         StreamReason::EveryPacket as u8 + 1

@@ -3,7 +3,7 @@
 //! userspace can name it if it is never answered.
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_ns};
+use aya_ebpf::bindings::BPF_NOEXIST;
 use dnsloop_ebpf::{
     event::{QueryEntry, QueryKey, QueryState, ServerKey, ServerStats, NAME_WIRE_MAX},
     latency,
@@ -59,8 +59,7 @@ pub fn remember(
 ) -> Option<QueryState> {
     let segment = &verdict.segment;
     let key = key(segment.src, segment.sport, id, segment);
-    // SAFETY: bpf_ktime_get_ns has no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = verdict.now_ns;
     if let Some(first) = QUERIES.get_ptr_mut(&key) {
         // SAFETY: a value of our map; a concurrent update can only skew the flag.
         let first = unsafe { &mut (*first).state };
@@ -121,14 +120,14 @@ pub fn answered_at_client(
     }
     let _ = QUERIES.remove(&key);
     if !from_elsewhere(segment, &query) {
-        count_answer(&query, family, rcode);
+        count_answer(&query, family, rcode, verdict.now_ns);
     }
     Some(query)
 }
 
 /// Adds an answer to `query` to its server's statistics.
 #[inline(always)]
-fn count_answer(query: &QueryState, family: u8, rcode: u8) {
+fn count_answer(query: &QueryState, family: u8, rcode: u8, now_ns: u64) {
     let key = ServerKey {
         address: query.server,
         port: query.server_port,
@@ -149,8 +148,7 @@ fn count_answer(query: &QueryState, family: u8, rcode: u8) {
             }
         }
     };
-    // SAFETY: bpf_ktime_get_ns has no preconditions.
-    let waited_ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(query.first_ns);
+    let waited_ns = now_ns.saturating_sub(query.first_ns);
     // SAFETY: a value of our map, shared with other CPUs: counts change only by atomic adds.
     let stats: &mut ServerStats = unsafe { &mut *stats };
     add(&mut stats.answered);

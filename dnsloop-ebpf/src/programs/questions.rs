@@ -1,6 +1,6 @@
 //! The question table: which questions are coming back into a namespace that forwarded them
 //! (see `QuestionState`).
-use aya_ebpf::helpers::bpf_ktime_get_ns;
+use aya_ebpf::bindings::BPF_NOEXIST;
 use dnsloop_ebpf::{
     event::{Heat, QuerySighting, QuestionKey, Sighting, PRIOR_SIGHTINGS},
     parse::Question,
@@ -9,7 +9,7 @@ use dnsloop_ebpf::{
 
 use super::{
     forwarders,
-    maps::{Verdict, QUESTIONS, ZERO_QUESTION_STATE},
+    maps::{Verdict, NEW_QUESTION, QUESTIONS},
 };
 
 /// Records a sighting of the query with `id` for `question`, seen where `verdict` says. While the
@@ -18,20 +18,23 @@ use super::{
 #[inline(always)]
 pub fn query_sighting(question: &Question, id: u16, window_ns: u64, verdict: &mut Verdict) -> Heat {
     let key = key_of(question);
-    let now = now_ns();
-    if QUESTIONS.get_ptr_mut(&key).is_none() {
-        // Inserted zeroed, from a map: the value is too big for the stack. Its first sighting
-        // finds it quiet for longer than any window, and starts it afresh.
-        let Some(zero) = ZERO_QUESTION_STATE.get_ptr(0) else {
-            return Heat::Cold;
-        };
-        // SAFETY: a plain-data value of our map; inserting copies it.
-        let _ = QUESTIONS.insert(&key, unsafe { &*zero }, 0);
-    }
-    let Some(state) = QUESTIONS.get_ptr_mut(&key) else {
-        return Heat::Cold;
+    let now = verdict.now_ns;
+    let known = QUESTIONS.get_ptr_mut(&key);
+    let state = match known {
+        Some(state) => state,
+        // A new question is built in a per-CPU value (it is too big for the stack), and
+        // inserted once its first sighting is recorded.
+        None => match NEW_QUESTION.get_ptr_mut(0) {
+            Some(state) => {
+                // SAFETY: the per-CPU value belongs to this program run until it returns.
+                unsafe { (*state).reset(now) };
+                state
+            }
+            None => return Heat::Cold,
+        },
     };
-    // SAFETY: a value of our map; a concurrent update on another CPU can only skew what it holds.
+    // SAFETY: a value of our maps; a concurrent update of a known question on another CPU can
+    // only skew what it holds.
     let state = unsafe { &mut *state };
     let seen = QuerySighting {
         src: verdict.segment.src,
@@ -54,6 +57,10 @@ pub fn query_sighting(question: &Question, id: u16, window_ns: u64, verdict: &mu
         }
         Heat::Hot => {}
     }
+    if known.is_none() {
+        // If another CPU inserted the question meanwhile, its first sighting stands.
+        let _ = QUESTIONS.insert(&key, state, BPF_NOEXIST.into());
+    }
     heat
 }
 
@@ -67,7 +74,7 @@ pub fn answer_sighting(question: &Question, window_ns: u64, verdict: &Verdict) -
     // SAFETY: as above.
     let state = unsafe { &mut *state };
     state.record_answer(verdict.at.enters);
-    state.is_hot_at(now_ns(), window_ns)
+    state.is_hot_at(verdict.now_ns, window_ns)
 }
 
 /// Writes the sighting in place: the map value, not the stack, holds it.
@@ -95,10 +102,4 @@ fn key_of(question: &Question) -> QuestionKey {
         qclass: question.qclass,
         _pad: [0; 4],
     }
-}
-
-#[inline(always)]
-fn now_ns() -> u64 {
-    // SAFETY: bpf_ktime_get_ns has no preconditions.
-    unsafe { bpf_ktime_get_ns() }
 }
