@@ -7,7 +7,8 @@
 //! add the node's evidence, and a `sink` write them. `analyze` never learns which source a packet came from.
 //! `analyze_file` feeds the same pipeline from a capture file (`source::capture_file`).
 //!
-//! The library is the `dnsloop` binary ([`run`]).
+//! The library is the `dnsloop` binary ([`run`]). Besides, it lends the end-to-end tests its DNS-name
+//! escaper ([`DnsName`]).
 mod analyze;
 mod analyze_file;
 mod attach;
@@ -37,6 +38,9 @@ mod source;
 mod topology;
 mod trace;
 mod watch;
+
+/// A DNS name as it was sent, and its presentation format (`\DDD` escapes, as dig writes it).
+pub use observation::DnsName;
 
 use std::process::ExitCode;
 
