@@ -7,8 +7,9 @@
 //! add the node's evidence, and a `sink` write them. `analyze` never learns which source a packet came from.
 //! `analyze_file` feeds the same pipeline from a capture file (`source::capture_file`).
 //!
-//! The library is the `dnsloop` binary ([`run`]). Besides, it lends the end-to-end tests its DNS-name
-//! escaper ([`DnsName`]).
+//! The library is the `dnsloop` binary ([`run`]). Besides, it lends the end-to-end tests its
+//! DNS-name escaper ([`DnsName`]), and the fuzzer the decode path (`fuzzing`, behind the
+//! feature of that name).
 mod analyze;
 mod analyze_file;
 mod attach;
@@ -20,6 +21,8 @@ mod decode;
 mod doctor;
 mod enrich;
 mod finding;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 #[cfg(test)]
 mod kernel_tests;
 mod metrics;

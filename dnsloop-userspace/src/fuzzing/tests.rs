@@ -1,0 +1,291 @@
+//! The seed corpus of the `decode_packets` fuzz target, and the regression tests of the crashes
+//! it found.
+//!
+//! Regenerate the corpus with
+//! `cargo test -p dnsloop-userspace --lib -- --ignored write_decode_packets_corpus`.
+//! A crash the fuzzer finds (`dnsloop-userspace/fuzz/artifacts/decode_packets/crash-*`) becomes
+//! a test here: `decode_packets(include_bytes!(...))` or the same bytes inline, once fixed.
+use std::{net::IpAddr, path::Path};
+
+use dnsloop_ebpf::{
+    event::Direction,
+    frames::{
+        dns_query, dns_query_wire, dns_response, tcp_stream, v6, FrameSpec, QTYPE_A, QTYPE_HINFO,
+        QTYPE_TXT,
+    },
+};
+
+use super::*;
+
+/// A fuzz input under construction, in the format of the module's documentation.
+#[derive(Default)]
+struct Sequence(Vec<u8>);
+
+impl Sequence {
+    /// Adds `frame`, seen `after_ms` after the previous packet at `point` (an index of
+    /// `points()`).
+    fn packet(mut self, after_ms: i16, point: u8, frame: &Frame) -> Self {
+        let link = LINK_LAYERS
+            .iter()
+            .position(|&layer| layer == frame.link)
+            .expect("a link layer of the table");
+        let len = u16::try_from(frame.bytes.len()).expect("a frame fits the length field");
+        self.0.extend_from_slice(&after_ms.to_le_bytes());
+        self.0.push(point | (u8::try_from(link).unwrap() << 4));
+        self.0.extend_from_slice(&len.to_le_bytes());
+        self.0.extend_from_slice(&frame.bytes);
+        self
+    }
+}
+
+struct Frame {
+    link: LinkLayer,
+    bytes: Vec<u8>,
+}
+
+/// A UDP frame from `src` to `dst` (`ip:port`) carrying `payload`.
+fn udp(src: &str, dst: &str, payload: Vec<u8>) -> FrameSpec {
+    let (src, sport) = split(src);
+    let (dst, dport) = split(dst);
+    FrameSpec {
+        src,
+        dst,
+        sport,
+        dport,
+        payload,
+        ..FrameSpec::default()
+    }
+}
+
+fn split(addr: &str) -> (IpAddr, u16) {
+    let addr: std::net::SocketAddr = addr.parse().expect("a test address");
+    (addr.ip(), addr.port())
+}
+
+fn frame(spec: FrameSpec) -> Frame {
+    Frame {
+        link: spec.link,
+        bytes: spec.build(),
+    }
+}
+
+/// The point of `ifname` in `direction`: the `nth` link of that name.
+fn at(ifname: &str, direction: Direction, nth: usize) -> u8 {
+    let index = points()
+        .iter()
+        .enumerate()
+        .filter(|(_, point)| &*point.ifname == ifname && point.direction == direction)
+        .nth(nth)
+        .map(|(index, _)| index)
+        .expect("a point of the table");
+    u8::try_from(index).expect("16 points")
+}
+
+use Direction::{Egress, Ingress};
+
+const NAME: &str = "www.example.test";
+
+/// The client asks the node-local cache and gets its answer.
+fn query_and_answer() -> Sequence {
+    let query = frame(udp(
+        "10.244.0.2:41234",
+        "169.254.25.10:53",
+        dns_query(4242, NAME, QTYPE_A),
+    ));
+    let answer = frame(udp(
+        "169.254.25.10:53",
+        "10.244.0.2:41234",
+        dns_response(4242, NAME, QTYPE_A),
+    ));
+    Sequence::default()
+        .packet(0, at("veth-client", Ingress, 0), &query)
+        .packet(0, at("cni0", Ingress, 0), &query)
+        .packet(3, at("cni0", Egress, 0), &answer)
+        .packet(0, at("veth-client", Egress, 0), &answer)
+}
+
+/// The node-local cache forwards to CoreDNS, whose upstream is the node-local cache: the
+/// question comes back into the node, round after round.
+fn nodelocal_loop(qname: &str, qtype: u16) -> Sequence {
+    let mut sequence = Sequence::default();
+    let client = frame(udp(
+        "10.244.0.2:41234",
+        "169.254.25.10:53",
+        dns_query(4242, qname, qtype),
+    ));
+    sequence = sequence
+        .packet(0, at("veth-client", Ingress, 0), &client)
+        .packet(0, at("cni0", Ingress, 0), &client);
+    for round in 0..3u16 {
+        let to_coredns = frame(udp(
+            &format!("10.244.0.1:{}", 50000 + round),
+            "10.244.0.3:53",
+            dns_query(1000 + round, qname, qtype),
+        ));
+        let back_to_node = frame(udp(
+            &format!("10.244.0.3:{}", 40000 + round),
+            "169.254.25.10:53",
+            dns_query(2000 + round, qname, qtype),
+        ));
+        sequence = sequence
+            .packet(1, at("cni0", Egress, 0), &to_coredns)
+            .packet(0, at("veth-coredns-a", Egress, 0), &to_coredns)
+            .packet(1, at("veth-coredns-a", Ingress, 0), &back_to_node)
+            .packet(0, at("cni0", Ingress, 0), &back_to_node);
+    }
+    // Time moves past the settle time, so the loop is reported.
+    sequence.packet(200, at("eth0", Egress, 0), &client)
+}
+
+/// A reply to the ClusterIP that skipped un-DNAT: it comes from the CoreDNS pod.
+fn unexpected_source() -> Sequence {
+    let query = frame(udp(
+        "10.244.0.2:38819",
+        "10.96.0.10:53",
+        dns_query(54170, "kubernetes.default.svc.cluster.local", QTYPE_A),
+    ));
+    let reply = frame(udp(
+        "10.244.0.3:53",
+        "10.244.0.2:38819",
+        dns_response(54170, "kubernetes.default.svc.cluster.local", QTYPE_A),
+    ));
+    Sequence::default()
+        .packet(0, at("veth-client", Ingress, 0), &query)
+        .packet(0, at("veth-coredns-a", Egress, 0), &query)
+        .packet(1, at("veth-coredns-a", Ingress, 0), &reply)
+        .packet(0, at("veth-client", Egress, 0), &reply)
+        .packet(3000, at("eth0", Ingress, 0), &query)
+}
+
+/// A query to a dead upstream beyond the uplink, unanswered past the timeout.
+fn timeout() -> Sequence {
+    let query = frame(udp(
+        "10.255.0.1:33757",
+        "10.255.0.99:53",
+        dns_query(7, "stub.example.test", QTYPE_A),
+    ));
+    let later = frame(udp(
+        "10.255.0.1:33758",
+        "10.255.0.98:53",
+        dns_query(8, "other.example.test", QTYPE_A),
+    ));
+    Sequence::default()
+        .packet(0, at("eth0", Egress, 0), &query)
+        .packet(i16::MAX, at("eth0", Egress, 0), &later)
+}
+
+/// Over TCP and IPv6, two messages in one segment, on a loopback, and their answers.
+fn tcp_ipv6_loopback() -> Sequence {
+    let first = dns_query(11, NAME, QTYPE_A);
+    let second = dns_query(12, "WWW.Example.ORG", QTYPE_TXT);
+    let queries = FrameSpec {
+        src: v6("fd00::2"),
+        dst: v6("fd00::a"),
+        sport: 40001,
+        dport: 53,
+        link: LinkLayer::LinuxSll2,
+        payload: tcp_stream(&[&first, &second]),
+        ..FrameSpec::default()
+    }
+    .ipv6()
+    .tcp();
+    let answers = FrameSpec {
+        src: queries.dst,
+        dst: queries.src,
+        sport: 53,
+        dport: 40001,
+        payload: tcp_stream(&[
+            &dns_response(11, NAME, QTYPE_A),
+            &dns_response(12, "WWW.Example.ORG", QTYPE_TXT),
+        ]),
+        ..queries.clone()
+    };
+    Sequence::default()
+        .packet(0, at("lo", Egress, 0), &frame(queries))
+        .packet(2, at("lo", Egress, 0), &frame(answers))
+}
+
+/// Names that must be escaped, raw IP and Linux SLL frames, and malformed packets: a
+/// compression pointer in the question, a frame cut short, and a query sent backwards in time.
+fn odd_packets() -> Sequence {
+    let escaped = frame(FrameSpec {
+        link: LinkLayer::RawIp,
+        payload: dns_query_wire(21, b"\x08\x1b[31mr\x07d\x04a.b\\\x04test\x00", QTYPE_TXT),
+        ..FrameSpec::default()
+    });
+    let pointer = frame(FrameSpec {
+        link: LinkLayer::LinuxSll,
+        payload: dns_query_wire(22, &[0xc0, 0x0c], QTYPE_A),
+        ..FrameSpec::default()
+    });
+    let mut cut = frame(FrameSpec::default());
+    cut.bytes.truncate(30);
+    let earlier = frame(udp(
+        "10.244.1.5:40000",
+        "169.254.25.10:53",
+        dns_query(23, NAME, QTYPE_A),
+    ));
+    Sequence::default()
+        .packet(0, at("cali-b", Ingress, 0), &escaped)
+        .packet(1, at("cali-b", Ingress, 0), &pointer)
+        .packet(1, at("eth0", Ingress, 0), &cut)
+        .packet(-40, at("cali-b", Ingress, 0), &earlier)
+}
+
+fn seeds() -> Vec<(&'static str, Sequence)> {
+    vec![
+        ("query_and_answer", query_and_answer()),
+        ("nodelocal_loop", nodelocal_loop(NAME, QTYPE_A)),
+        (
+            "coredns_probe_loop",
+            nodelocal_loop("8771826115.8395975159.", QTYPE_HINFO),
+        ),
+        ("unexpected_source", unexpected_source()),
+        ("timeout", timeout()),
+        ("tcp_ipv6_loopback", tcp_ipv6_loopback()),
+        ("odd_packets", odd_packets()),
+    ]
+}
+
+#[test]
+fn every_seed_runs_through_both_sinks() {
+    for (_, sequence) in seeds() {
+        decode_packets(&sequence.0);
+    }
+}
+
+#[test]
+fn the_seeds_reach_every_kind_of_finding() {
+    let json = |sequence: Sequence| {
+        String::from_utf8(run(&sequence.0, OutputFormat::Json)).expect("JSON is UTF-8")
+    };
+    assert!(json(nodelocal_loop(NAME, QTYPE_A)).contains(r#""kind":"loop""#));
+    assert!(json(unexpected_source()).contains(r#""kind":"unexpected_source""#));
+    assert!(json(timeout()).contains(r#""kind":"timeout""#));
+    let text = String::from_utf8(run(&odd_packets().0, OutputFormat::Text)).unwrap();
+    assert!(text.contains(r"\027[31mr\007d.a\.b\\.test."), "{text}");
+}
+
+#[test]
+fn a_header_cut_short_ends_the_sequence() {
+    let whole = query_and_answer().0;
+    assert_eq!(packets(&whole).count(), 4);
+    assert_eq!(
+        packets(&whole[..whole.len() - 1]).count(),
+        4,
+        "last frame cut"
+    );
+    let first_len = HEADER_LEN + usize::from(u16::from_le_bytes([whole[3], whole[4]]));
+    assert_eq!(packets(&whole[..first_len + 2]).count(), 1);
+    assert_eq!(packets(&[]).count(), 0);
+}
+
+#[test]
+#[ignore = "writes dnsloop-userspace/fuzz/corpus/decode_packets; run it on purpose"]
+fn write_decode_packets_corpus() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decode_packets");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, sequence) in seeds() {
+        std::fs::write(dir.join(name), sequence.0).unwrap();
+    }
+}
