@@ -6,18 +6,35 @@
 //!
 //! ```text
 //! per packet: i16 LE   milliseconds since the previous packet (negative: out of order)
-//!             u8       low 4 bits: the point (`POINTS`, ingress then egress of each link);
-//!                      bits 4-5: the link layer (Ethernet, raw IP, Linux SLL, Linux SLL2)
+//!             u8       low 4 bits: the point (`points()`, ingress then egress of each link);
+//!                      bits 4-5: the link layer (Ethernet, raw IP, Linux SLL, Linux SLL2);
+//!                      bit 6: a matched query follows; bit 7: a prior sighting follows
 //!             u16 LE   the frame's length (cut to the bytes left)
-//!             bytes    the frame
+//!   [matched query, what the kernel's record of a reply from an unexpected source or of a
+//!    resent query adds]
+//!             i16 LE   milliseconds before the packet it was sent
+//!             u8       bit 0: seen in egress (ingress if not), on the packet's link
+//!             16 bytes the server it was sent to (IPv4 in the first 4)
+//!             u16 LE   the server's port
+//!   [prior sighting, what the kernel's record of the query that made its question hot adds]
+//!             i16 LE   milliseconds before the packet it was seen
+//!             u8       bit 0: egress; bit 1: TCP; bit 2: IPv6 addresses; bits 3-5: its link
+//!             16 bytes source address, then u16 LE source port
+//!             16 bytes destination address, then u16 LE destination port
+//!             u16 LE   DNS id
+//!   [then]    bytes    the frame
 //! ```
 //!
-//! An input that ends inside a header ends the sequence. Built with the `fuzzing` feature and in
+//! A link is a pair of points, ingress then egress (`points()`). An input that ends inside a
+//! header ends the sequence. Built with the `fuzzing` feature and in
 //! this crate's tests, which write the seed corpus and hold a regression test of every crash
 //! the fuzzer found.
 use std::time::{Duration, SystemTime};
 
-use dnsloop_ebpf::parse::LinkLayer;
+use dnsloop_ebpf::{
+    event::Direction,
+    parse::{IpFamily, LinkLayer},
+};
 use serde_json::json;
 
 use crate::{
@@ -28,11 +45,12 @@ use crate::{
     pipeline::Pipeline,
     points::{LinkDescription, Role, NODE},
     sink,
-    source::{InterfaceRef, RawPacket},
+    source::{socket_addr, InterfaceRef, MatchedQuery, PriorSighting, RawPacket},
 };
 
-/// Bytes of a packet's header in the input.
-const HEADER_LEN: usize = 5;
+/// Selector bits saying what follows a packet's header.
+const HAS_MATCHED_QUERY: u8 = 0x40;
+const HAS_PRIOR: u8 = 0x80;
 
 /// Where the sequence starts: 2025-01-01 12:00:00 UTC.
 const START: Duration = Duration::from_secs(1_735_732_800);
@@ -75,6 +93,8 @@ struct Packet<'a> {
     ts: SystemTime,
     point: usize,
     link_layer: LinkLayer,
+    matched_query: Option<MatchedQuery>,
+    prior: Option<PriorSighting>,
     bytes: &'a [u8],
 }
 
@@ -82,24 +102,105 @@ struct Packet<'a> {
 fn packets(mut input: &[u8]) -> impl Iterator<Item = Packet<'_>> {
     let mut clock = SystemTime::UNIX_EPOCH + START;
     std::iter::from_fn(move || {
-        let (header, rest) = input.split_first_chunk::<HEADER_LEN>()?;
-        let [delta_lo, delta_hi, selector, len_lo, len_hi] = *header;
-        let delta = i16::from_le_bytes([delta_lo, delta_hi]);
-        let step = Duration::from_millis(u64::from(delta.unsigned_abs()));
-        clock = if delta < 0 {
-            clock.checked_sub(step).unwrap_or(clock)
+        let input = &mut input;
+        clock = shifted(clock, i16::from_le_bytes(take(input)?));
+        let [selector] = take(input)?;
+        let len = usize::from(u16::from_le_bytes(take(input)?));
+        let matched_query = if selector & HAS_MATCHED_QUERY != 0 {
+            Some(matched_query(input, clock)?)
         } else {
-            clock + step
+            None
         };
-        let len = usize::from(u16::from_le_bytes([len_lo, len_hi])).min(rest.len());
-        let (bytes, rest) = rest.split_at(len);
-        input = rest;
+        let prior = if selector & HAS_PRIOR != 0 {
+            Some(prior(input, clock)?)
+        } else {
+            None
+        };
+        let (bytes, rest) = input.split_at(len.min(input.len()));
+        *input = rest;
         Some(Packet {
             ts: clock,
             point: usize::from(selector & 0x0f),
             link_layer: LINK_LAYERS[usize::from(selector >> 4) & 0x03],
+            matched_query,
+            prior,
             bytes,
         })
+    })
+}
+
+/// The next `N` bytes of `input`, which then starts after them.
+fn take<const N: usize>(input: &mut &[u8]) -> Option<[u8; N]> {
+    let (bytes, rest) = input.split_first_chunk::<N>()?;
+    *input = rest;
+    Some(*bytes)
+}
+
+/// `at` moved `millis` later (earlier when negative), as far as the clock goes.
+fn shifted(at: SystemTime, millis: i16) -> SystemTime {
+    let step = Duration::from_millis(u64::from(millis.unsigned_abs()));
+    if millis < 0 {
+        at.checked_sub(step).unwrap_or(at)
+    } else {
+        at.checked_add(step).unwrap_or(at)
+    }
+}
+
+/// The link of the `index`th pair of points.
+fn link(index: usize) -> InterfaceRef {
+    InterfaceRef {
+        netns_cookie: 0,
+        ifindex: u32::try_from(index).unwrap_or(u32::MAX),
+    }
+}
+
+/// The point of `link` in `direction`.
+fn point_of(points: &[Point], link: InterfaceRef, direction: Direction) -> Option<&Point> {
+    let index = usize::try_from(link.ifindex).ok()?;
+    points.get(2 * index + usize::from(direction == Direction::Egress))
+}
+
+fn direction(flags: u8) -> Direction {
+    if flags & 1 != 0 {
+        Direction::Egress
+    } else {
+        Direction::Ingress
+    }
+}
+
+fn matched_query(input: &mut &[u8], packet_at: SystemTime) -> Option<MatchedQuery> {
+    let before = i16::from_le_bytes(take(input)?);
+    let [flags] = take(input)?;
+    Some(MatchedQuery {
+        at: shifted(packet_at, before.saturating_neg()),
+        direction: direction(flags),
+        server: take(input)?,
+        server_port: u16::from_le_bytes(take(input)?),
+    })
+}
+
+fn prior(input: &mut &[u8], packet_at: SystemTime) -> Option<PriorSighting> {
+    let before = i16::from_le_bytes(take(input)?);
+    let [flags] = take(input)?;
+    let family = if flags & 4 != 0 {
+        IpFamily::V6
+    } else {
+        IpFamily::V4
+    };
+    let mut addr = || -> Option<std::net::SocketAddr> {
+        let ip = take(input)?;
+        Some(socket_addr(family, &ip, u16::from_le_bytes(take(input)?)))
+    };
+    let src = addr()?;
+    let dst = addr()?;
+    Some(PriorSighting {
+        at: shifted(packet_at, before.saturating_neg()),
+        interface: link(usize::from(flags >> 3) & 0x07),
+        direction: direction(flags),
+        src,
+        dst,
+        id: u16::from_le_bytes(take(input)?),
+        tcp: flags & 2 != 0,
     })
 }
 
@@ -145,18 +246,15 @@ fn run(input: &[u8], format: OutputFormat) -> Vec<u8> {
         let point = &points[packet.point];
         let raw = RawPacket {
             ts: packet.ts,
-            interface: InterfaceRef {
-                netns_cookie: 0,
-                ifindex: u32::try_from(packet.point).unwrap_or(u32::MAX),
-            },
+            interface: link(packet.point / 2),
             direction: point.direction,
             link_layer: packet.link_layer,
             bytes: bytes::Bytes::copy_from_slice(packet.bytes),
-            matched_query: None,
-            priors: Vec::new(),
+            matched_query: packet.matched_query,
+            priors: packet.prior.into_iter().collect(),
         };
         let ingested = pipeline
-            .ingest_placed(&raw, point)
+            .ingest_placed(&raw, |link, direction| point_of(&points, link, direction))
             .and_then(|_| pipeline.tick(packet.ts));
         ingested.expect("writing to memory does not fail");
         end = end.max(packet.ts);

@@ -10,8 +10,8 @@ use std::{net::IpAddr, path::Path};
 use dnsloop_ebpf::{
     event::Direction,
     frames::{
-        dns_query, dns_query_wire, dns_response, tcp_stream, v6, FrameSpec, QTYPE_A, QTYPE_HINFO,
-        QTYPE_TXT,
+        address_slot, dns_query, dns_query_wire, dns_response, tcp_stream, v6, FrameSpec, QTYPE_A,
+        QTYPE_HINFO, QTYPE_TXT,
     },
 };
 
@@ -24,18 +24,65 @@ struct Sequence(Vec<u8>);
 impl Sequence {
     /// Adds `frame`, seen `after_ms` after the previous packet at `point` (an index of
     /// `points()`).
-    fn packet(mut self, after_ms: i16, point: u8, frame: &Frame) -> Self {
+    fn packet(self, after_ms: i16, point: u8, frame: &Frame) -> Self {
+        self.streamed(after_ms, point, frame, Kernel::default())
+    }
+
+    /// Adds `frame` as `packet` does, with what the kernel's record of it adds.
+    fn streamed(mut self, after_ms: i16, point: u8, frame: &Frame, kernel: Kernel) -> Self {
         let link = LINK_LAYERS
             .iter()
             .position(|&layer| layer == frame.link)
             .expect("a link layer of the table");
+        let mut selector = point | (u8::try_from(link).unwrap() << 4);
+        if kernel.matched_query.is_some() {
+            selector |= HAS_MATCHED_QUERY;
+        }
+        if kernel.prior.is_some() {
+            selector |= HAS_PRIOR;
+        }
         let len = u16::try_from(frame.bytes.len()).expect("a frame fits the length field");
         self.0.extend_from_slice(&after_ms.to_le_bytes());
-        self.0.push(point | (u8::try_from(link).unwrap() << 4));
+        self.0.push(selector);
         self.0.extend_from_slice(&len.to_le_bytes());
+        for extension in [kernel.matched_query, kernel.prior].into_iter().flatten() {
+            self.0.extend_from_slice(&extension);
+        }
         self.0.extend_from_slice(&frame.bytes);
         self
     }
+}
+
+/// What a kernel record adds to a packet, encoded.
+#[derive(Default)]
+struct Kernel {
+    matched_query: Option<Vec<u8>>,
+    prior: Option<Vec<u8>>,
+}
+
+/// The query a packet answers or repeats, sent `before_ms` before it to `server`.
+fn matched_query(before_ms: i16, direction: Direction, server: &str) -> Vec<u8> {
+    let server: std::net::SocketAddr = server.parse().expect("a test address");
+    let mut bytes = before_ms.to_le_bytes().to_vec();
+    bytes.push(u8::from(direction == Egress));
+    bytes.extend_from_slice(&address_slot(server.ip()));
+    bytes.extend_from_slice(&server.port().to_le_bytes());
+    bytes
+}
+
+/// The UDP query seen at `point` `before_ms` before a packet that made its question hot.
+fn prior(before_ms: i16, point: u8, src: &str, dst: &str, id: u16) -> Vec<u8> {
+    let mut bytes = before_ms.to_le_bytes().to_vec();
+    let (src, sport) = split(src);
+    let (dst, dport) = split(dst);
+    let v6 = if src.is_ipv6() { 4 } else { 0 };
+    bytes.push((point & 1) | v6 | ((point / 2) << 3));
+    for (ip, port) in [(src, sport), (dst, dport)] {
+        bytes.extend_from_slice(&address_slot(ip));
+        bytes.extend_from_slice(&port.to_le_bytes());
+    }
+    bytes.extend_from_slice(&id.to_le_bytes());
+    bytes
 }
 
 struct Frame {
@@ -232,6 +279,60 @@ fn odd_packets() -> Sequence {
         .packet(-40, at("cali-b", Ingress, 0), &earlier)
 }
 
+/// A reply from an unexpected source as the kernel streams it: the reply alone, with the query
+/// it remembered.
+fn unexpected_source_streamed() -> Sequence {
+    let reply = frame(udp(
+        "10.244.0.3:53",
+        "10.244.0.2:38819",
+        dns_response(54170, "kubernetes.default.svc.cluster.local", QTYPE_A),
+    ));
+    let kernel = Kernel {
+        matched_query: Some(matched_query(1, Ingress, "10.96.0.10:53")),
+        prior: None,
+    };
+    Sequence::default()
+        .streamed(0, at("veth-client", Egress, 0), &reply, kernel)
+        .packet(3000, at("eth0", Ingress, 0), &reply)
+}
+
+/// The node-local loop as the kernel streams it: from CoreDNS's forward back into the node,
+/// which made the question hot, with the cache's forward before it.
+fn nodelocal_loop_streamed() -> Sequence {
+    let back_to_node = |round: u16| {
+        frame(udp(
+            &format!("10.244.0.3:{}", 40000 + round),
+            "169.254.25.10:53",
+            dns_query(2000 + round, NAME, QTYPE_A),
+        ))
+    };
+    let kernel = Kernel {
+        matched_query: None,
+        prior: Some(prior(
+            1,
+            at("cni0", Egress, 0),
+            "10.244.0.1:50000",
+            "10.244.0.3:53",
+            1000,
+        )),
+    };
+    let mut sequence =
+        Sequence::default().streamed(0, at("cni0", Ingress, 0), &back_to_node(0), kernel);
+    for round in 1..3 {
+        let to_coredns = frame(udp(
+            &format!("10.244.0.1:{}", 50000 + round),
+            "10.244.0.3:53",
+            dns_query(1000 + round, NAME, QTYPE_A),
+        ));
+        sequence = sequence
+            .packet(1, at("cni0", Egress, 0), &to_coredns)
+            .packet(0, at("veth-coredns-a", Egress, 0), &to_coredns)
+            .packet(1, at("veth-coredns-a", Ingress, 0), &back_to_node(round))
+            .packet(0, at("cni0", Ingress, 0), &back_to_node(round));
+    }
+    sequence.packet(200, at("eth0", Egress, 0), &back_to_node(9))
+}
+
 fn seeds() -> Vec<(&'static str, Sequence)> {
     vec![
         ("query_and_answer", query_and_answer()),
@@ -241,6 +342,8 @@ fn seeds() -> Vec<(&'static str, Sequence)> {
             nodelocal_loop("8771826115.8395975159.", QTYPE_HINFO),
         ),
         ("unexpected_source", unexpected_source()),
+        ("unexpected_source_streamed", unexpected_source_streamed()),
+        ("nodelocal_loop_streamed", nodelocal_loop_streamed()),
         ("timeout", timeout()),
         ("tcp_ipv6_loopback", tcp_ipv6_loopback()),
         ("odd_packets", odd_packets()),
@@ -261,6 +364,8 @@ fn the_seeds_reach_every_kind_of_finding() {
     };
     assert!(json(nodelocal_loop(NAME, QTYPE_A)).contains(r#""kind":"loop""#));
     assert!(json(unexpected_source()).contains(r#""kind":"unexpected_source""#));
+    assert!(json(unexpected_source_streamed()).contains(r#""kind":"unexpected_source""#));
+    assert!(json(nodelocal_loop_streamed()).contains(r#""kind":"loop""#));
     assert!(json(timeout()).contains(r#""kind":"timeout""#));
     let text = String::from_utf8(run(&odd_packets().0, OutputFormat::Text)).unwrap();
     assert!(text.contains(r"\027[31mr\007d.a\.b\\.test."), "{text}");
@@ -275,9 +380,17 @@ fn a_header_cut_short_ends_the_sequence() {
         4,
         "last frame cut"
     );
-    let first_len = HEADER_LEN + usize::from(u16::from_le_bytes([whole[3], whole[4]]));
+    let first_len = 5 + usize::from(u16::from_le_bytes([whole[3], whole[4]]));
     assert_eq!(packets(&whole[..first_len + 2]).count(), 1);
     assert_eq!(packets(&[]).count(), 0);
+    let streamed = unexpected_source_streamed().0;
+    assert_eq!(
+        packets(&streamed[..5 + 10]).count(),
+        0,
+        "cut in a matched query"
+    );
+    let packet = packets(&streamed).next().unwrap();
+    assert!(packet.matched_query.is_some() && packet.prior.is_none());
 }
 
 #[test]
