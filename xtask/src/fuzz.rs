@@ -21,7 +21,7 @@ struct Target {
     name: &'static str,
     /// The fuzz crate, from the workspace root.
     crate_dir: &'static str,
-    /// Where a crash's input becomes a regression test.
+    /// How a crash's input becomes a regression test, once fixed.
     regression_test: &'static str,
 }
 
@@ -29,14 +29,14 @@ const TARGETS: [Target; 2] = [
     Target {
         name: "parse_packet",
         crate_dir: "dnsloop-ebpf/fuzz",
-        regression_test: "a test in dnsloop-ebpf/src/parse/tests/ that runs the parser on its \
-                          bytes as the target does",
+        regression_test: "make it a test in dnsloop-ebpf/src/parse/tests/ that runs the parser \
+                          on its bytes as the target does, and copy it into the corpus",
     },
     Target {
         name: "decode_packets",
         crate_dir: "dnsloop-userspace/fuzz",
-        regression_test: "a test in dnsloop-userspace/src/fuzzing/tests.rs that calls \
-                          decode_packets on its bytes",
+        regression_test: "copy it into the corpus under a name that says what it was: \
+                          `cargo test -p dnsloop-userspace` runs every input there",
     },
 ];
 
@@ -88,18 +88,25 @@ fn fuzz(target: &Target, duration: Duration) -> Result<()> {
     match (outcome, found.is_empty()) {
         (Ok(()), true) => Ok(()),
         (outcome, true) => outcome.with_context(|| format!("fuzz: {name} did not run")),
-        (_, false) => bail!(
-            "fuzz: {name} failed on {}.\n  Reproduce it: (cd {} && cargo +nightly fuzz run \
-             {name} <input>).\n  Once fixed, make each input {}, and copy it into {}.",
-            found
+        (_, false) => {
+            let reproduce: Vec<String> = found
                 .iter()
-                .map(|path| path.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            target.crate_dir,
-            target.regression_test,
-            checked_in.display(),
-        ),
+                .map(|input| {
+                    format!(
+                        "  {}\n    reproduce: (cd {} && cargo +nightly fuzz run {name} {})",
+                        input.display(),
+                        target.crate_dir,
+                        input.strip_prefix(&fuzz_dir).unwrap_or(input).display()
+                    )
+                })
+                .collect();
+            bail!(
+                "fuzz: {name} failed on these inputs:\n{}\n  Once fixed, {} ({}).",
+                reproduce.join("\n"),
+                target.regression_test,
+                checked_in.display(),
+            )
+        }
     }
 }
 

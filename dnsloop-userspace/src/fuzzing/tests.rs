@@ -3,8 +3,9 @@
 //!
 //! Regenerate the corpus with
 //! `cargo test -p dnsloop-userspace --lib -- --ignored write_decode_packets_corpus`.
-//! A crash the fuzzer finds (`dnsloop-userspace/fuzz/artifacts/decode_packets/crash-*`) becomes
-//! a test here: `decode_packets(include_bytes!(...))` or the same bytes inline, once fixed.
+//! A crash the fuzzer finds (`dnsloop-userspace/fuzz/artifacts/decode_packets/crash-*`) joins
+//! the corpus once fixed, under a name that says what it was: from then on it is a regression
+//! test here, as every input of the corpus is.
 use std::{net::IpAddr, path::Path};
 
 use dnsloop_ebpf::{
@@ -355,6 +356,22 @@ fn every_seed_runs_through_both_sinks() {
     for (_, sequence) in seeds() {
         decode_packets(&sequence.0);
     }
+}
+
+/// The checked-in corpus: the seeds, and the inputs of every crash the fuzzer found.
+#[test]
+fn every_corpus_input_runs_through_both_sinks() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decode_packets");
+    let mut inputs = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let input = std::fs::read(&path).unwrap();
+        if std::panic::catch_unwind(|| decode_packets(&input)).is_err() {
+            panic!("{} fails", path.display());
+        }
+        inputs += 1;
+    }
+    assert!(inputs >= seeds().len(), "the corpus lost its seeds");
 }
 
 #[test]
