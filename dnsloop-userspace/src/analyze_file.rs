@@ -128,7 +128,7 @@ fn feed(
     let mut packet = captured.packet;
     packet.direction = point.direction;
     let decoded = pipeline
-        .ingest_placed(&packet, &point)
+        .ingest_placed(&packet, |_, _| Some(&point))
         .context("analysing the capture")?;
     counts.count(packet.interface.ifindex, &point, decoded);
     pipeline.tick(ts)?;

@@ -96,15 +96,15 @@ impl<'s> Pipeline<'s> {
         }
     }
 
-    /// Decodes `packet`, which its source placed at `point` itself (see
+    /// Decodes `packet`, which its source placed itself with `place` (see
     /// `source::capture_file::placement`), analyses it, and writes what it proves. Returns why
     /// it yielded no observation, if it did not.
-    pub fn ingest_placed(
+    pub fn ingest_placed<'p>(
         &mut self,
         packet: &RawPacket,
-        point: &Point,
+        place: impl Fn(InterfaceRef, Direction) -> Option<&'p Point>,
     ) -> anyhow::Result<Result<(), NotDecoded>> {
-        let decoded = self.decode(packet, |_, _| Some(point))?;
+        let decoded = self.decode(packet, place)?;
         self.analyze()?;
         Ok(decoded)
     }

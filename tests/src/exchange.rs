@@ -7,6 +7,7 @@ use std::{
 };
 
 use anyhow::{bail, Context as _, Result};
+use dnsloop_userspace::DnsName;
 
 use crate::lab::{Lab, Pod};
 
@@ -36,18 +37,24 @@ impl Transport {
 #[derive(Clone, Debug)]
 pub struct Query {
     pub server: IpAddr,
-    /// As dig takes it: presentation form, `\DDD` escapes allowed, trailing dot optional.
-    pub qname: String,
+    pub qname: DnsName,
     /// A type mnemonic (`A`, `HINFO`).
     pub qtype: &'static str,
     pub transport: Transport,
 }
 
 impl Query {
+    /// A query for `qname`, its labels as bytes between dots, with no escapes
+    /// (`"bell\x07.example.test"`).
+    ///
+    /// # Panics
+    ///
+    /// If `qname` is not a DNS name (a label empty or longer than 63 bytes, or the name longer
+    /// than 255).
     pub fn udp(server: impl Into<IpAddr>, qname: &str, qtype: &'static str) -> Query {
         Query {
             server: server.into(),
-            qname: qname.to_owned(),
+            qname: wire_name(qname),
             qtype,
             transport: Transport::Udp,
         }
@@ -60,9 +67,10 @@ impl Query {
         }
     }
 
-    /// The name as dig and dnsloop print it: as sent, with its trailing dot.
+    /// The name as dnsloop prints it, and as dig takes and prints it: case as sent, `\DDD` and
+    /// `\.` escapes, a trailing dot.
     pub fn presented_qname(&self) -> String {
-        format!("{}.", self.qname.trim_end_matches('.'))
+        self.qname.presentation()
     }
 
     /// Sends the query with dig from the client pod, from a source port of its own, and
@@ -78,7 +86,8 @@ impl Query {
             Transport::Udp => "+notcp",
             Transport::Tcp => "+tcp",
         };
-        let args = ["+qr", transport, "-b", &bind, &self.qname, self.qtype];
+        let qname = self.presented_qname();
+        let args = ["+qr", transport, "-b", &bind, &qname, self.qtype];
         let outcome = lab.dig(Pod::Client, &self.server.to_string(), &args)?;
         let report = DigReport::parse(&outcome.stdout)
             .with_context(|| format!("dig {}:\n{}", args.join(" "), outcome.stdout))?;
@@ -89,6 +98,16 @@ impl Query {
             report,
         })
     }
+}
+
+fn wire_name(qname: &str) -> DnsName {
+    let mut wire = Vec::new();
+    for label in qname.trim_end_matches('.').split('.') {
+        wire.push(u8::try_from(label.len()).unwrap_or(u8::MAX));
+        wire.extend_from_slice(label.as_bytes());
+    }
+    wire.push(0);
+    DnsName::from_wire(&wire).unwrap_or_else(|| panic!("{qname:?} is not a DNS name"))
 }
 
 /// A query dig sent and the reply it got.
@@ -207,10 +226,16 @@ mod tests {
     }
 
     #[test]
-    fn names_are_presented_with_one_trailing_dot() {
-        let query = Query::udp([10, 0, 0, 1], "a\\007b.test", "A");
-        assert_eq!(query.presented_qname(), "a\\007b.test.");
+    fn names_are_presented_as_dig_writes_them() {
+        let query = Query::udp([10, 0, 0, 1], "a\x07b.Test", "A");
+        assert_eq!(query.presented_qname(), "a\\007b.Test.");
         let rooted = Query::udp([10, 0, 0, 1], "a.test.", "A");
         assert_eq!(rooted.presented_qname(), "a.test.");
+    }
+
+    #[test]
+    #[should_panic(expected = "is not a DNS name")]
+    fn an_empty_label_is_no_name() {
+        Query::udp([10, 0, 0, 1], "a..test", "A");
     }
 }

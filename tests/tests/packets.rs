@@ -70,7 +70,7 @@ fn names_are_shown_exactly_as_sent() {
             Query::udp(NODE_LOCAL_DNS, "WwW.ExAmPlE.TeSt", "A"),
             Query::udp(NODE_LOCAL_DNS, &longest, "A"),
             // A BEL byte inside a label: printed escaped, as dig writes it.
-            Query::udp(NODE_LOCAL_DNS, "bell\\007.example.test", "TXT"),
+            Query::udp(NODE_LOCAL_DNS, "bell\x07.example.test", "TXT"),
             // CoreDNS's loop probe.
             Query::udp(NODE_LOCAL_DNS, "1234.5678.cluster.local", "HINFO"),
         ],

@@ -48,7 +48,7 @@ fn dnsloop_and_tshark_see_the_same_dns_packets_on_an_interface() {
         Query::udp(NODE_LOCAL_DNS_V6, "www.example.test", "AAAA"),
         Query::udp(NODE_LOCAL_DNS, "WwW.ExAmPlE.TeSt", "A"),
         Query::udp(NODE_LOCAL_DNS, "1234.5678.cluster.local", "HINFO"),
-        Query::udp(NODE_LOCAL_DNS, "bell\\007.example.test", "TXT"),
+        Query::udp(NODE_LOCAL_DNS, "bell\x07.example.test", "TXT"),
     ];
     for query in &queries {
         query

@@ -43,9 +43,10 @@ enum Task {
     /// Run every test: unit, property, the privileged end-to-end tests on the lab, and the
     /// kernel matrix.
     Test,
-    /// Fuzz the shared packet/DNS parser from its checked-in corpus.
+    /// Fuzz the shared packet/DNS parser and the userspace decode path, from their checked-in
+    /// corpora.
     Fuzz {
-        /// How long to fuzz.
+        /// How long to fuzz, shared evenly between the two targets.
         #[arg(long, value_parser = parse_seconds, default_value = "120")]
         seconds: std::time::Duration,
     },

@@ -46,7 +46,7 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
-/// cargo-fuzz runs the parser's fuzz target (`cargo xtask fuzz`, part of `cargo xtask test`).
+/// cargo-fuzz runs the fuzz targets (`cargo xtask fuzz`, part of `cargo xtask test`).
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 fn ensure_cargo_fuzz() -> Result<()> {

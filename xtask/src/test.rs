@@ -5,7 +5,8 @@ use anyhow::Result;
 
 use crate::{command, fuzz, kernels, setup};
 
-/// How long CI fuzzes the parser: long enough to go past the corpus into new inputs.
+/// How long CI fuzzes (the parser and the decode path, half each): long enough to go past the
+/// corpus into new inputs.
 const FUZZ_FOR: Duration = Duration::from_secs(120);
 
 pub fn run() -> Result<()> {
@@ -24,6 +25,6 @@ pub fn run() -> Result<()> {
     )?;
     // The same binary on a kernel it was not built on.
     kernels::check(&dnsloop)?;
-    // The parser under libFuzzer.
+    // The parser and the decode path under libFuzzer.
     fuzz::run(FUZZ_FOR)
 }
