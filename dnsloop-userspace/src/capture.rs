@@ -127,6 +127,7 @@ fn trace_args(args: &CaptureArgs) -> TraceArgs {
         output: args.output,
         packets: true,
         snap_len: args.snap_len,
+        expedite_attach: args.expedite_attach,
         ..TraceArgs::defaults()
     }
 }
@@ -489,6 +490,7 @@ mod tests {
             max_bytes: 1 << 20,
             snap_len: 512,
             output: OutputFormat::Json,
+            expedite_attach: true,
         }
     }
 
@@ -496,6 +498,7 @@ mod tests {
     fn the_trace_behind_a_capture_streams_every_packet_of_its_interfaces() {
         let args = trace_args(&capture_args(Path::new("/tmp/unused")));
         assert!(args.packets);
+        assert!(args.expedite_attach);
         assert_eq!(args.interfaces, ["cni0"]);
         assert_eq!(args.snap_len, 512);
         assert_eq!(args.duration, Some(Duration::from_secs(5)));

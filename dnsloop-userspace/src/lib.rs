@@ -20,6 +20,7 @@ mod counters;
 mod decode;
 mod doctor;
 mod enrich;
+mod expedited_rcu;
 mod finding;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;

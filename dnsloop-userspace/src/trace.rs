@@ -14,6 +14,7 @@ use crate::{
     counters,
     decode::Decoder,
     enrich::Enricher,
+    expedited_rcu::ExpeditedRcu,
     metrics,
     pipeline::Pipeline,
     pods::PodNames,
@@ -122,7 +123,9 @@ pub async fn trace<T>(
     let whole_node = args.interfaces.is_empty();
     let mut link_events = Box::pin(topology::link_events()?);
     let pod_names = PodNames::new(args.pod_logs.clone());
+    let expedited = args.expedite_attach.then(ExpeditedRcu::begin).flatten();
     let mut watch = Watch::start(ebpf, links, whole_node, pod_names, args.xdp)?;
+    drop(expedited);
     if let Some(exporter) = &exporter {
         eprintln!("dnsloop: serving metrics at {}", exporter.url());
     }
@@ -211,6 +214,10 @@ pub async fn trace<T>(
             unplaced_records,
         )
     })?;
+    if args.expedite_attach {
+        let _expedited = ExpeditedRcu::begin();
+        drop(watch);
+    }
     Ok(ended)
 }
 

@@ -1,6 +1,7 @@
 //! dnsloop on a node over its lifetime: what it leaves attached when it ends (SIGTERM, SIGKILL),
 //! two dnsloops on one node, the clsact path that kernels without TCX take (forced here with
-//! `DNSLOOP_FORCE_CLSACT=1`), and a restart that carries on from its pinned maps (`--pin`).
+//! `DNSLOOP_FORCE_CLSACT=1`), a restart that carries on from its pinned maps (`--pin`), and
+//! `--expedite-attach`.
 use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
@@ -86,6 +87,39 @@ fn sigterm_ends_with_the_summary_and_exit_0() {
     let summary = summary_of(&output);
     assert!(client_queries(&summary) >= QUERIES, "{summary}");
     assert_released(&programs);
+}
+
+/// The kernel's switch for expedited RCU grace periods, node-wide.
+const RCU_EXPEDITED: &str = "/sys/kernel/rcu_expedited";
+
+#[test]
+fn expedite_attach_expedites_grace_periods_only_while_attaching_and_detaching() {
+    let Some(lab) = healthy_lab("expedite_attach_expedites_grace_periods_only_while_attaching")
+    else {
+        return;
+    };
+    let before = std::fs::read_to_string(RCU_EXPEDITED).expect("reading the RCU switch");
+    let tracer = Tracer::start_with_env(
+        &dnsloop_bin(),
+        &lab,
+        lab.node_ns(),
+        &["--output", "json", "--expedite-attach"],
+        &[],
+    )
+    .expect("tracer starts");
+    // Attached: the setting is back to what it was for as long as dnsloop watches.
+    assert_eq!(std::fs::read_to_string(RCU_EXPEDITED).unwrap(), before);
+    ask(&lab, QUERIES);
+
+    let output = tracer.terminate().expect("tracer ends on SIGTERM");
+    assert!(output.status.success(), "{}", output.stderr);
+    assert!(
+        !output.stderr.contains("--expedite-attach"),
+        "{}",
+        output.stderr
+    );
+    assert!(client_queries(&summary_of(&output)) >= QUERIES);
+    assert_eq!(std::fs::read_to_string(RCU_EXPEDITED).unwrap(), before);
 }
 
 #[test]
