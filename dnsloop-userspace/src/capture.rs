@@ -270,6 +270,10 @@ impl Sink for BundleSink<'_> {
         }
         self.out.summary(summary, extra)
     }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// Puts every streamed packet in the pcapng file, with its interface.

@@ -177,7 +177,8 @@ impl<'s> Pipeline<'s> {
     /// Time has reached `now`: writes what waited for it (deadlines, settled packets).
     pub fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
         self.engine.tick(now, &mut self.findings);
-        self.emit()
+        self.emit()?;
+        self.sink.flush().context("writing to stdout")
     }
 
     /// The input ended at `now`: writes the last findings and the summary, with the caller's

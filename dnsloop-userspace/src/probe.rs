@@ -252,6 +252,10 @@ impl Sink for ProbeFindings<'_> {
     fn summary(&mut self, _summary: &Summary, _extra: &serde_json::Value) -> io::Result<()> {
         Ok(())
     }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 fn report(

@@ -41,14 +41,9 @@ const POD_NAMING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(
 pub fn run(args: TraceArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let end = end_of_run(args.duration)?;
-        let stdout = std::io::stdout();
-        trace(
-            &args,
-            sink::for_format(args.output, stdout.lock()),
-            None,
-            end,
-        )
-        .await
+        // Buffered: each batch is written at once (see `Sink::flush`), not line by line.
+        let stdout = std::io::BufWriter::new(std::io::stdout().lock());
+        trace(&args, sink::for_format(args.output, stdout), None, end).await
     })
 }
 

@@ -108,4 +108,8 @@ impl Sink for CountingSink<'_> {
     fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
         self.inner.summary(summary, extra)
     }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }

@@ -2,10 +2,14 @@
 //! addresses are `ip:port` (`[v6]:port`), codes are names (`A`, `NXDOMAIN`), durations are
 //! milliseconds.
 use std::{
+    borrow::Cow,
+    fmt::Display,
     io::{self, Write},
+    net::SocketAddr,
     time::Duration,
 };
 
+use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};
 
 use super::{probe_name, time::rfc3339, Sink};
@@ -15,7 +19,7 @@ use crate::{
     finding::{
         ConntrackEvidence, Dnat, Finding, Hop, LoopFinding, TimeoutFinding, UnexpectedSourceFinding,
     },
-    observation::Observation,
+    observation::{Namespace, Observation},
 };
 
 pub struct JsonSink<W> {
@@ -46,7 +50,8 @@ impl<W: Write> Sink for JsonSink<W> {
     }
 
     fn packet(&mut self, obs: &Observation) -> io::Result<()> {
-        self.line(&packet_json(obs))
+        serde_json::to_writer(&mut self.out, &packet_line(obs))?;
+        self.out.write_all(b"\n")
     }
 
     fn malformed(&mut self, sample: &MalformedSample) -> io::Result<()> {
@@ -68,6 +73,10 @@ impl<W: Write> Sink for JsonSink<W> {
 
     fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
         self.line(&summary_json(summary, extra))?;
+        self.out.flush()
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
 }
@@ -145,26 +154,57 @@ fn timeout_json(found: &TimeoutFinding) -> Value {
     })
 }
 
-fn packet_json(obs: &Observation) -> Value {
+/// A `--packets` line. Serialized straight from the observation rather than through a
+/// `serde_json::Value`: a node's every DNS packet goes through here.
+#[derive(Serialize)]
+struct PacketLine<'a> {
+    kind: &'static str,
+    ts: String,
+    ifname: &'a str,
+    dir: &'static str,
+    proto: &'static str,
+    src: Shown<&'a SocketAddr>,
+    dst: Shown<&'a SocketAddr>,
+    id: u16,
+    qr: bool,
+    opcode: Cow<'static, str>,
+    rcode: Cow<'static, str>,
+    qname: Option<String>,
+    qtype: Option<Cow<'static, str>>,
+    size: usize,
+    leaves: Option<Shown<&'a Namespace>>,
+    enters: Option<Shown<&'a Namespace>>,
+}
+
+fn packet_line(obs: &Observation) -> PacketLine<'_> {
     let question = obs.question.as_ref();
-    json!({
-        "kind": "packet",
-        "ts": rfc3339(obs.ts),
-        "ifname": obs.point.ifname.as_ref(),
-        "dir": obs.point.direction.as_str(),
-        "proto": obs.transport.as_str(),
-        "src": obs.src.to_string(),
-        "dst": obs.dst.to_string(),
-        "id": obs.id,
-        "qr": obs.is_response,
-        "opcode": mnemonic::opcode(obs.opcode),
-        "rcode": mnemonic::rcode(obs.rcode),
-        "qname": question.map(|question| question.name.presentation()),
-        "qtype": question.map(|question| mnemonic::qtype(question.qtype)),
-        "size": obs.size,
-        "leaves": obs.point.leaves.as_ref().map(ToString::to_string),
-        "enters": obs.point.enters.as_ref().map(ToString::to_string),
-    })
+    PacketLine {
+        kind: "packet",
+        ts: rfc3339(obs.ts),
+        ifname: obs.point.ifname.as_ref(),
+        dir: obs.point.direction.as_str(),
+        proto: obs.transport.as_str(),
+        src: Shown(&obs.src),
+        dst: Shown(&obs.dst),
+        id: obs.id,
+        qr: obs.is_response,
+        opcode: mnemonic::opcode(obs.opcode),
+        rcode: mnemonic::rcode(obs.rcode),
+        qname: question.map(|question| question.name.presentation()),
+        qtype: question.map(|question| mnemonic::qtype(question.qtype)),
+        size: obs.size,
+        leaves: obs.point.leaves.as_ref().map(Shown),
+        enters: obs.point.enters.as_ref().map(Shown),
+    }
+}
+
+/// A value written as the JSON string of its `Display` form, without an intermediate `String`.
+struct Shown<T>(T);
+
+impl<T: Display> Serialize for Shown<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&self.0)
+    }
 }
 
 /// The engine's numbers, with `extra`'s fields added (those it shares with them are the

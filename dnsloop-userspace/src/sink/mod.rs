@@ -32,6 +32,10 @@ pub trait Sink {
     /// The end-of-run summary, written once. `extra` is an object of the caller's own numbers
     /// (interface counts, lost events), shown alongside.
     fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()>;
+
+    /// Hands on what was written so far. Called once per batch of packets: a writer may buffer
+    /// within a batch, so that `--packets` costs one write per batch rather than one per line.
+    fn flush(&mut self) -> io::Result<()>;
 }
 
 pub fn for_format<'a>(format: OutputFormat, out: impl Write + 'a) -> Box<dyn Sink + 'a> {

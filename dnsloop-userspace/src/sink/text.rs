@@ -235,6 +235,10 @@ impl<W: Write> Sink for TextSink<W> {
         }
         self.out.flush()
     }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// `service`: where the hop's packet was sent, when a DNAT sent it to `hop.dst` instead.
