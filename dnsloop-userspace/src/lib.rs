@@ -35,6 +35,8 @@ mod pods;
 mod points;
 mod preflight;
 mod probe;
+#[cfg(feature = "profiling")]
+pub mod profiling;
 mod programs;
 mod report;
 mod sink;

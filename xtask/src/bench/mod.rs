@@ -9,6 +9,8 @@
 //! - Throughput at saturation with and without dnsloop, in alternating pairs.
 //! - A loop storm: how soon each of 20 CoreDNS probes is reported, what was lost, peak memory.
 //! - Attach time on a namespace of 100 veths.
+//! - The programs on single packets of each kind (`BPF_PROG_TEST_RUN`), and the verifier's
+//!   instruction counts.
 mod floor;
 mod measure;
 mod report;
@@ -101,6 +103,8 @@ pub fn run() -> Result<()> {
     storm(&dnsloop, &mut report)?;
     eprintln!("bench: attaching to {} veths", 2 * VETH_PAIRS);
     attach_time(&dnsloop, &mut report)?;
+    eprintln!("bench: the programs on single packets (BPF_PROG_TEST_RUN, {REPEATS} runs)");
+    kernel_profile(&mut report)?;
 
     print!("{}", report.table());
     let path = command::workspace_root().join("BENCHMARKS.md");
@@ -606,6 +610,61 @@ fn attach_time(dnsloop: &Path, report: &mut Report) -> Result<()> {
             &times,
             "ms",
         ));
+    }
+    Ok(())
+}
+
+/// The programs' own cost per kind of packet, on one CPU with nothing else running, and what
+/// the verifier made of them: the `kernel_profile` bench target of dnsloop-userspace.
+fn kernel_profile(report: &mut Report) -> Result<()> {
+    let mut costs: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut verified = Vec::new();
+    for _ in 0..REPEATS {
+        let output = command::cargo_command()
+            .args([
+                "bench",
+                "--quiet",
+                "-p",
+                "dnsloop-userspace",
+                "--features",
+                "profiling",
+                "--bench",
+                "kernel_profile",
+            ])
+            .stderr(Stdio::inherit())
+            .output()
+            .context("running the kernel_profile bench")?;
+        if !output.status.success() {
+            bail!("the kernel_profile bench failed ({})", output.status);
+        }
+        verified.clear();
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            match line.split('\t').collect::<Vec<_>>().as_slice() {
+                ["cost", kind, ns] => {
+                    let ns: f64 = ns.parse().context("a cost in ns")?;
+                    match costs.iter_mut().find(|(known, _)| known == kind) {
+                        Some((_, values)) => values.push(ns),
+                        None => costs.push(((*kind).to_owned(), vec![ns])),
+                    }
+                }
+                ["verified", program, instructions, translated, jited] => verified.push(format!(
+                    "{program}: {instructions} instructions processed by the verifier, \
+                     {translated} bytes translated, {jited} bytes JITed"
+                )),
+                _ => {}
+            }
+        }
+    }
+    for (kind, values) in &costs {
+        report.add(Row::new(
+            "kernel ns per run on one packet (BPF_PROG_TEST_RUN)",
+            kind,
+            values,
+            "ns",
+        ));
+    }
+    for line in verified {
+        report.note(line);
     }
     Ok(())
 }

@@ -138,12 +138,15 @@ a loop reported <= 1 s after its first packet; 100 veths attached in <= 2 s; use
   programs), the byte-at-a-time `memset`/`memmove` calls LLVM emitted for array literals and
   copies (the 256-byte name copy alone was a 256-iteration loop per new query), one clock read
   per packet, a new question inserted once, and per-CPU LRU lists. On single packets
-  (`BPF_PROG_TEST_RUN`, one CPU, warm) that took a repeated query from 352 to about 240 ns, a
-  new query from 1211 to about 850 ns, an answer from 505 to about 370 ns and a non-DNS packet
-  from 74 to 63 ns; under the lab's load the mean fell from 790 to 740 ns. What remains, by
-  ablation under this load (one run each): classification and the per-point counters about
-  130 ns, copying and parsing the message about 210 ns, the query table about 180 ns and the
-  question table about 50 ns. The floor is one function call, so 3x leaves no room for even
+  (`BPF_PROG_TEST_RUN`, one CPU, the table's last rows) that took a repeated query from 352 to
+  about 240 ns, a new query from 1211 to about 850 ns, its reply from 505 to about 370 ns and
+  a non-DNS packet from 74 to 63 ns (one quiet run of each before and after); under the lab's
+  load the mean fell from 790 to 740 ns. What remains, by ablation under this load (one run
+  each): classification and the per-point counters about 130 ns, copying and parsing the
+  message about 210 ns, the query table about 180 ns and the question table about 50 ns.
+  `perf record -a` during the load puts the hash maps' bucket walks and hashing
+  (`lookup_nulls_elem_raw`, `htab_map_hash`) at about as many samples as the programs' own
+  instructions, and the name walk at about 30 % of the latter. The floor is one function call, so 3x leaves no room for even
   one hash-map lookup per packet, and a DNS packet needs several: the point's namespaces and
   counters, the query table at every hop (inserted where the query starts, removed where the
   answer reaches its client) and the question table. Under load these values move between
