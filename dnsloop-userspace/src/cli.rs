@@ -167,6 +167,15 @@ pub struct TraceArgs {
     #[arg(long, value_name = "DIR", default_value = crate::pods::POD_LOGS)]
     pub pod_logs: PathBuf,
 
+    /// The container runtime's CRI socket, which names the pods behind the node's veths before
+    /// the pod log directory does: its ready pod sandboxes are listed at start and again when
+    /// a pod it has not listed appears. `none`: do not ask the runtime. Default: the first of
+    /// /run/containerd/containerd.sock and /run/crio/crio.sock that exists, if any. A socket
+    /// given that does not exist stops dnsloop at start; a runtime that fails to answer later
+    /// is reported and asked again. In a container, mount the node's socket.
+    #[arg(long, value_name = "PATH|none", value_parser = crate::pods::CriSocket::parse)]
+    pub cri_socket: Option<crate::pods::CriSocket>,
+
     /// Keep the kernel's counters, per-server answer statistics and queries in flight in DIR,
     /// on a BPF filesystem (e.g. /sys/fs/bpf/dnsloop), and carry on from them when started
     /// again with the same DIR: counters continue, and answers to queries asked before the

@@ -8,8 +8,9 @@
 //! `analyze_file` feeds the same pipeline from a capture file (`source::capture_file`).
 //!
 //! The library is the `dnsloop` binary ([`run`]). Besides, it lends the end-to-end tests its
-//! DNS-name escaper ([`DnsName`]), and the fuzzer the decode path (`fuzzing`, behind the
-//! feature of that name).
+//! DNS-name escaper ([`DnsName`]) and the CRI messages it asks the container runtime with
+//! ([`cri_messages`], for their stand-in runtime), and the fuzzer the decode path (`fuzzing`,
+//! behind the feature of that name).
 mod analyze;
 mod analyze_file;
 mod attach;
@@ -47,6 +48,8 @@ mod watch;
 
 /// A DNS name as it was sent, and its presentation format (`\DDD` escapes, as dig writes it).
 pub use observation::DnsName;
+
+pub use pods::cri_messages;
 
 use std::process::ExitCode;
 

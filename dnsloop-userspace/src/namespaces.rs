@@ -435,7 +435,11 @@ mod tests {
         }
 
         fn pod_names(&self) -> PodNames {
-            PodNames::below(&self.dir.path().join("proc"), self.dir.path().join("pods"))
+            PodNames::below(
+                &self.dir.path().join("proc"),
+                self.dir.path().join("pods"),
+                None,
+            )
         }
     }
 

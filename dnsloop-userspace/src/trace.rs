@@ -17,7 +17,7 @@ use crate::{
     expedited_rcu::ExpeditedRcu,
     metrics,
     pipeline::Pipeline,
-    pods::PodNames,
+    pods::{CriSocket, PodNames, RuntimePods},
     points::PointMap,
     programs::{self, pinning::PinDir},
     report,
@@ -80,6 +80,8 @@ pub async fn trace<T>(
         Some(address) => Some(metrics::Exporter::start(address).await?),
         None => None,
     };
+    // A --cri-socket that is not there stops dnsloop before anything is loaded, too.
+    let cri_socket = CriSocket::resolve(args.cri_socket.as_ref())?;
     let links = attach::select(topology::list_links().await?, &args.interfaces)?;
     // Held until the run ends: a second dnsloop cannot count into the same maps meanwhile.
     let pins = args.pin.as_deref().map(PinDir::open).transpose()?;
@@ -117,7 +119,18 @@ pub async fn trace<T>(
     // Without -i the whole node is watched, including pods that appear while we run.
     let whole_node = args.interfaces.is_empty();
     let mut link_events = Box::pin(topology::link_events()?);
-    let pod_names = PodNames::new(args.pod_logs.clone());
+    // Only pods found behind the node's veths are named, which -i leaves out.
+    let runtime = match cri_socket.filter(|_| whole_node) {
+        Some(socket) => {
+            eprintln!(
+                "dnsloop: naming pods after the container runtime at {}",
+                socket.display()
+            );
+            Some(RuntimePods::start(socket).await)
+        }
+        None => None,
+    };
+    let pod_names = PodNames::new(args.pod_logs.clone(), runtime);
     let expedited = args.expedite_attach.then(ExpeditedRcu::begin).flatten();
     let mut watch = Watch::start(ebpf, links, whole_node, pod_names, args.xdp)?;
     drop(expedited);

@@ -32,6 +32,8 @@ const OLDEST_KUBERNETES: &str = "1.25.0";
 /// The capabilities the DaemonSet adds to none: the manifest says what each one is for, and
 /// the `without_*` tests below show what dnsloop loses without it.
 const CAPABILITIES: [&str; 5] = ["BPF", "PERFMON", "NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE"];
+/// containerd's CRI socket, the first place dnsloop looks for one (`--cri-socket`).
+const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
 const METRICS_PORT_NAME: &str = "metrics";
 const METRICS_PORT: u64 = 9553;
 const METRICS_PATH: &str = "/metrics";
@@ -222,7 +224,7 @@ fn the_daemonset_runs_on_the_nodes_network_and_processes_as_root_with_only_its_c
 }
 
 #[test]
-fn the_daemonset_mounts_only_the_nodes_netns_pins_and_bpffs() {
+fn the_daemonset_mounts_only_the_nodes_netns_pins_bpffs_and_cri_socket() {
     let pod = pod_spec();
     let container = container();
     let volumes = pod["volumes"].as_array().expect("volumes").clone();
@@ -251,6 +253,7 @@ fn the_daemonset_mounts_only_the_nodes_netns_pins_and_bpffs() {
     assert_eq!(
         seen,
         [
+            (CONTAINERD_SOCKET.to_owned(), CONTAINERD_SOCKET.to_owned()),
             ("/run/netns".to_owned(), "/run/netns".to_owned()),
             ("/sys/fs/bpf".to_owned(), "/sys/fs/bpf".to_owned()),
         ],
@@ -264,6 +267,17 @@ fn the_daemonset_mounts_only_the_nodes_netns_pins_and_bpffs() {
         netns["readOnly"], true,
         "namespaces are entered, never pinned"
     );
+    // Where dnsloop looks for the runtime's socket by default, read-only, and only a socket.
+    let cri = mounts
+        .iter()
+        .find(|mount| mount["mountPath"] == CONTAINERD_SOCKET)
+        .expect("the CRI socket mount");
+    assert_eq!(cri["readOnly"], true, "pods are only listed");
+    let cri_volume = volumes
+        .iter()
+        .find(|volume| volume["name"] == cri["name"])
+        .expect("the CRI socket volume");
+    assert_eq!(cri_volume["hostPath"]["type"], "Socket");
 }
 
 #[test]

@@ -1,9 +1,14 @@
 //! dnsloop names the pods behind the node's veths `namespace/pod`, without the API server:
 //! from the processes in a pod's network namespace, their cgroup, the pod UID in it, and the
-//! kubelet's pod log directory. The lab lays its pods out as a kubelet does (sandbox process,
-//! cgroups named after pod UIDs, `<namespace>_<pod>_<uid>` log directories) and hands its log
-//! directory to `dnsloop trace --pod-logs`.
-use std::time::Duration;
+//! kubelet's pod log directory, or the container runtime's CRI socket. The lab lays its pods out
+//! as a kubelet does (sandbox process, cgroups named after pod UIDs, `<namespace>_<pod>_<uid>`
+//! log directories) and hands its log directory to `dnsloop trace --pod-logs`; a stand-in
+//! runtime in the test process ([`cri_runtime`]) lists them over a CRI socket.
+mod cri_runtime;
+
+use std::{process::Command, time::Duration};
+
+use cri_runtime::{FakeRuntime, Sandbox};
 
 use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
@@ -238,4 +243,102 @@ fn a_pod_whose_sandbox_starts_after_its_network_is_named_once_it_runs() {
     };
     assert_eq!(left_from(&before), Some(by_address(Pod::Client)), "{trace}");
     assert_eq!(left_from(&after), Some(named(Pod::Client)), "{trace}");
+}
+
+#[test]
+fn without_a_pod_log_directory_the_container_runtime_names_the_pods() {
+    let test = "pod-names-cri";
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
+        return;
+    }
+    let _alone = one_lab_at_a_time();
+    let lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let sandboxes: Vec<Sandbox> = Pod::ALL
+        .into_iter()
+        .map(|pod| Sandbox {
+            namespace: pod.kubernetes_namespace(),
+            name: pod.kubernetes_name(),
+            uid: lab
+                .pod_uid(pod)
+                .unwrap_or_else(|error| panic!("{test}: {error:#}")),
+        })
+        .collect();
+    let runtime = FakeRuntime::serve(&lab.state_dir().join("cri.sock"), &sandboxes)
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    // No log directory names any pod: only the runtime can.
+    let no_pod_logs = tempfile::tempdir().expect("create a temporary directory");
+    let no_pod_logs = no_pod_logs.path().display().to_string();
+    let socket = runtime.socket().display().to_string();
+    let args = [
+        "--output",
+        "json",
+        "--packets",
+        "--pod-logs",
+        &no_pod_logs,
+        "--cri-socket",
+        &socket,
+    ];
+    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &args)
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let cluster_name = format!("kubernetes.default.svc.{CLUSTER_DOMAIN}");
+    dig(&lab, Pod::Client, &cluster_name);
+    let output = tracer
+        .interrupt()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let packets = packet_lines(&trace).unwrap_or_else(|error| panic!("{error:#}"));
+
+    assert!(
+        runtime.listings() >= 1,
+        "dnsloop never asked the runtime:\n{trace}"
+    );
+    assert!(
+        trace.stderr.contains(&format!(
+            "naming pods after the container runtime at {socket}"
+        )),
+        "{trace}"
+    );
+    let client = Pod::Client.host_veth();
+    let asked = first_packet(&packets, &client, "ingress", false, &trace);
+    assert_eq!(
+        asked.leaves.as_deref(),
+        Some(named(Pod::Client).as_str()),
+        "{trace}"
+    );
+    let forwarded = Pod::COREDNS
+        .into_iter()
+        .find_map(|pod| {
+            packets
+                .iter()
+                .find(|packet| packet.ifname == pod.host_veth() && packet.dir == "egress")
+                .map(|packet| (pod, packet))
+        })
+        .unwrap_or_else(|| panic!("no packet entered a CoreDNS pod:\n{trace}"));
+    assert_eq!(
+        forwarded.1.enters.as_deref(),
+        Some(named(forwarded.0).as_str()),
+        "{trace}"
+    );
+    // Every pod was named: nothing was looked for in the (empty) log directory.
+    assert!(!trace.stderr.contains("has no directory in"), "{trace}");
+}
+
+#[test]
+fn a_cri_socket_that_is_not_there_stops_dnsloop_at_start() {
+    if !can_run("pod-names-cri-missing", &[Need::DnsloopBinary]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("create a temporary directory");
+    let socket = dir.path().join("containerd.sock");
+    let output = Command::new(dnsloop_bin())
+        .args(["trace", "--duration", "1s", "--cri-socket"])
+        .arg(&socket)
+        .output()
+        .expect("run dnsloop");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("no CRI socket at {}", socket.display())),
+        "{stderr}"
+    );
 }

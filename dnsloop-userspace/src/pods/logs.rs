@@ -21,32 +21,38 @@ const MAX_NAMESPACE_LEN: usize = 63;
 const MAX_NAME_LEN: usize = 253;
 const MAX_UID_LEN: usize = 64;
 
+impl PodName {
+    /// The pod named so, if Kubernetes would accept those names: a namespace is a DNS-1123
+    /// label, a pod's name a DNS-1123 subdomain, a UID a UUID (or a static pod's hash). So
+    /// nothing else (or a byte that would upset a terminal) ever becomes a pod's name.
+    pub fn checked(namespace: String, name: String, uid: String) -> Option<Self> {
+        let dns = |text: &str, max: usize, dot: bool| {
+            !text.is_empty()
+                && text.len() <= max
+                && text.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dot && b == b'.')
+                })
+        };
+        let uid_valid = !uid.is_empty()
+            && uid.len() <= MAX_UID_LEN
+            && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        (dns(&namespace, MAX_NAMESPACE_LEN, false) && dns(&name, MAX_NAME_LEN, true) && uid_valid)
+            .then_some(Self {
+                namespace,
+                name,
+                uid,
+            })
+    }
+}
+
 /// The pod a directory of `/var/log/pods` is named after; `None` for any other name.
 ///
-/// Neither a namespace (DNS-1123 label), a pod name (DNS-1123 subdomain) nor a UID can hold
-/// `_`, so the first `_` ends the namespace and the last one starts the UID. Names are checked
-/// against those rules, so that nothing else in that directory (or a byte that would upset a
-/// terminal) ever becomes a pod's name.
+/// Neither a namespace, a pod name nor a UID can hold `_`, so the first `_` ends the namespace
+/// and the last one starts the UID.
 pub fn parse_dir_name(dir_name: &str) -> Option<PodName> {
     let (namespace, rest) = dir_name.split_once('_')?;
     let (name, uid) = rest.rsplit_once('_')?;
-    let dns = |text: &str, max: usize, dot: bool| {
-        !text.is_empty()
-            && text.len() <= max
-            && text.bytes().all(|b| {
-                b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dot && b == b'.')
-            })
-    };
-    let uid_valid = !uid.is_empty()
-        && uid.len() <= MAX_UID_LEN
-        && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
-    (dns(namespace, MAX_NAMESPACE_LEN, false) && dns(name, MAX_NAME_LEN, true) && uid_valid).then(
-        || PodName {
-            namespace: namespace.into(),
-            name: name.into(),
-            uid: uid.into(),
-        },
-    )
+    PodName::checked(namespace.into(), name.into(), uid.into())
 }
 
 /// The pods that have a directory in `pod_logs`, by UID.

@@ -1,13 +1,18 @@
 //! Which pod a network namespace belongs to, found on the node without the API server:
 //!
 //! network namespace -> the processes in it (`/proc/<pid>/ns/net`) -> their cgroup
-//! (`/proc/<pid>/cgroup`, [`cgroup`]) -> the pod's UID -> the kubelet's pod log directory
-//! `/var/log/pods/<namespace>_<name>_<uid>` ([`logs`]).
+//! (`/proc/<pid>/cgroup`, [`cgroup`]) -> the pod's UID -> the pod's namespace and name, from
+//! the container runtime over its CRI socket ([`runtime`], [`cri`]) where there is one, and
+//! from the kubelet's pod log directory `/var/log/pods/<namespace>_<name>_<uid>` ([`logs`])
+//! for pods the runtime does not name.
 //!
 //! Every pod has at least its sandbox (pause) process in its namespace, and the kubelet makes
 //! the log directory before any container starts, so a running pod is found this way.
 mod cgroup;
+mod cri;
+pub mod cri_messages;
 mod logs;
+mod runtime;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -15,7 +20,9 @@ use std::{
     sync::atomic::{AtomicBool, Ordering},
 };
 
+pub use cri::CriSocket;
 pub use logs::PodName;
+pub use runtime::RuntimePods;
 
 /// Where the kubelet keeps its pods' logs, one directory per pod.
 pub const POD_LOGS: &str = "/var/log/pods";
@@ -24,6 +31,8 @@ pub const POD_LOGS: &str = "/var/log/pods";
 pub struct PodNames {
     proc: PathBuf,
     pod_logs: PathBuf,
+    /// The container runtime's pods, when dnsloop asks it.
+    runtime: Option<RuntimePods>,
     /// An unreadable pod log directory, or a pod missing from it, is reported once, not at
     /// every new pod or every attempt to name it.
     reported_unreadable: AtomicBool,
@@ -31,16 +40,18 @@ pub struct PodNames {
 }
 
 impl PodNames {
-    /// Reads this node's `/proc` and the pod log directory `pod_logs`.
-    pub fn new(pod_logs: PathBuf) -> Self {
-        Self::below(Path::new("/proc"), pod_logs)
+    /// Reads this node's `/proc`, asks `runtime`, and reads the pod log directory `pod_logs`
+    /// for the pods `runtime` does not name.
+    pub fn new(pod_logs: PathBuf, runtime: Option<RuntimePods>) -> Self {
+        Self::below(Path::new("/proc"), pod_logs, runtime)
     }
 
     /// Reads `proc` as the node's `/proc` (a copy of one, in tests).
-    pub fn below(proc: &Path, pod_logs: PathBuf) -> Self {
+    pub fn below(proc: &Path, pod_logs: PathBuf, runtime: Option<RuntimePods>) -> Self {
         Self {
             proc: proc.into(),
             pod_logs,
+            runtime,
             reported_unreadable: AtomicBool::new(false),
             reported_missing: AtomicBool::new(false),
         }
@@ -48,7 +59,7 @@ impl PodNames {
 
     /// The pods the network namespaces with inode numbers `netns_inodes` belong to, where
     /// known: a namespace whose processes are in no pod (the node's own, a lab's), or in
-    /// several, or whose pod has no log directory, is left out.
+    /// several, or whose pod neither the runtime nor the log directory names, is left out.
     pub fn of_namespaces(&self, netns_inodes: &HashSet<u64>) -> HashMap<u64, PodName> {
         let mut uids = HashMap::new();
         for (netns, uids_in_it) in self.pod_uids(netns_inodes) {
@@ -61,40 +72,62 @@ impl PodNames {
                 );
             }
         }
-        if uids.is_empty() {
-            return HashMap::new();
+        let mut pods = HashMap::new();
+        let mut unnamed = Vec::new();
+        for (netns, uid) in uids {
+            match self.runtime.as_ref().and_then(|runtime| runtime.pod(&uid)) {
+                Some(pod) => {
+                    pods.insert(netns, pod);
+                }
+                None => unnamed.push((netns, uid)),
+            }
         }
-        let pods = match logs::read_pod_logs(&self.pod_logs) {
-            Ok(pods) => pods,
+        if unnamed.is_empty() {
+            return pods;
+        }
+        let logged = match logs::read_pod_logs(&self.pod_logs) {
+            Ok(logged) => logged,
             Err(error) => {
                 report_once(
                     &self.reported_unreadable,
                     &format!(
-                        "pods are named by their addresses: reading the kubelet's pod log \
+                        "{} are named by their addresses: reading the kubelet's pod log \
                          directory {} failed ({error}); mount the node's {POD_LOGS} for dnsloop, \
                          or point --pod-logs at it",
+                        self.runtime
+                            .as_ref()
+                            .map_or("pods".into(), |runtime| format!(
+                                "pods the container runtime at {} does not name",
+                                runtime.socket().display()
+                            )),
                         self.pod_logs.display()
                     ),
                 );
-                return HashMap::new();
+                return pods;
             }
         };
-        uids.into_iter()
-            .filter_map(|(netns, uid)| match pods.get(&uid) {
-                Some(pod) => Some((netns, pod.clone())),
-                None => {
-                    report_once(
-                        &self.reported_missing,
-                        &format!(
-                            "pod {uid} has no directory in {}: naming it by its address (is \
-                             --pod-logs the kubelet's pod log directory, {POD_LOGS}?)",
-                            self.pod_logs.display()
-                        ),
-                    );
-                    None
+        for (netns, uid) in unnamed {
+            match logged.get(&uid) {
+                Some(pod) => {
+                    pods.insert(netns, pod.clone());
                 }
-            })
-            .collect()
+                None => report_once(
+                    &self.reported_missing,
+                    &format!(
+                        "pod {uid} {}has no directory in {}: naming it by its address (is \
+                         --pod-logs the kubelet's pod log directory, {POD_LOGS}?)",
+                        self.runtime
+                            .as_ref()
+                            .map_or(String::new(), |runtime| format!(
+                                "is not running on the container runtime at {} and ",
+                                runtime.socket().display()
+                            )),
+                        self.pod_logs.display()
+                    ),
+                ),
+            }
+        }
+        pods
     }
 
     /// The UIDs of the pods the processes in each of `netns_inodes` belong to.
@@ -205,7 +238,17 @@ mod tests {
         }
 
         fn names(&self) -> PodNames {
-            PodNames::below(&self.proc(), self.pod_logs())
+            PodNames::below(&self.proc(), self.pod_logs(), None)
+        }
+
+        /// Names pods after `runtime`'s listing first.
+        async fn names_with_runtime(&self, runtime: Vec<PodName>) -> PodNames {
+            let runtime =
+                RuntimePods::start_listing("/run/containerd/containerd.sock".into(), move || {
+                    std::future::ready(Ok::<_, cri::CriError>(runtime.clone()))
+                })
+                .await;
+            PodNames::below(&self.proc(), self.pod_logs(), Some(runtime))
         }
     }
 
@@ -288,6 +331,53 @@ mod tests {
         // Said once (a warning), then quietly.
         assert!(names.reported_unreadable.load(Ordering::Relaxed));
         assert!(named(&names, &[COREDNS_NETNS]).is_empty());
+    }
+
+    fn pod(namespace: &str, name: &str, uid: &str) -> PodName {
+        PodName {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_runtime_names_its_pods_and_the_log_directory_the_others() {
+        let node = Node::new();
+        node.process(100, COREDNS_NETNS, &systemd_cgroup(COREDNS_UID));
+        node.process(200, CLIENT_NETNS, &cgroupfs_cgroup(CLIENT_UID));
+        // Named differently in each, to tell which one named it.
+        node.pod_log_dir(&format!("kube-system_coredns-in-logs_{COREDNS_UID}"));
+        node.pod_log_dir(&format!("default_client_{CLIENT_UID}"));
+        let names = node
+            .names_with_runtime(vec![pod("kube-system", "coredns-in-cri", COREDNS_UID)])
+            .await;
+        assert_eq!(
+            named(&names, &[COREDNS_NETNS, CLIENT_NETNS]),
+            HashMap::from([
+                (COREDNS_NETNS, "kube-system/coredns-in-cri".into()),
+                (CLIENT_NETNS, "default/client".into()),
+            ])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pods_the_runtime_names_need_no_log_directory() {
+        let node = Node::new();
+        node.process(100, COREDNS_NETNS, &systemd_cgroup(COREDNS_UID));
+        fs::remove_dir(node.pod_logs()).unwrap();
+        let names = node
+            .names_with_runtime(vec![pod("kube-system", "coredns-x", COREDNS_UID)])
+            .await;
+        assert_eq!(
+            named(&names, &[COREDNS_NETNS]),
+            HashMap::from([(COREDNS_NETNS, "kube-system/coredns-x".into())])
+        );
+        assert!(!names.reported_unreadable.load(Ordering::Relaxed));
+        // A pod the runtime does not run falls back to the missing directory, and says so.
+        node.process(200, CLIENT_NETNS, &systemd_cgroup(CLIENT_UID));
+        assert!(named(&names, &[CLIENT_NETNS]).is_empty());
+        assert!(names.reported_unreadable.load(Ordering::Relaxed));
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub(crate) struct KubeletPods {
 
 struct KubeletPod {
     pod: Pod,
+    /// The pod's UID, as the API server would give it.
+    uid: String,
     /// The pod's network namespace.
     namespace: String,
     /// The pod's cgroup, `.../kubepods-<qos>-pod<uid>.slice`.
@@ -56,6 +58,7 @@ impl KubeletPods {
         ));
         self.pods.push(KubeletPod {
             pod,
+            uid,
             namespace: namespace.to_owned(),
             cgroup,
             sandbox: None,
@@ -96,6 +99,15 @@ impl KubeletPods {
             let _ = sandbox.wait();
         }
         Ok(())
+    }
+
+    /// `pod`'s UID.
+    pub(crate) fn uid(&self, pod: Pod) -> Result<&str> {
+        self.pods
+            .iter()
+            .find(|known| known.pod == pod)
+            .map(|known| known.uid.as_str())
+            .with_context(|| format!("pod {} has no UID", pod.name()))
     }
 
     fn find_mut(&mut self, pod: Pod) -> Result<&mut KubeletPod> {

@@ -208,6 +208,12 @@ impl Lab {
         kubelet::pod_logs(&self.prefix)
     }
 
+    /// `pod`'s UID, which names its cgroup and log directory (and which a container runtime
+    /// would list it under).
+    pub fn pod_uid(&self, pod: Pod) -> Result<&str> {
+        self.kubelet.uid(pod)
+    }
+
     /// Ends `pod`'s sandbox (its pause process), as if its container runtime had set up its
     /// network but not started it yet: the pod's namespace and network stay. The client pod
     /// then has no process in its namespace; a CoreDNS pod still has its server.
