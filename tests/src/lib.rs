@@ -1,5 +1,6 @@
 //! The node lab and what the end-to-end tests need to drive `dnsloop` on it.
 //! `cargo xtask lab` and `cargo xtask demo` use the same code.
+pub mod dead_upstream;
 pub mod dns_query;
 #[cfg(feature = "exchange")]
 pub mod exchange;

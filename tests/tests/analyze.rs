@@ -18,10 +18,11 @@ use std::{
 
 use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
+    dead_upstream,
     findings::{Record, Trace},
     lab::{
-        DigOutcome, Lab, PcapCapture, Pod, Scenario, CLUSTER_DNS, DEAD_DNS, EXTERNAL_A,
-        EXTERNAL_NAME, NODE_LOCAL_DNS, STUB_DOMAIN,
+        DigOutcome, Lab, PcapCapture, Pod, Scenario, CLUSTER_DNS, EXTERNAL_A, EXTERNAL_NAME,
+        NODE_LOCAL_DNS,
     },
     packet_lines::packet_lines,
     privilege::{can_run, dnsloop_bin, Need},
@@ -397,38 +398,20 @@ fn tcp_loop_in_captures() {
 
 #[test]
 fn dead_upstream_times_out_in_a_capture() {
-    let stub_name = format!("www.{STUB_DOMAIN}");
     let Some(run) = run(
         "analyze-dead-upstream",
         Scenario::DeadUpstream,
         &[NODE_ANY],
         false,
         |lab| {
-            for server in [CLUSTER_DNS.to_string(), NODE_LOCAL_DNS.to_string()] {
-                dig(lab, Pod::Client, &server, &[&stub_name]);
-                dig_answers(
-                    lab,
-                    Pod::Client,
-                    &server,
-                    &[EXTERNAL_NAME],
-                    &EXTERNAL_A.to_string(),
-                );
-                dig_answers(
-                    lab,
-                    Pod::Client,
-                    &server,
-                    &[CLUSTER_NAME],
-                    CLUSTER_NAME_ADDRESS,
-                );
-            }
+            dead_upstream::ask(lab, &[CLUSTER_DNS.to_string(), NODE_LOCAL_DNS.to_string()]);
             // A capture knows time only from its packets: one more, answered, query after the
             // timeout shows that time went on without an answer.
             thread::sleep(TIMEOUT_SHOWS_AFTER);
-            dig_answers(
+            dead_upstream::dig_answers(
                 lab,
-                Pod::Client,
                 &CLUSTER_DNS.to_string(),
-                &[CLUSTER_NAME],
+                CLUSTER_NAME,
                 CLUSTER_NAME_ADDRESS,
             );
         },
@@ -436,24 +419,7 @@ fn dead_upstream_times_out_in_a_capture() {
         return;
     };
     let analysed = analyze(&run.captures[0].file);
-    let dead = dns_server(DEAD_DNS);
-    let timeouts = analysed.timeouts();
-    let at_dead: Vec<_> = timeouts
-        .iter()
-        .filter(|timeout| timeout.server == dead)
-        .collect();
-    assert!(!at_dead.is_empty(), "no timeout naming {dead}:\n{analysed}");
-    for timeout in at_dead {
-        assert_eq!(timeout.qname, fqdn(&stub_name), "{analysed}");
-        assert!(timeout.waited_ms >= 2_000, "{analysed}");
-    }
-    let working = [fqdn(EXTERNAL_NAME), fqdn(CLUSTER_NAME)];
-    assert!(
-        timeouts
-            .iter()
-            .all(|timeout| !working.contains(&timeout.qname)),
-        "names that resolve must not time out:\n{analysed}"
-    );
+    dead_upstream::assert_only_the_stub_domain_times_out(&analysed.timeouts(), &analysed);
 }
 
 /// The client's veth, not the bridge: tcpdump on a bridge device makes it promiscuous, so it

@@ -12,11 +12,11 @@ use std::{
 
 use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
-    dns_query,
+    dead_upstream, dns_query,
     findings::{Hop, LoopFinding, Trace},
     lab::{
         DigOutcome, Lab, Pod, Scenario, CLUSTER_DNS, CLUSTER_DNS_V6, DEAD_DNS, EXTERNAL_A,
-        EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, STUB_DOMAIN, UPSTREAM_DNS,
+        EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, UPSTREAM_DNS,
     },
     privilege::{can_run, dnsloop_bin, Need},
     tracer::Tracer,
@@ -363,52 +363,13 @@ fn unexpected_source_is_reported_with_conntrack_evidence_and_its_cause() {
 
 #[test]
 fn dead_upstream_times_out_naming_the_dead_server_and_nothing_else() {
-    let stub_name = format!("www.{STUB_DOMAIN}");
     let Some((trace, _)) = traced("dead-upstream", Scenario::DeadUpstream, |lab| {
-        for server in [CLUSTER_DNS.to_string(), node_cache()] {
-            // The CoreDNS pods forward the stub domain to the dead server: no answer to check.
-            dig(lab, Pod::Client, &server, &[&stub_name]);
-            dig_answers(
-                lab,
-                Pod::Client,
-                &server,
-                &[EXTERNAL_NAME],
-                &EXTERNAL_A.to_string(),
-            );
-            dig_answers(
-                lab,
-                Pod::Client,
-                &server,
-                &[CLUSTER_NAME],
-                CLUSTER_NAME_ADDRESS,
-            );
-        }
+        dead_upstream::ask(lab, &[CLUSTER_DNS.to_string(), node_cache()]);
         thread::sleep(TIMEOUT_REPORTED_WITHIN);
     }) else {
         return;
     };
-
-    let timeouts = trace.timeouts();
-    let dead = dns_server(DEAD_DNS);
-    let at_dead_server: Vec<_> = timeouts
-        .iter()
-        .filter(|timeout| timeout.server == dead)
-        .collect();
-    assert!(
-        !at_dead_server.is_empty(),
-        "no timeout naming {dead} after asking for {stub_name}:\n{trace}"
-    );
-    for timeout in at_dead_server {
-        assert_eq!(timeout.qname, fqdn(&stub_name), "{trace}");
-        assert!(timeout.waited_ms >= 2_000, "{trace}");
-    }
-    let working = [fqdn(EXTERNAL_NAME), fqdn(CLUSTER_NAME)];
-    assert!(
-        timeouts
-            .iter()
-            .all(|timeout| !working.contains(&timeout.qname)),
-        "names that resolve must not time out:\n{trace}"
-    );
+    dead_upstream::assert_only_the_stub_domain_times_out(&trace.timeouts(), &trace);
 }
 
 #[test]
