@@ -174,7 +174,7 @@ impl Bundle {
         let (summaries, findings): (Vec<Value>, Vec<Value>) = json_lines
             .into_iter()
             .partition(|line| line["kind"] == "summary");
-        let node = NodeConfig::read();
+        let node = NodeConfig::read(&args.root);
         let report_json = json!({
             "kind": "capture",
             "dnsloop": env!("CARGO_PKG_VERSION"),
@@ -362,12 +362,15 @@ struct NodeConfig {
 }
 
 impl NodeConfig {
-    fn read() -> Self {
+    /// Reads the node whose root is at `root`. The kernel's view (`/proc/sys`) is this
+    /// process's: a capture shares the node's network namespace, whatever its root.
+    fn read(root: &Path) -> Self {
         let read = |path: &str| fs::read_to_string(path).ok();
         let trimmed = |path: &str| read(path).map(|text| text.trim().to_string());
+        let resolv_conf = root.join("etc/resolv.conf");
         let doctor_output = |output| {
             let args = DoctorArgs {
-                root: PathBuf::from("/"),
+                root: root.to_path_buf(),
                 corefiles: Vec::new(),
                 output,
             };
@@ -380,8 +383,8 @@ impl NodeConfig {
         Self {
             kernel: trimmed("/proc/sys/kernel/osrelease"),
             hostname: trimmed("/proc/sys/kernel/hostname"),
-            resolv_conf: read("/etc/resolv.conf"),
-            resolv_conf_target: fs::read_link("/etc/resolv.conf").ok(),
+            resolv_conf: fs::read_to_string(&resolv_conf).ok(),
+            resolv_conf_target: fs::read_link(&resolv_conf).ok(),
             sysctls: SYSCTLS
                 .iter()
                 .map(|name| (*name, trimmed(&format!("/proc/sys/{name}"))))
@@ -495,7 +498,30 @@ mod tests {
             snap_len: 512,
             output: OutputFormat::Json,
             expedite_attach: true,
+            root: PathBuf::from("/"),
         }
+    }
+
+    #[test]
+    fn the_node_is_read_below_the_root_given() {
+        let root = tempfile::tempdir().unwrap();
+        fs::create_dir_all(root.path().join("etc")).unwrap();
+        fs::write(
+            root.path().join("etc/resolv.conf"),
+            "nameserver 169.254.25.10\n",
+        )
+        .unwrap();
+        let node = NodeConfig::read(root.path());
+        assert_eq!(
+            node.resolv_conf.as_deref(),
+            Some("nameserver 169.254.25.10\n")
+        );
+        // doctor read the same root: it flags the node-local cache as the node's upstream.
+        assert!(
+            node.checks_text.contains("169.254.25.10"),
+            "{}",
+            node.checks_text
+        );
     }
 
     #[test]

@@ -266,6 +266,12 @@ pub struct CaptureArgs {
     /// starts sooner.
     #[arg(long)]
     pub expedite_attach: bool,
+
+    /// Directory holding the node's root, for the reports' view of its DNS configuration
+    /// (resolv.conf and doctor's checks), as `doctor --root` reads it: in a pod, where the
+    /// container's own /etc is not the node's, mount the node's / and give its mount point.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
 }
 
 #[derive(Args, Debug)]
