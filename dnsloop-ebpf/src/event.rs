@@ -373,6 +373,34 @@ pub const QUESTION_SLOTS: usize = 4;
 /// it), enough to prove the loop from its first round. A power of two, for index masks.
 pub const PRIOR_SIGHTINGS: usize = 4;
 
+/// Slots of the link-layer table, and how many of them the programs look at for one interface.
+pub const LINK_LAYER_SLOTS: u32 = 256;
+pub const LINK_LAYER_PROBES: u32 = 4;
+
+/// An interface whose frames do not start with an Ethernet header (an L3 device such as
+/// WireGuard), in the link-layer table: at slot [`LinkLayerSlot::index`] of its first free or
+/// own probe. `ifindex` 0, which no interface has, marks a free slot and ends a search.
+///
+/// An array searched by index rather than a hash map: every packet asks, almost always about
+/// an Ethernet interface, and an array lookup is a few instructions where a hash lookup is a
+/// helper call, a hash and a bucket walk.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkLayerSlot {
+    pub ifindex: u32,
+    /// A `parse::LinkLayer as u8`.
+    pub link_layer: u8,
+    pub _pad: [u8; 3],
+}
+
+impl LinkLayerSlot {
+    /// The slot of `ifindex`'s probe number `probe` (0 to `LINK_LAYER_PROBES - 1`).
+    #[inline(always)]
+    pub fn index(ifindex: u32, probe: u32) -> u32 {
+        ifindex.wrapping_add(probe) % LINK_LAYER_SLOTS
+    }
+}
+
 /// The namespaces a packet leaves and enters where it is seen, as userspace numbers them for
 /// the kernel (see `points`); 0 is a side that is not watched.
 #[repr(C)]
@@ -664,6 +692,7 @@ mod user {
     unsafe impl aya::Pod for super::ServerStats {}
     unsafe impl aya::Pod for super::Sighting {}
     unsafe impl aya::Pod for super::ForwarderKey {}
+    unsafe impl aya::Pod for super::LinkLayerSlot {}
 }
 
 #[cfg(test)]

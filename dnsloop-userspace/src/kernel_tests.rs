@@ -843,7 +843,49 @@ fn frames_of_an_interface_without_ethernet_are_parsed_from_the_ip_header() {
     kernel.assert_streamed(&[(&raw_ip, Direction::Ingress, StreamReason::EveryPacket)]);
 }
 
+#[test]
+fn an_interface_without_ethernet_is_found_past_others_in_its_slot() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    // 257 and 513 take the slots of ifindex 1 and its first probe; loopback lands on the third.
+    kernel.register_raw_ip(&[257, 513, LOOPBACK_IFINDEX]);
+    let raw_ip = FrameSpec {
+        link: LinkLayer::RawIp,
+        ..FrameSpec::default()
+    }
+    .build();
+
+    kernel.run(Direction::Ingress, &raw_ip);
+
+    assert_eq!(kernel.counts().get(Counter::DnsMessages), 1);
+}
+
+#[test]
+fn a_full_slot_run_refuses_the_interface_rather_than_misread_it() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    let links: Vec<Link> = [1, 257, 513, 769, 1025]
+        .into_iter()
+        .map(|index| raw_ip_link(index, &format!("wg{index}")))
+        .collect();
+
+    let error = programs::register_link_layers(&mut kernel.ebpf, &links).unwrap_err();
+
+    assert!(error.to_string().contains("wg1025"), "{error}");
+}
+
 // --- helpers --------------------------------------------------------------------------------
+
+fn raw_ip_link(index: u32, name: &str) -> Link {
+    Link {
+        index,
+        name: name.into(),
+        role: LinkRole::Other { bridged: false },
+        ethernet: false,
+    }
+}
 
 /// What `dnsloop trace` loads without `--packets`.
 fn trace_settings() -> Settings {
@@ -1035,14 +1077,20 @@ impl Kernel {
     /// Tells the programs that the interface test runs are seen on (loopback) carries raw IP,
     /// as a WireGuard or tun device does.
     fn register_loopback_as_raw_ip(&mut self) {
-        let tunnel = Link {
-            index: LOOPBACK_IFINDEX,
-            name: "wg0".into(),
-            role: LinkRole::Other { bridged: false },
-            ethernet: false,
-        };
-        programs::register_link_layers(&mut self.ebpf, &[tunnel]).expect("registering wg0");
-        self.loopback_link = LinkLayer::RawIp;
+        self.register_raw_ip(&[LOOPBACK_IFINDEX]);
+    }
+
+    /// Registers interfaces `indices`, in order, as carrying no Ethernet header; the test
+    /// frames run on loopback, so it should be one of them.
+    fn register_raw_ip(&mut self, indices: &[u32]) {
+        let links: Vec<Link> = indices
+            .iter()
+            .map(|&index| raw_ip_link(index, &format!("wg{index}")))
+            .collect();
+        programs::register_link_layers(&mut self.ebpf, &links).expect("registering the links");
+        if indices.contains(&LOOPBACK_IFINDEX) {
+            self.loopback_link = LinkLayer::RawIp;
+        }
     }
 
     /// Takes every record streamed since the last call and checks that they are exactly

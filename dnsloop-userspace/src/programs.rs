@@ -2,7 +2,7 @@
 pub mod pinning;
 
 use aya::{
-    maps::{HashMap, MapData, RingBuf},
+    maps::{Array, HashMap, MapData, RingBuf},
     programs::{ProgramError, ProgramType, SchedClassifier, Xdp},
     sys::{is_helper_supported, BpfHelper},
     util::KernelVersion,
@@ -12,8 +12,8 @@ use std::{net::IpAddr, sync::OnceLock};
 
 use dnsloop_ebpf::{
     event::{
-        ForwarderKey, ObservationPoint, PointNamespaces, ProgramConfig, QueryEntry, QueryKey,
-        ServerKey, ServerStats, PACKET_SNAP_MAX,
+        ForwarderKey, LinkLayerSlot, ObservationPoint, PointNamespaces, ProgramConfig, QueryEntry,
+        QueryKey, ServerKey, ServerStats, LINK_LAYER_PROBES, LINK_LAYER_SLOTS, PACKET_SNAP_MAX,
     },
     parse::{LinkLayer, MAX_DNS_PORTS},
 };
@@ -81,6 +81,8 @@ pub enum LoadError {
     Pin(#[from] PinError),
     #[error("the BPF object cannot be read to check the pinned maps against it: the build is broken, rebuild with `cargo xtask build`")]
     ObjectDefinitions(#[source] aya_obj::ParseError),
+    #[error("interface {interface} carries no Ethernet header, and the table of such interfaces has no room for it where dnsloop looks (it holds {LINK_LAYER_SLOTS} and searches {LINK_LAYER_PROBES} slots an interface): its packets would be misread, so name the interfaces to watch with -i, leaving it out")]
+    LinkLayerTableFull { interface: String },
     #[error("setting up map {name} failed")]
     Map {
         name: &'static str,
@@ -213,21 +215,38 @@ pub fn xdp(ebpf: &mut Ebpf) -> Result<&mut Xdp, LoadError> {
         .ok_or(LoadError::Missing(XDP_INGRESS_PROGRAM))
 }
 
-/// Tells the programs which of `links` carry no Ethernet header.
+/// Tells the programs which of `links` carry no Ethernet header (see `LinkLayerSlot`).
 pub fn register_link_layers(ebpf: &mut Ebpf, links: &[Link]) -> Result<(), LoadError> {
     let map_error = |source| LoadError::Map {
         name: LINK_LAYERS_MAP,
         source,
     };
-    let mut layers: HashMap<_, u32, u8> = HashMap::try_from(
+    let mut slots: Array<_, LinkLayerSlot> = Array::try_from(
         ebpf.map_mut(LINK_LAYERS_MAP)
             .ok_or(LoadError::Missing(LINK_LAYERS_MAP))?,
     )
     .map_err(map_error)?;
     for link in links.iter().filter(|link| !link.ethernet) {
-        layers
-            .insert(link.index, LinkLayer::RawIp as u8, 0)
-            .map_err(map_error)?;
+        let mut free = None;
+        for probe in 0..LINK_LAYER_PROBES {
+            let index = LinkLayerSlot::index(link.index, probe);
+            let slot = slots.get(&index, 0).map_err(map_error)?;
+            if slot.ifindex == link.index || slot.ifindex == 0 {
+                free = Some(index);
+                break;
+            }
+        }
+        let Some(index) = free else {
+            return Err(LoadError::LinkLayerTableFull {
+                interface: link.name.clone(),
+            });
+        };
+        let slot = LinkLayerSlot {
+            ifindex: link.index,
+            link_layer: LinkLayer::RawIp as u8,
+            _pad: [0; 3],
+        };
+        slots.set(index, slot, 0).map_err(map_error)?;
     }
     Ok(())
 }

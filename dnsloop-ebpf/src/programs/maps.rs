@@ -2,13 +2,14 @@
 use aya_ebpf::{
     bindings::BPF_F_NO_COMMON_LRU,
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use dnsloop_ebpf::{
     event::{
-        ForwarderKey, ObservationPoint, PointCounters, PointNamespaces, ProgramConfig, QueryEntry,
-        QueryKey, QueryState, QuestionKey, QuestionState, ServerKey, ServerStats, Sighting,
-        StreamReason, COUNTER_SLOTS, PRIOR_SIGHTINGS,
+        ForwarderKey, LinkLayerSlot, ObservationPoint, PointCounters, PointNamespaces,
+        ProgramConfig, QueryEntry, QueryKey, QueryState, QuestionKey, QuestionState, ServerKey,
+        ServerStats, Sighting, StreamReason, COUNTER_SLOTS, LINK_LAYER_PROBES, LINK_LAYER_SLOTS,
+        PRIOR_SIGHTINGS,
     },
     parse::{DnsPorts, LinkLayer, NameWalk, Segment, TcpFraming, DNS_BUF_LEN},
 };
@@ -139,10 +140,10 @@ pub fn verdict() -> Option<*mut Verdict> {
     VERDICT.get_ptr_mut(0)
 }
 
-/// Interfaces whose frames do not start with an Ethernet header (ifindex -> `LinkLayer`), e.g.
-/// L3 devices such as WireGuard; every other interface is Ethernet (loopback included).
+/// Interfaces whose frames do not start with an Ethernet header (see `LinkLayerSlot`); every
+/// other interface is Ethernet (loopback included).
 #[map]
-pub static LINK_LAYERS: HashMap<u32, u8> = HashMap::with_max_entries(256, 0);
+pub static LINK_LAYERS: Array<LinkLayerSlot> = Array::with_max_entries(LINK_LAYER_SLOTS, 0);
 
 /// The DNS ports, written by userspace at load time (`--dns-port`) as `[u16; 8]` slots.
 #[no_mangle]
@@ -176,11 +177,22 @@ pub fn loopback_cookie() -> u64 {
 
 #[inline(always)]
 pub fn link_layer(ifindex: u32) -> LinkLayer {
-    // SAFETY: a plain-data value of a map we own.
-    match unsafe { LINK_LAYERS.get(&ifindex) } {
-        Some(&raw) if raw == LinkLayer::RawIp as u8 => LinkLayer::RawIp,
-        _ => LinkLayer::Ethernet,
+    for probe in 0..LINK_LAYER_PROBES {
+        let Some(slot) = LINK_LAYERS.get(LinkLayerSlot::index(ifindex, probe)) else {
+            break;
+        };
+        if slot.ifindex == ifindex {
+            return if slot.link_layer == LinkLayer::RawIp as u8 {
+                LinkLayer::RawIp
+            } else {
+                LinkLayer::Ethernet
+            };
+        }
+        if slot.ifindex == 0 {
+            break;
+        }
     }
+    LinkLayer::Ethernet
 }
 
 /// The namespaces packets leave and enter at `point`.
