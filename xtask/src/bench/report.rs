@@ -136,29 +136,31 @@ a loop reported <= 1 s after its first packet; 100 veths attached in <= 2 s; use
   12,137 timeouts, all of them JSON lines. That is the CPU above tcpdump's in the table; with no
   queries lost the tracer took about 0.04 s per 100k queries (7 ticks of CPU in a 10 s run at
   20k q/s).
-- **Kernel cost per run does not hold (about 17x the floor on DNS packets, 4-5x on other
-  packets; 740 and 779 ns in two runs today, 790 before).** Removed so far: the name walk now
-  takes one `bpf_loop` step per label (the verifier checks one step: 50k instructions instead of
-  166k, and Linux 6.1 accepts the programs), the byte-at-a-time `memset`/`memmove` calls LLVM
-  emitted for array literals and copies (the 256-byte name copy alone was a 256-iteration loop
-  per new query), one clock read per packet, a new question inserted once, and per-CPU LRU
-  lists. On single packets (`BPF_PROG_TEST_RUN`, one CPU, the table's last rows) that took a
-  repeated query from 352 to about 240 ns, a new query from 1211 to about 850 ns, its reply from
-  505 to about 370 ns and a non-DNS packet from 74 to 63 ns (one quiet run of each before and
-  after); under the lab's load the mean moved less, from 790 to 740-780 ns. The single-packet
-  rows of a run move with the machine too (the quiet figures above, about 30 % higher in the
-  last full run). What remains, by ablation under this load (one run each): classification and
-  the per-point counters about 130 ns, copying and parsing the message about 210 ns, the query
-  table about 180 ns and the question table about 50 ns. `perf record -a` during the load puts
-  the hash maps' bucket walks and hashing (`lookup_nulls_elem_raw`, `htab_map_hash`) at about as
-  many samples as the programs' own instructions, and the name walk at about 30 % of the latter.
-  The floor is one function call, so 3x leaves no room for even one hash-map lookup per packet,
-  and a DNS packet needs several: the point's namespaces and counters, the query table at every
-  hop (inserted where the query starts, removed where the answer reaches its client) and the
-  question table. Under load these values move between the CPUs with every hop.
-- **Throughput does not hold (88-90 % in two runs today, 85 % before)**: at saturation the
-  programs run about 7.5 times per query on 2 cores, and the packets' own path is short on this
-  lab, so their share shows.
+- **Kernel cost per run does not hold: about 17x the floor on DNS packets (731-779 ns in three
+  runs today, 790 before), 3.5x on other packets (142 ns, from about 190: the link-layer table
+  is now an array the programs index instead of a hash map they search).** Removed so far: the
+  name walk now takes one `bpf_loop` step per label (the verifier checks one step: 60k
+  instructions instead of 166k, and Linux 6.1 accepts the programs), the byte-at-a-time
+  `memset`/`memmove` calls LLVM emitted for array literals and copies (the 256-byte name copy
+  alone was a 256-iteration loop per new query), one clock read per packet, a new question
+  inserted once, and per-CPU LRU lists. On single packets (`BPF_PROG_TEST_RUN`, one CPU, the
+  table's last rows) that took a repeated query from 352 to about 240 ns, a new query from 1211
+  to about 850 ns, its reply from 505 to about 370 ns and a non-DNS packet from 74 to 63 ns (one
+  quiet run of each before and after); under the lab's load the mean moved less, from 790 to
+  731-779 ns. The single-packet rows of a run move with the machine too (the quiet figures
+  above, about 30 % higher in the last full run). What remains, by ablation under this load (one
+  run each): classification and the per-point counters about 130 ns, copying and parsing the
+  message about 210 ns, the query table about 180 ns and the question table about 50 ns. `perf
+  record -a` during the load puts the hash maps' bucket walks and hashing
+  (`lookup_nulls_elem_raw`, `htab_map_hash`) at about as many samples as the programs' own
+  instructions, and the name walk at about 30 % of the latter. The floor is one function call,
+  so 3x leaves no room for even one hash-map lookup per packet, and a DNS packet needs several:
+  the point's namespaces and counters, the query table at every hop (inserted where the query
+  starts, removed where the answer reaches its client) and the question table. Under load these
+  values move between the CPUs with every hop.
+- **Throughput does not hold (84-90 % in three runs today, 85 % before; the runs without dnsloop
+  spread wider than any change shows)**: at saturation the programs run about 7.5 times per
+  query on 2 cores, and the packets' own path is short on this lab, so their share shows.
 - **`--packets` does not hold (far above 2x tcpdump, and events lost at this load):** it
   decodes, analyses and prints a JSON line for every DNS packet, where tcpdump copies bytes to a
   file. Lines are now serialized without building a JSON value and written once per batch, which
