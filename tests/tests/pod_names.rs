@@ -84,6 +84,24 @@ fn first_packet<'a>(
         .unwrap_or_else(|| panic!("no packet on {ifname} {dir} (qr {qr}):\n{trace}"))
 }
 
+/// The cache's forward, DNAT'ed to a CoreDNS pod, enters that pod, named.
+fn assert_forward_enters_a_named_coredns_pod(packets: &[PacketLine], trace: &Trace) {
+    let (pod, forwarded) = Pod::COREDNS
+        .into_iter()
+        .find_map(|pod| {
+            packets
+                .iter()
+                .find(|packet| packet.ifname == pod.host_veth() && packet.dir == "egress")
+                .map(|packet| (pod, packet))
+        })
+        .unwrap_or_else(|| panic!("no packet entered a CoreDNS pod:\n{trace}"));
+    assert_eq!(
+        forwarded.enters.as_deref(),
+        Some(named(pod).as_str()),
+        "{trace}"
+    );
+}
+
 #[test]
 fn a_loop_through_coredns_names_the_coredns_pod() {
     let Some(trace) = traced(
@@ -149,21 +167,7 @@ fn packets_name_the_pods_they_leave_and_enter() {
         answered.enters.as_deref(),
         Some(named(Pod::Client).as_str())
     );
-    // The cache's forward, DNAT'ed to a CoreDNS pod, enters that pod.
-    let forwarded = Pod::COREDNS
-        .into_iter()
-        .find_map(|pod| {
-            packets
-                .iter()
-                .find(|packet| packet.ifname == pod.host_veth() && packet.dir == "egress")
-                .map(|packet| (pod, packet))
-        })
-        .unwrap_or_else(|| panic!("no packet entered a CoreDNS pod:\n{trace}"));
-    assert_eq!(
-        forwarded.1.enters.as_deref(),
-        Some(named(forwarded.0).as_str()),
-        "{trace}"
-    );
+    assert_forward_enters_a_named_coredns_pod(&packets, &trace);
 }
 
 #[test]
@@ -305,20 +309,7 @@ fn without_a_pod_log_directory_the_container_runtime_names_the_pods() {
         Some(named(Pod::Client).as_str()),
         "{trace}"
     );
-    let forwarded = Pod::COREDNS
-        .into_iter()
-        .find_map(|pod| {
-            packets
-                .iter()
-                .find(|packet| packet.ifname == pod.host_veth() && packet.dir == "egress")
-                .map(|packet| (pod, packet))
-        })
-        .unwrap_or_else(|| panic!("no packet entered a CoreDNS pod:\n{trace}"));
-    assert_eq!(
-        forwarded.1.enters.as_deref(),
-        Some(named(forwarded.0).as_str()),
-        "{trace}"
-    );
+    assert_forward_enters_a_named_coredns_pod(&packets, &trace);
     // Every pod was named: nothing was looked for in the (empty) log directory.
     assert!(!trace.stderr.contains("has no directory in"), "{trace}");
 }
