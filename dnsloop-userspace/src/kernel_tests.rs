@@ -831,11 +831,7 @@ fn frames_of_an_interface_without_ethernet_are_parsed_from_the_ip_header() {
         return;
     };
     kernel.register_loopback_as_raw_ip();
-    let raw_ip = FrameSpec {
-        link: LinkLayer::RawIp,
-        ..FrameSpec::default()
-    }
-    .build();
+    let raw_ip = raw_ip_frame();
 
     kernel.run(Direction::Ingress, &raw_ip);
 
@@ -850,11 +846,7 @@ fn an_interface_without_ethernet_is_found_past_others_in_its_slot() {
     };
     // 257 and 513 take the slots of ifindex 1 and its first probe; loopback lands on the third.
     kernel.register_raw_ip(&[257, 513, LOOPBACK_IFINDEX]);
-    let raw_ip = FrameSpec {
-        link: LinkLayer::RawIp,
-        ..FrameSpec::default()
-    }
-    .build();
+    let raw_ip = raw_ip_frame();
 
     kernel.run(Direction::Ingress, &raw_ip);
 
@@ -877,6 +869,15 @@ fn a_full_slot_run_refuses_the_interface_rather_than_misread_it() {
 }
 
 // --- helpers --------------------------------------------------------------------------------
+
+/// A query frame of an interface without Ethernet: it starts at the IP header.
+fn raw_ip_frame() -> Vec<u8> {
+    FrameSpec {
+        link: LinkLayer::RawIp,
+        ..FrameSpec::default()
+    }
+    .build()
+}
 
 fn raw_ip_link(index: u32, name: &str) -> Link {
     Link {
