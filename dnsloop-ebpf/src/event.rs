@@ -30,7 +30,7 @@ impl Direction {
     }
 }
 
-/// Key of the per-interface packet counters: one observation point.
+/// One observation point: an interface, and a direction across it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ObservationPoint {
@@ -308,10 +308,13 @@ pub enum Counter {
     /// ICMP port unreachables refusing a DNS reply: a client dropped an answer (a reply from an
     /// unexpected source, or one that came too late).
     DnsPortUnreachable = 8,
+    /// Packets at a point missing from the point table: not counted per point, and not placed in
+    /// namespaces (the table was full, or the point was met before it was registered).
+    UnplacedPackets = 9,
 }
 
 impl Counter {
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::Packets,
         Self::DnsPackets,
         Self::DnsMessages,
@@ -321,6 +324,7 @@ impl Counter {
         Self::LostRecords,
         Self::StreamedRecords,
         Self::DnsPortUnreachable,
+        Self::UnplacedPackets,
     ];
     pub const COUNT: u32 = Self::ALL.len() as u32;
 
@@ -335,6 +339,7 @@ impl Counter {
             Self::LostRecords => "lost_records",
             Self::StreamedRecords => "streamed_records",
             Self::DnsPortUnreachable => "dns_port_unreachable",
+            Self::UnplacedPackets => "unplaced_packets",
         }
     }
 }
@@ -373,31 +378,73 @@ pub const QUESTION_SLOTS: usize = 4;
 /// it), enough to prove the loop from its first round. A power of two, for index masks.
 pub const PRIOR_SIGHTINGS: usize = 4;
 
-/// Slots of the link-layer table, and how many of them the programs look at for one interface.
-pub const LINK_LAYER_SLOTS: u32 = 256;
-pub const LINK_LAYER_PROBES: u32 = 4;
+/// Slots of the point table, and how many of them the programs look at for one point. The
+/// per-point counters have as many slots. 4096 covers a node with ~1000 pods (2 points on each
+/// veth, 1 on each pod's loopback).
+pub const POINT_SLOTS: u32 = 4096;
+pub const POINT_PROBES: u32 = 16;
+/// How far apart a point's probes are: coprime with `POINT_SLOTS`, so they are all distinct, and
+/// far enough to leave a run of taken slots (the node's interfaces, numbered in a row).
+const POINT_PROBE_STRIDE: u32 = 1031;
 
-/// An interface whose frames do not start with an Ethernet header (an L3 device such as
-/// WireGuard), in the link-layer table: at slot [`LinkLayerSlot::index`] of its first free or
-/// own probe. `ifindex` 0, which no interface has, marks a free slot and ends a search.
+const _: () = assert!(POINT_SLOTS.is_power_of_two() && POINT_PROBE_STRIDE % 2 == 1);
+
+/// A watched observation point in the point table, at slot [`PointSlot::index`] of one of its
+/// probes, with what the programs need to know about it. Userspace registers every point before
+/// attaching there. A slot whose point has `ifindex` 0, which no interface has, is free; the
+/// programs look at every probe of a point, so a point is removed by zeroing its slot alone.
 ///
-/// An array searched by index rather than a hash map: every packet asks, almost always about
-/// an Ethernet interface, and an array lookup is a few instructions where a hash lookup is a
-/// helper call, a hash and a bucket walk.
+/// An array searched by index rather than a hash map: every packet asks, and an array lookup is
+/// a few instructions where a hash lookup is a helper call, a hash and a bucket walk (on a busy
+/// node, cache misses across CPUs).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LinkLayerSlot {
-    pub ifindex: u32,
-    /// A `parse::LinkLayer as u8`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PointSlot {
+    pub point: ObservationPoint,
+    /// The namespaces its packets leave and enter.
+    pub namespaces: PointNamespaces,
+    /// A `parse::LinkLayer as u8`: how its frames start.
     pub link_layer: u8,
-    pub _pad: [u8; 3],
+    // Scalars, as in `ObservationPoint`.
+    _pad1: u8,
+    _pad2: u16,
+    _pad3: u32,
 }
 
-impl LinkLayerSlot {
-    /// The slot of `ifindex`'s probe number `probe` (0 to `LINK_LAYER_PROBES - 1`).
+impl PointSlot {
+    pub const FREE: Self = Self::new(ObservationPoint::new(0, 0, 0), PointNamespaces::NONE, 0);
+
     #[inline(always)]
-    pub fn index(ifindex: u32, probe: u32) -> u32 {
-        ifindex.wrapping_add(probe) % LINK_LAYER_SLOTS
+    pub const fn new(point: ObservationPoint, namespaces: PointNamespaces, link_layer: u8) -> Self {
+        Self {
+            point,
+            namespaces,
+            link_layer,
+            _pad1: 0,
+            _pad2: 0,
+            _pad3: 0,
+        }
+    }
+
+    /// The slot of `point`'s probe number `probe` (0 to `POINT_PROBES - 1`).
+    ///
+    /// The node's own interfaces (cookie 0) are numbered in a row by the kernel: each has its
+    /// home at twice its index, one slot a direction, so they do not collide until the indices
+    /// wrap around the table. A pod's loopback (ifindex 1, its namespace's cookie) has its home
+    /// wherever its cookie scatters it.
+    #[inline(always)]
+    pub fn index(point: &ObservationPoint, probe: u32) -> u32 {
+        let cookie = (point.netns_cookie ^ (point.netns_cookie >> 32)) as u32;
+        let home = point
+            .ifindex
+            .wrapping_mul(2)
+            .wrapping_add(u32::from(point.direction))
+            ^ cookie.wrapping_mul(0x9e37_79b9);
+        home.wrapping_add(probe.wrapping_mul(POINT_PROBE_STRIDE)) % POINT_SLOTS
+    }
+
+    pub fn is_free(&self) -> bool {
+        self.point.ifindex == 0
     }
 }
 
@@ -408,6 +455,13 @@ impl LinkLayerSlot {
 pub struct PointNamespaces {
     pub leaves: u32,
     pub enters: u32,
+}
+
+impl PointNamespaces {
+    pub const NONE: Self = Self {
+        leaves: 0,
+        enters: 0,
+    };
 }
 
 /// One query sighting, as the question table judges it.
@@ -692,7 +746,7 @@ mod user {
     unsafe impl aya::Pod for super::ServerStats {}
     unsafe impl aya::Pod for super::Sighting {}
     unsafe impl aya::Pod for super::ForwarderKey {}
-    unsafe impl aya::Pod for super::LinkLayerSlot {}
+    unsafe impl aya::Pod for super::PointSlot {}
 }
 
 #[cfg(test)]
@@ -719,6 +773,7 @@ mod tests {
             8 + 8 + 4 + 4 + QUESTION_SLOTS * (4 + 8 + 16) + 64 * PRIOR_SIGHTINGS
         );
         assert_eq!(size_of::<PointNamespaces>(), 8);
+        assert_eq!(size_of::<PointSlot>(), 32);
         assert_eq!(size_of::<ProgramConfig>(), 24);
         assert_eq!(size_of::<QueryEntry>(), 32 + 8 + 8 + NAME_WIRE_MAX);
         assert_eq!(size_of::<ServerKey>(), 20);

@@ -1,6 +1,6 @@
 //! Reading the kernel's per-CPU counters.
 use aya::{
-    maps::{MapError, PerCpuArray, PerCpuHashMap},
+    maps::{MapError, PerCpuArray},
     Ebpf,
 };
 use dnsloop_ebpf::{
@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::{
     analyze::ServerSummary,
     attach::watched_directions,
-    programs::{self, LoadError, COUNTERS_MAP, POINT_COUNTERS_MAP},
+    programs::{self, point_table, LoadError, COUNTERS_MAP, POINT_COUNTERS_MAP},
     source::{ip_family, socket_addr},
     topology::{Link, LinkRole},
 };
@@ -51,14 +51,15 @@ fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map, MapError> {
 }
 
 /// Sums the counters of the watched `links` of the namespace whose loopback cookie is
-/// `loopback_cookie`, in link order, ingress before egress. Points that saw nothing count zero.
+/// `loopback_cookie`, in link order, ingress before egress. Points that saw nothing, or that the
+/// point table had no room for, count zero.
 pub fn read_points(
     ebpf: &Ebpf,
     loopback_cookie: u64,
     links: &[Link],
 ) -> Result<Vec<PointCount>, MapError> {
-    let counters: PerCpuHashMap<_, ObservationPoint, PointCounters> =
-        PerCpuHashMap::try_from(map(ebpf, POINT_COUNTERS_MAP)?)?;
+    let counters: PerCpuArray<_, PointCounters> =
+        PerCpuArray::try_from(map(ebpf, POINT_COUNTERS_MAP)?)?;
     let mut counts = Vec::with_capacity(links.len() * 2);
     for link in links {
         for &direction in watched_directions(link) {
@@ -69,17 +70,17 @@ pub fn read_points(
                 0
             };
             let point = ObservationPoint::new(netns_cookie, link.index, direction as u8);
-            let total = match counters.get(&point, 0) {
-                Ok(per_cpu) => {
-                    per_cpu
+            let total = match point_table::find_in_kernel(ebpf, &point)? {
+                Some(slot) => {
+                    counters
+                        .get(&slot, 0)?
                         .iter()
                         .fold(PointCounters::default(), |sum, cpu| PointCounters {
                             packets: sum.packets + cpu.packets,
                             dns_packets: sum.dns_packets + cpu.dns_packets,
                         })
                 }
-                Err(MapError::KeyNotFound) => PointCounters::default(),
-                Err(error) => return Err(error),
+                None => PointCounters::default(),
             };
             counts.push(PointCount {
                 ifname: link.name.clone(),

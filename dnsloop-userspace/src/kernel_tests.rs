@@ -11,13 +11,13 @@ use std::{
 };
 
 use aya::{
-    maps::{MapData, PerCpuHashMap, RingBuf},
+    maps::{MapData, PerCpuArray, RingBuf},
     Ebpf, TestRun as _, TestRunOptions,
 };
 use dnsloop_ebpf::{
     event::{
         Counter, Direction, ObservationPoint, PacketRecord, PointCounters, PointNamespaces,
-        StreamReason, PACKET_SNAP_MAX,
+        PointSlot, StreamReason, PACKET_SNAP_MAX, POINT_SLOTS,
     },
     frames::*,
     parse::{LinkLayer, Malformed, Transport},
@@ -28,12 +28,15 @@ use dnsloop_tests::privilege::{self, Need};
 use crate::{
     counters::{read_global, GlobalCounts},
     netns,
-    programs::{self, Settings, EGRESS_PROGRAM, INGRESS_PROGRAM, POINT_COUNTERS_MAP},
+    programs::{
+        self,
+        point_table::{self, KernelPoint, PointTable},
+        Settings, EGRESS_PROGRAM, INGRESS_PROGRAM, POINT_COUNTERS_MAP,
+    },
     source::{
         clock::{monotonic_now_ns, MonotonicClock},
         unanswered::UnansweredQueries,
     },
-    topology::{Link, LinkRole},
 };
 
 /// `TC_ACT_UNSPEC` (-1) as the kernel reports a program's return value: "carry on", the only
@@ -76,6 +79,13 @@ fn the_xdp_program_counts_a_dns_query_and_passes_it_on_unchanged() {
     }) else {
         return;
     };
+    // XDP never sees a socket, so its loopback point carries no namespace cookie.
+    kernel.points.push(KernelPoint {
+        point: ObservationPoint::new(0, LOOPBACK_IFINDEX, Direction::Ingress as u8),
+        namespaces: PointNamespaces::NONE,
+        link_layer: LinkLayer::Ethernet,
+    });
+    kernel.sync_points();
     let frame = query_frame(0x1234, "www.example.test", QTYPE_A);
     let program = programs::xdp(&mut kernel.ebpf).expect("the XDP program is loaded");
     let mut data_out = vec![0; frame.len() + 64];
@@ -840,32 +850,51 @@ fn frames_of_an_interface_without_ethernet_are_parsed_from_the_ip_header() {
 }
 
 #[test]
-fn an_interface_without_ethernet_is_found_past_others_in_its_slot() {
+fn a_point_is_found_past_others_holding_its_first_probes() {
     let Some(mut kernel) = Kernel::load(trace_settings()) else {
         return;
     };
-    // 257 and 513 take the slots of ifindex 1 and its first probe; loopback lands on the third.
-    kernel.register_raw_ip(&[257, 513, LOOPBACK_IFINDEX]);
-    let raw_ip = raw_ip_frame();
+    // Points of the node's interfaces homed at the test point's first three probes (an index
+    // past half the slots wraps around to the same slot, and is not 0, which marks a free one).
+    let ingress = test_point(Direction::Ingress);
+    let holders = (0..3).map(|probe| {
+        let slot = PointSlot::index(&ingress, probe);
+        KernelPoint {
+            point: ObservationPoint::new(0, slot / 2 + POINT_SLOTS / 2, (slot % 2) as u8),
+            namespaces: PointNamespaces::NONE,
+            link_layer: LinkLayer::Ethernet,
+        }
+    });
+    let test_points = std::mem::take(&mut kernel.points);
+    kernel.points = holders.chain(test_points).collect();
+    kernel.register_loopback_as_raw_ip();
 
-    kernel.run(Direction::Ingress, &raw_ip);
+    kernel.run(Direction::Ingress, &raw_ip_frame());
 
     assert_eq!(kernel.counts().get(Counter::DnsMessages), 1);
+    assert_eq!(kernel.point_counters(Direction::Ingress).dns_packets, 1);
 }
 
 #[test]
-fn a_full_slot_run_refuses_the_interface_rather_than_misread_it() {
-    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+fn packets_at_a_point_not_in_the_table_are_parsed_and_counted_as_unplaced() {
+    let Some(mut kernel) = Kernel::load_unplaced(trace_settings()) else {
         return;
     };
-    let links: Vec<Link> = [1, 257, 513, 769, 1025]
-        .into_iter()
-        .map(|index| raw_ip_link(index, &format!("wg{index}")))
-        .collect();
 
-    let error = programs::register_link_layers(&mut kernel.ebpf, &links).unwrap_err();
+    kernel.run(Direction::Ingress, &FrameSpec::default().build());
 
-    assert!(error.to_string().contains("wg1025"), "{error}");
+    assert_eq!(
+        kernel.counts(),
+        counted(
+            &[
+                (Counter::Packets, 1),
+                (Counter::DnsPackets, 1),
+                (Counter::DnsMessages, 1),
+                (Counter::UnplacedPackets, 1),
+            ],
+            &[],
+        )
+    );
 }
 
 // --- helpers --------------------------------------------------------------------------------
@@ -877,15 +906,6 @@ fn raw_ip_frame() -> Vec<u8> {
         ..FrameSpec::default()
     }
     .build()
-}
-
-fn raw_ip_link(index: u32, name: &str) -> Link {
-    Link {
-        index,
-        name: name.into(),
-        role: LinkRole::Other { bridged: false },
-        ethernet: false,
-    }
 }
 
 /// What `dnsloop trace` loads without `--packets`.
@@ -972,10 +992,10 @@ struct Kernel {
     ebpf: Ebpf,
     records: RingBuf<MapData>,
     snap_len: usize,
-    /// What the programs take loopback's frames to start with.
-    loopback_link: LinkLayer,
-    /// The namespaces the test runs' points lead to, as told to the programs.
-    placed: Vec<(ObservationPoint, PointNamespaces)>,
+    /// The points told to the programs: the test runs' own two first, as `dnsloop trace` tells
+    /// the points it watches before it attaches there.
+    points: Vec<KernelPoint>,
+    table: PointTable,
 }
 
 impl Kernel {
@@ -989,13 +1009,43 @@ impl Kernel {
             panic!("loading the programs: {:#}", anyhow::Error::from(error))
         });
         let records = programs::take_records(&mut ebpf).expect("the programs have a ring buffer");
-        Some(Kernel {
+        let table = PointTable::read(&ebpf).expect("reading the point table");
+        let points = [Direction::Ingress, Direction::Egress]
+            .map(|direction| KernelPoint {
+                point: test_point(direction),
+                namespaces: PointNamespaces::NONE,
+                link_layer: LinkLayer::Ethernet,
+            })
+            .to_vec();
+        let mut kernel = Kernel {
             ebpf,
             records,
             snap_len: settings.snap_len,
-            loopback_link: LinkLayer::Ethernet,
-            placed: Vec::new(),
-        })
+            points,
+            table,
+        };
+        kernel.sync_points();
+        Some(kernel)
+    }
+
+    /// Loads the programs as `load` does, but tells them no point.
+    fn load_unplaced(settings: Settings) -> Option<Kernel> {
+        let mut kernel = Self::load(settings)?;
+        kernel.points.clear();
+        kernel.sync_points();
+        Some(kernel)
+    }
+
+    fn sync_points(&mut self) {
+        let unplaced = self
+            .table
+            .sync(&mut self.ebpf, &self.points)
+            .expect("writing the point table");
+        assert_eq!(
+            unplaced,
+            [],
+            "the point table has room for the test's points"
+        );
     }
 
     /// Runs the program of `direction` on `frame` and checks that it handed the frame on as it
@@ -1033,13 +1083,11 @@ impl Kernel {
 
     /// Tells the programs which namespaces the test runs' frames in `direction` leave and enter.
     fn place(&mut self, direction: Direction, leaves: u32, enters: u32) {
-        let point =
-            ObservationPoint::new(this_namespace_cookie(), LOOPBACK_IFINDEX, direction as u8);
-        self.placed.retain(|(known, _)| *known != point);
-        self.placed
-            .push((point, PointNamespaces { leaves, enters }));
-        programs::register_point_namespaces(&mut self.ebpf, &self.placed)
-            .expect("placing the test runs' points");
+        let point = test_point(direction);
+        for known in self.points.iter_mut().filter(|known| known.point == point) {
+            known.namespaces = PointNamespaces { leaves, enters };
+        }
+        self.sync_points();
     }
 
     /// The query table, as `dnsloop trace` collects it.
@@ -1060,13 +1108,12 @@ impl Kernel {
             .ebpf
             .map(POINT_COUNTERS_MAP)
             .expect("the programs have point counters");
-        let counters: PerCpuHashMap<_, ObservationPoint, PointCounters> =
-            PerCpuHashMap::try_from(map).expect("point counters are a per-CPU hash map");
-        let point =
-            ObservationPoint::new(this_namespace_cookie(), LOOPBACK_IFINDEX, direction as u8);
-        let per_cpu = counters
-            .get(&point, 0)
-            .unwrap_or_else(|error| panic!("no counters for loopback {direction:?}: {error}"));
+        let counters: PerCpuArray<_, PointCounters> =
+            PerCpuArray::try_from(map).expect("point counters are a per-CPU array");
+        let slot = point_table::find_in_kernel(&self.ebpf, &test_point(direction))
+            .expect("searching the point table")
+            .unwrap_or_else(|| panic!("loopback {direction:?} is in the point table"));
+        let per_cpu = counters.get(&slot, 0).expect("reading the point counters");
         per_cpu
             .iter()
             .fold(PointCounters::default(), |sum, cpu| PointCounters {
@@ -1078,20 +1125,22 @@ impl Kernel {
     /// Tells the programs that the interface test runs are seen on (loopback) carries raw IP,
     /// as a WireGuard or tun device does.
     fn register_loopback_as_raw_ip(&mut self) {
-        self.register_raw_ip(&[LOOPBACK_IFINDEX]);
+        let test_points = [Direction::Ingress, Direction::Egress].map(test_point);
+        for known in &mut self.points {
+            if test_points.contains(&known.point) {
+                known.link_layer = LinkLayer::RawIp;
+            }
+        }
+        self.sync_points();
     }
 
-    /// Registers interfaces `indices`, in order, as carrying no Ethernet header; the test
-    /// frames run on loopback, so it should be one of them.
-    fn register_raw_ip(&mut self, indices: &[u32]) {
-        let links: Vec<Link> = indices
+    /// What the programs take loopback's frames to start with.
+    fn loopback_link(&self) -> LinkLayer {
+        let ingress = test_point(Direction::Ingress);
+        self.points
             .iter()
-            .map(|&index| raw_ip_link(index, &format!("wg{index}")))
-            .collect();
-        programs::register_link_layers(&mut self.ebpf, &links).expect("registering the links");
-        if indices.contains(&LOOPBACK_IFINDEX) {
-            self.loopback_link = LinkLayer::RawIp;
-        }
+            .find(|known| known.point == ingress)
+            .map_or(LinkLayer::Ethernet, |known| known.link_layer)
     }
 
     /// Takes every record streamed since the last call and checks that they are exactly
@@ -1126,7 +1175,7 @@ impl Kernel {
                 this_namespace_cookie(),
                 "{what}: loopback names its namespace"
             );
-            assert_eq!(record.link_layer, self.loopback_link as u8, "{what}");
+            assert_eq!(record.link_layer, self.loopback_link() as u8, "{what}");
             assert_eq!(record.wire_len as usize, frame.len(), "{what}");
             assert_eq!(usize::from(record.captured_len), captured, "{what}");
             assert_eq!(&record.bytes[..captured], &frame[..captured], "{what}");
@@ -1153,4 +1202,9 @@ impl Kernel {
 
 fn this_namespace_cookie() -> u64 {
     netns::current_cookie().expect("reading this namespace's cookie")
+}
+
+/// Where the test runs' frames are seen in `direction`.
+fn test_point(direction: Direction) -> ObservationPoint {
+    ObservationPoint::new(this_namespace_cookie(), LOOPBACK_IFINDEX, direction as u8)
 }

@@ -4,11 +4,15 @@
 //! interface's description ([`LinkDescription`]), so both place a packet at the same point.
 use std::{collections::HashMap, fmt, str::FromStr, sync::Arc};
 
-use dnsloop_ebpf::event::{Direction, ObservationPoint, PointNamespaces};
+use dnsloop_ebpf::{
+    event::{Direction, ObservationPoint, PointNamespaces},
+    parse::LinkLayer,
+};
 
 use crate::{
     namespaces::PodNamespace,
     observation::{Namespace, Point},
+    programs::point_table::KernelPoint,
     source::InterfaceRef,
     topology::{Link, LinkRole},
 };
@@ -21,8 +25,8 @@ pub const NODE: &str = "node";
 #[derive(Default)]
 pub struct PointMap {
     points: HashMap<(InterfaceRef, Direction), Point>,
-    links: HashMap<InterfaceRef, (Arc<str>, LinkDescription)>,
-    /// The numbers the kernel programs know namespaces by (see `kernel_namespaces`).
+    links: HashMap<InterfaceRef, (Arc<str>, LinkDescription, LinkLayer)>,
+    /// The numbers the kernel programs know namespaces by (see `kernel_points`).
     namespace_numbers: HashMap<Namespace, u32>,
 }
 
@@ -45,10 +49,16 @@ impl PointMap {
             netns_cookie: 0,
             ifindex: link.index,
         };
+        let link_layer = if link.ethernet {
+            LinkLayer::Ethernet
+        } else {
+            LinkLayer::RawIp
+        };
         self.insert(
             interface,
             &link.name,
             LinkDescription { role, namespace },
+            link_layer,
             &[Direction::Ingress, Direction::Egress],
         );
     }
@@ -73,7 +83,23 @@ impl PointMap {
             role: Role::Loopback,
             namespace: Some(namespace),
         };
-        self.insert(interface, "lo", description, &[Direction::Egress]);
+        self.insert(
+            interface,
+            "lo",
+            description,
+            LinkLayer::Ethernet,
+            &[Direction::Egress],
+        );
+    }
+
+    /// Forgets the loopback of the namespace with `netns_cookie`.
+    pub fn remove_loopback(&mut self, netns_cookie: u64) {
+        let interface = InterfaceRef {
+            netns_cookie,
+            ifindex: crate::attach::LOOPBACK_INDEX,
+        };
+        self.points.retain(|(known, _), _| *known != interface);
+        self.links.remove(&interface);
     }
 
     /// Renames the namespace of the watched loopback of the namespace with `netns_cookie`; one
@@ -93,6 +119,7 @@ impl PointMap {
         interface: InterfaceRef,
         ifname: &str,
         description: LinkDescription,
+        link_layer: LinkLayer,
         directions: &[Direction],
     ) {
         for point in description.points(ifname) {
@@ -100,21 +127,22 @@ impl PointMap {
                 self.points.insert((interface, point.direction), point);
             }
         }
-        self.links.insert(interface, (ifname.into(), description));
+        self.links
+            .insert(interface, (ifname.into(), description, link_layer));
     }
 
     pub fn get(&self, interface: InterfaceRef, direction: Direction) -> Option<&Point> {
         self.points.get(&(interface, direction))
     }
 
-    /// What the kernel programs need to follow a question from namespace to namespace: the
-    /// namespaces each watched point's packets leave and enter, numbered from 1 (0: none). A
-    /// namespace keeps its number while dnsloop runs.
-    pub fn kernel_namespaces(&mut self) -> Vec<(ObservationPoint, PointNamespaces)> {
+    /// Every watched point as the kernel programs need to know it: how its frames start, and,
+    /// to follow a question from namespace to namespace, the namespaces its packets leave and
+    /// enter, numbered from 1 (0: none). A namespace keeps its number while dnsloop runs.
+    pub fn kernel_points(&mut self) -> Vec<KernelPoint> {
         let Self {
             points,
+            links,
             namespace_numbers,
-            ..
         } = self;
         let mut number = |namespace: &Option<Namespace>| match namespace {
             Some(namespace) => {
@@ -135,7 +163,14 @@ impl PointMap {
                     leaves: number(&point.leaves),
                     enters: number(&point.enters),
                 };
-                (key, namespaces)
+                let link_layer = links
+                    .get(interface)
+                    .map_or(LinkLayer::Ethernet, |(_, _, link_layer)| *link_layer);
+                KernelPoint {
+                    point: key,
+                    namespaces,
+                    link_layer,
+                }
             })
             .collect()
     }
@@ -144,7 +179,7 @@ impl PointMap {
     pub fn link(&self, interface: InterfaceRef) -> Option<(&str, &LinkDescription)> {
         self.links
             .get(&interface)
-            .map(|(name, description)| (name.as_ref(), description))
+            .map(|(name, description, _)| (name.as_ref(), description))
     }
 }
 
@@ -347,15 +382,16 @@ mod tests {
             ethernet: true,
         };
         points.insert_link(&bridge, &[]);
-        let numbered = points.kernel_namespaces();
+        let numbered = points.kernel_points();
         let at = |cookie, ifindex, direction: Direction| {
             numbered
                 .iter()
-                .find(|(point, _)| {
+                .find(|placed| {
+                    let point = placed.point;
                     (point.netns_cookie, point.ifindex, point.direction)
                         == (cookie, ifindex, direction as u8)
                 })
-                .map(|(_, namespaces)| *namespaces)
+                .map(|placed| placed.namespaces)
                 .expect("a numbered point")
         };
         let pod_lo = at(7, 1, Direction::Egress);
@@ -373,7 +409,7 @@ mod tests {
         );
         assert_eq!(into_node.enters, out_of_node.leaves, "the node");
         assert_ne!(into_node.enters, pod_lo.leaves);
-        assert_eq!(points.kernel_namespaces().len(), numbered.len());
+        assert_eq!(points.kernel_points().len(), numbered.len());
         assert_eq!(at(0, 3, Direction::Ingress), into_node, "numbers are kept");
     }
 

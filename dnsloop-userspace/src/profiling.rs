@@ -7,11 +7,21 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use aya::{programs::SchedClassifier, Ebpf, TestRun as _, TestRunOptions};
-use dnsloop_ebpf::frames::{dns_query, dns_response, FrameSpec};
+use dnsloop_ebpf::{
+    event::{Direction, ObservationPoint, PointNamespaces},
+    frames::{dns_query, dns_response, FrameSpec},
+    parse::LinkLayer,
+};
 
 use crate::{
+    attach::LOOPBACK_INDEX,
     cli::TraceArgs,
-    programs::{self, Settings, EGRESS_PROGRAM, INGRESS_PROGRAM},
+    netns,
+    programs::{
+        self,
+        point_table::{KernelPoint, PointTable},
+        Settings, EGRESS_PROGRAM, INGRESS_PROGRAM,
+    },
 };
 
 /// Runs per call for the kinds of packet that can repeat, and distinct packets for the others.
@@ -119,7 +129,17 @@ fn load() -> Result<Ebpf> {
         ring_buffer_mib: args.ring_buffer_mib,
         xdp_ingress: false,
     };
-    Ok(programs::load(&settings, None)?)
+    let mut ebpf = programs::load(&settings, None)?;
+    // The frames run on this namespace's loopback: its points are registered, as `dnsloop
+    // trace` registers every point it watches.
+    let cookie = netns::current_cookie().context("reading this namespace's cookie")?;
+    let points = [Direction::Ingress, Direction::Egress].map(|direction| KernelPoint {
+        point: ObservationPoint::new(cookie, LOOPBACK_INDEX, direction as u8),
+        namespaces: PointNamespaces::NONE,
+        link_layer: LinkLayer::Ethernet,
+    });
+    PointTable::read(&ebpf)?.sync(&mut ebpf, &points)?;
+    Ok(ebpf)
 }
 
 /// A client's query, from port 40000 + id.

@@ -1,8 +1,9 @@
 //! Loading the embedded kernel programs with this run's settings.
 pub mod pinning;
+pub mod point_table;
 
 use aya::{
-    maps::{Array, HashMap, MapData, RingBuf},
+    maps::{HashMap, MapData, RingBuf},
     programs::{ProgramError, ProgramType, SchedClassifier, Xdp},
     sys::{is_helper_supported, BpfHelper},
     util::KernelVersion,
@@ -12,17 +13,15 @@ use std::{net::IpAddr, sync::OnceLock};
 
 use dnsloop_ebpf::{
     event::{
-        ForwarderKey, LinkLayerSlot, ObservationPoint, PointNamespaces, ProgramConfig, QueryEntry,
-        QueryKey, ServerKey, ServerStats, LINK_LAYER_PROBES, LINK_LAYER_SLOTS, PACKET_SNAP_MAX,
+        ForwarderKey, ProgramConfig, QueryEntry, QueryKey, ServerKey, ServerStats, PACKET_SNAP_MAX,
     },
-    parse::{LinkLayer, MAX_DNS_PORTS},
+    parse::MAX_DNS_PORTS,
 };
 use thiserror::Error;
 
 use crate::{
     netns,
     preflight::{self, PreflightError},
-    topology::Link,
 };
 use pinning::{PinDir, PinError, Shape, PINNED_MAPS};
 
@@ -37,10 +36,9 @@ pub const COUNTERS_MAP: &str = "COUNTERS";
 const RECORDS_MAP: &str = "RECORDS";
 const QUESTIONS_MAP: &str = "QUESTIONS";
 const QUERIES_MAP: &str = "QUERIES";
-const LINK_LAYERS_MAP: &str = "LINK_LAYERS";
+pub const POINTS_MAP: &str = "POINTS";
 const FORWARDERS_MAP: &str = "FORWARDERS";
 const SERVERS_MAP: &str = "SERVERS";
-const POINT_NAMESPACES_MAP: &str = "POINT_NAMESPACES";
 
 #[derive(Debug, Error)]
 pub enum LoadError {
@@ -81,8 +79,6 @@ pub enum LoadError {
     Pin(#[from] PinError),
     #[error("the BPF object cannot be read to check the pinned maps against it: the build is broken, rebuild with `cargo xtask build`")]
     ObjectDefinitions(#[source] aya_obj::ParseError),
-    #[error("interface {interface} carries no Ethernet header, and the table of such interfaces has no room for it where dnsloop looks (it holds {LINK_LAYER_SLOTS} and searches {LINK_LAYER_PROBES} slots an interface): its packets would be misread, so name the interfaces to watch with -i, leaving it out")]
-    LinkLayerTableFull { interface: String },
     #[error("setting up map {name} failed")]
     Map {
         name: &'static str,
@@ -215,42 +211,6 @@ pub fn xdp(ebpf: &mut Ebpf) -> Result<&mut Xdp, LoadError> {
         .ok_or(LoadError::Missing(XDP_INGRESS_PROGRAM))
 }
 
-/// Tells the programs which of `links` carry no Ethernet header (see `LinkLayerSlot`).
-pub fn register_link_layers(ebpf: &mut Ebpf, links: &[Link]) -> Result<(), LoadError> {
-    let map_error = |source| LoadError::Map {
-        name: LINK_LAYERS_MAP,
-        source,
-    };
-    let mut slots: Array<_, LinkLayerSlot> = Array::try_from(
-        ebpf.map_mut(LINK_LAYERS_MAP)
-            .ok_or(LoadError::Missing(LINK_LAYERS_MAP))?,
-    )
-    .map_err(map_error)?;
-    for link in links.iter().filter(|link| !link.ethernet) {
-        let mut free = None;
-        for probe in 0..LINK_LAYER_PROBES {
-            let index = LinkLayerSlot::index(link.index, probe);
-            let slot = slots.get(&index, 0).map_err(map_error)?;
-            if slot.ifindex == link.index || slot.ifindex == 0 {
-                free = Some(index);
-                break;
-            }
-        }
-        let Some(index) = free else {
-            return Err(LoadError::LinkLayerTableFull {
-                interface: link.name.clone(),
-            });
-        };
-        let slot = LinkLayerSlot {
-            ifindex: link.index,
-            link_layer: LinkLayer::RawIp as u8,
-            _pad: [0; 3],
-        };
-        slots.set(index, slot, 0).map_err(map_error)?;
-    }
-    Ok(())
-}
-
 /// Tells the programs that `addresses` forward DNS: the node's own, from which node-local-dns
 /// forwards (it listens on a link-local address, but sends from the node's).
 pub fn register_forwarders(ebpf: &mut Ebpf, addresses: &[IpAddr]) -> Result<(), LoadError> {
@@ -283,36 +243,6 @@ pub fn take_records(ebpf: &mut Ebpf) -> Result<RingBuf<MapData>, LoadError> {
         name: RECORDS_MAP,
         source,
     })
-}
-
-/// Tells the programs which namespaces each point's packets leave and enter: `entries`
-/// replace what they knew.
-pub fn register_point_namespaces(
-    ebpf: &mut Ebpf,
-    entries: &[(ObservationPoint, PointNamespaces)],
-) -> Result<(), LoadError> {
-    let map_error = |source| LoadError::Map {
-        name: POINT_NAMESPACES_MAP,
-        source,
-    };
-    let mut map: HashMap<_, ObservationPoint, PointNamespaces> = HashMap::try_from(
-        ebpf.map_mut(POINT_NAMESPACES_MAP)
-            .ok_or(LoadError::Missing(POINT_NAMESPACES_MAP))?,
-    )
-    .map_err(map_error)?;
-    let stale: Vec<ObservationPoint> = map
-        .keys()
-        .filter_map(Result::ok)
-        .filter(|key| !entries.iter().any(|(point, _)| point == key))
-        .collect();
-    for key in stale {
-        // Gone already is as good as removed.
-        let _ = map.remove(&key);
-    }
-    for (point, namespaces) in entries {
-        map.insert(point, namespaces, 0).map_err(map_error)?;
-    }
-    Ok(())
 }
 
 /// Takes the query table, whose unanswered queries userspace collects once they expire.

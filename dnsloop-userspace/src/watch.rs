@@ -5,6 +5,8 @@ use std::time::Instant;
 use anyhow::Context as _;
 use aya::Ebpf;
 
+use dnsloop_ebpf::event::{Direction, ObservationPoint, POINT_PROBES, POINT_SLOTS};
+
 use crate::{
     attach::{AttachError, Attachments},
     namespaces::{self, AwaitingNames, PodNamespace},
@@ -12,7 +14,7 @@ use crate::{
     observation::Namespace,
     pods::PodNames,
     points::{PointMap, NODE},
-    programs,
+    programs::{self, point_table::PointTable},
     topology::{Link, LinkEvent},
 };
 
@@ -23,6 +25,8 @@ pub struct Watch {
     /// Cookie of the node's namespace, which tags its loopback's records.
     pub node_cookie: u64,
     attachments: Attachments,
+    /// Where the programs find each point of `points`.
+    point_table: PointTable,
     /// Whole-node mode: pods' loopbacks are watched too, and new links are followed.
     whole_node: bool,
     /// Names the pods found behind the node's veths.
@@ -45,12 +49,14 @@ impl Watch {
         let node_cookie = netns::current_cookie().context(
             "reading this network namespace's cookie (SO_NETNS_COOKIE needs Linux 5.14)",
         )?;
+        let point_table = PointTable::read(&ebpf)?;
         let mut watch = Self {
             ebpf,
             links: Vec::new(),
             points: PointMap::default(),
             node_cookie,
             attachments: Attachments::new(xdp_ingress),
+            point_table,
             whole_node,
             pod_names,
             awaiting_names: AwaitingNames::default(),
@@ -61,7 +67,8 @@ impl Watch {
             .points
             .insert_loopback(node_cookie, Namespace::new(NODE));
         watch.add(links)?;
-        watch.sync_namespaces()?;
+        // Frees the slots of what went away while attaching.
+        watch.sync_points()?;
         Ok(watch)
     }
 
@@ -98,17 +105,17 @@ impl Watch {
                 self.links.retain(|link| link.index != index);
             }
         }
-        if let Err(error) = self.sync_namespaces() {
+        if let Err(error) = self.sync_points() {
             tracing::warn!("telling the programs where namespaces are: {error:#}");
         }
     }
 
-    /// Tells the kernel programs the namespaces of every watched point (see
-    /// `PointMap::kernel_namespaces`).
-    fn sync_namespaces(&mut self) -> anyhow::Result<()> {
-        let entries = self.points.kernel_namespaces();
-        programs::register_point_namespaces(&mut self.ebpf, &entries)?;
-        Ok(())
+    /// Tells the kernel programs every watched point (see `PointMap::kernel_points`). Returns
+    /// the points the point table had no room for.
+    fn sync_points(&mut self) -> anyhow::Result<Vec<ObservationPoint>> {
+        let points = self.points.kernel_points();
+        let unplaced = self.point_table.sync(&mut self.ebpf, &points)?;
+        Ok(unplaced)
     }
 
     /// A known link changed: if what it connects did, re-place its points.
@@ -153,26 +160,13 @@ impl Watch {
         }
         // The kernel follows questions by namespace: a renamed one is numbered anew.
         if renamed {
-            if let Err(error) = self.sync_namespaces() {
+            if let Err(error) = self.sync_points() {
                 tracing::warn!("telling the programs where namespaces are: {error:#}");
             }
         }
     }
 
     fn add(&mut self, links: Vec<Link>) -> anyhow::Result<()> {
-        programs::register_link_layers(&mut self.ebpf, &links)?;
-        let mut attached = Vec::with_capacity(links.len());
-        for link in links {
-            match self.attachments.attach(&mut self.ebpf, &link) {
-                Ok(()) => attached.push(link),
-                // The whole node is what exists: a pod's veth may go while dnsloop starts.
-                Err(AttachError::InterfaceGone(name)) if self.whole_node => {
-                    tracing::info!("{name} went away before it could be watched");
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
-        let links = attached;
         let pods = if self.whole_node {
             namespaces::discover(&links, &self.pod_names)
         } else {
@@ -181,17 +175,67 @@ impl Watch {
         for link in &links {
             self.points.insert_link(link, &pods);
         }
-        if !pods.is_empty() && !programs::tc_knows_netns_cookie() {
-            self.warn_pod_loopbacks_unwatched();
-        } else {
+        let pod_loopbacks = !pods.is_empty() && programs::tc_knows_netns_cookie();
+        if pod_loopbacks {
+            for pod in &pods {
+                self.points
+                    .insert_loopback(pod.cookie, Namespace::new(&pod.label));
+            }
+        }
+        // Placed before attaching, so that their first packets are counted and followed.
+        let unplaced = self.sync_points()?;
+        self.check_unplaced(&links, &unplaced)?;
+        let mut attached = Vec::with_capacity(links.len());
+        for link in links {
+            match self.attachments.attach(&mut self.ebpf, &link) {
+                Ok(()) => attached.push(link),
+                // The whole node is what exists: a pod's veth may go while dnsloop starts.
+                Err(AttachError::InterfaceGone(name)) if self.whole_node => {
+                    tracing::info!("{name} went away before it could be watched");
+                    self.points.remove_link(link.index);
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        if pod_loopbacks {
             for pod in &pods {
                 self.watch_pod_loopback(pod);
             }
+        } else if !pods.is_empty() {
+            self.warn_pod_loopbacks_unwatched();
         }
         for pod in &pods {
             self.awaiting_names.add(pod, Instant::now());
         }
-        self.links.extend(links);
+        self.links.extend(attached);
+        Ok(())
+    }
+
+    /// Refuses `links` if the point table had no room for a point of one without Ethernet, whose
+    /// packets the programs would misread; says what else goes uncounted.
+    fn check_unplaced(
+        &mut self,
+        links: &[Link],
+        unplaced: &[ObservationPoint],
+    ) -> anyhow::Result<()> {
+        for point in unplaced {
+            let link = links
+                .iter()
+                .find(|link| point.netns_cookie == 0 && link.index == point.ifindex);
+            if let Some(link) = link.filter(|link| !link.ethernet) {
+                for link in links {
+                    self.points.remove_link(link.index);
+                }
+                self.sync_points()?;
+                anyhow::bail!(
+                    "interface {} carries no Ethernet header, and the point table has no room for it where the programs look ({POINT_SLOTS} slots, {POINT_PROBES} searched a point): its packets would be misread, so name the interfaces to watch with -i, leaving it out",
+                    link.name
+                );
+            }
+            let name = link.map_or("lo", |link| link.name.as_str());
+            let direction = Direction::from_u8(point.direction).map_or("", Direction::as_str);
+            eprintln!("dnsloop: the point table has no room for {name} {direction} (namespace cookie {}): its packets are parsed, but counted only as unplaced_packets, and loops through it are not followed", point.netns_cookie);
+        }
         Ok(())
     }
 
@@ -209,13 +253,12 @@ impl Watch {
             self.attachments
                 .attach_pod_loopback(&mut self.ebpf, &pod.path, pod.cookie, &pod.label);
         match attached {
-            Ok(()) => {
-                self.points
-                    .insert_loopback(pod.cookie, Namespace::new(&pod.label));
-                self.watched_pods.push(pod.label.clone());
-            }
+            Ok(()) => self.watched_pods.push(pod.label.clone()),
             // The pod may be going away; the node's own interfaces still see its traffic.
-            Err(error) => tracing::warn!("not watching lo of {}: {error}", pod.label),
+            Err(error) => {
+                tracing::warn!("not watching lo of {}: {error}", pod.label);
+                self.points.remove_loopback(pod.cookie);
+            }
         }
     }
 }

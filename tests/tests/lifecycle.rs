@@ -248,7 +248,7 @@ fn on_the_clsact_path_sigkill_leaves_the_filters_the_warning_tells_how_to_remove
 }
 
 /// The maps `--pin` keeps, by name.
-const PINNED_MAPS: [&str; 4] = ["COUNTERS", "POINT_COUNTERS", "QUERIES", "SERVERS"];
+const PINNED_MAPS: [&str; 5] = ["COUNTERS", "POINTS", "POINT_COUNTERS", "QUERIES", "SERVERS"];
 
 /// A tracer stopped and started again with the same `--pin` carries on from its maps: the
 /// per-interface and kernel counters and the server's answers continue; only one tracer may use

@@ -1,6 +1,6 @@
 //! Per-CPU counters: no atomics needed, userspace sums the CPUs.
 use dnsloop_ebpf::{
-    event::{malformed_counter_slot, Counter, ObservationPoint, PointCounters},
+    event::{malformed_counter_slot, Counter},
     parse::Malformed,
 };
 
@@ -24,21 +24,16 @@ fn bump_slot(slot: u32) {
     }
 }
 
+/// Counts a packet at the point in `slot` of the point table, or as unplaced for
+/// `NO_POINT_SLOT`.
 #[inline(always)]
-pub fn count_point(point: &ObservationPoint, is_dns: bool) {
-    let dns = u64::from(is_dns);
-    match POINT_COUNTERS.get_ptr_mut(point) {
+pub fn count_point(slot: u32, is_dns: bool) {
+    match POINT_COUNTERS.get_ptr_mut(slot) {
         // SAFETY: per-CPU value, so nothing else writes it concurrently.
         Some(counters) => unsafe {
             (*counters).packets += 1;
-            (*counters).dns_packets += dns;
+            (*counters).dns_packets += u64::from(is_dns);
         },
-        None => {
-            let first = PointCounters {
-                packets: 1,
-                dns_packets: dns,
-            };
-            let _ = POINT_COUNTERS.insert(point, first, 0);
-        }
+        None => bump(Counter::UnplacedPackets),
     }
 }

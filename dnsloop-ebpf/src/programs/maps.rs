@@ -2,23 +2,25 @@
 use aya_ebpf::{
     bindings::BPF_F_NO_COMMON_LRU,
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
 };
 use dnsloop_ebpf::{
     event::{
-        ForwarderKey, LinkLayerSlot, ObservationPoint, PointCounters, PointNamespaces,
-        ProgramConfig, QueryEntry, QueryKey, QueryState, QuestionKey, QuestionState, ServerKey,
-        ServerStats, Sighting, StreamReason, COUNTER_SLOTS, LINK_LAYER_PROBES, LINK_LAYER_SLOTS,
-        PRIOR_SIGHTINGS,
+        ForwarderKey, ObservationPoint, PointCounters, PointNamespaces, PointSlot, ProgramConfig,
+        QueryEntry, QueryKey, QueryState, QuestionKey, QuestionState, ServerKey, ServerStats,
+        Sighting, StreamReason, COUNTER_SLOTS, POINT_PROBES, POINT_SLOTS, PRIOR_SIGHTINGS,
     },
     parse::{DnsPorts, LinkLayer, NameWalk, Segment, TcpFraming, DNS_BUF_LEN},
 };
 
-/// Observation points are few (interfaces x 2 directions); 4096 covers a node with ~2000 pods.
-/// Userspace may resize every map at load time (`--help` states their memory).
+/// The watched observation points (see `PointSlot`).
 #[map]
-pub static POINT_COUNTERS: PerCpuHashMap<ObservationPoint, PointCounters> =
-    PerCpuHashMap::with_max_entries(4096, 0);
+pub static POINTS: Array<PointSlot> = Array::with_max_entries(POINT_SLOTS, 0);
+
+/// Each point's counters, at its slot of `POINTS`.
+#[map]
+pub static POINT_COUNTERS: PerCpuArray<PointCounters> =
+    PerCpuArray::with_max_entries(POINT_SLOTS, 0);
 
 /// `Counter` slots, then one per `Malformed` reason.
 #[map]
@@ -50,12 +52,6 @@ pub static SERVERS: LruHashMap<ServerKey, ServerStats> = LruHashMap::with_max_en
 /// Never written: the zeroed value a new `SERVERS` entry is inserted from (too big for the stack).
 #[map]
 pub static ZERO_SERVER_STATS: PerCpuArray<ServerStats> = PerCpuArray::with_max_entries(1, 0);
-
-/// The namespaces each observation point's packets leave and enter, numbered by userspace
-/// (see `questions`). A point missing here leaves and enters none that is watched.
-#[map]
-pub static POINT_NAMESPACES: HashMap<ObservationPoint, PointNamespaces> =
-    HashMap::with_max_entries(4096, 0);
 
 /// Addresses that forward DNS (see `forwarders`); userspace adds the node's own. LRU: a storm of
 /// responders evicts the oldest.
@@ -91,6 +87,8 @@ pub struct Verdict {
     pub direction: u8,
     /// When the packet's inspection began: one clock read serves all its messages.
     pub now_ns: u64,
+    /// The packet's point in the point table, or `NO_POINT_SLOT`.
+    pub point_slot: u32,
     /// The namespaces the packet leaves and enters there.
     pub at: PointNamespaces,
     /// The segment being inspected, and where its messages are (one for UDP).
@@ -140,11 +138,6 @@ pub fn verdict() -> Option<*mut Verdict> {
     VERDICT.get_ptr_mut(0)
 }
 
-/// Interfaces whose frames do not start with an Ethernet header (see `LinkLayerSlot`); every
-/// other interface is Ethernet (loopback included).
-#[map]
-pub static LINK_LAYERS: Array<LinkLayerSlot> = Array::with_max_entries(LINK_LAYER_SLOTS, 0);
-
 /// The DNS ports, written by userspace at load time (`--dns-port`) as `[u16; 8]` slots.
 #[no_mangle]
 static DNS_PORTS: DnsPorts = DnsPorts::from_slots([53, 0, 0, 0, 0, 0, 0, 0]);
@@ -175,31 +168,37 @@ pub fn loopback_cookie() -> u64 {
     unsafe { core::ptr::read_volatile(&raw const CONFIG.loopback_cookie) }
 }
 
-#[inline(always)]
-pub fn link_layer(ifindex: u32) -> LinkLayer {
-    for probe in 0..LINK_LAYER_PROBES {
-        let Some(slot) = LINK_LAYERS.get(LinkLayerSlot::index(ifindex, probe)) else {
-            break;
-        };
-        if slot.ifindex == ifindex {
-            return if slot.link_layer == LinkLayer::RawIp as u8 {
-                LinkLayer::RawIp
-            } else {
-                LinkLayer::Ethernet
-            };
-        }
-        if slot.ifindex == 0 {
-            break;
-        }
-    }
-    LinkLayer::Ethernet
+/// `Verdict::point_slot` of a packet at a point missing from the table: past its last slot.
+pub const NO_POINT_SLOT: u32 = POINT_SLOTS;
+
+/// Where a packet is seen, as the point table has it.
+#[derive(Clone, Copy)]
+pub struct Placed {
+    /// Of `POINTS` and `POINT_COUNTERS`.
+    pub slot: u32,
+    pub namespaces: PointNamespaces,
+    pub link_layer: LinkLayer,
 }
 
-/// The namespaces packets leave and enter at `point`.
+/// `point` in the point table; `None` for a point userspace did not register.
 #[inline(always)]
-pub fn point_namespaces(point: &ObservationPoint) -> PointNamespaces {
-    // SAFETY: a plain-data value of our map, copied out at once.
-    unsafe { POINT_NAMESPACES.get(point) }
-        .copied()
-        .unwrap_or_default()
+pub fn place(point: &ObservationPoint) -> Option<Placed> {
+    for probe in 0..POINT_PROBES {
+        let index = PointSlot::index(point, probe);
+        let Some(slot) = POINTS.get(index) else {
+            continue;
+        };
+        if slot.point == *point {
+            return Some(Placed {
+                slot: index,
+                namespaces: slot.namespaces,
+                link_layer: if slot.link_layer == LinkLayer::RawIp as u8 {
+                    LinkLayer::RawIp
+                } else {
+                    LinkLayer::Ethernet
+                },
+            });
+        }
+    }
+    None
 }

@@ -11,7 +11,8 @@ mod stream;
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use dnsloop_ebpf::{
     event::{
-        Counter, Direction, Heat, ObservationPoint, StreamReason, MALFORMED_SAMPLE_INTERVAL_NS,
+        Counter, Direction, Heat, ObservationPoint, PointNamespaces, StreamReason,
+        MALFORMED_SAMPLE_INTERVAL_NS,
     },
     parse::{
         classify, parse_dns_with, tcp_framing, udp_message, DnsMessageRef, LinkLayer, PacketClass,
@@ -25,48 +26,70 @@ pub use self::hook::{Skb, Xdp};
 use self::{
     bounded_loop::{bounded_loop, BpfSteps},
     hook::{Hook, HookBytes},
-    maps::{config, Verdict},
+    maps::{config, Verdict, NO_POINT_SLOT},
 };
 
 /// Counts the packet at `hook`, seen in `direction`, and streams it if userspace needs it.
 #[inline(always)]
 pub fn observe<H: Hook>(hook: H, direction: Direction) {
     counters::bump(Counter::Packets);
-    let ifindex = hook.ifindex();
-    let link = maps::link_layer(ifindex);
-    let verdict = maps::verdict();
-    let inspection = match verdict {
-        Some(verdict) if classify_into(hook, link, verdict) => {
-            // SAFETY: the per-CPU value belongs to this program run until it returns.
-            unsafe {
-                (*verdict).netns_cookie = hook.loopback_netns_cookie();
-                (*verdict).ifindex = ifindex;
-                (*verdict).direction = direction as u8;
-                (*verdict).at = maps::point_namespaces(&ObservationPoint::new(
-                    (*verdict).netns_cookie,
-                    ifindex,
-                    direction as u8,
-                ));
-            }
-            inspect_dns(&HookBytes(hook), verdict)
-        }
-        _ => None,
+    // Always there: a per-CPU array's one slot.
+    let Some(verdict) = maps::verdict() else {
+        return;
     };
-    // Built only now: what is live across the calls above shares their 512-byte stack budget.
-    let point = ObservationPoint::new(hook.loopback_netns_cookie(), ifindex, direction as u8);
-    counters::count_point(&point, inspection.is_some());
+    let ifindex = hook.ifindex();
+    let link = place(hook, ifindex, direction, verdict);
+    let inspection = if classify_into(hook, link, verdict) {
+        // SAFETY: the per-CPU value belongs to this program run until it returns.
+        unsafe {
+            (*verdict).netns_cookie = hook.loopback_netns_cookie();
+            (*verdict).ifindex = ifindex;
+            (*verdict).direction = direction as u8;
+        }
+        inspect_dns(&HookBytes(hook), verdict)
+    } else {
+        None
+    };
+    // SAFETY: as above.
+    counters::count_point(unsafe { (*verdict).point_slot }, inspection.is_some());
     if inspection.is_some() {
         counters::bump(Counter::DnsPackets);
     }
-    let Some(verdict) = verdict else {
-        return;
-    };
     let reason = match inspection.and_then(|inspection| inspection.stream) {
         Some(reason) => Some(reason),
         None => malformed_sample(verdict),
     };
     if let Some(reason) = reason {
+        // Built only now: what is live across the calls above shares their 512-byte stack.
+        let point = ObservationPoint::new(hook.loopback_netns_cookie(), ifindex, direction as u8);
         stream::packet(hook, &point, link, reason, verdict);
+    }
+}
+
+/// Finds the packet's point in the point table and notes it in `verdict`; returns how the
+/// point's frames start.
+///
+/// What the table says goes to the per-CPU value rather than staying in registers: its contents
+/// are opaque to the verifier, which would otherwise follow the rest of the program once for a
+/// point found and once for a point missing (and the cookie, 0 on most paths and unknown on
+/// loopback's, is asked again where needed for the same reason).
+#[inline(always)]
+fn place<H: Hook>(hook: H, ifindex: u32, direction: Direction, verdict: *mut Verdict) -> LinkLayer {
+    let point = ObservationPoint::new(hook.loopback_netns_cookie(), ifindex, direction as u8);
+    let placed = maps::place(&point);
+    // SAFETY: the per-CPU value belongs to this program run until it returns.
+    let verdict = unsafe { &mut *verdict };
+    match placed {
+        Some(placed) => {
+            verdict.point_slot = placed.slot;
+            verdict.at = placed.namespaces;
+            placed.link_layer
+        }
+        None => {
+            verdict.point_slot = NO_POINT_SLOT;
+            verdict.at = PointNamespaces::NONE;
+            LinkLayer::Ethernet
+        }
     }
 }
 
@@ -144,7 +167,10 @@ fn classify_into<H: Hook>(hook: H, link: LinkLayer, verdict: *mut Verdict) -> bo
 #[inline(always)]
 fn inspect_dns<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) -> Option<Inspection> {
     frame_messages(packet, verdict);
-    bounded_loop(MAX_TCP_MESSAGES as u32, |index| {
+    // Only the messages found: each `bpf_loop` iteration is an indirect call.
+    // SAFETY: the per-CPU value belongs to this program run until it returns.
+    let messages = unsafe { (*verdict).framing.count } as u32;
+    bounded_loop(messages, |index| {
         inspect_message(packet, verdict, index & (MAX_TCP_MESSAGES - 1));
         ControlFlow::Continue(())
     });

@@ -2,19 +2,23 @@
 //! so that a tracer started again with the same DIR carries on from them.
 //!
 //! Pinned:
-//! - `COUNTERS`, `POINT_COUNTERS`: the kernel's counters. Points are keyed by the kernel's own
-//!   ids (interface index, and the namespace cookie of a loopback), which a restart keeps.
+//! - `COUNTERS`, `POINT_COUNTERS`: the kernel's counters.
+//! - `POINTS`: the point table, which gives each point's counters their slot. Points are keyed by
+//!   the kernel's own ids (interface index, and the namespace cookie of a loopback), which a
+//!   restart keeps; the restarted tracer keeps the slot of every point still there, rewrites what
+//!   it knows of it (the namespaces' numbers are dealt out afresh) and frees the slots of the
+//!   others, all before it attaches.
 //! - `SERVERS`: every server's answers, rcodes and latency histogram.
 //! - `QUERIES`: the queries in flight, keyed and placed by the kernel's ids too, so an answer
 //!   that arrives after the restart is still matched to its query and timed.
 //!
 //! Not pinned:
 //! - `QUESTIONS`: it remembers namespaces by the numbers userspace gives them
-//!   (`POINT_NAMESPACES`), which every run deals out afresh; carried over, a stale number would
+//!   (in `POINTS`), which every run deals out afresh; carried over, a stale number would
 //!   name another namespace and could fake a loop. A loop still going on is found again on its
 //!   next round, a few milliseconds later.
-//! - `POINT_NAMESPACES`, `LINK_LAYERS`, `FORWARDERS`: this run's view of the node, written as it
-//!   starts; a stale entry would describe an interface that has gone or changed.
+//! - `FORWARDERS`: this run's view of the node, written as it starts; a stale entry would name
+//!   an address that no longer forwards.
 //! - `RECORDS`: packets streamed to the process that placed them; the next one starts reading
 //!   what is new.
 //! - Per-CPU scratch space, and the run's settings (`--dns-port`, `--snap-len`, ...).
@@ -29,10 +33,16 @@ use std::{
 use aya::maps::{MapInfo, MapType};
 use thiserror::Error;
 
-use super::{COUNTERS_MAP, POINT_COUNTERS_MAP, QUERIES_MAP, SERVERS_MAP};
+use super::{COUNTERS_MAP, POINTS_MAP, POINT_COUNTERS_MAP, QUERIES_MAP, SERVERS_MAP};
 
 /// The maps `--pin` keeps (see the module's documentation for why these).
-pub const PINNED_MAPS: [&str; 4] = [COUNTERS_MAP, POINT_COUNTERS_MAP, SERVERS_MAP, QUERIES_MAP];
+pub const PINNED_MAPS: [&str; 5] = [
+    COUNTERS_MAP,
+    POINTS_MAP,
+    POINT_COUNTERS_MAP,
+    SERVERS_MAP,
+    QUERIES_MAP,
+];
 
 /// `statfs(2)`'s `f_type` of a BPF filesystem.
 const BPF_FS_MAGIC: u64 = 0xcafe_4a11;
