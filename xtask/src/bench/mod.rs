@@ -6,7 +6,8 @@
 //!   interfaces (the floor), for DNS packets and for other packets.
 //! - Userspace CPU during that load: dnsloop (default and `--packets`) against tcpdump writing
 //!   every DNS packet.
-//! - Throughput at saturation with and without dnsloop, in alternating pairs.
+//! - Throughput at saturation with no program, dnsloop, the empty classifier and tcpdump, in
+//!   alternating rounds.
 //! - A loop storm: how soon each of 20 CoreDNS probes is reported, what was lost, peak memory.
 //! - Attach time on a namespace of 100 veths.
 //! - The programs on single packets of each kind (`BPF_PROG_TEST_RUN`), and the verifier's
@@ -34,7 +35,7 @@ use serde_json::Value;
 
 use self::{
     floor::Floor,
-    measure::{cpu_time, peak_rss, spread, Dnsperf, ProgramStats},
+    measure::{cpu_time, peak_rss, Dnsperf, ProgramStats},
     report::{Report, Row},
 };
 use crate::{build_release, command};
@@ -44,9 +45,21 @@ const FIXED_RATE: u64 = 20_000;
 const FIXED_SECONDS: u64 = 10;
 /// Repetitions of each fixed-load measurement, interleaved.
 const REPEATS: usize = 3;
-/// Saturation runs: alternating pairs, each this long.
-const PAIRS: usize = 5;
+/// Saturation runs: rounds of every configuration in turn, each run this long.
+const ROUNDS: usize = 5;
 const SATURATION_SECONDS: u64 = 5;
+/// What runs on the node during the saturation runs, in the order of every round; the first
+/// is the baseline the others are set against. The machine drifts (clock frequency,
+/// temperature, the lab's caches, whatever else runs) by as much as the differences measured
+/// here, so one configuration measured all at once would take a drift the others escape.
+/// Alternating them in a fixed order puts each next to the same neighbours in every round,
+/// so that the drift falls on all of them alike.
+const SATURATION_WATCHERS: [Watcher; 4] = [
+    Watcher::Nothing,
+    Watcher::Dnsloop,
+    Watcher::Floor,
+    Watcher::Tcpdump,
+];
 /// Loop probes sent into the storm, and how far apart.
 const PROBES: usize = 20;
 const PROBE_SPACING: Duration = Duration::from_millis(500);
@@ -94,7 +107,8 @@ pub fn run() -> Result<()> {
     eprintln!("bench: kernel and userspace cost at {FIXED_RATE} queries/s ({REPEATS} x {FIXED_SECONDS} s each)");
     fixed_load(&context, &node_cache, &not_dns, &mut report)?;
     eprintln!(
-        "bench: throughput at saturation ({PAIRS} alternating pairs of {SATURATION_SECONDS} s)"
+        "bench: throughput at saturation ({ROUNDS} rounds of {} configurations, {SATURATION_SECONDS} s each)",
+        SATURATION_WATCHERS.len()
     );
     saturation(&context, &node_cache, &mut report)?;
     drop(lab);
@@ -464,56 +478,67 @@ fn mean_completed(runs: &[(Watcher, Measured)], watcher: Watcher) -> f64 {
     (completed.iter().sum::<f64>() / completed.len().max(1) as f64).max(1.0)
 }
 
+/// Throughput at saturation with each of `SATURATION_WATCHERS` in turn, `ROUNDS` times.
 fn saturation(context: &Context, dns: &Dnsperf, report: &mut Report) -> Result<()> {
-    let (mut without, mut with) = (Vec::new(), Vec::new());
+    const SECTION: &str = "queries/s at saturation";
+    let mut throughput: Vec<(Watcher, f64)> = Vec::new();
     // The highest DNS packet rates of the bench, where the default mode must still lose nothing.
     let (mut packet_rates, mut lost) = (Vec::new(), Vec::new());
     let flags = ["-c", "8", "-T", "2", "-q", "500"];
-    for _ in 0..PAIRS {
-        without.push(
-            dns.run(SATURATION_SECONDS, None, &flags)?
-                .queries_per_second,
-        );
-        let running = Running::start(context, Watcher::Dnsloop)?;
-        with.push(
-            dns.run(SATURATION_SECONDS, None, &flags)?
-                .queries_per_second,
-        );
-        if let Some(summary) = running.stop()? {
-            if let Some(packets) = summary["kernel"]["dns_packets"].as_f64() {
-                packet_rates.push(packets / SATURATION_SECONDS as f64);
+    for _ in 0..ROUNDS {
+        for watcher in SATURATION_WATCHERS {
+            let running = Running::start(context, watcher)?;
+            let load = dns.run(SATURATION_SECONDS, None, &flags)?;
+            throughput.push((watcher, load.queries_per_second));
+            if let Some(summary) = running.stop()? {
+                if let Some(packets) = summary["kernel"]["dns_packets"].as_f64() {
+                    packet_rates.push(packets / SATURATION_SECONDS as f64);
+                }
+                lost.extend(summary["lost_events"].as_f64());
             }
-            lost.extend(summary["lost_events"].as_f64());
         }
     }
     report.add(Row::new(
         "DNS packets/s the programs parsed, at saturation",
-        "dnsloop trace",
+        Watcher::Dnsloop.name(),
         &packet_rates,
         "pkt/s",
     ));
     report.add(Row::new(
         "lost events per run, at saturation",
-        "dnsloop trace",
+        Watcher::Dnsloop.name(),
         &lost,
         "",
     ));
-    report.add(Row::new(
-        "queries/s at saturation",
-        "no program",
-        &without,
-        "q/s",
-    ));
-    report.add(Row::new(
-        "queries/s at saturation",
-        "dnsloop trace",
-        &with,
-        "q/s",
-    ));
-    if let (Some((a, _, _)), Some((b, _, _))) = (spread(&without), spread(&with)) {
+    for watcher in SATURATION_WATCHERS {
+        let queries_per_second: Vec<f64> = throughput
+            .iter()
+            .filter(|(w, _)| *w == watcher)
+            .map(|(_, qps)| *qps)
+            .collect();
+        report.add(Row::new(
+            SECTION,
+            watcher.name(),
+            &queries_per_second,
+            "q/s",
+        ));
+    }
+    if let Some(without) = report.median(SECTION, Watcher::Nothing.name()) {
+        let shares: Vec<String> = SATURATION_WATCHERS[1..]
+            .iter()
+            .filter_map(|watcher| {
+                let with = report.median(SECTION, watcher.name())?;
+                Some(format!(
+                    "{} {:.1} %",
+                    watcher.name(),
+                    100.0 * with / without
+                ))
+            })
+            .collect();
         report.note(format!(
-            "Throughput with dnsloop: {:.1} % of without (medians of {PAIRS} alternating pairs).",
-            100.0 * b / a
+            "Throughput at saturation against no program's (medians of {ROUNDS} rounds, the \
+             configurations alternating): {}.",
+            shares.join(", ")
         ));
     }
     Ok(())
