@@ -504,6 +504,36 @@ fn a_query_never_answered_is_collected_with_its_question_once_it_expires() {
     assert!(expired.is_empty(), "each is collected once: {expired:?}");
 }
 
+/// The table is read many entries per call: a table of thousands, as when an upstream is dead,
+/// comes back whole, oldest first.
+#[test]
+fn every_query_of_a_large_table_is_collected_once_oldest_first() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    const QUERIES: u16 = 2000;
+    for id in 0..QUERIES {
+        kernel.run(
+            Direction::Ingress,
+            &query_frame(id, &format!("host{id}.example"), QTYPE_A),
+        );
+    }
+    let mut unanswered = kernel.unanswered_queries();
+    let mut expired = Vec::new();
+
+    unanswered
+        .take_expired(Duration::ZERO, &mut expired)
+        .expect("reading the query table");
+
+    let ids: Vec<u16> = expired.iter().map(|query| query.id).collect();
+    assert_eq!(ids, (0..QUERIES).collect::<Vec<_>>());
+    expired.clear();
+    unanswered
+        .take_expired(Duration::ZERO, &mut expired)
+        .expect("reading the query table");
+    assert!(expired.is_empty(), "each is collected once");
+}
+
 /// A query from before the run (pinned by an earlier one, `--pin`) that expires is counted but
 /// not reported: its answer may have come while no program watched.
 #[test]

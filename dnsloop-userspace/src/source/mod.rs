@@ -2,6 +2,7 @@
 //! observations; nothing downstream knows which source it was.
 pub mod capture_file;
 pub mod clock;
+mod map_batch;
 pub mod ringbuf;
 pub mod unanswered;
 

@@ -19,7 +19,7 @@ use crate::observation::DnsName;
 
 use super::{
     clock::{monotonic_now_ns, MonotonicClock},
-    ip_family, socket_addr, InterfaceRef,
+    ip_family, map_batch, socket_addr, InterfaceRef,
 };
 
 /// A query first seen at `at`, on `interface` in `direction`, that got no answer.
@@ -76,18 +76,14 @@ impl UnansweredQueries {
     ) -> Result<(), MapError> {
         let timeout_ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         let expired_before = monotonic_now_ns().saturating_sub(timeout_ns);
-        let mut expired = Vec::new();
-        for entry in self.table.iter() {
-            let (key, entry) = match entry {
-                Ok(entry) => entry,
-                // Removed by the kernel between listing its key and reading it: answered.
-                Err(error) if is_gone(&error) => continue,
-                Err(error) => return Err(error),
-            };
-            if entry.state.first_ns < expired_before {
-                expired.push((key, entry));
-            }
-        }
+        let mut expired: Vec<(QueryKey, QueryEntry)> =
+            map_batch::read_all(&self.table).map_err(|io_error| {
+                MapError::SyscallError(aya::sys::SyscallError {
+                    call: "bpf_map_lookup_batch",
+                    io_error,
+                })
+            })?;
+        expired.retain(|(_, entry)| entry.state.first_ns < expired_before);
         expired.sort_by_key(|(_, entry)| entry.state.first_ns);
         for (key, entry) in expired {
             match self.table.remove(&key) {
