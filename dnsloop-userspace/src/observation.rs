@@ -2,7 +2,7 @@
 //!
 //! Sources (the kernel ring buffer, pcap files) and the decoder produce these; the analyzers
 //! never learn which source an observation came from.
-use std::{net::SocketAddr, sync::Arc, time::SystemTime};
+use std::{fmt::Write as _, net::SocketAddr, sync::Arc, time::SystemTime};
 
 use dnsloop_ebpf::{event::Direction, parse::Probe};
 
@@ -100,6 +100,13 @@ impl DnsName {
     /// so that no control byte ever reaches a terminal or a log.
     pub fn presentation(&self) -> String {
         let mut text = String::with_capacity(self.wire.len() + 1);
+        self.write_presentation(&mut text);
+        text
+    }
+
+    /// Appends the presentation format to `text`: for a caller that reuses one buffer.
+    pub fn write_presentation(&self, text: &mut String) {
+        let start = text.len();
         for label in self.labels() {
             for &byte in label {
                 match byte {
@@ -108,15 +115,16 @@ impl DnsName {
                         text.push(char::from(byte));
                     }
                     0x21..=0x7e => text.push(char::from(byte)),
-                    _ => text.push_str(&format!("\\{byte:03}")),
+                    _ => {
+                        let _ = write!(text, "\\{byte:03}");
+                    }
                 }
             }
             text.push('.');
         }
-        if text.is_empty() {
+        if text.len() == start {
             text.push('.');
         }
-        text
     }
 }
 

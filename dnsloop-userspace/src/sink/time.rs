@@ -23,6 +23,39 @@ pub fn time_of_day(at: SystemTime) -> String {
     )
 }
 
+/// `rfc3339` for a stream of timestamps, as `--packets` writes one per packet: most share their
+/// second with the one before, so the date and time of day are formatted once per second and
+/// only the milliseconds per timestamp.
+#[derive(Default)]
+pub struct Rfc3339Writer {
+    /// The second formatted last, and its text up to the milliseconds (`...T12:00:01.`).
+    second: Option<(u64, String)>,
+}
+
+impl Rfc3339Writer {
+    /// Appends `rfc3339(at)` to `out`.
+    pub fn write(&mut self, at: SystemTime, out: &mut Vec<u8>) {
+        let since_epoch = since_epoch(at);
+        let second = since_epoch.as_secs();
+        let prefix = match &mut self.second {
+            Some((formatted, prefix)) if *formatted == second => prefix,
+            slot => {
+                let mut text = rfc3339(UNIX_EPOCH + Duration::from_secs(second));
+                text.truncate(text.len() - "000Z".len());
+                &mut slot.insert((second, text)).1
+            }
+        };
+        out.extend_from_slice(prefix.as_bytes());
+        let millis = since_epoch.subsec_millis();
+        out.extend_from_slice(&[
+            b'0' + (millis / 100) as u8,
+            b'0' + (millis / 10 % 10) as u8,
+            b'0' + (millis % 10) as u8,
+            b'Z',
+        ]);
+    }
+}
+
 fn since_epoch(at: SystemTime) -> Duration {
     at.duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -49,5 +82,26 @@ mod tests {
         let far = UNIX_EPOCH + Duration::from_secs(400_000_000_000);
         assert_eq!(rfc3339(far), "9999-12-31T23:59:59.999Z");
         assert_eq!(time_of_day(far), "23:59:59.999");
+    }
+
+    #[test]
+    fn the_writer_writes_what_rfc3339_formats() {
+        let mut writer = Rfc3339Writer::default();
+        let mut out = Vec::new();
+        let times = [
+            UNIX_EPOCH + Duration::from_millis(1_735_732_801_123),
+            UNIX_EPOCH + Duration::from_millis(1_735_732_801_999),
+            UNIX_EPOCH + Duration::from_nanos(1_735_732_801_000_999_999),
+            UNIX_EPOCH + Duration::from_millis(1_735_732_802_000),
+            UNIX_EPOCH + Duration::from_millis(1_735_732_801_050),
+            UNIX_EPOCH - Duration::from_millis(1),
+            UNIX_EPOCH + Duration::from_secs(400_000_000_000),
+            UNIX_EPOCH,
+        ];
+        for at in times {
+            out.clear();
+            writer.write(at, &mut out);
+            assert_eq!(String::from_utf8(out.clone()).unwrap(), rfc3339(at));
+        }
     }
 }
