@@ -1,12 +1,10 @@
 //! How the analyzers recognise one question, and one DNS message, at every hop it crosses.
-use std::sync::Arc;
-
-use crate::observation::{Observation, Question, Transport};
+use crate::observation::{FoldedName, Observation, Question, Transport};
 
 /// A question as resolvers compare them: the name without regard to ASCII case, type and class.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct QuestionKey {
-    folded_name: Arc<[u8]>,
+    folded_name: FoldedName,
     qtype: u16,
     qclass: u16,
 }
@@ -14,7 +12,7 @@ pub struct QuestionKey {
 impl QuestionKey {
     pub fn of(question: &Question) -> Self {
         Self {
-            folded_name: question.name.folded().into(),
+            folded_name: question.name.folded().clone(),
             qtype: question.qtype,
             qclass: question.qclass,
         }
