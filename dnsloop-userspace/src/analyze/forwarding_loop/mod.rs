@@ -47,6 +47,15 @@ use crate::{
 /// recent deliveries only.
 const RECENT_DELIVERIES: usize = 16;
 
+/// A flight that was delivered to `namespace` at `since`. A delivered flight stays where it
+/// is, so the namespace is kept here too: most deliveries of a busy question are to another
+/// namespace than a new query's sender, and are passed over without looking up their flight.
+struct Delivery {
+    since: SystemTime,
+    flight: FlightId,
+    namespace: Namespace,
+}
+
 pub struct ForwardingLoops {
     settle: Duration,
     forward_window: Duration,
@@ -58,7 +67,7 @@ pub struct ForwardingLoops {
     entered_capacity: usize,
     entered_overflows: u64,
     /// The latest deliveries of each question: where a new query's parent is looked for.
-    deliveries: Table<QuestionKey, VecDeque<(SystemTime, FlightId)>>,
+    deliveries: Table<QuestionKey, VecDeque<Delivery>>,
     /// The flight that sent each loop probe.
     probes: Table<QuestionKey, FlightId>,
     /// When each question was last sent out of each namespace (see `cycle::SentOut`).
@@ -196,11 +205,19 @@ impl ForwardingLoops {
             return;
         }
         let question = flight.message.question.clone();
+        let Some((namespace, _)) = flight.delivered_to() else {
+            return;
+        };
+        let delivery = Delivery {
+            since,
+            flight: id,
+            namespace: namespace.clone(),
+        };
         let parent = self.parent_of(id, since);
         if let Some(flight) = self.flights.get_mut(&id) {
             flight.parent = parent;
         }
-        self.remember_delivery(question.clone(), since, id);
+        self.remember_delivery(question.clone(), delivery);
         let probe_origin = self.probes.get(&question).copied();
         let sent_out = SentOutOf {
             table: &self.sent_out,
@@ -211,13 +228,15 @@ impl ForwardingLoops {
         }
     }
 
-    fn remember_delivery(&mut self, question: QuestionKey, since: SystemTime, id: FlightId) {
-        let mut recent = self.deliveries.remove(&question).unwrap_or_default();
+    fn remember_delivery(&mut self, question: QuestionKey, delivery: Delivery) {
+        let Some(recent) = self.deliveries.refresh(&question) else {
+            self.deliveries.insert(question, VecDeque::from([delivery]));
+            return;
+        };
         if recent.len() == RECENT_DELIVERIES {
             recent.pop_front();
         }
-        recent.push_back((since, id));
-        self.deliveries.insert(question, recent);
+        recent.push_back(delivery);
     }
 
     /// The query the sender of flight `id` was delivered within `forward_window` before it
@@ -226,29 +245,30 @@ impl ForwardingLoops {
     fn parent_of(&mut self, id: FlightId, now: SystemTime) -> Option<FlightId> {
         let child = self.flights.get(&id)?;
         let sender = child.origin.as_ref()?;
-        let forwarded_as_child = |parent: &Flight, delivered: SystemTime| {
-            let in_time = child
-                .started
-                .duration_since(delivered)
-                .is_ok_and(|gap| gap <= self.forward_window);
-            let to_sender = parent
-                .delivered_to()
-                .is_some_and(|(namespace, _)| namespace == sender);
-            let still_owed = parent
-                .answered
-                .is_none_or(|answered| answered > child.started);
-            in_time && to_sender && still_owed
+        let forwarded_as_child = |delivery: &Delivery| {
+            let to_sender = delivery.namespace == *sender;
+            let in_time = || {
+                child
+                    .started
+                    .duration_since(delivery.since)
+                    .is_ok_and(|gap| gap <= self.forward_window)
+            };
+            let still_owed = || {
+                self.flights.get(&delivery.flight).is_some_and(|parent| {
+                    parent
+                        .answered
+                        .is_none_or(|answered| answered > child.started)
+                })
+            };
+            to_sender && in_time() && still_owed()
         };
-        let &(_, parent) = self
+        let parent = self
             .deliveries
             .get(&child.message.question)?
             .iter()
             .rev()
-            .find(|&&(delivered, candidate)| {
-                self.flights
-                    .get(&candidate)
-                    .is_some_and(|parent| forwarded_as_child(parent, delivered))
-            })?;
+            .find(|&delivery| forwarded_as_child(delivery))?
+            .flight;
         self.touch(parent, now);
         Some(parent)
     }
@@ -301,7 +321,7 @@ impl ForwardingLoops {
         {}
         while self
             .deliveries
-            .pop_stalest_if(|_, recent| recent.back().is_none_or(|&(since, _)| stale(since)))
+            .pop_stalest_if(|_, recent| recent.back().is_none_or(|last| stale(last.since)))
             .is_some()
         {}
     }
