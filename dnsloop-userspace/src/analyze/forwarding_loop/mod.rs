@@ -29,7 +29,7 @@ use dnsloop_ebpf::parse::Probe;
 
 use self::{
     describe::LoopKey,
-    flight::{Flight, FlightId},
+    flight::{Flight, FlightId, Flights},
 };
 use super::{
     has_waited,
@@ -59,7 +59,7 @@ struct Delivery {
 pub struct ForwardingLoops {
     settle: Duration,
     forward_window: Duration,
-    flights: Table<FlightId, Flight>,
+    flights: Flights,
     /// The newest flight of each message, to attach its next sighting to.
     latest: Table<MessageKey, FlightId>,
     /// Flights that entered a namespace, by entry time, until `settle` decides their fate.
@@ -86,7 +86,7 @@ impl ForwardingLoops {
         Self {
             settle,
             forward_window,
-            flights: Table::new(capacity),
+            flights: Flights::with_hasher(capacity),
             latest: Table::new(capacity),
             entered: VecDeque::new(),
             entered_capacity: capacity.max(1),
