@@ -5,8 +5,9 @@ use std::{
 };
 
 use super::{
-    forwarding_loop::ForwardingLoops, latency::Latency, reorder::Reorder, summary::FindingCounts,
-    timeout::Timeouts, unexpected_source::UnexpectedSources, Analyzer, Summary,
+    forwarding_loop::ForwardingLoops, latency::Latency, packet::MessageKey, reorder::Reorder,
+    summary::FindingCounts, timeout::Timeouts, unexpected_source::UnexpectedSources, Analyzer,
+    Summary,
 };
 use crate::{finding::Finding, observation::Observation};
 
@@ -131,9 +132,10 @@ impl Engine {
     }
 
     fn feed(analyzers: [&mut dyn Analyzer; 4], obs: &Observation, out: &mut Vec<Finding>) {
+        let message = MessageKey::of(obs);
         for analyzer in analyzers {
             if !obs.partial || analyzer.takes_partial() {
-                analyzer.observe(obs, out);
+                analyzer.observe(obs, message.as_ref(), out);
             }
         }
     }

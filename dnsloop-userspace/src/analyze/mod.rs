@@ -30,12 +30,14 @@ use std::time::{Duration, SystemTime};
 pub use engine::{Engine, EngineConfig};
 pub use summary::{ServerSummary, Summary};
 
+use self::packet::MessageKey;
 use crate::{finding::Finding, observation::Observation};
 
 /// One detector. The engine feeds it observations in timestamp order.
 pub trait Analyzer {
-    /// Takes the next observation; what it proves is appended to `out`.
-    fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>);
+    /// Takes the next observation, and the key of its message (`MessageKey::of(obs)`, made
+    /// once for every analyzer); what it proves is appended to `out`.
+    fn observe(&mut self, obs: &Observation, message: Option<&MessageKey>, out: &mut Vec<Finding>);
 
     /// Whether it takes partial observations (queries seen mid-path, see
     /// `Observation::partial`); those that judge a query from where its client sent it do not.

@@ -8,21 +8,23 @@ use hashlink::LinkedHashMap;
 /// counted, so a table that is too small for the traffic shows in the summary.
 ///
 /// Keys come off the wire, so they are hashed with the standard library's keyed SipHash,
-/// unless the analyzer numbered them itself (`SequenceHash`).
+/// unless they are numbers the analyzer handed out itself, or carry a keyed hash of their own
+/// (`FastHash`).
 pub struct Table<K, V, S = RandomState> {
     entries: LinkedHashMap<K, V, S>,
     capacity: usize,
     evictions: u64,
 }
 
-/// The hash of keys an analyzer hands out in sequence (`u64` ids), which no packet can choose:
-/// a multiplication that spreads a sequence over the buckets, instead of a keyed SipHash of each.
-pub type SequenceHash = BuildHasherDefault<SequenceHasher>;
+/// The hash of keys no packet can choose: ids an analyzer hands out in sequence, and keys that
+/// hash themselves as one `u64` they computed with a keyed hash (`packet`). A multiplication
+/// spreads them over the buckets, instead of a keyed SipHash at every lookup.
+pub type FastHash = BuildHasherDefault<FastHasher>;
 
 #[derive(Default)]
-pub struct SequenceHasher(u64);
+pub struct FastHasher(u64);
 
-impl Hasher for SequenceHasher {
+impl Hasher for FastHasher {
     fn write(&mut self, bytes: &[u8]) {
         for &byte in bytes {
             self.write_u64(u64::from(byte));

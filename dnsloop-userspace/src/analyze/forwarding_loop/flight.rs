@@ -10,7 +10,7 @@ use dnsloop_ebpf::parse::Probe;
 use crate::{
     analyze::{
         packet::MessageKey,
-        table::{SequenceHash, Table},
+        table::{FastHash, Table},
     },
     finding::Hop,
     observation::{Namespace, Observation, Question},
@@ -18,8 +18,8 @@ use crate::{
 
 pub type FlightId = u64;
 
-/// Every flight followed, by id. Ids are handed out in sequence: see `SequenceHash`.
-pub type Flights = Table<FlightId, Flight, SequenceHash>;
+/// Every flight followed, by id. Ids are handed out in sequence: see `FastHash`.
+pub type Flights = Table<FlightId, Flight, FastHash>;
 
 /// A trip seen at more points than this is a routing loop of one packet, not a DNS forward:
 /// its first hops are enough to show.

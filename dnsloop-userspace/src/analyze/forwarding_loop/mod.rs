@@ -35,7 +35,7 @@ use super::{
     has_waited,
     packet::{MessageKey, QuestionKey},
     repeats::{Repeated, Repeats},
-    table::Table,
+    table::{FastHash, Table},
     Analyzer,
 };
 use crate::{
@@ -61,15 +61,15 @@ pub struct ForwardingLoops {
     forward_window: Duration,
     flights: Flights,
     /// The newest flight of each message, to attach its next sighting to.
-    latest: Table<MessageKey, FlightId>,
+    latest: Table<MessageKey, FlightId, FastHash>,
     /// Flights that entered a namespace, by entry time, until `settle` decides their fate.
     entered: VecDeque<(SystemTime, FlightId)>,
     entered_capacity: usize,
     entered_overflows: u64,
     /// The latest deliveries of each question: where a new query's parent is looked for.
-    deliveries: Table<QuestionKey, VecDeque<Delivery>>,
+    deliveries: Table<QuestionKey, VecDeque<Delivery>, FastHash>,
     /// The flight that sent each loop probe.
-    probes: Table<QuestionKey, FlightId>,
+    probes: Table<QuestionKey, FlightId, FastHash>,
     /// When each question was last sent out of each namespace (see `cycle::SentOut`).
     sent_out: Table<(QuestionKey, Namespace), SystemTime>,
     reports: Repeats<LoopKey, LoopFinding>,
@@ -87,12 +87,12 @@ impl ForwardingLoops {
             settle,
             forward_window,
             flights: Flights::with_hasher(capacity),
-            latest: Table::new(capacity),
+            latest: Table::with_hasher(capacity),
             entered: VecDeque::new(),
             entered_capacity: capacity.max(1),
             entered_overflows: 0,
-            deliveries: Table::new(capacity),
-            probes: Table::new(capacity),
+            deliveries: Table::with_hasher(capacity),
+            probes: Table::with_hasher(capacity),
             sent_out: Table::new(capacity),
             reports: Repeats::new(report_interval, capacity),
             next_id: 0,
@@ -106,8 +106,8 @@ impl ForwardingLoops {
         self.forward_window.saturating_add(self.settle)
     }
 
-    fn query(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
-        let (Some(message), Some(question)) = (MessageKey::of(obs), obs.question.as_ref()) else {
+    fn query(&mut self, obs: &Observation, message: &MessageKey, out: &mut Vec<Finding>) {
+        let Some(question) = obs.question.as_ref() else {
             return;
         };
         if let Some(left) = &obs.point.leaves {
@@ -116,7 +116,7 @@ impl ForwardingLoops {
                     .insert((message.question.clone(), left.clone()), obs.ts);
             }
         }
-        let moving = self.latest.get(&message).copied().filter(|id| {
+        let moving = self.latest.get(message).copied().filter(|id| {
             self.flights
                 .get(id)
                 .is_some_and(|flight| flight.continues_with(obs, self.settle))
@@ -128,7 +128,7 @@ impl ForwardingLoops {
                 }
                 id
             }
-            None => self.start_flight(message, question.clone(), obs),
+            None => self.start_flight(message.clone(), question.clone(), obs),
         };
         if obs.point.enters.is_some() {
             self.note_entry(obs.ts, id, out);
@@ -167,14 +167,11 @@ impl ForwardingLoops {
     }
 
     /// A reply leaving the namespace a flight was delivered to: that namespace answered it.
-    fn reply(&mut self, obs: &Observation) {
+    fn reply(&mut self, obs: &Observation, message: &MessageKey) {
         let Some(leaves) = &obs.point.leaves else {
             return;
         };
-        let Some(message) = MessageKey::of(obs) else {
-            return;
-        };
-        let Some(&id) = self.latest.get(&message) else {
+        let Some(&id) = self.latest.get(message) else {
             return;
         };
         if let Some(flight) = self.flights.get_mut(&id) {
@@ -347,12 +344,15 @@ impl Analyzer for ForwardingLoops {
         true
     }
 
-    fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
+    fn observe(&mut self, obs: &Observation, message: Option<&MessageKey>, out: &mut Vec<Finding>) {
         self.tick(obs.ts, out);
+        let Some(message) = message else {
+            return;
+        };
         if obs.is_response {
-            self.reply(obs);
+            self.reply(obs, message);
         } else {
-            self.query(obs, out);
+            self.query(obs, message, out);
         }
     }
 
