@@ -501,6 +501,19 @@ mod tests {
     }
 
     #[test]
+    fn ipv4_addresses_read_as_they_display() {
+        for text in [
+            "0.0.0.0:0",
+            "255.255.255.255:65535",
+            "10.244.0.2:53",
+            "169.254.25.10:9",
+        ] {
+            let addr: SocketAddrV4 = text.parse().expect("an address");
+            assert_eq!(Ipv4Text::new(&addr).as_bytes(), addr.to_string().as_bytes());
+        }
+    }
+
+    #[test]
     fn loop_fields() {
         let value = one(|sink| sink.finding(&a_loop(Probe::None)));
         assert_eq!(
