@@ -12,15 +12,31 @@ pub fn rfc3339(at: SystemTime) -> String {
 
 /// `12:00:01.123`: the time of day, for a person following along.
 pub fn time_of_day(at: SystemTime) -> String {
+    let mut text = String::with_capacity(12);
+    write_time_of_day(at, &mut text);
+    text
+}
+
+/// Appends `time_of_day(at)` to `text`, digit by digit: `--packets` writes one per packet.
+pub fn write_time_of_day(at: SystemTime, text: &mut String) {
     let since_epoch = since_epoch(at);
     let seconds = since_epoch.as_secs() % 86_400;
-    format!(
-        "{:02}:{:02}:{:02}.{:03}",
-        seconds / 3600,
-        seconds / 60 % 60,
-        seconds % 60,
-        since_epoch.subsec_millis()
-    )
+    let digit = |n: u64| char::from(b'0' + (n % 10) as u8);
+    for (at, part) in [seconds / 3600, seconds / 60 % 60, seconds % 60]
+        .into_iter()
+        .enumerate()
+    {
+        if at > 0 {
+            text.push(':');
+        }
+        text.push(digit(part / 10));
+        text.push(digit(part));
+    }
+    let millis = u64::from(since_epoch.subsec_millis());
+    text.push('.');
+    text.push(digit(millis / 100));
+    text.push(digit(millis / 10));
+    text.push(digit(millis));
 }
 
 /// `rfc3339` for a stream of timestamps, as `--packets` writes one per packet: most share their
