@@ -59,7 +59,7 @@ impl Transport {
 }
 
 /// A domain name as it was sent: uncompressed wire format, root label included, case preserved.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct DnsName {
     wire: Arc<[u8]>,
     folded: FoldedName,
@@ -107,6 +107,7 @@ impl Hash for FoldedName {
     }
 }
 
+// A name is its wire bytes: the folded name is made from them.
 impl PartialEq for DnsName {
     fn eq(&self, other: &Self) -> bool {
         self.wire == other.wire
@@ -114,6 +115,18 @@ impl PartialEq for DnsName {
 }
 
 impl Eq for DnsName {}
+
+impl Hash for DnsName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.wire.hash(state);
+    }
+}
+
+impl std::fmt::Debug for DnsName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DnsName").field("wire", &self.wire).finish()
+    }
+}
 
 impl DnsName {
     /// Accepts a well-formed uncompressed name (labels of 1..=63 bytes ending with the root);
