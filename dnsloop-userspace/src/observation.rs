@@ -2,7 +2,13 @@
 //!
 //! Sources (the kernel ring buffer, pcap files) and the decoder produce these; the analyzers
 //! never learn which source an observation came from.
-use std::{net::SocketAddr, sync::Arc, time::SystemTime};
+use std::{
+    fmt::Write as _,
+    hash::{BuildHasher, Hash, Hasher, RandomState},
+    net::SocketAddr,
+    sync::{Arc, LazyLock},
+    time::SystemTime,
+};
 
 use dnsloop_ebpf::{event::Direction, parse::Probe};
 
@@ -53,9 +59,73 @@ impl Transport {
 }
 
 /// A domain name as it was sent: uncompressed wire format, root label included, case preserved.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct DnsName {
-    wire: Box<[u8]>,
+    wire: Arc<[u8]>,
+    folded: FoldedName,
+}
+
+/// A name folded to ASCII lower case: the key under which case variants of one name meet.
+///
+/// The analyzers look a name up in several tables per packet, so it is folded and hashed once,
+/// when decoded, and a table hashes only that hash. Names come off the wire: the hash is
+/// SipHash with this process's own random key, as the tables' own hashing would be.
+#[derive(Clone, Debug)]
+pub struct FoldedName {
+    bytes: Arc<[u8]>,
+    hash: u64,
+}
+
+/// The key of every `FoldedName`'s hash, drawn once per process.
+static FOLDED_NAME_HASHER: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+
+impl FoldedName {
+    fn of(wire: &Arc<[u8]>) -> Self {
+        let bytes = if wire.iter().any(u8::is_ascii_uppercase) {
+            wire.to_ascii_lowercase().into()
+        } else {
+            Arc::clone(wire)
+        };
+        Self {
+            hash: FOLDED_NAME_HASHER.hash_one(&*bytes),
+            bytes,
+        }
+    }
+}
+
+impl PartialEq for FoldedName {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.bytes == other.bytes
+    }
+}
+
+impl Eq for FoldedName {}
+
+impl Hash for FoldedName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+// A name is its wire bytes: the folded name is made from them.
+impl PartialEq for DnsName {
+    fn eq(&self, other: &Self) -> bool {
+        self.wire == other.wire
+    }
+}
+
+impl Eq for DnsName {}
+
+impl Hash for DnsName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.wire.hash(state);
+    }
+}
+
+impl std::fmt::Debug for DnsName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DnsName").field("wire", &self.wire).finish()
+    }
 }
 
 impl DnsName {
@@ -66,8 +136,13 @@ impl DnsName {
         loop {
             let len = usize::from(*wire.get(at)?);
             if len == 0 {
-                return (at + 1 == wire.len() && wire.len() <= 255)
-                    .then(|| Self { wire: wire.into() });
+                return (at + 1 == wire.len() && wire.len() <= 255).then(|| {
+                    let wire = Arc::from(wire);
+                    Self {
+                        folded: FoldedName::of(&wire),
+                        wire,
+                    }
+                });
             }
             if len > 63 {
                 return None;
@@ -91,8 +166,8 @@ impl DnsName {
     }
 
     /// The key under which case variants of one name meet.
-    pub fn folded(&self) -> Box<[u8]> {
-        self.wire.to_ascii_lowercase().into()
+    pub fn folded(&self) -> &FoldedName {
+        &self.folded
     }
 
     /// Presentation format with a trailing dot, case as sent. Bytes that are not printable
@@ -100,6 +175,13 @@ impl DnsName {
     /// so that no control byte ever reaches a terminal or a log.
     pub fn presentation(&self) -> String {
         let mut text = String::with_capacity(self.wire.len() + 1);
+        self.write_presentation(&mut text);
+        text
+    }
+
+    /// Appends the presentation format to `text`: for a caller that reuses one buffer.
+    pub fn write_presentation(&self, text: &mut String) {
+        let start = text.len();
         for label in self.labels() {
             for &byte in label {
                 match byte {
@@ -108,15 +190,16 @@ impl DnsName {
                         text.push(char::from(byte));
                     }
                     0x21..=0x7e => text.push(char::from(byte)),
-                    _ => text.push_str(&format!("\\{byte:03}")),
+                    _ => {
+                        let _ = write!(text, "\\{byte:03}");
+                    }
                 }
             }
             text.push('.');
         }
-        if text.is_empty() {
+        if text.len() == start {
             text.push('.');
         }
-        text
     }
 }
 
@@ -178,6 +261,17 @@ mod tests {
         assert_eq!(upper.folded(), lower.folded());
         let other = DnsName::from_wire(&wire(&[b"www", b"\xc9xample"])).unwrap();
         assert_ne!(other.folded(), lower.folded());
+    }
+
+    #[test]
+    fn case_variants_of_a_name_meet_in_a_hash_table() {
+        let upper = DnsName::from_wire(&wire(&[b"WWW", b"Example"])).unwrap();
+        let lower = DnsName::from_wire(&wire(&[b"www", b"example"])).unwrap();
+        let other = DnsName::from_wire(&wire(&[b"www", b"example2"])).unwrap();
+        let table: std::collections::HashSet<&FoldedName> = [upper.folded()].into();
+        assert!(table.contains(lower.folded()));
+        assert!(!table.contains(other.folded()));
+        assert_ne!(upper, lower, "the name itself keeps its case");
     }
 
     #[test]

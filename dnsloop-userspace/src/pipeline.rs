@@ -151,7 +151,7 @@ impl<'s> Pipeline<'s> {
                     .packet(&observation)
                     .context("writing to stdout")?;
             }
-            self.engine.observe(&observation, &mut self.findings);
+            self.engine.observe(observation, &mut self.findings);
         }
         self.emit()
     }
@@ -167,7 +167,7 @@ impl<'s> Pipeline<'s> {
         for query in queries.drain(..) {
             let place = |interface, direction| points.get(interface, direction);
             match self.decoder.decode_unanswered(&query, place) {
-                Some(observation) => self.engine.observe(&observation, &mut self.findings),
+                Some(observation) => self.engine.observe(observation, &mut self.findings),
                 None => self.unplaced_records += 1,
             }
         }

@@ -5,8 +5,9 @@ use std::{
 };
 
 use super::{
-    forwarding_loop::ForwardingLoops, latency::Latency, reorder::Reorder, summary::FindingCounts,
-    timeout::Timeouts, unexpected_source::UnexpectedSources, Analyzer, Summary,
+    forwarding_loop::ForwardingLoops, latency::Latency, packet::MessageKey, reorder::Reorder,
+    summary::FindingCounts, timeout::Timeouts, unexpected_source::UnexpectedSources, Analyzer,
+    Summary,
 };
 use crate::{finding::Finding, observation::Observation};
 
@@ -75,9 +76,9 @@ impl Engine {
 
     /// Takes the next observation. Observations may arrive up to `settle` out of timestamp
     /// order; each is analysed once the stream has moved `settle` past it.
-    pub fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
+    pub fn observe(&mut self, obs: Observation, out: &mut Vec<Finding>) {
         self.observations += 1;
-        self.reorder.push(obs.clone());
+        self.reorder.push(obs);
         self.run_due(out);
     }
 
@@ -131,9 +132,10 @@ impl Engine {
     }
 
     fn feed(analyzers: [&mut dyn Analyzer; 4], obs: &Observation, out: &mut Vec<Finding>) {
+        let message = MessageKey::of(obs);
         for analyzer in analyzers {
             if !obs.partial || analyzer.takes_partial() {
-                analyzer.observe(obs, out);
+                analyzer.observe(obs, message.as_ref(), out);
             }
         }
     }
@@ -183,7 +185,7 @@ mod tests {
     fn feed(engine: &mut Engine, observations: &[Observation], end: SystemTime) -> Vec<Finding> {
         let mut findings = Vec::new();
         for obs in observations {
-            engine.observe(obs, &mut findings);
+            engine.observe(obs.clone(), &mut findings);
         }
         engine.tick(end, &mut findings);
         findings
@@ -242,7 +244,7 @@ mod tests {
             let mut obs = template.clone();
             obs.ts = us(n);
             obs.question = query(&format!("q{n}.test.")).seen(CLIENT_OUT).question;
-            engine.observe(&obs, &mut findings);
+            engine.observe(obs, &mut findings);
         }
         let summary = engine.finish(us(QUESTIONS), &mut findings);
         assert_eq!(findings, []);
@@ -325,9 +327,10 @@ mod tests {
                 2 => us(noise.next(1_000_000_000)),
                 _ => us(noise.next(10_000_000)),
             };
-            engine.observe(&obs, &mut findings);
+            let ts = obs.ts;
+            engine.observe(obs, &mut findings);
             if noise.next(100) == 0 {
-                engine.tick(obs.ts, &mut findings);
+                engine.tick(ts, &mut findings);
             }
         }
         let summary = engine.finish(us(20_000_000), &mut findings);

@@ -30,12 +30,14 @@ use std::time::{Duration, SystemTime};
 pub use engine::{Engine, EngineConfig};
 pub use summary::{ServerSummary, Summary};
 
+use self::packet::MessageKey;
 use crate::{finding::Finding, observation::Observation};
 
 /// One detector. The engine feeds it observations in timestamp order.
 pub trait Analyzer {
-    /// Takes the next observation; what it proves is appended to `out`.
-    fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>);
+    /// Takes the next observation, and the key of its message (`MessageKey::of(obs)`, made
+    /// once for every analyzer); what it proves is appended to `out`.
+    fn observe(&mut self, obs: &Observation, message: Option<&MessageKey>, out: &mut Vec<Finding>);
 
     /// Whether it takes partial observations (queries seen mid-path, see
     /// `Observation::partial`); those that judge a query from where its client sent it do not.
@@ -58,6 +60,28 @@ pub trait Analyzer {
 /// kernels, so this holds for any of them: a `now` before `since` is not past, and nothing
 /// overflows.
 fn has_waited(since: SystemTime, wait: Duration, now: SystemTime) -> bool {
-    now.duration_since(since)
-        .is_ok_and(|elapsed| elapsed >= wait)
+    // `now - since >= wait` as a comparison with `now - wait`: every tick asks this of each
+    // table's stalest entry, and a subtraction of two times builds a `Duration` with checks.
+    now.checked_sub(wait).is_some_and(|cutoff| since <= cutoff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn has_waited_holds_from_the_end_of_the_wait_and_for_any_timestamps() {
+        let at = |millis: i64| match u64::try_from(millis) {
+            Ok(after) => SystemTime::UNIX_EPOCH + Duration::from_millis(after),
+            Err(_) => SystemTime::UNIX_EPOCH - Duration::from_millis(millis.unsigned_abs()),
+        };
+        let wait = Duration::from_millis(50);
+        assert!(!has_waited(at(1_000), wait, at(1_049)));
+        assert!(has_waited(at(1_000), wait, at(1_050)));
+        assert!(has_waited(at(-1_000), wait, at(-950)), "before 1970");
+        assert!(!has_waited(at(-1_000), wait, at(-951)));
+        assert!(!has_waited(at(1_000), wait, at(900)), "now before since");
+        assert!(has_waited(at(1_000), Duration::ZERO, at(1_000)));
+        assert!(!has_waited(at(0), Duration::MAX, at(1_000)), "no overflow");
+    }
 }

@@ -10,7 +10,11 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use super::{has_waited, packet::MessageKey, table::Table};
+use super::{
+    has_waited,
+    packet::MessageKey,
+    table::{FastHash, Table},
+};
 use crate::observation::{Namespace, Observation, Question};
 
 /// A query as its client sent it.
@@ -36,7 +40,7 @@ pub enum Reply<'a> {
 
 pub struct Outstanding {
     wait: Duration,
-    queries: Table<MessageKey, SentQuery>,
+    queries: Table<MessageKey, SentQuery, FastHash>,
 }
 
 impl Outstanding {
@@ -44,19 +48,19 @@ impl Outstanding {
     pub fn new(wait: Duration, capacity: usize) -> Self {
         Self {
             wait,
-            queries: Table::new(capacity),
+            queries: Table::with_hasher(capacity),
         }
     }
 
     /// Records the query `obs` unless it is already waiting: later sightings (further hops, or
     /// the client's retries with the same id) are the same query.
-    pub fn query(&mut self, key: MessageKey, obs: &Observation) {
+    pub fn query(&mut self, key: &MessageKey, obs: &Observation) {
         let Some(question) = &obs.question else {
             return;
         };
-        if self.queries.get(&key).is_none() {
+        if self.queries.get(key).is_none() {
             self.queries.insert(
-                key,
+                key.clone(),
                 SentQuery {
                     client: obs.src,
                     server: obs.dst,

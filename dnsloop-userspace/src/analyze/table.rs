@@ -1,5 +1,5 @@
 //! The one kind of map the analyzers keep state in: bounded, and ordered by age.
-use std::hash::{Hash, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
 
 use hashlink::LinkedHashMap;
 
@@ -7,17 +7,52 @@ use hashlink::LinkedHashMap;
 /// refreshed. Making room for a new key evicts the stalest entry, and each such eviction is
 /// counted, so a table that is too small for the traffic shows in the summary.
 ///
-/// Keys come off the wire, so they are hashed with the standard library's keyed SipHash.
-pub struct Table<K, V> {
-    entries: LinkedHashMap<K, V, RandomState>,
+/// Keys come off the wire, so they are hashed with the standard library's keyed SipHash,
+/// unless they are numbers the analyzer handed out itself, or carry a keyed hash of their own
+/// (`FastHash`).
+pub struct Table<K, V, S = RandomState> {
+    entries: LinkedHashMap<K, V, S>,
     capacity: usize,
     evictions: u64,
 }
 
+/// The hash of keys no packet can choose: ids an analyzer hands out in sequence, and keys that
+/// hash themselves as one `u64` they computed with a keyed hash (`packet`). A multiplication
+/// spreads them over the buckets, instead of a keyed SipHash at every lookup.
+pub type FastHash = BuildHasherDefault<FastHasher>;
+
+#[derive(Default)]
+pub struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // 2^64 divided by the golden ratio (Fibonacci hashing): consecutive ids land far apart
+        // in the high bits and in distinct low bits.
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 impl<K: Hash + Eq, V> Table<K, V> {
     pub fn new(capacity: usize) -> Self {
+        Self::with_hasher(capacity)
+    }
+}
+
+impl<K: Hash + Eq, V, S: BuildHasher + Default> Table<K, V, S> {
+    /// A table hashing its keys with `S`.
+    pub fn with_hasher(capacity: usize) -> Self {
         Self {
-            entries: LinkedHashMap::with_hasher(RandomState::new()),
+            entries: LinkedHashMap::with_hasher(S::default()),
             capacity: capacity.max(1),
             evictions: 0,
         }

@@ -11,7 +11,7 @@ use std::{
 
 use dnsloop_ebpf::{event::Direction, parse::Probe};
 
-use super::Analyzer;
+use super::{packet::MessageKey, Analyzer};
 use crate::{
     finding::Finding,
     observation::{DnsName, Namespace, Observation, Point, Question, Transport},
@@ -213,6 +213,11 @@ fn point(spot: Spot) -> Point {
     }
 }
 
+/// Feeds `obs` to `analyzer` as the engine does, with its message's key.
+pub fn observe(analyzer: &mut impl Analyzer, obs: &Observation, out: &mut Vec<Finding>) {
+    analyzer.observe(obs, MessageKey::of(obs).as_ref(), out);
+}
+
 /// Feeds `observations` to `analyzer` in timestamp order, as the engine would, then lets time
 /// run to `end`; returns every finding.
 pub fn run(
@@ -223,7 +228,7 @@ pub fn run(
     observations.sort_by_key(|obs| obs.ts);
     let mut findings = Vec::new();
     for obs in &observations {
-        analyzer.observe(obs, &mut findings);
+        observe(analyzer, obs, &mut findings);
     }
     analyzer.tick(end, &mut findings);
     findings

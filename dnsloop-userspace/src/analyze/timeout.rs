@@ -9,7 +9,7 @@ use super::{
     has_waited, mnemonic,
     outstanding::{Outstanding, SentQuery},
     packet::MessageKey,
-    table::Table,
+    table::{FastHash, Table},
     Analyzer,
 };
 use crate::{
@@ -26,7 +26,7 @@ pub struct Timeouts {
     timeout: Duration,
     waiting: Outstanding,
     /// Queries already reported, by when they were sent.
-    timed_out: Table<MessageKey, SystemTime>,
+    timed_out: Table<MessageKey, SystemTime, FastHash>,
 }
 
 impl Timeouts {
@@ -34,7 +34,7 @@ impl Timeouts {
         Self {
             timeout,
             waiting: Outstanding::new(timeout, capacity),
-            timed_out: Table::new(capacity),
+            timed_out: Table::with_hasher(capacity),
         }
     }
 
@@ -68,16 +68,16 @@ impl Timeouts {
 }
 
 impl Analyzer for Timeouts {
-    fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
+    fn observe(&mut self, obs: &Observation, message: Option<&MessageKey>, out: &mut Vec<Finding>) {
         self.tick(obs.ts, out);
-        let Some(key) = MessageKey::of(obs) else {
+        let Some(key) = message else {
             return;
         };
         if obs.is_response {
             // A reply from where the query went ends the wait; one from elsewhere is dropped
             // by the client, which goes on waiting.
-            self.waiting.reply(&key, obs);
-        } else if self.timed_out.get(&key).is_none() {
+            self.waiting.reply(key, obs);
+        } else if self.timed_out.get(key).is_none() {
             self.waiting.query(key, obs);
         }
     }
@@ -232,7 +232,8 @@ mod tests {
         let mut analyzer = Timeouts::new(WAIT, 1024);
         let mut findings = Vec::new();
         for (id, at) in [(1, 0), (2, 1500)] {
-            analyzer.observe(
+            observe(
+                &mut analyzer,
                 &query("a.test.").id(id).at_ms(at).seen(CLIENT_OUT),
                 &mut findings,
             );

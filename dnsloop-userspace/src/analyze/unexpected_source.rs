@@ -75,16 +75,16 @@ fn summary(
 }
 
 impl Analyzer for UnexpectedSources {
-    fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
+    fn observe(&mut self, obs: &Observation, message: Option<&MessageKey>, out: &mut Vec<Finding>) {
         self.tick(obs.ts, out);
-        let Some(key) = MessageKey::of(obs) else {
+        let Some(key) = message else {
             return;
         };
         if !obs.is_response {
             self.waiting.query(key, obs);
             return;
         }
-        let Some(Reply::FromElsewhere(query)) = self.waiting.reply(&key, obs) else {
+        let Some(Reply::FromElsewhere(query)) = self.waiting.reply(key, obs) else {
             return;
         };
         let misdelivery = Misdelivery {

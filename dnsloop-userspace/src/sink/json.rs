@@ -2,17 +2,19 @@
 //! addresses are `ip:port` (`[v6]:port`), codes are names (`A`, `NXDOMAIN`), durations are
 //! milliseconds.
 use std::{
-    borrow::Cow,
-    fmt::Display,
     io::{self, Write},
     net::SocketAddr,
     time::Duration,
 };
 
-use serde::{Serialize, Serializer};
 use serde_json::{json, Map, Value};
 
-use super::{probe_name, time::rfc3339, Sink};
+use super::{
+    ipv4::Ipv4Text,
+    probe_name,
+    time::{rfc3339, Rfc3339Writer},
+    Sink,
+};
 use crate::{
     analyze::{mnemonic, ServerSummary, Summary},
     decode::MalformedSample,
@@ -24,11 +26,15 @@ use crate::{
 
 pub struct JsonSink<W> {
     out: W,
+    packet_lines: PacketLines,
 }
 
 impl<W: Write> JsonSink<W> {
     pub fn new(out: W) -> Self {
-        Self { out }
+        Self {
+            out,
+            packet_lines: PacketLines::default(),
+        }
     }
 
     fn line(&mut self, value: &Value) -> io::Result<()> {
@@ -50,8 +56,8 @@ impl<W: Write> Sink for JsonSink<W> {
     }
 
     fn packet(&mut self, obs: &Observation) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, &packet_line(obs))?;
-        self.out.write_all(b"\n")
+        let line = self.packet_lines.line(obs)?;
+        self.out.write_all(line)
     }
 
     fn malformed(&mut self, sample: &MalformedSample) -> io::Result<()> {
@@ -154,57 +160,106 @@ fn timeout_json(found: &TimeoutFinding) -> Value {
     })
 }
 
-/// A `--packets` line. Serialized straight from the observation rather than through a
-/// `serde_json::Value`: a node's every DNS packet goes through here.
-#[derive(Serialize)]
-struct PacketLine<'a> {
-    kind: &'static str,
-    ts: String,
-    ifname: &'a str,
-    dir: &'static str,
-    proto: &'static str,
-    src: Shown<&'a SocketAddr>,
-    dst: Shown<&'a SocketAddr>,
-    id: u16,
-    qr: bool,
-    opcode: Cow<'static, str>,
-    rcode: Cow<'static, str>,
-    qname: Option<String>,
-    qtype: Option<Cow<'static, str>>,
-    size: usize,
-    leaves: Option<Shown<&'a Namespace>>,
-    enters: Option<Shown<&'a Namespace>>,
+/// Writes `--packets` lines. A node's every DNS packet goes through here, so a line is built by
+/// hand in a reused buffer, field by field in a fixed order, rather than through serde: only
+/// the strings that come from the network or the node (names, interfaces, namespaces) go
+/// through JSON escaping, and the timestamp's date and time of day are formatted once a second.
+#[derive(Default)]
+struct PacketLines {
+    line: Vec<u8>,
+    qname: String,
+    ts: Rfc3339Writer,
 }
 
-fn packet_line(obs: &Observation) -> PacketLine<'_> {
-    let question = obs.question.as_ref();
-    PacketLine {
-        kind: "packet",
-        ts: rfc3339(obs.ts),
-        ifname: obs.point.ifname.as_ref(),
-        dir: obs.point.direction.as_str(),
-        proto: obs.transport.as_str(),
-        src: Shown(&obs.src),
-        dst: Shown(&obs.dst),
-        id: obs.id,
-        qr: obs.is_response,
-        opcode: mnemonic::opcode(obs.opcode),
-        rcode: mnemonic::rcode(obs.rcode),
-        qname: question.map(|question| question.name.presentation()),
-        qtype: question.map(|question| mnemonic::qtype(question.qtype)),
-        size: obs.size,
-        leaves: obs.point.leaves.as_ref().map(Shown),
-        enters: obs.point.enters.as_ref().map(Shown),
+impl PacketLines {
+    /// The line for `obs`, newline included, with the keys `kind`, `ts`, `ifname`, `dir`,
+    /// `proto`, `src`, `dst`, `id`, `qr`, `opcode`, `rcode`, `qname`, `qtype`, `size`,
+    /// `leaves` and `enters`.
+    fn line(&mut self, obs: &Observation) -> io::Result<&[u8]> {
+        let line = &mut self.line;
+        line.clear();
+        line.extend_from_slice(br#"{"kind":"packet","ts":""#);
+        self.ts.write(obs.ts, line);
+        line.extend_from_slice(br#"","ifname":"#);
+        string(line, &obs.point.ifname)?;
+        line.extend_from_slice(br#","dir":"#);
+        string(line, obs.point.direction.as_str())?;
+        line.extend_from_slice(br#","proto":"#);
+        string(line, obs.transport.as_str())?;
+        line.extend_from_slice(br#","src":"#);
+        socket_addr(line, &obs.src)?;
+        line.extend_from_slice(br#","dst":"#);
+        socket_addr(line, &obs.dst)?;
+        line.extend_from_slice(br#","id":"#);
+        decimal(line, u64::from(obs.id));
+        line.extend_from_slice(if obs.is_response {
+            br#","qr":true,"opcode":"#
+        } else {
+            br#","qr":false,"opcode":"#
+        });
+        string(line, &mnemonic::opcode(obs.opcode))?;
+        line.extend_from_slice(br#","rcode":"#);
+        string(line, &mnemonic::rcode(obs.rcode))?;
+        line.extend_from_slice(br#","qname":"#);
+        match &obs.question {
+            Some(question) => {
+                self.qname.clear();
+                question.name.write_presentation(&mut self.qname);
+                string(line, &self.qname)?;
+                line.extend_from_slice(br#","qtype":"#);
+                string(line, &mnemonic::qtype(question.qtype))?;
+            }
+            None => line.extend_from_slice(br#"null,"qtype":null"#),
+        }
+        line.extend_from_slice(br#","size":"#);
+        decimal(line, obs.size as u64);
+        line.extend_from_slice(br#","leaves":"#);
+        namespace(line, obs.point.leaves.as_ref())?;
+        line.extend_from_slice(br#","enters":"#);
+        namespace(line, obs.point.enters.as_ref())?;
+        line.extend_from_slice(b"}\n");
+        Ok(&self.line)
     }
 }
 
-/// A value written as the JSON string of its `Display` form, without an intermediate `String`.
-struct Shown<T>(T);
+/// `text` as a JSON string.
+fn string(out: &mut Vec<u8>, text: &str) -> io::Result<()> {
+    serde_json::to_writer(out, text).map_err(io::Error::from)
+}
 
-impl<T: Display> Serialize for Shown<T> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(&self.0)
+fn namespace(out: &mut Vec<u8>, namespace: Option<&Namespace>) -> io::Result<()> {
+    match namespace {
+        Some(namespace) => string(out, &namespace.0),
+        None => {
+            out.extend_from_slice(b"null");
+            Ok(())
+        }
     }
+}
+
+/// `addr` as the JSON string of its `Display` form (`ip:port`, `[v6]:port`).
+fn socket_addr(out: &mut Vec<u8>, addr: &SocketAddr) -> io::Result<()> {
+    out.push(b'"');
+    match addr {
+        SocketAddr::V4(addr) => out.extend_from_slice(Ipv4Text::new(addr).as_str().as_bytes()),
+        SocketAddr::V6(addr) => write!(out, "{addr}")?,
+    }
+    out.push(b'"');
+    Ok(())
+}
+
+fn decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[start..]);
 }
 
 /// The engine's numbers, with `extra`'s fields added (those it shares with them are the

@@ -1,4 +1,5 @@
 //! Where results go: a person at a terminal, or a log shipper reading JSON lines.
+mod ipv4;
 mod json;
 pub mod pcapng;
 #[cfg(test)]

@@ -1,9 +1,7 @@
 //! Deciding whether a delivered query closed a forwarding cycle.
 use std::time::{Duration, SystemTime};
 
-use crate::analyze::table::Table;
-
-use super::flight::{Flight, FlightId};
+use super::flight::{Flight, FlightId, Flights};
 use crate::observation::Namespace;
 
 /// Chains are followed this many forwards up; real cycles are two or three forwards long.
@@ -40,7 +38,7 @@ pub struct Cycle {
 ///   namespace, from outside, even when the chain was broken by an unwatched resolver: probe
 ///   names are unique to their sender, so nothing but a loop brings one back.
 pub fn find(
-    flights: &Table<FlightId, Flight>,
+    flights: &Flights,
     arrival: FlightId,
     probe_origin: Option<FlightId>,
     sent_out: &impl SentOut,
@@ -86,7 +84,7 @@ pub fn find(
 }
 
 /// When the first query of `arrival`'s chain of forwards was sent.
-fn chain_start(flights: &Table<FlightId, Flight>, arrival: FlightId) -> Option<SystemTime> {
+fn chain_start(flights: &Flights, arrival: FlightId) -> Option<SystemTime> {
     let mut start = flights.get(&arrival)?.started;
     let mut next = flights.get(&arrival)?.parent;
     for _ in 0..MAX_CHAIN {

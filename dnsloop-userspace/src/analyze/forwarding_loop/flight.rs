@@ -8,12 +8,18 @@ use std::{
 use dnsloop_ebpf::parse::Probe;
 
 use crate::{
-    analyze::packet::MessageKey,
+    analyze::{
+        packet::MessageKey,
+        table::{FastHash, Table},
+    },
     finding::Hop,
     observation::{Namespace, Observation, Question},
 };
 
 pub type FlightId = u64;
+
+/// Every flight followed, by id. Ids are handed out in sequence: see `FastHash`.
+pub type Flights = Table<FlightId, Flight, FastHash>;
 
 /// A trip seen at more points than this is a routing loop of one packet, not a DNS forward:
 /// its first hops are enough to show.

@@ -29,13 +29,13 @@ use dnsloop_ebpf::parse::Probe;
 
 use self::{
     describe::LoopKey,
-    flight::{Flight, FlightId},
+    flight::{Flight, FlightId, Flights},
 };
 use super::{
     has_waited,
     packet::{MessageKey, QuestionKey},
     repeats::{Repeated, Repeats},
-    table::Table,
+    table::{FastHash, Table},
     Analyzer,
 };
 use crate::{
@@ -47,20 +47,29 @@ use crate::{
 /// recent deliveries only.
 const RECENT_DELIVERIES: usize = 16;
 
+/// A flight that was delivered to `namespace` at `since`. A delivered flight stays where it
+/// is, so the namespace is kept here too: most deliveries of a busy question are to another
+/// namespace than a new query's sender, and are passed over without looking up their flight.
+struct Delivery {
+    since: SystemTime,
+    flight: FlightId,
+    namespace: Namespace,
+}
+
 pub struct ForwardingLoops {
     settle: Duration,
     forward_window: Duration,
-    flights: Table<FlightId, Flight>,
+    flights: Flights,
     /// The newest flight of each message, to attach its next sighting to.
-    latest: Table<MessageKey, FlightId>,
+    latest: Table<MessageKey, FlightId, FastHash>,
     /// Flights that entered a namespace, by entry time, until `settle` decides their fate.
     entered: VecDeque<(SystemTime, FlightId)>,
     entered_capacity: usize,
     entered_overflows: u64,
     /// The latest deliveries of each question: where a new query's parent is looked for.
-    deliveries: Table<QuestionKey, VecDeque<(SystemTime, FlightId)>>,
+    deliveries: Table<QuestionKey, VecDeque<Delivery>, FastHash>,
     /// The flight that sent each loop probe.
-    probes: Table<QuestionKey, FlightId>,
+    probes: Table<QuestionKey, FlightId, FastHash>,
     /// When each question was last sent out of each namespace (see `cycle::SentOut`).
     sent_out: Table<(QuestionKey, Namespace), SystemTime>,
     reports: Repeats<LoopKey, LoopFinding>,
@@ -77,13 +86,13 @@ impl ForwardingLoops {
         Self {
             settle,
             forward_window,
-            flights: Table::new(capacity),
-            latest: Table::new(capacity),
+            flights: Flights::with_hasher(capacity),
+            latest: Table::with_hasher(capacity),
             entered: VecDeque::new(),
             entered_capacity: capacity.max(1),
             entered_overflows: 0,
-            deliveries: Table::new(capacity),
-            probes: Table::new(capacity),
+            deliveries: Table::with_hasher(capacity),
+            probes: Table::with_hasher(capacity),
             sent_out: Table::new(capacity),
             reports: Repeats::new(report_interval, capacity),
             next_id: 0,
@@ -97,8 +106,8 @@ impl ForwardingLoops {
         self.forward_window.saturating_add(self.settle)
     }
 
-    fn query(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
-        let (Some(message), Some(question)) = (MessageKey::of(obs), obs.question.as_ref()) else {
+    fn query(&mut self, obs: &Observation, message: &MessageKey, out: &mut Vec<Finding>) {
+        let Some(question) = obs.question.as_ref() else {
             return;
         };
         if let Some(left) = &obs.point.leaves {
@@ -107,7 +116,7 @@ impl ForwardingLoops {
                     .insert((message.question.clone(), left.clone()), obs.ts);
             }
         }
-        let moving = self.latest.get(&message).copied().filter(|id| {
+        let moving = self.latest.get(message).copied().filter(|id| {
             self.flights
                 .get(id)
                 .is_some_and(|flight| flight.continues_with(obs, self.settle))
@@ -119,7 +128,7 @@ impl ForwardingLoops {
                 }
                 id
             }
-            None => self.start_flight(message, question.clone(), obs),
+            None => self.start_flight(message.clone(), question.clone(), obs),
         };
         if obs.point.enters.is_some() {
             self.note_entry(obs.ts, id, out);
@@ -158,14 +167,11 @@ impl ForwardingLoops {
     }
 
     /// A reply leaving the namespace a flight was delivered to: that namespace answered it.
-    fn reply(&mut self, obs: &Observation) {
+    fn reply(&mut self, obs: &Observation, message: &MessageKey) {
         let Some(leaves) = &obs.point.leaves else {
             return;
         };
-        let Some(message) = MessageKey::of(obs) else {
-            return;
-        };
-        let Some(&id) = self.latest.get(&message) else {
+        let Some(&id) = self.latest.get(message) else {
             return;
         };
         if let Some(flight) = self.flights.get_mut(&id) {
@@ -196,11 +202,19 @@ impl ForwardingLoops {
             return;
         }
         let question = flight.message.question.clone();
+        let Some((namespace, _)) = flight.delivered_to() else {
+            return;
+        };
+        let delivery = Delivery {
+            since,
+            flight: id,
+            namespace: namespace.clone(),
+        };
         let parent = self.parent_of(id, since);
         if let Some(flight) = self.flights.get_mut(&id) {
             flight.parent = parent;
         }
-        self.remember_delivery(question.clone(), since, id);
+        self.remember_delivery(question.clone(), delivery);
         let probe_origin = self.probes.get(&question).copied();
         let sent_out = SentOutOf {
             table: &self.sent_out,
@@ -211,13 +225,15 @@ impl ForwardingLoops {
         }
     }
 
-    fn remember_delivery(&mut self, question: QuestionKey, since: SystemTime, id: FlightId) {
-        let mut recent = self.deliveries.remove(&question).unwrap_or_default();
+    fn remember_delivery(&mut self, question: QuestionKey, delivery: Delivery) {
+        let Some(recent) = self.deliveries.refresh(&question) else {
+            self.deliveries.insert(question, VecDeque::from([delivery]));
+            return;
+        };
         if recent.len() == RECENT_DELIVERIES {
             recent.pop_front();
         }
-        recent.push_back((since, id));
-        self.deliveries.insert(question, recent);
+        recent.push_back(delivery);
     }
 
     /// The query the sender of flight `id` was delivered within `forward_window` before it
@@ -226,29 +242,30 @@ impl ForwardingLoops {
     fn parent_of(&mut self, id: FlightId, now: SystemTime) -> Option<FlightId> {
         let child = self.flights.get(&id)?;
         let sender = child.origin.as_ref()?;
-        let forwarded_as_child = |parent: &Flight, delivered: SystemTime| {
-            let in_time = child
-                .started
-                .duration_since(delivered)
-                .is_ok_and(|gap| gap <= self.forward_window);
-            let to_sender = parent
-                .delivered_to()
-                .is_some_and(|(namespace, _)| namespace == sender);
-            let still_owed = parent
-                .answered
-                .is_none_or(|answered| answered > child.started);
-            in_time && to_sender && still_owed
+        let forwarded_as_child = |delivery: &Delivery| {
+            let to_sender = delivery.namespace == *sender;
+            let in_time = || {
+                child
+                    .started
+                    .duration_since(delivery.since)
+                    .is_ok_and(|gap| gap <= self.forward_window)
+            };
+            let still_owed = || {
+                self.flights.get(&delivery.flight).is_some_and(|parent| {
+                    parent
+                        .answered
+                        .is_none_or(|answered| answered > child.started)
+                })
+            };
+            to_sender && in_time() && still_owed()
         };
-        let &(_, parent) = self
+        let parent = self
             .deliveries
             .get(&child.message.question)?
             .iter()
             .rev()
-            .find(|&&(delivered, candidate)| {
-                self.flights
-                    .get(&candidate)
-                    .is_some_and(|parent| forwarded_as_child(parent, delivered))
-            })?;
+            .find(|&delivery| forwarded_as_child(delivery))?
+            .flight;
         self.touch(parent, now);
         Some(parent)
     }
@@ -301,7 +318,7 @@ impl ForwardingLoops {
         {}
         while self
             .deliveries
-            .pop_stalest_if(|_, recent| recent.back().is_none_or(|&(since, _)| stale(since)))
+            .pop_stalest_if(|_, recent| recent.back().is_none_or(|last| stale(last.since)))
             .is_some()
         {}
     }
@@ -327,12 +344,15 @@ impl Analyzer for ForwardingLoops {
         true
     }
 
-    fn observe(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
+    fn observe(&mut self, obs: &Observation, message: Option<&MessageKey>, out: &mut Vec<Finding>) {
         self.tick(obs.ts, out);
+        let Some(message) = message else {
+            return;
+        };
         if obs.is_response {
-            self.reply(obs);
+            self.reply(obs, message);
         } else {
-            self.query(obs, out);
+            self.query(obs, message, out);
         }
     }
 
