@@ -10,8 +10,7 @@ use std::{
 use serde_json::{json, Map, Value};
 
 use super::{
-    ipv4::Ipv4Text,
-    probe_name,
+    ipv4_pieces, probe_name,
     time::{rfc3339, Rfc3339Writer},
     Sink,
 };
@@ -241,25 +240,15 @@ fn namespace(out: &mut Vec<u8>, namespace: Option<&Namespace>) -> io::Result<()>
 fn socket_addr(out: &mut Vec<u8>, addr: &SocketAddr) -> io::Result<()> {
     out.push(b'"');
     match addr {
-        SocketAddr::V4(addr) => out.extend_from_slice(Ipv4Text::new(addr).as_str().as_bytes()),
+        SocketAddr::V4(addr) => ipv4_pieces(addr, |piece| out.extend_from_slice(piece.as_bytes())),
         SocketAddr::V6(addr) => write!(out, "{addr}")?,
     }
     out.push(b'"');
     Ok(())
 }
 
-fn decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[start..]);
+fn decimal(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// The engine's numbers, with `extra`'s fields added (those it shares with them are the

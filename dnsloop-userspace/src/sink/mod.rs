@@ -1,5 +1,4 @@
 //! Where results go: a person at a terminal, or a log shipper reading JSON lines.
-mod ipv4;
 mod json;
 pub mod pcapng;
 #[cfg(test)]
@@ -64,4 +63,40 @@ fn hex(bytes: &[u8]) -> String {
             let _ = write!(text, "{byte:02x}");
             text
         })
+}
+
+/// `addr` as `Display` writes it (`10.244.0.2:53`), piece by piece to `push`: `Display` takes
+/// the formatting machinery once for each number, and the sinks write two addresses a packet.
+fn ipv4_pieces(addr: &std::net::SocketAddrV4, mut push: impl FnMut(&str)) {
+    let mut digits = itoa::Buffer::new();
+    for (at, octet) in addr.ip().octets().into_iter().enumerate() {
+        if at > 0 {
+            push(".");
+        }
+        push(digits.format(octet));
+    }
+    push(":");
+    push(digits.format(addr.port()));
+}
+
+#[cfg(test)]
+mod ipv4_tests {
+    use std::net::SocketAddrV4;
+
+    use super::ipv4_pieces;
+
+    #[test]
+    fn ipv4_addresses_are_written_as_they_display() {
+        for text in [
+            "0.0.0.0:0",
+            "255.255.255.255:65535",
+            "10.244.0.2:53",
+            "169.254.25.10:9",
+        ] {
+            let addr: SocketAddrV4 = text.parse().expect("an address");
+            let mut written = String::new();
+            ipv4_pieces(&addr, |piece| written.push_str(piece));
+            assert_eq!(written, addr.to_string());
+        }
+    }
 }

@@ -14,8 +14,7 @@ use std::{
 use serde_json::Value;
 
 use super::{
-    ipv4::Ipv4Text,
-    probe_name,
+    ipv4_pieces, probe_name,
     time::{time_of_day, write_time_of_day},
     Sink,
 };
@@ -291,7 +290,7 @@ fn packet_line(obs: &Observation, text: &mut String) {
 
 fn push_socket_addr(text: &mut String, addr: &SocketAddr) {
     match addr {
-        SocketAddr::V4(addr) => text.push_str(Ipv4Text::new(addr).as_str()),
+        SocketAddr::V4(addr) => ipv4_pieces(addr, |piece| text.push_str(piece)),
         SocketAddr::V6(addr) => {
             let _ = write!(text, "{addr}");
         }
