@@ -126,52 +126,57 @@ mode and <= 2x with `--packets`; throughput >= 95 % of none; 0 lost events in de
 a loop reported <= 1 s after its first packet; 100 veths attached in <= 2 s; userspace RSS
 <= 64 MiB. Read the table above against them:
 
-- **Held:** 0 lost events in default mode, also at saturation (about 270k DNS packets/s, above
-  the 200k target), every loop probe of the storm reported well within a second, memory, and
-  attach time with `--expedite-attach`.
-- **Default-mode userspace CPU holds while there is nothing to report, and grows with what there
-  is.** At the fixed load the lab's own servers drop a few percent of the queries (dnsperf's
-  "queries lost"; achieved q/s below 20k in the table), and dnsloop reports each as a timeout
-  naming its server: in a 10 s run by hand, dnsperf lost 12,139 queries and dnsloop reported
-  12,137 timeouts, all of them JSON lines. That is the CPU above tcpdump's in the table; with no
-  queries lost the tracer took about 0.04 s per 100k queries (7 ticks of CPU in a 10 s run at
-  20k q/s).
-- **Kernel cost per run does not hold: about 17x the floor on DNS packets (731-779 ns in three
-  runs today, 790 before), 3.5x on other packets (142 ns, from about 190: the link-layer table
-  is now an array the programs index instead of a hash map they search).** Removed so far: the
-  name walk now takes one `bpf_loop` step per label (the verifier checks one step: 60k
+- **Held:** default-mode userspace CPU (about half of tcpdump's), 0 lost events in default mode,
+  also at saturation (about 270k DNS packets/s, above the 200k target), every loop probe of the
+  storm reported well within a second, memory, and attach time with `--expedite-attach`.
+- **Default-mode userspace CPU grows with what there is to report.** When the lab's servers
+  drop queries at the fixed load (dnsperf's "queries lost", achieved q/s below 20k), dnsloop
+  reports each as a timeout naming its server; in an earlier run that lost about 6 % (12,139
+  queries; dnsloop reported 12,137 timeouts) it took 0.163 s per 100k queries, above tcpdump's.
+  The query table it reads for them is now read a few hundred entries per system call
+  (`BPF_MAP_LOOKUP_BATCH`) instead of two calls per entry: a table of 20,000 queries takes
+  6-11 ms to read instead of 18-21 ms, 2,000 take 0.5-0.8 ms instead of 1.6 ms.
+- **Kernel cost per run does not hold: about 15x the floor on DNS packets (658 ns, from 731 in
+  the previous run and 790 before), 3-4x on other packets (120-156 ns over three runs).** This
+  run's change: the programs find a packet's observation point in an array indexed by slot
+  (its first probe, for every interface of the node), which holds the point's namespaces and
+  link layer, and count it in a per-CPU array at the same slot; that replaced two hash-map
+  lookups per DNS packet and one per other packet. Side by side in the lab, alternating with
+  the previous build, that took 590-679 ns per run to 538-609 (three pairs). Removed before:
+  the name walk takes one `bpf_loop` step per label (the verifier checks one step: 62k
   instructions instead of 166k, and Linux 6.1 accepts the programs), the byte-at-a-time
-  `memset`/`memmove` calls LLVM emitted for array literals and copies (the 256-byte name copy
-  alone was a 256-iteration loop per new query), one clock read per packet, a new question
-  inserted once, and per-CPU LRU lists. On single packets (`BPF_PROG_TEST_RUN`, one CPU, the
-  table's last rows) that took a repeated query from 352 to about 240 ns, a new query from 1211
-  to about 850 ns, its reply from 505 to about 370 ns and a non-DNS packet from 74 to 63 ns (one
-  quiet run of each before and after); under the lab's load the mean moved less, from 790 to
-  731-779 ns. The single-packet rows of a run move with the machine too (the quiet figures
-  above, about 30 % higher in the last full run). What remains, by ablation under this load (one
-  run each): classification and the per-point counters about 130 ns, copying and parsing the
-  message about 210 ns, the query table about 180 ns and the question table about 50 ns. `perf
-  record -a` during the load puts the hash maps' bucket walks and hashing
-  (`lookup_nulls_elem_raw`, `htab_map_hash`) at about as many samples as the programs' own
-  instructions, and the name walk at about 30 % of the latter. The floor is one function call,
-  so 3x leaves no room for even one hash-map lookup per packet, and a DNS packet needs several:
-  the point's namespaces and counters, the query table at every hop (inserted where the query
-  starts, removed where the answer reaches its client) and the question table. Under load these
-  values move between the CPUs with every hop.
-- **Throughput does not hold (84-90 % in three runs today, 85 % before; the runs without dnsloop
-  spread wider than any change shows)**: at saturation the programs run about 7.5 times per
-  query on 2 cores, and the packets' own path is short on this lab, so their share shows.
-- **`--packets` does not hold (far above 2x tcpdump, and events lost at this load):** it
+  `memset`/`memmove` calls LLVM emitted for array literals and copies, one clock read per
+  packet, a new question inserted once, and per-CPU LRU lists. What remains is mostly hash
+  maps: the query table at every hop (inserted where a query starts, removed where its answer
+  reaches the client), the question table and the forwarder table, plus parsing the message;
+  `perf record -a` during the load puts the maps' bucket walks (`lookup_nulls_elem_raw`) above
+  any of the programs' own functions. The floor is one function call, so 3x leaves no room for
+  even one hash-map lookup per packet. The single-packet rows (`BPF_PROG_TEST_RUN`) move with
+  the machine: on a quieter one this run's build took 50-58 ns on a non-DNS packet, 219-237 on a
+  repeated query and 889-1052 on a new one (six runs).
+- **Throughput does not hold, and costs what tcpdump costs:** at saturation dnsperf keeps 88 %
+  of its queries/s with dnsloop attached and 89 % with `tcpdump -i any -w FILE port 53`, 98 %
+  with the empty classifier (medians of 5 rounds, the four alternating). The programs run about
+  7.5 times per query on 2 cores, and the packets' own path is short on this lab, so their share
+  shows.
+- **`--packets` does not hold (about 20x tcpdump, from 33x; events lost at this load):** it
   decodes, analyses and prints a JSON line for every DNS packet, where tcpdump copies bytes to a
-  file. Lines are now serialized without building a JSON value and written once per batch, which
-  took it from 5.4 to 4.3 s per 100k queries and halved the events lost; what is left is mostly
-  the analyzers ordering and following every packet. It is a diagnostic mode for one interface
-  or a quiet node, not for a node at 150k DNS packets/s; `capture` writes pcapng instead of
-  JSON.
-- **Attach time holds with `--expedite-attach` (about 0.16 s for 100 veths), not without (about
+  file, about 0.16 µs a packet all told. This run's changes took it from 4.0 to 2.3 s per 100k
+  queries, and the events lost from about 200k to 54k a run: lines built in a reused buffer (only
+  the strings from the network go through JSON escaping), names folded and hashed once when
+  decoded, the analyzers' keys hashed once for all four, observations that arrive in order
+  kept out of the reorder heap, a reply decoded a second time only when it has extended rcode
+  bits. Of the about 1.1 µs left per packet (measured offline on a 287k-packet capture), the
+  analyzers take about 60 % (following every flight of the loop analyzer above all), the JSON
+  line 20 % and decoding 19 %: each alone costs more than tcpdump's whole packet. It is a
+  diagnostic mode for one interface or a quiet node; `capture` writes pcapng instead.
+- **Attach time holds with `--expedite-attach` (about 0.15 s for 100 veths), not without (about
   2.6 s):** the programs load and verify in under 0.1 s; the rest is the kernel creating 200 TCX
   links, each waiting out an RCU grace period (about 12 ms here) under RTNL, one lock for every
   namespace, so threads cannot overlap them (200 links took 1.7 s from 8 threads as from one).
   `--expedite-attach` switches the kernel to expedited grace periods
   (`/sys/kernel/rcu_expedited`) while attaching and detaching, and back: it is opt-in because
-  expedited grace periods interrupt every CPU of the node meanwhile."#;
+  expedited grace periods interrupt every CPU of the node meanwhile. tc clsact filters, which
+  dnsloop uses before Linux 6.6, wait for no grace period (0.15 s, the table's third attach
+  row), but outlive a dnsloop killed with SIGKILL, where a TCX link goes with the process: so
+  TCX stays the default wherever the kernel has it."#;
