@@ -1,5 +1,5 @@
 //! The one kind of map the analyzers keep state in: bounded, and ordered by age.
-use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, Hash, RandomState};
 
 use hashlink::LinkedHashMap;
 
@@ -17,30 +17,9 @@ pub struct Table<K, V, S = RandomState> {
 }
 
 /// The hash of keys no packet can choose: ids an analyzer hands out in sequence, and keys that
-/// hash themselves as one `u64` they computed with a keyed hash (`packet`). A multiplication
+/// hash themselves as one `u64` they computed with a keyed hash (`packet`). A fast unkeyed hash
 /// spreads them over the buckets, instead of a keyed SipHash at every lookup.
-pub type FastHash = BuildHasherDefault<FastHasher>;
-
-#[derive(Default)]
-pub struct FastHasher(u64);
-
-impl Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.write_u64(u64::from(byte));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        // 2^64 divided by the golden ratio (Fibonacci hashing): consecutive ids land far apart
-        // in the high bits and in distinct low bits.
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+pub type FastHash = foldhash::fast::FixedState;
 
 impl<K: Hash + Eq, V> Table<K, V> {
     pub fn new(capacity: usize) -> Self {
