@@ -256,65 +256,6 @@ fn message_bytes<'a>(
     packet.get(message.offset..end)
 }
 
-/// The response code of the reply `bytes`, whose header says `header_rcode`: extended by an
-/// EDNS OPT record's bits when a full decode finds one. Only a record of type OPT in the
-/// additional section, with a nonzero top byte in its TTL, can extend it; a reply without one
-/// (almost every reply, EDNS ones included) is not decoded a second time, as hickory could only
-/// find the header's rcode in it, or fail on it and leave the header's.
-fn reply_rcode(bytes: &[u8], header_rcode: u16) -> u16 {
-    if !may_extend_rcode(bytes).unwrap_or(true) {
-        return header_rcode;
-    }
-    Message::from_bytes(bytes)
-        .map(|message| u16::from(message.response_code))
-        .unwrap_or(header_rcode)
-}
-
-/// Whether the message holds an OPT record with extended rcode bits in its additional section;
-/// `None` when its records cannot be walked (hickory is left to make sense of it). Records are
-/// walked as hickory reads them: a name (labels, ending at the root or a compression pointer),
-/// type, class, TTL, and as many bytes of data as the length before them says.
-fn may_extend_rcode(bytes: &[u8]) -> Option<bool> {
-    const OPT: u16 = 41;
-    let count = |at: usize| -> Option<usize> {
-        Some(usize::from(u16::from_be_bytes(
-            bytes.get(at..at + 2)?.try_into().ok()?,
-        )))
-    };
-    let (questions, answers, authorities, additionals) =
-        (count(4)?, count(6)?, count(8)?, count(10)?);
-    let mut at = QUESTION_OFFSET;
-    for _ in 0..questions {
-        at = name_end(bytes, at)? + 4;
-    }
-    for index in 0..answers + authorities + additionals {
-        let fixed = name_end(bytes, at)?;
-        let fields = bytes.get(fixed..fixed + 10)?;
-        let rtype = u16::from_be_bytes([fields[0], fields[1]]);
-        let ttl_top = fields[4];
-        let data_len = usize::from(u16::from_be_bytes([fields[8], fields[9]]));
-        if index >= answers + authorities && rtype == OPT && ttl_top != 0 {
-            return Some(true);
-        }
-        at = fixed + 10 + data_len;
-    }
-    Some(false)
-}
-
-/// Where the name at `at` ends: after its root label or its compression pointer.
-fn name_end(bytes: &[u8], mut at: usize) -> Option<usize> {
-    loop {
-        let len = *bytes.get(at)?;
-        match len {
-            0 => return Some(at + 1),
-            0xc0..=0xff => return Some(at + 2),
-            1..=63 => at += 1 + usize::from(len),
-            // Extended label types: hickory rejects them.
-            _ => return None,
-        }
-    }
-}
-
 struct DecodedMessage {
     id: u16,
     is_response: bool,
@@ -346,9 +287,13 @@ fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
         }
         None => None,
     };
+    // Only a reply's OPT record (in the additional section) can extend its rcode: every other
+    // message is not decoded a second time.
     let header_rcode = u16::from(summary.header.rcode());
-    let rcode = if summary.header.qr() {
-        reply_rcode(bytes, header_rcode)
+    let rcode = if summary.header.qr() && summary.header.arcount > 0 {
+        Message::from_bytes(bytes)
+            .map(|message| u16::from(message.response_code))
+            .unwrap_or(header_rcode)
     } else {
         header_rcode
     };
@@ -363,61 +308,4 @@ fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
             .map(|question| question.probe)
             .unwrap_or(dnsloop_ebpf::parse::Probe::None),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A reply to `www.example.test. A` with an answer, a glue address and an OPT record whose
-    /// TTL's top byte (the extended rcode bits) is `extended`, and an option.
-    fn edns_reply(extended: u8) -> Vec<u8> {
-        let mut reply = vec![0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 2];
-        reply.extend_from_slice(b"\x03www\x07example\x04test\x00\x00\x01\x00\x01");
-        // The answer, its name a pointer to the question's.
-        reply.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4, 192, 0, 2, 1]);
-        reply.extend_from_slice(b"\x02ns\xc0\x10\x00\x01\x00\x01\x00\x00\x0e\x10\x00\x04");
-        reply.extend_from_slice(&[192, 0, 2, 53]);
-        reply.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, extended, 0, 0, 0, 0, 4, 0, 10, 0, 0]);
-        reply
-    }
-
-    /// The response code as hickory's full decode gives it, for every reply.
-    fn fully_decoded(bytes: &[u8], header_rcode: u16) -> u16 {
-        Message::from_bytes(bytes)
-            .map(|message| u16::from(message.response_code))
-            .unwrap_or(header_rcode)
-    }
-
-    #[test]
-    fn extended_rcode_bits_come_from_the_opt_record() {
-        assert_eq!(reply_rcode(&edns_reply(0), 0), 0);
-        assert_eq!(reply_rcode(&edns_reply(1), 0), 16, "BADVERS");
-        assert_eq!(may_extend_rcode(&edns_reply(0)), Some(false));
-        assert_eq!(may_extend_rcode(&edns_reply(1)), Some(true));
-    }
-
-    #[test]
-    fn only_replies_a_full_decode_could_extend_are_decoded_and_all_read_alike() {
-        for extended in [0, 1, 0xff] {
-            let seed = edns_reply(extended);
-            let mut variants: Vec<Vec<u8>> =
-                (0..seed.len()).map(|len| seed[..len].to_vec()).collect();
-            for at in 0..seed.len() {
-                for value in [0, 1, 4, 41, 63, 64, 0x80, 0xc0, 0xc1, 0xff] {
-                    let mut changed = seed.clone();
-                    changed[at] = value;
-                    variants.push(changed);
-                }
-            }
-            for bytes in variants {
-                let header_rcode = bytes.get(3).map_or(0, |flags| u16::from(flags & 0x0f));
-                assert_eq!(
-                    reply_rcode(&bytes, header_rcode),
-                    fully_decoded(&bytes, header_rcode),
-                    "{bytes:02x?}"
-                );
-            }
-        }
-    }
 }
