@@ -126,8 +126,8 @@ mode and <= 2x with `--packets`; throughput >= 95 % of none; 0 lost events in de
 a loop reported <= 1 s after its first packet; 100 veths attached in <= 2 s; userspace RSS
 <= 64 MiB. Read the table above against them:
 
-- **Held:** default-mode userspace CPU (about half of tcpdump's), 0 lost events in default mode,
-  also at saturation (about 270k DNS packets/s, above the 200k target), every loop probe of the
+- **Held:** default-mode userspace CPU (0.55-0.8x tcpdump's), 0 lost events in default mode,
+  also at saturation (240-270k DNS packets/s, above the 200k target), every loop probe of the
   storm reported well within a second, memory, and attach time with `--expedite-attach`.
 - **Default-mode userspace CPU grows with what there is to report.** When the lab's servers
   drop queries at the fixed load (dnsperf's "queries lost", achieved q/s below 20k), dnsloop
@@ -136,11 +136,13 @@ a loop reported <= 1 s after its first packet; 100 veths attached in <= 2 s; use
   The query table it reads for them is now read a few hundred entries per system call
   (`BPF_MAP_LOOKUP_BATCH`) instead of two calls per entry: a table of 20,000 queries takes
   6-11 ms to read instead of 18-21 ms, 2,000 take 0.5-0.8 ms instead of 1.6 ms.
-- **Kernel cost per run does not hold: about 15x the floor on DNS packets (658 ns, from 731 in
-  the previous run and 790 before), 3-4x on other packets (120-156 ns over three runs).** This
-  run's change: the programs find a packet's observation point in an array indexed by slot
-  (its first probe, for every interface of the node), which holds the point's namespaces and
-  link layer, and count it in a per-CPU array at the same slot; that replaced two hash-map
+- **Kernel cost per run does not hold: about 15x the floor on DNS packets (658 and 706 ns in two
+  full runs today, 731 in the last one before and 790 before that), 3-4x on other packets
+  (120-200 ns over six runs).** The machine moves between runs: the second run today found the
+  floor and every single-packet row 10-20 % higher than the first. Today's change: the
+  programs find a packet's observation point in an array indexed by slot (its first probe, for
+  every interface of the node), which holds the point's namespaces and link layer, and count it
+  in a per-CPU array at the same slot; that replaced two hash-map
   lookups per DNS packet and one per other packet. Side by side in the lab, alternating with
   the previous build, that took 590-679 ns per run to 538-609 (three pairs). Removed before:
   the name walk takes one `bpf_loop` step per label (the verifier checks one step: 62k
@@ -154,29 +156,32 @@ a loop reported <= 1 s after its first packet; 100 veths attached in <= 2 s; use
   even one hash-map lookup per packet. The single-packet rows (`BPF_PROG_TEST_RUN`) move with
   the machine: on a quieter one this run's build took 50-58 ns on a non-DNS packet, 219-237 on a
   repeated query and 889-1052 on a new one (six runs).
-- **Throughput does not hold, and costs what tcpdump costs:** at saturation dnsperf keeps 88 %
-  of its queries/s with dnsloop attached and 89 % with `tcpdump -i any -w FILE port 53`, 98 %
-  with the empty classifier (medians of 5 rounds, the four alternating). The programs run about
+- **Throughput does not hold, and costs what tcpdump costs:** at saturation dnsperf keeps
+  88-88.5 % of its queries/s with dnsloop attached and 86.5-88.7 % with `tcpdump -i any -w FILE
+  port 53`, 98-100 % with the empty classifier (medians of 5 rounds, the four alternating; two
+  runs). The programs run about
   7.5 times per query on 2 cores, and the packets' own path is short on this lab, so their share
   shows.
-- **`--packets` does not hold (about 20x tcpdump, from 33x; events lost at this load):** it
-  decodes, analyses and prints a JSON line for every DNS packet, where tcpdump copies bytes to a
-  file, about 0.16 µs a packet all told. This run's changes took it from 4.0 to 2.3 s per 100k
-  queries, and the events lost from about 200k to 54k a run: lines built in a reused buffer (only
-  the strings from the network go through JSON escaping), names folded and hashed once when
-  decoded, the analyzers' keys hashed once for all four, observations that arrive in order
-  kept out of the reorder heap, a reply decoded a second time only when it has extended rcode
-  bits. Of the about 1.1 µs left per packet (measured offline on a 287k-packet capture), the
-  analyzers take about 60 % (following every flight of the loop analyzer above all), the JSON
-  line 20 % and decoding 19 %: each alone costs more than tcpdump's whole packet. It is a
-  diagnostic mode for one interface or a quiet node; `capture` writes pcapng instead.
-- **Attach time holds with `--expedite-attach` (about 0.15 s for 100 veths), not without (about
+- **`--packets` does not hold (20-22x tcpdump, from 33x; events lost at this load):** it decodes,
+  analyses and prints a JSON line for every DNS packet, where tcpdump copies bytes to a file,
+  about 0.16 µs a packet all told. Today's changes took it from 4.0 to 2.3-2.7 s per 100k queries
+  (two runs), and the events lost from about 200k to 54-79k a run: lines built in a reused buffer
+  (only the strings from the network go through JSON escaping), names folded and hashed once when
+  decoded, the analyzers' keys hashed once for all four, observations that arrive in order kept
+  out of the reorder heap. (A walk of the reply's records that spared most replies hickory's
+  second decode, for their extended rcode, was taken out again: userspace leaves DNS parsing to
+  hickory and the shared parser; it was worth about 8 % offline.) Of the about 1.1 µs left per
+  packet (measured offline on a 287k-packet capture), the analyzers take about 60 % (following
+  every flight of the loop analyzer above all), the JSON line 20 % and decoding 19 %: each alone
+  costs more than tcpdump's whole packet. It is a diagnostic mode for one interface or a quiet
+  node; `capture` writes pcapng instead.
+- **Attach time holds with `--expedite-attach` (0.15-0.17 s for 100 veths), not without (about
   2.6 s):** the programs load and verify in under 0.1 s; the rest is the kernel creating 200 TCX
   links, each waiting out an RCU grace period (about 12 ms here) under RTNL, one lock for every
   namespace, so threads cannot overlap them (200 links took 1.7 s from 8 threads as from one).
   `--expedite-attach` switches the kernel to expedited grace periods
   (`/sys/kernel/rcu_expedited`) while attaching and detaching, and back: it is opt-in because
   expedited grace periods interrupt every CPU of the node meanwhile. tc clsact filters, which
-  dnsloop uses before Linux 6.6, wait for no grace period (0.15 s, the table's third attach
+  dnsloop uses before Linux 6.6, wait for no grace period (0.15-0.17 s, the table's third attach
   row), but outlive a dnsloop killed with SIGKILL, where a TCX link goes with the process: so
   TCX stays the default wherever the kernel has it."#;
