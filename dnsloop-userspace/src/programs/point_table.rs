@@ -59,8 +59,9 @@ impl PointTable {
                 .ok_or(LoadError::Missing(POINT_COUNTERS_MAP))?;
             let mut counters: PerCpuArray<_, PointCounters> =
                 PerCpuArray::try_from(map).map_err(counters_error)?;
+            let cpus = cpus()?;
             for &index in &plan.fresh {
-                let zero = PerCpuValues::try_from(vec![PointCounters::default(); cpus()?])
+                let zero = PerCpuValues::try_from(vec![PointCounters::default(); cpus])
                     .map_err(|error| counters_error(MapError::IoError(error)))?;
                 counters.set(index, zero, 0).map_err(counters_error)?;
             }
