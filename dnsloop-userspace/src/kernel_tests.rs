@@ -80,11 +80,13 @@ fn the_xdp_program_counts_a_dns_query_and_passes_it_on_unchanged() {
         return;
     };
     // XDP never sees a socket, so its loopback point carries no namespace cookie.
-    kernel.points.push(KernelPoint {
-        point: ObservationPoint::new(0, LOOPBACK_IFINDEX, Direction::Ingress as u8),
-        namespaces: PointNamespaces::NONE,
-        link_layer: LinkLayer::Ethernet,
-    });
+    kernel
+        .points
+        .push(KernelPoint::ethernet(ObservationPoint::new(
+            0,
+            LOOPBACK_IFINDEX,
+            Direction::Ingress as u8,
+        )));
     kernel.sync_points();
     let frame = query_frame(0x1234, "www.example.test", QTYPE_A);
     let program = programs::xdp(&mut kernel.ebpf).expect("the XDP program is loaded");
@@ -889,11 +891,11 @@ fn a_point_is_found_past_others_holding_its_first_probes() {
     let ingress = test_point(Direction::Ingress);
     let holders = (0..3).map(|probe| {
         let slot = PointSlot::index(&ingress, probe);
-        KernelPoint {
-            point: ObservationPoint::new(0, slot / 2 + POINT_SLOTS / 2, (slot % 2) as u8),
-            namespaces: PointNamespaces::NONE,
-            link_layer: LinkLayer::Ethernet,
-        }
+        KernelPoint::ethernet(ObservationPoint::new(
+            0,
+            slot / 2 + POINT_SLOTS / 2,
+            (slot % 2) as u8,
+        ))
     });
     let test_points = std::mem::take(&mut kernel.points);
     kernel.points = holders.chain(test_points).collect();
@@ -1041,11 +1043,7 @@ impl Kernel {
         let records = programs::take_records(&mut ebpf).expect("the programs have a ring buffer");
         let table = PointTable::read(&ebpf).expect("reading the point table");
         let points = [Direction::Ingress, Direction::Egress]
-            .map(|direction| KernelPoint {
-                point: test_point(direction),
-                namespaces: PointNamespaces::NONE,
-                link_layer: LinkLayer::Ethernet,
-            })
+            .map(|direction| KernelPoint::ethernet(test_point(direction)))
             .to_vec();
         let mut kernel = Kernel {
             ebpf,

@@ -8,9 +8,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use aya::{programs::SchedClassifier, Ebpf, TestRun as _, TestRunOptions};
 use dnsloop_ebpf::{
-    event::{Direction, ObservationPoint, PointNamespaces},
+    event::{Direction, ObservationPoint},
     frames::{dns_query, dns_response, FrameSpec},
-    parse::LinkLayer,
 };
 
 use crate::{
@@ -133,10 +132,12 @@ fn load() -> Result<Ebpf> {
     // The frames run on this namespace's loopback: its points are registered, as `dnsloop
     // trace` registers every point it watches.
     let cookie = netns::current_cookie().context("reading this namespace's cookie")?;
-    let points = [Direction::Ingress, Direction::Egress].map(|direction| KernelPoint {
-        point: ObservationPoint::new(cookie, LOOPBACK_INDEX, direction as u8),
-        namespaces: PointNamespaces::NONE,
-        link_layer: LinkLayer::Ethernet,
+    let points = [Direction::Ingress, Direction::Egress].map(|direction| {
+        KernelPoint::ethernet(ObservationPoint::new(
+            cookie,
+            LOOPBACK_INDEX,
+            direction as u8,
+        ))
     });
     PointTable::read(&ebpf)?.sync(&mut ebpf, &points)?;
     Ok(ebpf)

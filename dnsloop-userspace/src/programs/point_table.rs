@@ -22,6 +22,17 @@ pub struct KernelPoint {
 }
 
 impl KernelPoint {
+    /// A point of an Ethernet interface whose packets leave and enter no watched namespace, as
+    /// the programs' test runs see theirs.
+    #[cfg(any(test, feature = "profiling"))]
+    pub fn ethernet(point: ObservationPoint) -> Self {
+        Self {
+            point,
+            namespaces: PointNamespaces::NONE,
+            link_layer: LinkLayer::Ethernet,
+        }
+    }
+
     fn slot(&self) -> PointSlot {
         PointSlot::new(self.point, self.namespaces, self.link_layer as u8)
     }
@@ -84,13 +95,17 @@ pub fn find_in_kernel(ebpf: &Ebpf, point: &ObservationPoint) -> Result<Option<u3
         name: POINTS_MAP.into(),
     })?;
     let array: Array<&MapData, PointSlot> = Array::try_from(map)?;
-    for probe in 0..POINT_PROBES {
-        let index = PointSlot::index(point, probe);
+    for index in probes(point) {
         if array.get(&index, 0)?.point == *point {
             return Ok(Some(index));
         }
     }
     Ok(None)
+}
+
+/// The slots `point` may take, in the order the programs search them.
+fn probes(point: &ObservationPoint) -> impl Iterator<Item = u32> + Clone + '_ {
+    (0..POINT_PROBES).map(move |probe| PointSlot::index(point, probe))
 }
 
 fn cpus() -> Result<usize, LoadError> {
@@ -186,9 +201,7 @@ mod tests {
     }
 
     fn search(slots: &[PointSlot], point: &ObservationPoint) -> Option<u32> {
-        (0..POINT_PROBES)
-            .map(|probe| PointSlot::index(point, probe))
-            .find(|&index| slots[index as usize].point == *point)
+        probes(point).find(|&index| slots[index as usize].point == *point)
     }
 
     #[test]
@@ -251,11 +264,7 @@ mod tests {
             .flat_map(|ifindex| [at(ifindex, 0, 1), at(ifindex, 1, 1)])
             .collect();
         let loopbacks: Vec<KernelPoint> = (4096..4096 + 500)
-            .map(|cookie| KernelPoint {
-                point: ObservationPoint::new(cookie, 1, 1),
-                namespaces: PointNamespaces::NONE,
-                link_layer: LinkLayer::Ethernet,
-            })
+            .map(|cookie| KernelPoint::ethernet(ObservationPoint::new(cookie, 1, 1)))
             .collect();
         let all: Vec<KernelPoint> = node.iter().chain(&loopbacks).copied().collect();
 
@@ -278,11 +287,7 @@ mod tests {
         let mut points: Vec<KernelPoint> = (0..POINT_PROBES)
             .map(|probe| homed_at(PointSlot::index(&loopback, probe)))
             .collect();
-        points.push(KernelPoint {
-            point: loopback,
-            namespaces: PointNamespaces::NONE,
-            link_layer: LinkLayer::Ethernet,
-        });
+        points.push(KernelPoint::ethernet(loopback));
 
         let plan = plan(&empty(), &points);
 
