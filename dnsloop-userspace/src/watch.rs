@@ -184,7 +184,16 @@ impl Watch {
         }
         // Placed before attaching, so that their first packets are counted and followed.
         let unplaced = self.sync_points()?;
-        self.check_unplaced(&links, &unplaced)?;
+        if let Err(refused) = check_unplaced(&links, &unplaced) {
+            for link in &links {
+                self.points.remove_link(link.index);
+            }
+            for pod in &pods {
+                self.points.remove_loopback(pod.cookie);
+            }
+            self.sync_points()?;
+            return Err(refused);
+        }
         let mut attached = Vec::with_capacity(links.len());
         for link in links {
             match self.attachments.attach(&mut self.ebpf, &link) {
@@ -211,34 +220,6 @@ impl Watch {
         Ok(())
     }
 
-    /// Refuses `links` if the point table had no room for a point of one without Ethernet, whose
-    /// packets the programs would misread; says what else goes uncounted.
-    fn check_unplaced(
-        &mut self,
-        links: &[Link],
-        unplaced: &[ObservationPoint],
-    ) -> anyhow::Result<()> {
-        for point in unplaced {
-            let link = links
-                .iter()
-                .find(|link| point.netns_cookie == 0 && link.index == point.ifindex);
-            if let Some(link) = link.filter(|link| !link.ethernet) {
-                for link in links {
-                    self.points.remove_link(link.index);
-                }
-                self.sync_points()?;
-                anyhow::bail!(
-                    "interface {} carries no Ethernet header, and the point table has no room for it where the programs look ({POINT_SLOTS} slots, {POINT_PROBES} searched a point): its packets would be misread, so name the interfaces to watch with -i, leaving it out",
-                    link.name
-                );
-            }
-            let name = link.map_or("lo", |link| link.name.as_str());
-            let direction = Direction::from_u8(point.direction).map_or("", Direction::as_str);
-            eprintln!("dnsloop: the point table has no room for {name} {direction} (namespace cookie {}): its packets are parsed, but counted only as unplaced_packets, and loops through it are not followed", point.netns_cookie);
-        }
-        Ok(())
-    }
-
     /// The programs cannot tell one namespace's loopback from another's here: say once what
     /// goes unseen.
     fn warn_pod_loopbacks_unwatched(&mut self) {
@@ -261,4 +242,24 @@ impl Watch {
             }
         }
     }
+}
+
+/// Refuses `links` if the point table had no room for a point of one without Ethernet, whose
+/// packets the programs would misread; says what else goes uncounted.
+fn check_unplaced(links: &[Link], unplaced: &[ObservationPoint]) -> anyhow::Result<()> {
+    for point in unplaced {
+        let link = links
+            .iter()
+            .find(|link| point.netns_cookie == 0 && link.index == point.ifindex);
+        if let Some(link) = link.filter(|link| !link.ethernet) {
+            anyhow::bail!(
+                "interface {} carries no Ethernet header, and the point table has no room for it where the programs look ({POINT_SLOTS} slots, {POINT_PROBES} searched a point): its packets would be misread, so name the interfaces to watch with -i, leaving it out",
+                link.name
+            );
+        }
+        let name = link.map_or("lo", |link| link.name.as_str());
+        let direction = Direction::from_u8(point.direction).map_or("", Direction::as_str);
+        eprintln!("dnsloop: the point table has no room for {name} {direction} (namespace cookie {}): its packets are parsed, but counted only as unplaced_packets, and loops through it are not followed", point.netns_cookie);
+    }
+    Ok(())
 }
