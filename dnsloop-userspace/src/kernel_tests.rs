@@ -615,6 +615,42 @@ fn an_answered_query_leaves_the_table_and_counts_for_its_server() {
     assert!(server.max > Duration::ZERO && server.p50 <= server.max);
 }
 
+/// A packet crossing a bridge is seen twice in a row on one CPU (at the port and at the bridge),
+/// and the second sighting takes the query table's answer from the first.
+#[test]
+fn a_packet_seen_again_further_on_leaves_its_query_as_the_first_sighting_left_it() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    let query = query_frame(4, "www.example.test", QTYPE_A);
+    kernel.run(Direction::Ingress, &query);
+    kernel.run(Direction::Egress, &query);
+    let mut expired = Vec::new();
+    kernel
+        .unanswered_queries()
+        .take_expired(Duration::ZERO, &mut expired)
+        .expect("reading the query table");
+    let [unanswered] = expired.as_slice() else {
+        panic!("one query in flight: {expired:?}");
+    };
+    assert_eq!(unanswered.direction, Direction::Ingress, "first seen there");
+
+    // Loopback's reply reaches its client at once (see the test above); seen again, it finds
+    // the query answered.
+    kernel.run(
+        Direction::Egress,
+        &query_frame(5, "www.example.test", QTYPE_A),
+    );
+    let answer = answer_frame(5, "www.example.test", QTYPE_A, 0);
+    kernel.run(Direction::Egress, &answer);
+    kernel.run(Direction::Ingress, &answer);
+    let servers = crate::counters::read_servers(&kernel.ebpf).expect("reading the servers");
+    let [server] = servers.as_slice() else {
+        panic!("one server: {servers:?}");
+    };
+    assert_eq!(server.answered, 1, "one answer, seen twice");
+}
+
 #[test]
 fn a_reply_from_elsewhere_is_not_counted_as_its_servers_answer() {
     let Some(mut kernel) = Kernel::load(trace_settings()) else {

@@ -95,6 +95,11 @@ pub fn packet_costs() -> Result<Vec<PacketCost>> {
                 .map(|(name, id)| answer_frame(id, name)),
         )?,
     });
+    // The common case on a node: a popular name asked again by a new query.
+    costs.push(PacketCost {
+        kind: "a new query for a question met before, one run per call",
+        ns_per_run: once_each(program, (0..DISTINCT).map(|id| query_frame(id, NAME)))?,
+    });
     Ok(costs)
 }
 

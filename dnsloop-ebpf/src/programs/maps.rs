@@ -100,6 +100,8 @@ pub struct Verdict {
     pub name_walk: NameWalk,
     /// A query met for the first time, built here before it is copied into `QUERIES`.
     pub new_query: QueryEntry,
+    /// This CPU's last look into `QUERIES` (kept from packet to packet; see `queries`).
+    pub last_lookup: LastLookup,
     /// For a query that made its question hot: the last sighting before it.
     pub priors: [Sighting; PRIOR_SIGHTINGS],
 }
@@ -131,6 +133,27 @@ impl Verdict {
     pub fn stream_reason(&self) -> Option<StreamReason> {
         self.stream.checked_sub(1).and_then(StreamReason::from_u8)
     }
+}
+
+/// What `QUERIES` held for one key when this CPU last looked, and where the packet was: a packet
+/// crossing a bridge is seen again a moment later on the same CPU, and that sighting takes what
+/// the table holds from here instead of looking again (see `queries::same_packet_further_on`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LastLookup {
+    pub key: QueryKey,
+    pub at_ns: u64,
+    pub netns_cookie: u64,
+    pub ifindex: u32,
+    pub direction: u8,
+    /// Non-zero for a reply's look (by its destination), zero for a query's (by its source).
+    pub reply: u8,
+    /// Non-zero when the key had an entry (after the look: 0 once the reply took it out).
+    pub found: u8,
+    pub family: u8,
+    /// The entry's query and first sighting's namespace, when `found`.
+    pub query: QueryState,
+    pub query_netns_cookie: u64,
 }
 
 #[inline(always)]

@@ -263,9 +263,7 @@ fn inspect_message<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index:
     let attach_unstreamed = config().stream_every_packet == 0;
     if summary.header.qr() {
         forwarders::note_responder(&verdict.segment);
-        if let Some(query) =
-            queries::answered_at_client(&verdict.segment, id, summary.header.rcode(), verdict)
-        {
+        if let Some(query) = queries::answered_at_client(id, summary.header.rcode(), verdict) {
             if attach_unstreamed && queries::from_elsewhere(&verdict.segment, &query) {
                 verdict.matched_query = query;
                 verdict.stream_because(StreamReason::UnexpectedSource);

@@ -60,6 +60,12 @@ pub fn remember(
     let segment = &verdict.segment;
     let key = key(segment.src, segment.sport, id, segment);
     let now = verdict.now_ns;
+    // Seen a moment ago: the look then found the query or put it in, and either way this is a
+    // later hop, where the entry stays as it is.
+    if same_packet_further_on(&key, false, verdict) {
+        return None;
+    }
+    note_lookup(&key, false, verdict);
     if let Some(first) = QUERIES.get_ptr_mut(&key) {
         // SAFETY: a value of our map; a concurrent update can only skew the flag.
         let first = unsafe { &mut (*first).state };
@@ -72,6 +78,7 @@ pub fn remember(
         first.retried = 1;
         return Some(*first);
     }
+    let segment = &verdict.segment;
     let entry = &mut verdict.new_query;
     entry.state = QueryState {
         first_ns: now,
@@ -100,26 +107,37 @@ pub fn remember(
 /// egress only, in the same one). The entry is then done with; an answer from where the query
 /// went is counted in its server's statistics.
 #[inline(always)]
-pub fn answered_at_client(
-    segment: &Segment,
-    id: u16,
-    rcode: u8,
-    verdict: &Verdict,
-) -> Option<QueryState> {
+pub fn answered_at_client(id: u16, rcode: u8, verdict: &mut Verdict) -> Option<QueryState> {
+    let segment = &verdict.segment;
     let key = key(segment.dst, segment.dport, id, segment);
-    let entry = QUERIES.get_ptr(&key)?;
-    // SAFETY: a plain-data value of our map; what is needed is copied out at once.
-    let (query, family, netns_cookie) =
-        unsafe { ((*entry).state, (*entry).family, (*entry).netns_cookie) };
+    if !same_packet_further_on(&key, true, verdict) {
+        note_lookup(&key, true, verdict);
+        let last = &mut verdict.last_lookup;
+        last.found = 0;
+        let entry = QUERIES.get_ptr(&key)?;
+        // SAFETY: a plain-data value of our map; what is needed is copied out at once.
+        unsafe {
+            last.query = (*entry).state;
+            last.query_netns_cookie = (*entry).netns_cookie;
+            last.family = (*entry).family;
+        }
+        last.found = 1;
+    }
+    let last = &verdict.last_lookup;
+    if last.found == 0 {
+        return None;
+    }
+    let (query, family) = (last.query, last.family);
     let loopback = verdict.ifindex == LOOPBACK_IFINDEX;
     let reaches_client = query.ifindex == verdict.ifindex
-        && netns_cookie == verdict.netns_cookie
+        && last.query_netns_cookie == verdict.netns_cookie
         && (query.direction != verdict.direction || loopback);
     if !reaches_client {
         return None;
     }
     let _ = QUERIES.remove(&key);
-    if !from_elsewhere(segment, &query) {
+    verdict.last_lookup.found = 0;
+    if !from_elsewhere(&verdict.segment, &query) {
         count_answer(&query, family, rcode, verdict.now_ns);
     }
     Some(query)
@@ -167,6 +185,40 @@ fn count_answer(query: &QueryState, family: u8, rcode: u8, now_ns: u64) {
 fn add(count: &mut u64) {
     // SAFETY: `count` is an aligned u64 in map memory; other CPUs only add to it atomically.
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(count, 1) };
+}
+
+/// How soon after a look into the query table a sighting of the same key, elsewhere, is the
+/// same packet seen again: crossing a bridge, a packet is seen at the port and at the bridge's
+/// own interface within microseconds, on one CPU; a client's next query with the same source
+/// port and ID comes a retry interval later.
+const SAME_PACKET_NS: u64 = 100_000;
+
+/// Whether this CPU's last look into the query table was for `key`, for the same kind of
+/// packet, moments ago, at another point: the same packet further on its way, for which
+/// `verdict.last_lookup` still says what the table holds. (At the same point it is a copy of
+/// the packet, which is looked up like any other.)
+#[inline(always)]
+fn same_packet_further_on(key: &QueryKey, reply: bool, verdict: &Verdict) -> bool {
+    let last = &verdict.last_lookup;
+    verdict.now_ns.wrapping_sub(last.at_ns) < SAME_PACKET_NS
+        && (last.reply != 0) == reply
+        && last.key == *key
+        && (last.ifindex != verdict.ifindex
+            || last.direction != verdict.direction
+            || last.netns_cookie != verdict.netns_cookie)
+}
+
+/// Notes in `verdict.last_lookup` that this packet looks up `key`; the caller records what it
+/// finds.
+#[inline(always)]
+fn note_lookup(key: &QueryKey, reply: bool, verdict: &mut Verdict) {
+    let last = &mut verdict.last_lookup;
+    last.key = *key;
+    last.at_ns = verdict.now_ns;
+    last.netns_cookie = verdict.netns_cookie;
+    last.ifindex = verdict.ifindex;
+    last.direction = verdict.direction;
+    last.reply = u8::from(reply);
 }
 
 /// The key of the query sent by `client`:`client_port` with `id` over `segment`'s transport.
