@@ -89,19 +89,23 @@ impl Decoder {
             }
             PacketClass::Malformed(reason) => return Err(NotDecoded::Malformed(reason)),
         };
-        let (transport, messages) = match segment.transport {
-            WireTransport::Udp => (Transport::Udp, vec![udp_message(&segment)]),
-            WireTransport::Tcp => {
-                let framing = tcp_framing(&bytes, &segment);
-                (Transport::Tcp, framing.messages().copied().collect())
-            }
+        // A datagram holds one message, a TCP segment any number: taken from either without
+        // collecting them, as nearly every packet is a datagram.
+        let (transport, datagram, framing) = match segment.transport {
+            WireTransport::Udp => (Transport::Udp, Some(udp_message(&segment)), None),
+            WireTransport::Tcp => (Transport::Tcp, None, Some(tcp_framing(&bytes, &segment))),
         };
+        let messages = datagram.into_iter().chain(
+            framing
+                .iter()
+                .flat_map(|framing| framing.messages().copied()),
+        );
         let src = socket_addr(segment.family, &segment.src, segment.sport);
         let dst = socket_addr(segment.family, &segment.dst, segment.dport);
         let before = out.len();
         let mut first_error = None;
-        for message in &messages {
-            let Some(held) = message_bytes(&packet.bytes, &segment, message) else {
+        for message in messages {
+            let Some(held) = message_bytes(&packet.bytes, &segment, &message) else {
                 continue;
             };
             match decode_message(held) {

@@ -6,6 +6,7 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
+use bytes::BytesMut;
 use dnsloop_ebpf::{
     event::{Direction, PacketRecord, Sighting, StreamReason, PACKET_SNAP_MAX},
     parse::Transport,
@@ -21,10 +22,16 @@ use super::{
 /// bounds how long a lone record can wait.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Packets' bytes are copied out of the ring into shared chunks of this size, each packet's
+/// `Bytes` a slice of one: one allocation per few hundred packets rather than one per packet.
+const BYTES_CHUNK: usize = 64 * 1024;
+
 pub struct RingBufSource {
     ring: AsyncFd<RingBuf<MapData>>,
     clock: MonotonicClock,
     poll: tokio::time::Interval,
+    /// Where the next packets' bytes are copied to (see `BYTES_CHUNK`).
+    chunk: BytesMut,
     /// Records whose bytes made no sense (a version mismatch between the programs and us).
     pub undecodable_records: u64,
 }
@@ -39,6 +46,7 @@ impl RingBufSource {
             ring: unsafe { AsyncFd::register(ring)? },
             clock,
             poll,
+            chunk: BytesMut::new(),
             undecodable_records: 0,
         })
     }
@@ -64,7 +72,7 @@ impl RingBufSource {
     pub fn drain(&mut self, out: &mut Vec<RawPacket>) {
         let ring = self.ring.get_mut();
         while let Some(item) = ring.next() {
-            match raw_packet(&item, &self.clock) {
+            match raw_packet(&item, &self.clock, &mut self.chunk) {
                 Some(packet) => out.push(packet),
                 None => self.undecodable_records += 1,
             }
@@ -72,7 +80,8 @@ impl RingBufSource {
     }
 }
 
-fn raw_packet(item: &[u8], clock: &MonotonicClock) -> Option<RawPacket> {
+/// The packet a ring record holds, its bytes copied into `chunk`.
+fn raw_packet(item: &[u8], clock: &MonotonicClock, chunk: &mut BytesMut) -> Option<RawPacket> {
     if item.len() < std::mem::size_of::<PacketRecord>() {
         return None;
     }
@@ -97,7 +106,7 @@ fn raw_packet(item: &[u8], clock: &MonotonicClock) -> Option<RawPacket> {
         },
         direction: Direction::from_u8(record.direction)?,
         link_layer: link_layer(record.link_layer)?,
-        bytes: bytes::Bytes::copy_from_slice(&record.bytes[..captured]),
+        bytes: copy_into(chunk, &record.bytes[..captured]),
         matched_query: matched_query(&record, clock),
         priors: record
             .priors
@@ -105,6 +114,17 @@ fn raw_packet(item: &[u8], clock: &MonotonicClock) -> Option<RawPacket> {
             .filter_map(|prior| prior_sighting(prior, clock))
             .collect(),
     })
+}
+
+/// `bytes`, copied to the end of `chunk`, as a `Bytes` of their own that shares its allocation.
+/// A chunk without room for them is left to the packets that hold parts of it, and a new one
+/// started.
+fn copy_into(chunk: &mut BytesMut, bytes: &[u8]) -> bytes::Bytes {
+    if chunk.capacity() < bytes.len() {
+        *chunk = BytesMut::with_capacity(BYTES_CHUNK.max(bytes.len()));
+    }
+    chunk.extend_from_slice(bytes);
+    chunk.split().freeze()
 }
 
 /// The first sending of the query the record's packet answers (a reply from an unexpected
@@ -174,13 +194,31 @@ mod tests {
         let aligned = record();
         let mut unaligned = vec![0u8; 1];
         unaligned.extend_from_slice(as_bytes(&aligned));
+        let mut chunk = BytesMut::new();
         for item in [as_bytes(&aligned), &unaligned[1..]] {
-            let packet = raw_packet(item, &clock).expect("a whole record");
+            let packet = raw_packet(item, &clock, &mut chunk).expect("a whole record");
             assert_eq!(&packet.bytes[..], b"abc");
             assert_eq!(packet.interface.ifindex, 7);
             assert_eq!(packet.direction, Direction::Egress);
             assert_eq!(packet.ts, clock.wall_time(1_000_000));
         }
-        assert!(raw_packet(&as_bytes(&aligned)[1..], &clock).is_none());
+        assert!(raw_packet(&as_bytes(&aligned)[1..], &clock, &mut chunk).is_none());
+    }
+
+    #[test]
+    fn packets_copied_into_one_chunk_keep_their_own_bytes() {
+        let mut chunk = BytesMut::with_capacity(8);
+        let first = copy_into(&mut chunk, b"abc");
+        let second = copy_into(&mut chunk, b"defg");
+        // No room left for these: a new chunk, the old one still held by the first two.
+        let third = copy_into(&mut chunk, b"hi");
+        let large = copy_into(&mut chunk, &[7; 2 * BYTES_CHUNK]);
+        let after = copy_into(&mut chunk, b"j");
+        assert_eq!(&first[..], b"abc");
+        assert_eq!(&second[..], b"defg");
+        assert_eq!(&third[..], b"hi");
+        assert_eq!(&large[..], &[7; 2 * BYTES_CHUNK][..]);
+        assert_eq!(&after[..], b"j");
+        assert!(chunk.is_empty());
     }
 }

@@ -43,10 +43,12 @@ pub fn find(
     probe_origin: Option<FlightId>,
     sent_out: &impl SentOut,
 ) -> Option<Cycle> {
-    let (home, address) = flights.get(&arrival)?.delivered_to()?;
+    let arrived = flights.get(&arrival)?;
+    let (home, address) = arrived.delivered_to()?;
     // Since the chain began, has the question been sent out of M? A resolver behind a loopback
-    // address sends it on at once; a server going round through itself never does.
-    let kept_in = !sent_out.sent_out_since(home, chain_start(flights, arrival)?);
+    // address sends it on at once; a server going round through itself never does. Asked only
+    // of a chain back at the same server: nearly every delivery is not.
+    let kept_in = || !sent_out.sent_out_since(home, chain_start(flights, arrived));
     let mut chain = Vec::new();
     let mut left_home = false;
     let mut forwarded_at_once = true;
@@ -66,7 +68,7 @@ pub fn find(
         }
         let back_at_the_same_server =
             chain.len() > 1 && flight.delivered_to() == Some((home, address));
-        if !left_home && back_at_the_same_server && (forwarded_at_once || kept_in) {
+        if !left_home && back_at_the_same_server && (forwarded_at_once || kept_in()) {
             // The earlier arrival is where the cycle starts from, not one of its forwards.
             chain.pop();
             return Some(Cycle::sent_in_order(chain));
@@ -76,7 +78,7 @@ pub fn find(
     }
     let probe_id = probe_origin.filter(|id| !chain.contains(id))?;
     let probe = flights.get(&probe_id)?;
-    let came_from_outside = !flights.get(&arrival)?.stayed_in(home);
+    let came_from_outside = !arrived.stayed_in(home);
     (probe.origin.as_ref() == Some(home) && came_from_outside).then(|| {
         chain.push(probe_id);
         Cycle::sent_in_order(chain)
@@ -84,9 +86,9 @@ pub fn find(
 }
 
 /// When the first query of `arrival`'s chain of forwards was sent.
-fn chain_start(flights: &Flights, arrival: FlightId) -> Option<SystemTime> {
-    let mut start = flights.get(&arrival)?.started;
-    let mut next = flights.get(&arrival)?.parent;
+fn chain_start(flights: &Flights, arrival: &Flight) -> SystemTime {
+    let mut start = arrival.started;
+    let mut next = arrival.parent;
     for _ in 0..MAX_CHAIN {
         let Some(flight) = next.and_then(|id| flights.get(&id)) else {
             break;
@@ -94,7 +96,7 @@ fn chain_start(flights: &Flights, arrival: FlightId) -> Option<SystemTime> {
         start = start.min(flight.started);
         next = flight.parent;
     }
-    Some(start)
+    start
 }
 
 impl Cycle {

@@ -25,6 +25,11 @@ pub type Flights = Table<FlightId, Flight, FastHash>;
 /// its first hops are enough to show.
 const MAX_HOPS: usize = 16;
 
+/// Room a flight's hops start with: nearly every query is seen twice, on both sides of the veth
+/// or bridge it crosses. A node keeps tens of thousands of flights, and a `Vec`'s first growth
+/// would give each room for four.
+const USUAL_HOPS: usize = 2;
+
 /// Where a flight is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Position {
@@ -78,7 +83,7 @@ impl Flight {
             origin: obs.point.leaves.clone(),
             server: obs.dst,
             started: obs.ts,
-            hops: Vec::new(),
+            hops: Vec::with_capacity(USUAL_HOPS),
             position: Position::Outside { since: obs.ts },
             parent: None,
             answered: None,

@@ -70,8 +70,10 @@ pub struct ForwardingLoops {
     deliveries: Table<QuestionKey, VecDeque<Delivery>, FastHash>,
     /// The flight that sent each loop probe.
     probes: Table<QuestionKey, FlightId, FastHash>,
-    /// When each question was last sent out of each namespace (see `cycle::SentOut`).
-    sent_out: Table<(QuestionKey, Namespace), SystemTime>,
+    /// When each question was last sent out of each namespace (see `cycle::SentOut`). The
+    /// question carries its keyed hash and the node names its namespaces, so no packet chooses
+    /// where a key lands: `FastHash`.
+    sent_out: Table<(QuestionKey, Namespace), SystemTime, FastHash>,
     reports: Repeats<LoopKey, LoopFinding>,
     next_id: FlightId,
 }
@@ -93,7 +95,7 @@ impl ForwardingLoops {
             entered_overflows: 0,
             deliveries: Table::with_hasher(capacity),
             probes: Table::with_hasher(capacity),
-            sent_out: Table::new(capacity),
+            sent_out: Table::with_hasher(capacity),
             reports: Repeats::new(report_interval, capacity),
             next_id: 0,
         }
@@ -326,7 +328,7 @@ impl ForwardingLoops {
 
 /// `cycle::SentOut` for one question.
 struct SentOutOf<'a> {
-    table: &'a Table<(QuestionKey, Namespace), SystemTime>,
+    table: &'a Table<(QuestionKey, Namespace), SystemTime, FastHash>,
     question: &'a QuestionKey,
 }
 
