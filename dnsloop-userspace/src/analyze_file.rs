@@ -48,11 +48,12 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         loop_report_interval: args.report_interval,
         ..EngineConfig::default()
     });
-    let stdout = std::io::stdout();
+    // Buffered, and written as the buffer fills rather than per packet (see `Pipeline::advance`).
+    let stdout = std::io::BufWriter::with_capacity(sink::STDOUT_BUFFER, std::io::stdout().lock());
     let mut pipeline = Pipeline::without_enrichment(
         Decoder::new(&args.dns_ports),
         engine,
-        sink::for_format(args.output, stdout.lock()),
+        sink::for_format(args.output, stdout),
         args.packets,
     );
     let mut file = CaptureFile::open(&args.file)?;
@@ -131,7 +132,7 @@ fn feed(
         .ingest_placed(&packet, |_, _| Some(&point))
         .context("analysing the capture")?;
     counts.count(packet.interface.ifindex, &point, decoded);
-    pipeline.tick(ts)?;
+    pipeline.advance(ts)?;
     Ok(ts)
 }
 

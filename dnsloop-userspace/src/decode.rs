@@ -171,7 +171,11 @@ impl Decoder {
             direction: point.direction,
             reason,
             addresses,
-            head: packet.bytes.slice(..packet.bytes.len().min(SAMPLE_HEAD)),
+            // A copy, not a slice: the packet's bytes may share an allocation with many others
+            // (see `source::ringbuf`), which a kept sample would hold on to.
+            head: bytes::Bytes::copy_from_slice(
+                &packet.bytes[..packet.bytes.len().min(SAMPLE_HEAD)],
+            ),
         }
     }
 

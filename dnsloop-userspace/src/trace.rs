@@ -38,14 +38,12 @@ const UNANSWERED_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from
 /// How often pods found before their sandbox started are looked for again, to be named.
 const POD_NAMING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
-const STDOUT_BUFFER: usize = 64 * 1024;
-
 pub fn run(args: TraceArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let end = end_of_run(args.duration)?;
-        // Buffered: each batch is written at once (see `Sink::flush`), not line by line; with
-        // `--packets` a batch is hundreds of lines of about 330 bytes.
-        let stdout = std::io::BufWriter::with_capacity(STDOUT_BUFFER, std::io::stdout().lock());
+        // Buffered: each batch is written at once (see `Sink::flush`), not line by line.
+        let stdout =
+            std::io::BufWriter::with_capacity(sink::STDOUT_BUFFER, std::io::stdout().lock());
         trace(&args, sink::for_format(args.output, stdout), None, end).await
     })
 }

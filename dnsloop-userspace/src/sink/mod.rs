@@ -38,6 +38,10 @@ pub trait Sink {
     fn flush(&mut self) -> io::Result<()>;
 }
 
+/// What a sink writing to stdout buffers between flushes: with `--packets` a batch is hundreds
+/// of lines of about 330 bytes.
+pub const STDOUT_BUFFER: usize = 64 * 1024;
+
 pub fn for_format<'a>(format: OutputFormat, out: impl Write + 'a) -> Box<dyn Sink + 'a> {
     match format {
         OutputFormat::Text => Box::new(TextSink::new(out)),
