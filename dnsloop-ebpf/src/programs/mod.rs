@@ -272,7 +272,7 @@ fn inspect_message<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index:
                 verdict.stream_unless_set(StreamReason::Retried);
             }
         }
-    } else if let Some(first) = queries::remember(buffer, &question, id, verdict) {
+    } else if let Some(first) = queries::remember(packet, message.offset, &question, id, verdict) {
         if attach_unstreamed {
             verdict.matched_query = first;
             verdict.stream_because(StreamReason::Retried);

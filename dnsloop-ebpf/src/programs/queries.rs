@@ -5,13 +5,13 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 use dnsloop_ebpf::{
-    event::{QueryEntry, QueryKey, QueryState, ServerKey, ServerStats, NAME_WIRE_MAX},
+    event::{QueryKey, QueryState, ServerKey, ServerStats},
     latency,
-    parse::{Question, Segment, DNS_BUF_LEN},
+    parse::{Question, Segment},
 };
 
 use super::{
-    hook::LOOPBACK_IFINDEX,
+    hook::{copy_into, Hook, HookBytes, LOOPBACK_IFINDEX},
     maps::{Verdict, QUERIES, SERVERS, ZERO_SERVER_STATS},
 };
 
@@ -22,28 +22,6 @@ const RETRY_AFTER_NS: u64 = 200_000_000;
 /// Offset of the question's name in a DNS message.
 const NAME_OFFSET: usize = 12;
 
-/// Copies the part of a message, held in the DNS buffer, where its question's name can be.
-///
-/// Word by word, with volatile writes: an assignment of the array compiles to a call to a
-/// `memmove` that copies one byte per iteration, and a plain loop is turned back into one.
-#[inline(always)]
-fn copy_name_window(dst: &mut [u8; NAME_WIRE_MAX], message: &[u8; DNS_BUF_LEN]) {
-    const WORD: usize = core::mem::size_of::<u32>();
-    const {
-        assert!(NAME_OFFSET + NAME_WIRE_MAX <= DNS_BUF_LEN);
-        assert!(NAME_OFFSET % WORD == 0 && NAME_WIRE_MAX % WORD == 0);
-        assert!(core::mem::offset_of!(QueryEntry, name) % WORD == 0);
-    };
-    // The buffer is a map value (8-aligned) and the name field of `QueryEntry` is 8-aligned:
-    // both word pointers are aligned.
-    let src = message.as_ptr().wrapping_add(NAME_OFFSET).cast::<u32>();
-    let dst = dst.as_mut_ptr().cast::<u32>();
-    for word in 0..NAME_WIRE_MAX / WORD {
-        // SAFETY: in bounds of both arrays (asserted above) and aligned (see above).
-        unsafe { dst.add(word).write_volatile(src.add(word).read()) };
-    }
-}
-
 /// Remembers a query at its first sighting, the one closest to its client. Later hops of the
 /// same query (same client, port and id) leave the entry alone: after DNAT their destination is
 /// no longer the one the client chose.
@@ -51,8 +29,9 @@ fn copy_name_window(dst: &mut [u8; NAME_WIRE_MAX], message: &[u8; DNS_BUF_LEN]) 
 /// Returns the first sending when this is the client sending it again, unanswered, from where it
 /// first did: stub resolvers (glibc) retry on the same socket with the same ID.
 #[inline(always)]
-pub fn remember(
-    message: &[u8; DNS_BUF_LEN],
+pub fn remember<H: Hook>(
+    packet: &HookBytes<H>,
+    message_offset: usize,
     question: &Question,
     id: u16,
     verdict: &mut Verdict,
@@ -92,11 +71,20 @@ pub fn remember(
     entry.qtype = question.qtype;
     entry.qclass = question.qclass;
     entry.family = segment.family as u8;
-    // A fixed-size copy: a length taken from the packet would make the verifier tell apart every
-    // name length it meets, and the program outgrow its budget. The bytes past the name are
-    // whatever followed it in the buffer, and are never read.
-    copy_name_window(&mut entry.name, message);
+    // Straight from the packet, only the name's bytes: one helper call with a length bounded
+    // for the verifier, where copying the name's whole room from the DNS buffer took 64 word
+    // copies. (The parser read these bytes from the same offset, so they are there.)
     entry.name_len = question.name_len;
+    if copy_into(
+        packet.0,
+        message_offset + NAME_OFFSET,
+        &mut entry.name,
+        usize::from(question.name_len),
+    )
+    .is_none()
+    {
+        return None;
+    }
     // The entry is copied from the per-CPU scratch value: it is too big for the stack.
     let _ = QUERIES.insert(&key, &verdict.new_query, BPF_NOEXIST.into());
     None
