@@ -487,18 +487,15 @@ pub struct QuerySighting {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QuestionState {
-    /// When the current window started: the first sighting after a quiet `window`.
-    pub first_ns: u64,
+    /// The latest sighting: a question quiet for the window starts afresh.
     pub last_ns: u64,
-    /// Query sightings in this window, every hop counted.
-    pub sightings: u32,
     /// Set once the question came back into a namespace that was forwarding it.
     pub hot: u8,
     /// The slot of `sent_to` to fill next.
     pub sent_to_next: u8,
     /// The slot of `cold` to fill next.
     pub cold_next: u8,
-    pub _pad: [u8; 1],
+    pub _pad: [u8; 5],
     /// Namespaces with a forward of the question unanswered (0: free slot), since when.
     pub forwarding: [u32; QUESTION_SLOTS],
     pub forwarding_since: [u64; QUESTION_SLOTS],
@@ -550,13 +547,11 @@ impl QuestionState {
     #[inline(always)]
     pub const fn fresh(now_ns: u64) -> Self {
         Self {
-            first_ns: now_ns,
             last_ns: now_ns,
-            sightings: 0,
             hot: 0,
             sent_to_next: 0,
             cold_next: 0,
-            _pad: [0; 1],
+            _pad: [0; 5],
             forwarding: [0; QUESTION_SLOTS],
             forwarding_since: [0; QUESTION_SLOTS],
             sent_to: [[0; 16]; QUESTION_SLOTS],
@@ -592,7 +587,6 @@ impl QuestionState {
             self.reset(now_ns);
         }
         self.last_ns = now_ns;
-        self.sightings = self.sightings.saturating_add(1);
         if self.hot != 0 {
             return Heat::Hot;
         }
@@ -620,8 +614,7 @@ impl QuestionState {
     /// where a new value would be built.
     #[inline(always)]
     pub fn reset(&mut self, now_ns: u64) {
-        self.first_ns = now_ns;
-        self.sightings = 0;
+        self.last_ns = now_ns;
         self.hot = 0;
         self.sent_to_next = 0;
         stores::fill(&mut self.forwarding, 0);
@@ -770,7 +763,7 @@ mod tests {
         assert_eq!(size_of::<Sighting>(), 64);
         assert_eq!(
             size_of::<QuestionState>(),
-            8 + 8 + 4 + 4 + QUESTION_SLOTS * (4 + 8 + 16) + 64 * PRIOR_SIGHTINGS
+            8 + 8 + QUESTION_SLOTS * (4 + 8 + 16) + 64 * PRIOR_SIGHTINGS
         );
         assert_eq!(size_of::<PointNamespaces>(), 8);
         assert_eq!(size_of::<PointSlot>(), 32);
@@ -823,7 +816,6 @@ mod tests {
                 state.record_answer(NODE);
             }
         }
-        assert_eq!(state.sightings, 400);
     }
 
     #[test]
