@@ -1,14 +1,15 @@
 //! The dead-upstream scenario's traffic, and what must come of it: the same checks whether the
 //! findings come from a live trace (`tests/detect.rs`) or from an analysis of a capture of the
 //! same traffic (`tests/analyze.rs`).
-use std::{fmt, net::SocketAddr};
+use std::fmt;
 
 use crate::{
     findings::TimeoutFinding,
-    lab::{Lab, Pod, CLUSTER_RECORDS, DEAD_DNS, EXTERNAL_A, EXTERNAL_NAME, STUB_DOMAIN},
+    lab::{
+        dns_server, Lab, Pod, CLUSTER_RECORDS, DEAD_DNS, EXTERNAL_A, EXTERNAL_NAME, STUB_DOMAIN,
+    },
 };
 
-const DNS_PORT: u16 = 53;
 /// A timeout is reported only after the query waited this long.
 const TIMEOUT_MS: u64 = 2_000;
 
@@ -50,7 +51,7 @@ pub fn assert_only_the_stub_domain_times_out(
     timeouts: &[&TimeoutFinding],
     output: &dyn fmt::Display,
 ) {
-    let dead = SocketAddr::new(DEAD_DNS.into(), DNS_PORT);
+    let dead = dns_server(DEAD_DNS);
     let at_dead: Vec<_> = timeouts
         .iter()
         .filter(|timeout| timeout.server == dead)

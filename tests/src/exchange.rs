@@ -9,9 +9,7 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 use dnsloop_userspace::DnsName;
 
-use crate::lab::{Lab, Pod};
-
-const DNS_PORT: u16 = 53;
+use crate::lab::{dns_server, Lab, Pod};
 
 /// Source ports handed to exchanges, one each: a client address then names one exchange's
 /// packets alone. Above the ephemeral range (32768-60999) nothing else in the pod takes them.
@@ -94,7 +92,7 @@ impl Query {
         Ok(Exchange {
             query: self.clone(),
             client,
-            server: SocketAddr::new(self.server, DNS_PORT),
+            server: dns_server(self.server),
             report,
         })
     }

@@ -153,6 +153,11 @@ impl<'de> Deserialize<'de> for Timestamp {
     }
 }
 
+/// A name as dnsloop prints it: with the root's trailing dot.
+pub fn fqdn(name: &str) -> String {
+    format!("{name}.")
+}
+
 /// Parses the one shape dnsloop prints, `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC, milliseconds).
 pub fn parse_rfc3339_millis(text: &str) -> Option<SystemTime> {
     let (date, time) = text.strip_suffix('Z')?.split_once('T')?;

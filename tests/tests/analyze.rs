@@ -10,7 +10,7 @@
 //! loop storm loads a 2-core machine.
 use std::{
     collections::BTreeSet,
-    net::{IpAddr, Ipv4Addr, SocketAddr},
+    net::{IpAddr, Ipv4Addr},
     path::{Path, PathBuf},
     thread,
     time::Duration,
@@ -19,9 +19,9 @@ use std::{
 use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     dead_upstream,
-    findings::{Record, Trace},
+    findings::{fqdn, Record, Trace},
     lab::{
-        DigOutcome, Lab, PcapCapture, Pod, Scenario, CLUSTER_DNS, EXTERNAL_A, EXTERNAL_NAME,
+        dns_server, Lab, PcapCapture, Pod, Scenario, CLUSTER_DNS, EXTERNAL_A, EXTERNAL_NAME,
         NODE_LOCAL_DNS,
     },
     packet_lines::packet_lines,
@@ -31,7 +31,6 @@ use dnsloop_tests::{
 
 const CLUSTER_NAME: &str = "kubernetes.default.svc.cluster.local";
 const CLUSTER_NAME_ADDRESS: &str = "10.96.0.1";
-const DNS_PORT: u16 = 53;
 /// What the captures keep: DNS only, as an operator chasing a DNS fault would capture.
 const FILTER: &str = "port 53";
 /// dnsloop's query timeout (2 s) and some: a capture must run this long past a query for its
@@ -163,29 +162,6 @@ fn analyze_with(file: &Path, args: &[&str]) -> Trace {
         .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", file.display()))
 }
 
-fn dig(lab: &Lab, from: Pod, server: &str, args: &[&str]) -> DigOutcome {
-    lab.dig(from, server, args)
-        .unwrap_or_else(|error| panic!("{error:#}"))
-}
-
-fn dig_answers(lab: &Lab, from: Pod, server: &str, args: &[&str], expected: &str) {
-    let outcome = dig(lab, from, server, args);
-    assert_eq!(
-        (outcome.status.as_deref(), outcome.answers.as_slice()),
-        (Some("NOERROR"), [expected.to_owned()].as_slice()),
-        "dig @{server} {args:?}:\n{}",
-        outcome.stdout
-    );
-}
-
-fn fqdn(name: &str) -> String {
-    format!("{name}.")
-}
-
-fn dns_server(address: impl Into<IpAddr>) -> SocketAddr {
-    SocketAddr::new(address.into(), DNS_PORT)
-}
-
 /// Each finding as a kind and a question name: what a live trace and an analysis of a
 /// capture of the same traffic can be compared on.
 fn kinds_and_names(trace: &Trace) -> BTreeSet<(&'static str, String)> {
@@ -226,14 +202,7 @@ fn nodelocal_loop_in_captures_agrees_with_trace() {
         Scenario::NodelocalLoop,
         &[NODE_ANY, NODE_ANY_COOKED_V1, NODE_BRIDGE],
         true,
-        |lab| {
-            dig(
-                lab,
-                Pod::Client,
-                &NODE_LOCAL_DNS.to_string(),
-                &[EXTERNAL_NAME],
-            )
-        },
+        |lab| lab.dig_or_fail(Pod::Client, &NODE_LOCAL_DNS.to_string(), &[EXTERNAL_NAME]),
     ) else {
         return;
     };
@@ -277,7 +246,7 @@ fn unexpected_source_in_captures_agrees_with_trace() {
         Scenario::UnexpectedSource,
         &[NODE_ANY, client_veth],
         true,
-        |lab| dig(lab, Pod::Client, &CLUSTER_DNS.to_string(), &[CLUSTER_NAME]),
+        |lab| lab.dig_or_fail(Pod::Client, &CLUSTER_DNS.to_string(), &[CLUSTER_NAME]),
     ) else {
         return;
     };
@@ -332,7 +301,7 @@ fn self_loop_in_a_capture_of_the_pod() {
         Scenario::SelfLoop,
         &takes,
         false,
-        |lab| dig(lab, Pod::Client, &pod.ip().to_string(), &[EXTERNAL_NAME]),
+        |lab| lab.dig_or_fail(Pod::Client, &pod.ip().to_string(), &[EXTERNAL_NAME]),
     ) else {
         return;
     };
@@ -374,12 +343,7 @@ fn tcp_loop_in_captures() {
             // hop (a message split over segments, which the decoder does not reassemble): the
             // question is asked a few times, and the captures run on after the last.
             for _ in 0..TCP_LOOP_ROUNDS {
-                dig(
-                    lab,
-                    Pod::Client,
-                    &NODE_LOCAL_DNS.to_string(),
-                    &[EXTERNAL_NAME],
-                );
+                lab.dig_or_fail(Pod::Client, &NODE_LOCAL_DNS.to_string(), &[EXTERNAL_NAME]);
             }
             std::thread::sleep(TCP_ROUND_SETTLE);
         },
@@ -442,8 +406,7 @@ fn healthy_traffic_in_captures_is_not_a_fault() {
         |lab| {
             let cache = NODE_LOCAL_DNS.to_string();
             for _ in 0..10 {
-                dig_answers(
-                    lab,
+                lab.dig_answers(
                     Pod::Client,
                     &cache,
                     &[EXTERNAL_NAME],
@@ -451,8 +414,7 @@ fn healthy_traffic_in_captures_is_not_a_fault() {
                 );
             }
             for transport in ["+notcp", "+tcp"] {
-                dig_answers(
-                    lab,
+                lab.dig_answers(
                     Pod::Client,
                     &CLUSTER_DNS.to_string(),
                     &[transport, CLUSTER_NAME],
@@ -460,8 +422,7 @@ fn healthy_traffic_in_captures_is_not_a_fault() {
                 );
             }
             thread::sleep(TIMEOUT_SHOWS_AFTER);
-            dig_answers(
-                lab,
+            lab.dig_answers(
                 Pod::Client,
                 &cache,
                 &[EXTERNAL_NAME],

@@ -13,9 +13,9 @@ use std::{
 use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     dead_upstream, dns_query,
-    findings::{Hop, LoopFinding, Trace},
+    findings::{fqdn, Hop, LoopFinding, Trace},
     lab::{
-        DigOutcome, Lab, Pod, Scenario, CLUSTER_DNS, CLUSTER_DNS_V6, DEAD_DNS, EXTERNAL_A,
+        dns_server, Lab, Pod, Scenario, CLUSTER_DNS, CLUSTER_DNS_V6, DEAD_DNS, EXTERNAL_A,
         EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, UPSTREAM_DNS,
     },
     privilege::{can_run, dnsloop_bin, Need},
@@ -24,7 +24,6 @@ use dnsloop_tests::{
 
 const CLUSTER_NAME: &str = "kubernetes.default.svc.cluster.local";
 const CLUSTER_NAME_ADDRESS: &str = "10.96.0.1";
-const DNS_PORT: u16 = 53;
 
 /// dnsloop's query timeout (2 s) plus room for the tracer to notice: stopping the tracer this
 /// long after the last query gives every unanswered query the time to be reported.
@@ -84,34 +83,8 @@ fn trace_lab<T>(
     (trace, sent)
 }
 
-fn dig(lab: &Lab, from: Pod, server: &str, args: &[&str]) -> DigOutcome {
-    lab.dig(from, server, args)
-        .unwrap_or_else(|error| panic!("{error:#}"))
-}
-
-/// Digs and checks the answer, so that a quiet trace is known to have seen working traffic.
-fn dig_answers(lab: &Lab, from: Pod, server: &str, args: &[&str], expected: &str) {
-    let outcome = dig(lab, from, server, args);
-    assert_eq!(
-        (outcome.status.as_deref(), outcome.answers.as_slice()),
-        (Some("NOERROR"), [expected.to_owned()].as_slice()),
-        "dig @{server} {args:?} from {}:\n{}",
-        from.name(),
-        outcome.stdout
-    );
-}
-
-/// A name as dnsloop prints it: with the root's trailing dot.
-fn fqdn(name: &str) -> String {
-    format!("{name}.")
-}
-
 fn node_cache() -> String {
     NODE_LOCAL_DNS.to_string()
-}
-
-fn dns_server(address: impl Into<IpAddr>) -> SocketAddr {
-    SocketAddr::new(address.into(), DNS_PORT)
 }
 
 /// The first loop report for `qname`, or a failure showing everything the tracer printed.
@@ -128,7 +101,7 @@ fn nodelocal_loop_is_reported_within_a_second_and_not_per_packet() {
     let sent = format!("`dig @{NODE_LOCAL_DNS} {EXTERNAL_NAME}` from the client");
     let Some((trace, _)) = traced("nodelocal-loop", Scenario::NodelocalLoop, |lab| {
         // The loop swallows the query: there is no answer to check.
-        dig(lab, Pod::Client, &node_cache(), &[EXTERNAL_NAME])
+        lab.dig_or_fail(Pod::Client, &node_cache(), &[EXTERNAL_NAME])
     }) else {
         return;
     };
@@ -189,7 +162,7 @@ fn nodelocal_loop_is_reported_with_ingress_watched_at_xdp() {
                 .exec(lab.node_ns(), &["bpftool", "net", "show"])
                 .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
                 .unwrap_or_else(|error| panic!("{error:#}"));
-            dig(lab, Pod::Client, &node_cache(), &[EXTERNAL_NAME]);
+            lab.dig_or_fail(Pod::Client, &node_cache(), &[EXTERNAL_NAME]);
             attached
         },
     ) else {
@@ -232,7 +205,7 @@ fn coredns_loop_probe_coming_back_is_reported_as_a_probe() {
     // As the loop plugin does at start: CoreDNS asks its upstream (here the node cache, which
     // forwards to the ClusterIP) for the probe name, which should never come back to it.
     let Some((trace, _)) = traced("coredns-probe", Scenario::NodelocalLoop, |lab| {
-        dig(lab, Pod::CoreDnsA, &node_cache(), &[&probe, "HINFO"])
+        lab.dig_or_fail(Pod::CoreDnsA, &node_cache(), &[&probe, "HINFO"])
     }) else {
         return;
     };
@@ -275,7 +248,7 @@ fn tcp_loop_is_reported_on_tcp_hops() {
         let capture = lab
             .capture(lab.node_ns(), "cni0", "tcp port 53")
             .expect("tcpdump starts");
-        dig(lab, Pod::Client, &node_cache(), &[EXTERNAL_NAME]);
+        lab.dig_or_fail(Pod::Client, &node_cache(), &[EXTERNAL_NAME]);
         capture.stop().expect("tcpdump stops")
     }) else {
         return;
@@ -295,7 +268,7 @@ fn self_loop_is_reported_on_the_pods_loopback() {
     let pod = Pod::CoreDnsA;
     let sent = format!("`dig @{} {EXTERNAL_NAME}` from the client", pod.ip());
     let Some((trace, _)) = traced("self-loop", Scenario::SelfLoop, |lab| {
-        dig(lab, Pod::Client, &pod.ip().to_string(), &[EXTERNAL_NAME])
+        lab.dig_or_fail(Pod::Client, &pod.ip().to_string(), &[EXTERNAL_NAME])
     }) else {
         return;
     };
@@ -320,7 +293,7 @@ fn self_loop_is_reported_on_the_pods_loopback() {
 fn unexpected_source_is_reported_with_conntrack_evidence_and_its_cause() {
     let sent = format!("`dig @{CLUSTER_DNS} {CLUSTER_NAME}` from the client");
     let Some((trace, outcome)) = traced("unexpected-source", Scenario::UnexpectedSource, |lab| {
-        dig(lab, Pod::Client, &CLUSTER_DNS.to_string(), &[CLUSTER_NAME])
+        lab.dig_or_fail(Pod::Client, &CLUSTER_DNS.to_string(), &[CLUSTER_NAME])
     }) else {
         return;
     };
@@ -413,15 +386,13 @@ fn a_query_asked_once_and_never_answered_times_out_and_answers_are_counted_per_s
     // One try, never resent: nothing about it is streamed, so dnsloop learns of it from the
     // kernel's query table once it has waited past the timeout.
     let Some((trace, _)) = traced("asked-once", Scenario::DeadUpstream, |lab| {
-        dig(
-            lab,
+        lab.dig_or_fail(
             Pod::Client,
             &DEAD_DNS.to_string(),
             &["+tries=1", "+timeout=1", CLUSTER_NAME],
         );
         for _ in 0..3 {
-            dig_answers(
-                lab,
+            lab.dig_answers(
                 Pod::Client,
                 &node_cache(),
                 &[EXTERNAL_NAME],
@@ -474,7 +445,7 @@ fn repetitive_legitimate_traffic(lab: &Lab) {
 
     // The same name over and over, each time with a new id.
     for _ in 0..REPEATED_QUERIES {
-        dig_answers(lab, Pod::Client, &cache, &[EXTERNAL_NAME], &external_a);
+        lab.dig_answers(Pod::Client, &cache, &[EXTERNAL_NAME], &external_a);
     }
 
     // A retry: the same query, same id and port, sent again.
@@ -494,7 +465,7 @@ fn repetitive_legitimate_traffic(lab: &Lab) {
 
     // A short name tried through the search list: NXDOMAIN for all but the first.
     for name in SEARCH_LIST_EXPANSION {
-        let outcome = dig(lab, Pod::Client, &cache, &[name]);
+        let outcome = lab.dig_or_fail(Pod::Client, &cache, &[name]);
         assert!(
             outcome.status.is_some(),
             "dig @{cache} {name}:\n{}",
@@ -511,7 +482,7 @@ fn repetitive_legitimate_traffic(lab: &Lab) {
             &["dig", "+tries=1", "+timeout=1", &upstream, EXTERNAL_NAME],
         )
         .expect("dig starts in coredns-a");
-    dig_answers(lab, Pod::Client, &cache, &[EXTERNAL_NAME], &external_a);
+    lab.dig_answers(Pod::Client, &cache, &[EXTERNAL_NAME], &external_a);
     let coredns = coredns.wait_with_output().expect("dig ends in coredns-a");
     let coredns_stdout = String::from_utf8_lossy(&coredns.stdout);
     assert!(
@@ -528,8 +499,7 @@ fn repetitive_legitimate_traffic(lab: &Lab) {
         NODE_LOCAL_DNS_V6.to_string(),
     ] {
         for transport in ["+notcp", "+tcp"] {
-            dig_answers(
-                lab,
+            lab.dig_answers(
                 Pod::Client,
                 &server,
                 &[transport, CLUSTER_NAME],
@@ -538,15 +508,8 @@ fn repetitive_legitimate_traffic(lab: &Lab) {
         }
     }
     // External names over TCP and IPv6.
-    dig_answers(
-        lab,
-        Pod::Client,
-        &cache,
-        &["+tcp", EXTERNAL_NAME],
-        &external_a,
-    );
-    dig_answers(
-        lab,
+    lab.dig_answers(Pod::Client, &cache, &["+tcp", EXTERNAL_NAME], &external_a);
+    lab.dig_answers(
         Pod::Client,
         &NODE_LOCAL_DNS_V6.to_string(),
         &[EXTERNAL_NAME, "AAAA"],
@@ -598,8 +561,7 @@ fn another_labs_traffic_stays_out_of_the_trace() {
     let idle = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{error:#}"));
     let looping = Lab::up(Scenario::SelfLoop).unwrap_or_else(|error| panic!("{error:#}"));
     let (trace, _) = trace_lab("isolation", &idle, &[], |_| {
-        dig(
-            &looping,
+        looping.dig_or_fail(
             Pod::Client,
             &Pod::CoreDnsA.ip().to_string(),
             &[EXTERNAL_NAME],

@@ -34,13 +34,8 @@ fn lab_up(test: &str, scenario: Scenario) -> Option<Lab> {
     }
 }
 
-fn dig(lab: &Lab, from: Pod, server: &str, args: &[&str]) -> lab::DigOutcome {
-    lab.dig(from, server, args)
-        .unwrap_or_else(|error| panic!("{error:#}"))
-}
-
 fn assert_answers(lab: &Lab, server: &str, args: &[&str], expected: &str) {
-    let outcome = dig(lab, Pod::Client, server, args);
+    let outcome = lab.dig_or_fail(Pod::Client, server, args);
     assert_eq!(
         outcome.status.as_deref(),
         Some("NOERROR"),
@@ -149,8 +144,7 @@ fn healthy_resolves_cluster_and_external_names_over_udp_tcp_and_ipv6() {
         &[EXTERNAL_NAME, "AAAA"],
         &EXTERNAL_AAAA.to_string(),
     );
-    let missing = dig(
-        &lab,
+    let missing = lab.dig_or_fail(
         Pod::Client,
         &node_cache,
         &["missing.default.svc.cluster.local"],
@@ -176,7 +170,7 @@ fn nodelocal_loop_sends_external_names_back_into_the_node_cache() {
             &format!("udp dst port 53 and dst host {node_cache}"),
         )
         .expect("tcpdump starts");
-    let outcome = dig(&lab, Pod::Client, &node_cache, &[EXTERNAL_NAME]);
+    let outcome = lab.dig_or_fail(Pod::Client, &node_cache, &[EXTERNAL_NAME]);
     let packets = capture.stop().expect("tcpdump stops");
 
     assert_fails(&outcome);
@@ -208,7 +202,7 @@ fn self_loop_sends_the_query_to_the_same_server_over_lo() {
         .capture(&lab.pod_ns(pod), "lo", "udp dst port 53")
         .expect("tcpdump starts");
     // dig waits one second, in which unbound re-sends the forwarded query to itself.
-    let outcome = dig(&lab, Pod::Client, &pod.ip().to_string(), &[EXTERNAL_NAME]);
+    let outcome = lab.dig_or_fail(Pod::Client, &pod.ip().to_string(), &[EXTERNAL_NAME]);
     let packets = capture.stop().expect("tcpdump stops");
 
     assert_fails(&outcome);
@@ -243,7 +237,7 @@ fn unexpected_source_answers_from_the_pod_address_and_leaves_conntrack_unreplied
     let capture = lab
         .capture(&client_ns, "eth0", "udp port 53")
         .expect("tcpdump starts");
-    let outcome = dig(&lab, Pod::Client, &CLUSTER_DNS.to_string(), &[CLUSTER_NAME]);
+    let outcome = lab.dig_or_fail(Pod::Client, &CLUSTER_DNS.to_string(), &[CLUSTER_NAME]);
     let packets = capture.stop().expect("tcpdump stops");
 
     assert_eq!(
@@ -308,7 +302,7 @@ fn dead_upstream_times_out_the_stub_domain_only() {
     };
     let stub_name = format!("www.{STUB_DOMAIN}");
     for server in [CLUSTER_DNS.to_string(), NODE_LOCAL_DNS.to_string()] {
-        assert_fails(&dig(&lab, Pod::Client, &server, &[&stub_name]));
+        assert_fails(&lab.dig_or_fail(Pod::Client, &server, &[&stub_name]));
         assert_answers(&lab, &server, &[EXTERNAL_NAME], &EXTERNAL_A.to_string());
         assert_answers(&lab, &server, &[CLUSTER_NAME], CLUSTER_NAME_ADDRESS);
     }
@@ -337,7 +331,7 @@ fn tcp_loop_forwards_over_tcp_to_the_cluster_ip_and_back_into_the_node_cache() {
     let capture = lab
         .capture(lab.node_ns(), "cni0", "tcp port 53")
         .expect("tcpdump starts");
-    let outcome = dig(&lab, Pod::Client, &node_cache, &[EXTERNAL_NAME]);
+    let outcome = lab.dig_or_fail(Pod::Client, &node_cache, &[EXTERNAL_NAME]);
     let packets = capture.stop().expect("tcpdump stops");
 
     assert_fails(&outcome);

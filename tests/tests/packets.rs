@@ -6,21 +6,20 @@
 //! report. On the node a query crosses veth-client and cni0 inward; the cache asks CoreDNS
 //! (out of cni0 and the CoreDNS pod's veth, the reply back in) or the upstream resolver (out of
 //! eth0 and back); the reply to the client crosses cni0 and veth-client outward.
-use std::{
-    net::{IpAddr, SocketAddr},
-    time::SystemTime,
-};
+use std::{net::SocketAddr, time::SystemTime};
 
 use dnsloop_tests::{
     exchange::{Exchange, Query},
     findings::Trace,
-    lab::{Lab, Pod, Scenario, CLUSTER_DOMAIN, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, UPSTREAM_DNS},
+    lab::{
+        dns_server, Lab, Pod, Scenario, CLUSTER_DOMAIN, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6,
+        UPSTREAM_DNS,
+    },
     packet_lines::{packet_lines, PacketLine},
     privilege::{can_run, dnsloop_bin, Need},
     tracer::Tracer,
 };
 
-const DNS_PORT: u16 = 53;
 const QUERY: bool = false;
 const REPLY: bool = true;
 /// The client's query and the cache's reply, as the node sees them pass.
@@ -217,7 +216,7 @@ fn forward_hops(exchange: &Exchange, leg: &Leg) -> Vec<(String, &'static str, bo
         Forward::ToCoreDns => {
             let pod = Pod::COREDNS
                 .into_iter()
-                .find(|pod| server == SocketAddr::new(IpAddr::V4(pod.ip()), DNS_PORT))
+                .find(|pod| server == dns_server(pod.ip()))
                 .unwrap_or_else(|| {
                     panic!("{exchange}: forwarded to {server}, not to a CoreDNS pod")
                 });
@@ -230,11 +229,7 @@ fn forward_hops(exchange: &Exchange, leg: &Leg) -> Vec<(String, &'static str, bo
             ]
         }
         Forward::ToUpstream => {
-            assert_eq!(
-                server,
-                SocketAddr::new(IpAddr::V4(UPSTREAM_DNS), DNS_PORT),
-                "{exchange}"
-            );
+            assert_eq!(server, dns_server(UPSTREAM_DNS), "{exchange}");
             UPSTREAM_HOPS
                 .iter()
                 .map(|&(ifname, dir, qr)| (ifname.to_owned(), dir, qr))

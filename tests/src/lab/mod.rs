@@ -48,9 +48,9 @@ pub use preflight::{check_host, HostNotReady};
 pub use scenario::{Scenario, UnknownScenario};
 pub use serial::one_lab_at_a_time;
 pub use topology::{
-    Pod, Server, CLUSTER_DNS, CLUSTER_DNS_V6, CLUSTER_DOMAIN, CLUSTER_RECORDS, DEAD_DNS,
-    EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_UPLINK,
-    NODE_UPLINK_V6, STUB_DOMAIN, UPSTREAM_DNS, UPSTREAM_DNS_V6,
+    dns_server, Pod, Server, CLUSTER_DNS, CLUSTER_DNS_V6, CLUSTER_DOMAIN, CLUSTER_RECORDS,
+    DEAD_DNS, DNS_PORT, EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS,
+    NODE_LOCAL_DNS_V6, NODE_UPLINK, NODE_UPLINK_V6, STUB_DOMAIN, UPSTREAM_DNS, UPSTREAM_DNS_V6,
 };
 
 use describe::ServerProcess;
@@ -279,6 +279,25 @@ impl Lab {
         let output = self.exec(self.names.pod(from), &argv)?;
         DigOutcome::from_output(&output)
             .with_context(|| format!("`{}` from {}", argv.join(" "), from.name()))
+    }
+
+    /// [`Lab::dig`], failing the test when dig itself cannot run.
+    pub fn dig_or_fail(&self, from: Pod, server: &str, args: &[&str]) -> DigOutcome {
+        self.dig(from, server, args)
+            .unwrap_or_else(|error| panic!("{error:#}"))
+    }
+
+    /// Digs and checks the one answer, so that a quiet trace is known to have seen working
+    /// traffic.
+    pub fn dig_answers(&self, from: Pod, server: &str, args: &[&str], expected: &str) {
+        let outcome = self.dig_or_fail(from, server, args);
+        assert_eq!(
+            (outcome.status.as_deref(), outcome.answers.as_slice()),
+            (Some("NOERROR"), [expected.to_owned()].as_slice()),
+            "dig @{server} {args:?} from {}:\n{}",
+            from.name(),
+            outcome.stdout
+        );
     }
 
     /// Starts tcpdump on `interface` in namespace `ns` with a pcap `filter` (e.g. `udp port

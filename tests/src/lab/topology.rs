@@ -2,7 +2,15 @@
 //!
 //! Every lab instance uses the same interface names and addresses. Instances stay isolated
 //! because each one has its own namespaces, named after its prefix.
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// The port every DNS server of the lab listens on.
+pub const DNS_PORT: u16 = 53;
+
+/// The DNS server at `address`, on the lab's DNS port.
+pub fn dns_server(address: impl Into<IpAddr>) -> SocketAddr {
+    SocketAddr::new(address.into(), DNS_PORT)
+}
 
 /// ClusterIP of the cluster DNS Service (kube-dns); nftables DNATs it to the CoreDNS pods.
 pub const CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
