@@ -343,6 +343,7 @@ fn dead_upstream_times_out_naming_the_dead_server_and_nothing_else() {
         return;
     };
     dead_upstream::assert_only_the_stub_domain_times_out(&trace.timeouts(), &trace);
+    assert!(trace.loops().is_empty(), "{trace}");
 }
 
 #[test]

@@ -136,26 +136,29 @@ a loop reported <= 1 s after its first packet; 100 veths attached in <= 2 s; use
   The query table it reads for them is now read a few hundred entries per system call
   (`BPF_MAP_LOOKUP_BATCH`) instead of two calls per entry: a table of 20,000 queries takes
   6-11 ms to read instead of 18-21 ms, 2,000 take 0.5-0.8 ms instead of 1.6 ms.
-- **Kernel cost per run does not hold: about 15x the floor on DNS packets (658 and 706 ns in two
-  full runs today, 731 in the last one before and 790 before that), 3-4x on other packets
-  (120-200 ns over six runs).** The machine moves between runs: the second run today found the
-  floor and every single-packet row 10-20 % higher than the first. Today's change: the
-  programs find a packet's observation point in an array indexed by slot (its first probe, for
-  every interface of the node), which holds the point's namespaces and link layer, and count it
-  in a per-CPU array at the same slot; that replaced two hash-map
-  lookups per DNS packet and one per other packet. Side by side in the lab, alternating with
-  the previous build, that took 590-679 ns per run to 538-609 (three pairs). Removed before:
-  the name walk takes one `bpf_loop` step per label (the verifier checks one step: 62k
-  instructions instead of 166k, and Linux 6.1 accepts the programs), the byte-at-a-time
-  `memset`/`memmove` calls LLVM emitted for array literals and copies, one clock read per
-  packet, a new question inserted once, and per-CPU LRU lists. What remains is mostly hash
-  maps: the query table at every hop (inserted where a query starts, removed where its answer
-  reaches the client), the question table and the forwarder table, plus parsing the message;
-  `perf record -a` during the load puts the maps' bucket walks (`lookup_nulls_elem_raw`) above
-  any of the programs' own functions. The floor is one function call, so 3x leaves no room for
-  even one hash-map lookup per packet. The single-packet rows (`BPF_PROG_TEST_RUN`) move with
-  the machine: on a quieter one this run's build took 50-58 ns on a non-DNS packet, 219-237 on a
-  repeated query and 889-1052 on a new one (six runs).
+- **Kernel cost per run does not hold: {KERNEL_DNS} on DNS packets, {KERNEL_OTHER} on other packets.**
+  The floor is one function call, so 3x leaves no room for even one hash-map lookup per
+  packet. Where the time goes, measured by taking one piece out at a time at the fixed load
+  (alternating with the full build, ns per run, noise about ±30): the query table is about 200
+  of about 600 (of which inserting and removing entries, about 130: each query is inserted
+  where it starts and removed where its answer reaches the client, twice per query here, once
+  for the client's and once for the node-local cache's forward), the question table about 50,
+  the forwarder table and the servers' answer counts under 20 each; the rest is parsing. With
+  every process of the load on one CPU it costs about 520 instead of about 580: values moving
+  between CPUs are a tenth of it. `perf record -a` puts the maps' bucket walks
+  (`lookup_nulls_elem_raw`) above any of the programs' own functions. This session's changes,
+  side by side in the lab with the previous build (five alternating pairs, 600 -> 542 ns per
+  run median): a packet crossing a bridge is seen twice in a row on one CPU (at the port and at
+  the bridge), and the second sighting now takes what the query table holds from the first
+  instead of looking again (half of the query table's lookups on this lab); a new query's name
+  is loaded from the packet, its own length, instead of copying the name's whole 256-byte room
+  word by word; two fields of the question table that nothing read, one of them written at
+  every sighting, are gone. Before: the observation points in an array by slot, the name walk
+  one `bpf_loop` step per label (the verifier checks one step: Linux 6.1 accepts the programs),
+  no byte-at-a-time `memset`/`memmove`, one clock read per packet, a new question inserted
+  once, per-CPU LRU lists. The single-packet rows (`BPF_PROG_TEST_RUN`) move with the machine;
+  hashing the name costs about 2 ns per byte of it (a 1-byte name's query 184 ns, a 36-byte
+  one's 249).
 - **Throughput does not hold, and costs what tcpdump costs:** at saturation dnsperf keeps
   88-88.5 % of its queries/s with dnsloop attached and 86.5-88.7 % with `tcpdump -i any -w FILE
   port 53`, 98-100 % with the empty classifier (medians of 5 rounds, the four alternating; two

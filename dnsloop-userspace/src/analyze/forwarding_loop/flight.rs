@@ -33,10 +33,11 @@ const USUAL_HOPS: usize = 2;
 /// Where a flight is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Position {
-    /// Last seen entering `namespace` at `since`, addressed to `at`. Whether the namespace took
-    /// it or routed it on is decided once `settle` has passed.
+    /// Last seen entering `namespace` from `from` at `since`, addressed to `at`. Whether the
+    /// namespace took it or routed it on is decided once `settle` has passed.
     Entered {
         namespace: Namespace,
+        from: Option<Namespace>,
         since: SystemTime,
         at: SocketAddr,
     },
@@ -95,7 +96,8 @@ impl Flight {
 
     /// Whether `obs`, a sighting of the same message, is this flight moving on. It is not when
     /// the flight has come to rest, or when the sighting leaves a namespace other than the one
-    /// the flight just entered: then the message was sent anew (a client's retry).
+    /// the flight just entered: then the message was sent anew (a client's retry), unless it
+    /// is the same crossing seen at a second point.
     pub fn continues_with(&self, obs: &Observation, settle: Duration) -> bool {
         let moving_since = |since: SystemTime| {
             obs.ts
@@ -106,16 +108,24 @@ impl Flight {
             Position::Delivered { .. } => false,
             Position::Outside { since } => moving_since(*since),
             Position::Entered {
-                namespace, since, ..
+                namespace,
+                from,
+                since,
+                ..
             } => {
                 // A sighting that leaves no watched namespace (a bridge port seen from the
-                // bridge) cannot contradict where the flight is.
+                // bridge) cannot contradict where the flight is, and neither can the crossing it
+                // just made seen again (a capture that places a bridge port and the bridge alike,
+                // by the packet's addresses).
+                let same_crossing =
+                    obs.point.leaves == *from && obs.point.enters.as_ref() == Some(namespace);
                 moving_since(*since)
-                    && obs
-                        .point
-                        .leaves
-                        .as_ref()
-                        .is_none_or(|leaves| leaves == namespace)
+                    && (same_crossing
+                        || obs
+                            .point
+                            .leaves
+                            .as_ref()
+                            .is_none_or(|leaves| leaves == namespace))
             }
         }
     }
@@ -138,6 +148,7 @@ impl Flight {
         self.position = match &obs.point.enters {
             Some(namespace) => Position::Entered {
                 namespace: namespace.clone(),
+                from: obs.point.leaves.clone(),
                 since: obs.ts,
                 at: obs.dst,
             },
@@ -154,6 +165,7 @@ impl Flight {
                 namespace,
                 since,
                 at,
+                ..
             } if *since == entered_at => {
                 self.position = Position::Delivered {
                     namespace: namespace.clone(),

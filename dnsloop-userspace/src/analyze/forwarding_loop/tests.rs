@@ -1,12 +1,13 @@
 use std::time::Duration;
 
-use dnsloop_ebpf::parse::Probe;
+use dnsloop_ebpf::{event::Direction, parse::Probe};
 
 use super::ForwardingLoops;
 use crate::{
     analyze::{testkit::*, Analyzer},
     finding::{Finding, LoopFinding},
     observation::Observation,
+    points::NODE,
 };
 
 const NAME: &str = "www.example.test.";
@@ -738,4 +739,66 @@ fn a_server_that_merges_the_copy_it_sends_itself_is_a_loop_when_it_sends_it_agai
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].ts, ms(371), "reported when it comes round again");
     assert_eq!(servers(&found[0]), ["127.0.0.1"]);
+}
+
+/// How an `-i any` capture places packets by their addresses: a bridge port and the bridge
+/// itself both look like a link between the node and the pod whose address the packet carries,
+/// so every crossing of a bridged pod's link is seen twice in a row.
+const fn crossing(ifname: &'static str, direction: Direction, pod: &'static str) -> Spot {
+    let (leaves, enters) = match direction {
+        Direction::Ingress => (pod, NODE),
+        Direction::Egress => (NODE, pod),
+    };
+    Spot {
+        ifname,
+        direction,
+        leaves: Some(leaves),
+        enters: Some(enters),
+    }
+}
+
+/// The node-local cache forwards to CoreDNS, which forwards to a dead upstream through the node:
+/// the question enters the node again only on its way out of the uplink.
+#[test]
+fn a_forward_routed_through_the_node_and_seen_at_port_and_bridge_is_no_loop() {
+    const UPSTREAM: &str = "host 10.255.0.99";
+    let client_out = [
+        crossing("veth-client", Direction::Ingress, CLIENT),
+        crossing("cni0", Direction::Ingress, CLIENT),
+    ];
+    let to_coredns = [
+        crossing("cni0", Direction::Egress, COREDNS),
+        crossing("veth-coredns-a", Direction::Egress, COREDNS),
+    ];
+    let coredns_out = [
+        crossing("veth-coredns-a", Direction::Ingress, COREDNS),
+        crossing("cni0", Direction::Ingress, COREDNS),
+        Spot {
+            ifname: "eth0",
+            direction: Direction::Egress,
+            leaves: Some(NODE),
+            enters: Some(UPSTREAM),
+        },
+    ];
+    let observations = [
+        query(NAME)
+            .id(4242)
+            .from("10.244.0.2:41234")
+            .to("169.254.25.10:53")
+            .at_ms(0)
+            .route(&client_out),
+        query(NAME)
+            .id(5)
+            .from("10.255.0.1:50000")
+            .to("10.244.0.3:53")
+            .at_ms(1)
+            .route(&to_coredns),
+        query(NAME)
+            .id(6)
+            .from("10.244.0.3:40000")
+            .to("10.255.0.99:53")
+            .at_ms(2)
+            .route(&coredns_out),
+    ];
+    assert_eq!(run(&mut analyzer(), observations.concat(), ms(5_000)), []);
 }
