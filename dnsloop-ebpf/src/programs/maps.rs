@@ -135,17 +135,51 @@ impl Verdict {
     }
 }
 
-/// What `QUERIES` held for one key when this CPU last looked, and where the packet was: a packet
-/// crossing a bridge is seen again a moment later on the same CPU, and that sighting takes what
-/// the table holds from here instead of looking again (see `queries::same_packet_further_on`).
+/// Where and when this CPU last looked something up for a packet. A packet crossing a bridge is
+/// seen again a moment later on the same CPU (at the port, then at the bridge, or the other
+/// way), and that sighting takes what the first one found instead of looking again.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct LastLookup {
-    pub key: QueryKey,
+pub struct Moment {
     pub at_ns: u64,
     pub netns_cookie: u64,
     pub ifindex: u32,
     pub direction: u8,
+}
+
+impl Moment {
+    /// Crossing a bridge takes microseconds; a client's next query with the same source port
+    /// and ID, or the same bytes sent again, come a retry interval later.
+    const SAME_PACKET_NS: u64 = 100_000;
+
+    #[inline(always)]
+    pub fn of(verdict: &Verdict) -> Self {
+        Self {
+            at_ns: verdict.now_ns,
+            netns_cookie: verdict.netns_cookie,
+            ifindex: verdict.ifindex,
+            direction: verdict.direction,
+        }
+    }
+
+    /// Whether the packet in `verdict` could be the one seen then, further on its way: moments
+    /// later, at another point. (At the same point it is a copy of the packet, a packet of its
+    /// own.)
+    #[inline(always)]
+    pub fn just_before_elsewhere(&self, verdict: &Verdict) -> bool {
+        verdict.now_ns.wrapping_sub(self.at_ns) < Self::SAME_PACKET_NS
+            && (self.ifindex != verdict.ifindex
+                || self.direction != verdict.direction
+                || self.netns_cookie != verdict.netns_cookie)
+    }
+}
+
+/// What `QUERIES` held for one key when this CPU last looked (see `queries`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LastLookup {
+    pub seen: Moment,
+    pub key: QueryKey,
     /// Non-zero for a reply's look (by its destination), zero for a query's (by its source).
     pub reply: u8,
     /// Non-zero when the key had an entry (after the look: 0 once the reply took it out).

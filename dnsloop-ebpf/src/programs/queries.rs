@@ -12,7 +12,7 @@ use dnsloop_ebpf::{
 
 use super::{
     hook::{copy_into, Hook, HookBytes, LOOPBACK_IFINDEX},
-    maps::{Verdict, QUERIES, SERVERS, ZERO_SERVER_STATS},
+    maps::{Moment, Verdict, QUERIES, SERVERS, ZERO_SERVER_STATS},
 };
 
 /// A client resending a query waits at least this long for the answer first (stub resolvers
@@ -175,37 +175,23 @@ fn add(count: &mut u64) {
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(count, 1) };
 }
 
-/// How soon after a look into the query table a sighting of the same key, elsewhere, is the
-/// same packet seen again: crossing a bridge, a packet is seen at the port and at the bridge's
-/// own interface within microseconds, on one CPU; a client's next query with the same source
-/// port and ID comes a retry interval later.
-const SAME_PACKET_NS: u64 = 100_000;
-
 /// Whether this CPU's last look into the query table was for `key`, for the same kind of
-/// packet, moments ago, at another point: the same packet further on its way, for which
-/// `verdict.last_lookup` still says what the table holds. (At the same point it is a copy of
-/// the packet, which is looked up like any other.)
+/// packet, moments ago at another point: the same packet further on its way, for which
+/// `verdict.last_lookup` still says what the table holds.
 #[inline(always)]
 fn same_packet_further_on(key: &QueryKey, reply: bool, verdict: &Verdict) -> bool {
     let last = &verdict.last_lookup;
-    verdict.now_ns.wrapping_sub(last.at_ns) < SAME_PACKET_NS
-        && (last.reply != 0) == reply
-        && last.key == *key
-        && (last.ifindex != verdict.ifindex
-            || last.direction != verdict.direction
-            || last.netns_cookie != verdict.netns_cookie)
+    last.seen.just_before_elsewhere(verdict) && (last.reply != 0) == reply && last.key == *key
 }
 
 /// Notes in `verdict.last_lookup` that this packet looks up `key`; the caller records what it
 /// finds.
 #[inline(always)]
 fn note_lookup(key: &QueryKey, reply: bool, verdict: &mut Verdict) {
+    let seen = Moment::of(verdict);
     let last = &mut verdict.last_lookup;
+    last.seen = seen;
     last.key = *key;
-    last.at_ns = verdict.now_ns;
-    last.netns_cookie = verdict.netns_cookie;
-    last.ifindex = verdict.ifindex;
-    last.direction = verdict.direction;
     last.reply = u8::from(reply);
 }
 
