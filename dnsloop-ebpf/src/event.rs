@@ -161,6 +161,17 @@ pub struct QueryKey {
 }
 
 impl QueryState {
+    /// `*self = *other`, field by field (see [`stores`]).
+    #[inline(always)]
+    pub fn copy_from(&mut self, other: &Self) {
+        self.first_ns = other.first_ns;
+        stores::copy(&mut self.server, &other.server);
+        self.server_port = other.server_port;
+        self.direction = other.direction;
+        self.retried = other.retried;
+        self.ifindex = other.ifindex;
+    }
+
     /// Clears every field in place (see [`stores`]).
     #[inline(always)]
     pub fn clear(&mut self) {
@@ -527,6 +538,33 @@ pub struct Sighting {
     /// `parse::IpFamily as u8`; 0 when there is no sighting.
     pub family: u8,
     pub _pad: [u8; 3],
+}
+
+impl Sighting {
+    /// `*self = *other`, field by field (see [`stores`]).
+    #[inline(always)]
+    pub fn copy_from(&mut self, other: &Self) {
+        self.ts_ns = other.ts_ns;
+        self.netns_cookie = other.netns_cookie;
+        stores::copy(&mut self.src, &other.src);
+        stores::copy(&mut self.dst, &other.dst);
+        self.ifindex = other.ifindex;
+        self.sport = other.sport;
+        self.dport = other.dport;
+        self.id = other.id;
+        self.direction = other.direction;
+        self.transport = other.transport;
+        self.family = other.family;
+        stores::fill(&mut self._pad, 0);
+    }
+}
+
+/// Copies every sighting of `from` into `to`, field by field (see [`stores`]).
+#[inline(always)]
+pub fn copy_sightings(to: &mut [Sighting; PRIOR_SIGHTINGS], from: &[Sighting; PRIOR_SIGHTINGS]) {
+    for (to, from) in to.iter_mut().zip(from) {
+        to.copy_from(from);
+    }
 }
 
 /// What a query sighting made of its question.

@@ -488,6 +488,30 @@ mod tests {
         assert_eq!(core_relo_len, 0, "the programs now need the kernel's BTF");
     }
 
+    /// LLVM turns a whole-struct or array copy in BPF into a call to bpf-linker's `memmove`,
+    /// `memcpy` or `memset`, which copy one byte per loop iteration (hundreds of instructions on
+    /// every packet that takes the path): the programs copy field by field instead (`stores`).
+    #[test]
+    fn the_programs_call_no_byte_at_a_time_copies() {
+        use object::{Object as _, ObjectSection as _, ObjectSymbol as _, RelocationTarget};
+        let file = object::File::parse(OBJECT).expect("the BPF object is ELF");
+        let mut calls = Vec::new();
+        for section in file.sections() {
+            for (_, relocation) in section.relocations() {
+                let RelocationTarget::Symbol(index) = relocation.target() else {
+                    continue;
+                };
+                let Ok(name) = file.symbol_by_index(index).and_then(|symbol| symbol.name()) else {
+                    continue;
+                };
+                if ["memmove", "memcpy", "memset", "bcmp", "memcmp"].contains(&name) {
+                    calls.push(format!("{} calls {name}", section.name().unwrap_or("?")));
+                }
+            }
+        }
+        assert!(calls.is_empty(), "{calls:?}");
+    }
+
     #[test]
     fn snap_length_is_bounded() {
         let settings = |snap_len| Settings {

@@ -265,7 +265,7 @@ fn inspect_message<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index:
         forwarders::note_responder(&verdict.segment);
         if let Some(query) = queries::answered_at_client(id, summary.header.rcode(), verdict) {
             if attach_unstreamed && queries::from_elsewhere(&verdict.segment, &query) {
-                verdict.matched_query = query;
+                verdict.matched_query.copy_from(&query);
                 verdict.stream_because(StreamReason::UnexpectedSource);
             } else if query.retried != 0 {
                 // The retry was streamed: so is its answer, or the query would look unanswered.
@@ -274,7 +274,7 @@ fn inspect_message<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index:
         }
     } else if let Some(first) = queries::remember(packet, message.offset, &question, id, verdict) {
         if attach_unstreamed {
-            verdict.matched_query = first;
+            verdict.matched_query.copy_from(&first);
             verdict.stream_because(StreamReason::Retried);
         }
     }

@@ -105,7 +105,7 @@ pub fn answered_at_client(id: u16, rcode: u8, verdict: &mut Verdict) -> Option<Q
         let entry = QUERIES.get_ptr(&key)?;
         // SAFETY: a plain-data value of our map; what is needed is copied out at once.
         unsafe {
-            last.query = (*entry).state;
+            last.query.copy_from(&(*entry).state);
             last.query_netns_cookie = (*entry).netns_cookie;
             last.family = (*entry).family;
         }

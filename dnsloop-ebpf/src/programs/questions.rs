@@ -52,7 +52,7 @@ pub fn query_sighting(question: &Question, id: u16, window_ns: u64, verdict: &mu
         Heat::BecameHot => {
             for age in 0..PRIOR_SIGHTINGS {
                 let slot = (usize::from(state.cold_next) + age) & (PRIOR_SIGHTINGS - 1);
-                verdict.priors[age] = state.cold[slot];
+                verdict.priors[age].copy_from(&state.cold[slot]);
             }
         }
         Heat::Hot => {}

@@ -4,8 +4,11 @@ use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
 };
 use dnsloop_ebpf::{
-    event::{Counter, ObservationPoint, PacketRecord, StreamReason, PACKET_SNAP_MAX},
+    event::{
+        copy_sightings, Counter, ObservationPoint, PacketRecord, StreamReason, PACKET_SNAP_MAX,
+    },
     parse::LinkLayer,
+    stores,
 };
 
 use super::{
@@ -45,10 +48,11 @@ pub fn packet<H: Hook>(
         (*record).direction = point.direction;
         (*record).reason = reason as u8;
         (*record).link_layer = link as u8;
-        (*record)._pad = [0; 3];
-        // Map to ring memory directly: a copy through the stack would not fit its budget.
-        (*record).matched_query = (*verdict).matched_query;
-        (*record).priors = (*verdict).priors;
+        stores::fill(&mut (*record)._pad, 0);
+        // Map to ring memory directly, field by field: a copy through the stack would not fit
+        // its budget, and a whole-struct copy compiles to a byte-at-a-time `memmove` call.
+        (*record).matched_query.copy_from(&(*verdict).matched_query);
+        copy_sightings(&mut (*record).priors, &(*verdict).priors);
         let captured = hook::copy_into(hook, 0, &mut (*record).bytes, wanted).unwrap_or(0);
         (*record).captured_len = captured as u16;
     }
