@@ -674,6 +674,22 @@ fn a_reply_from_elsewhere_is_not_counted_as_its_servers_answer() {
     assert!(servers.is_empty(), "the client drops it: {servers:?}");
 }
 
+/// A packet seen again at the next point is not parsed again (see `a_dns_query_is_counted_...`,
+/// whose second sighting is counted all the same); another message from the same socket right
+/// after, with another ID, is parsed for itself.
+#[test]
+fn the_next_message_from_a_socket_is_parsed_for_itself_even_at_once() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    // As long as the probe, so that only the ID tells them apart.
+    let query = query_frame(0x0301, "abcd.efgh.cluster.local.", QTYPE_HINFO);
+    let probe = query_frame(0x0302, "1234.5678.cluster.local.", QTYPE_HINFO);
+    kernel.run(Direction::Ingress, &query);
+    kernel.run(Direction::Egress, &probe);
+    kernel.assert_streamed(&[(&probe, Direction::Egress, StreamReason::Probe)]);
+}
+
 #[test]
 fn loop_probes_are_streamed_and_near_misses_are_not() {
     let Some(mut kernel) = Kernel::load(trace_settings()) else {

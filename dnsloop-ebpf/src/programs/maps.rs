@@ -10,7 +10,11 @@ use dnsloop_ebpf::{
         QueryEntry, QueryKey, QueryState, QuestionKey, QuestionState, ServerKey, ServerStats,
         Sighting, StreamReason, COUNTER_SLOTS, POINT_PROBES, POINT_SLOTS, PRIOR_SIGHTINGS,
     },
-    parse::{DnsPorts, LinkLayer, NameWalk, Segment, TcpFraming, DNS_BUF_LEN},
+    parse::{
+        DnsHeader, DnsPorts, DnsSummary, LinkLayer, NameWalk, Probe, Question, Segment, TcpFraming,
+        DNS_BUF_LEN,
+    },
+    stores,
 };
 
 /// The watched observation points (see `PointSlot`).
@@ -100,8 +104,10 @@ pub struct Verdict {
     pub name_walk: NameWalk,
     /// A query met for the first time, built here before it is copied into `QUERIES`.
     pub new_query: QueryEntry,
-    /// This CPU's last look into `QUERIES` (kept from packet to packet; see `queries`).
+    /// This CPU's last look into `QUERIES` and last parsed message (both kept from packet to
+    /// packet).
     pub last_lookup: LastLookup,
+    pub last_parse: LastParse,
     /// For a query that made its question hot: the last sighting before it.
     pub priors: [Sighting; PRIOR_SIGHTINGS],
 }
@@ -188,6 +194,107 @@ pub struct LastLookup {
     /// The entry's query and first sighting's namespace, when `found`.
     pub query: QueryState,
     pub query_netns_cookie: u64,
+}
+
+/// The last DNS message this CPU parsed: where it was and what it held, kept flat so that it is
+/// written and read field by field (see `inspect_message`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LastParse {
+    pub seen: Moment,
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub transport: u8,
+    /// Non-zero when the fields below are what the message held (zero when it did not parse).
+    pub parsed: u8,
+    pub has_question: u8,
+    pub labels: u8,
+    pub payload_len: u32,
+    pub message_offset: u32,
+    pub header: DnsHeader,
+    pub name_hash: u64,
+    pub name_len: u16,
+    pub qtype: u16,
+    pub qclass: u16,
+    pub probe: Probe,
+}
+
+impl LastParse {
+    /// Notes that the message at `message_offset` of the segment in `verdict` parsed as
+    /// `summary`.
+    #[inline(always)]
+    pub fn note(verdict: &mut Verdict, message_offset: usize, summary: &DnsSummary) {
+        let seen = Moment::of(verdict);
+        let segment = &verdict.segment;
+        let last = &mut verdict.last_parse;
+        last.seen = seen;
+        stores::copy(&mut last.src, &segment.src);
+        stores::copy(&mut last.dst, &segment.dst);
+        last.sport = segment.sport;
+        last.dport = segment.dport;
+        last.transport = segment.transport as u8;
+        last.payload_len = segment.payload_len as u32;
+        last.message_offset = message_offset as u32;
+        last.header.id = summary.header.id;
+        last.header.flags = summary.header.flags;
+        last.header.qdcount = summary.header.qdcount;
+        last.header.ancount = summary.header.ancount;
+        last.header.nscount = summary.header.nscount;
+        last.header.arcount = summary.header.arcount;
+        last.has_question = 0;
+        if let Some(question) = &summary.question {
+            last.name_hash = question.name_hash;
+            last.name_len = question.name_len;
+            last.labels = question.labels;
+            last.qtype = question.qtype;
+            last.qclass = question.qclass;
+            last.probe = question.probe;
+            last.has_question = 1;
+        }
+        last.parsed = 1;
+    }
+
+    /// Whether the message at `message_offset` of the segment in `verdict`, whose ID and flags
+    /// are `id` and `flags`, is the one noted, seen again further on its way (see `Moment`).
+    #[inline(always)]
+    pub fn is_seen_again(
+        &self,
+        verdict: &Verdict,
+        message_offset: usize,
+        id: u16,
+        flags: u16,
+    ) -> bool {
+        let segment = &verdict.segment;
+        self.parsed != 0
+            && self.seen.just_before_elsewhere(verdict)
+            && self.message_offset as usize == message_offset
+            && self.payload_len as usize == segment.payload_len
+            && self.sport == segment.sport
+            && self.dport == segment.dport
+            && self.transport == segment.transport as u8
+            && self.src == segment.src
+            && self.dst == segment.dst
+            && self.header.id == id
+            && self.header.flags == flags
+    }
+
+    /// What the noted message held.
+    #[inline(always)]
+    pub fn summary(&self) -> DnsSummary {
+        DnsSummary {
+            header: self.header,
+            question: (self.has_question != 0).then_some(Question {
+                name_hash: self.name_hash,
+                name_len: self.name_len,
+                labels: self.labels,
+                qtype: self.qtype,
+                qclass: self.qclass,
+                probe: self.probe,
+            }),
+        }
+    }
 }
 
 #[inline(always)]

@@ -15,8 +15,8 @@ use dnsloop_ebpf::{
         MALFORMED_SAMPLE_INTERVAL_NS,
     },
     parse::{
-        classify, parse_dns_with, tcp_framing, udp_message, DnsMessageRef, LinkLayer, PacketClass,
-        Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
+        classify, parse_dns_with, tcp_framing, udp_message, DnsMessageRef, DnsSummary, LinkLayer,
+        PacketBytes, PacketClass, Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
     },
 };
 
@@ -26,7 +26,7 @@ pub use self::hook::{Skb, Xdp};
 use self::{
     bounded_loop::{bounded_loop, BpfSteps},
     hook::{Hook, HookBytes},
-    maps::{config, Verdict, NO_POINT_SLOT},
+    maps::{config, LastParse, Verdict, NO_POINT_SLOT},
 };
 
 /// Counts the packet at `hook`, seen in `direction`, and streams it if userspace needs it.
@@ -229,6 +229,28 @@ fn single_message(framing: &mut TcpFraming, message: DnsMessageRef) {
     framing.more = false;
 }
 
+/// What the message this CPU parsed last held, if `message` is that message seen again further
+/// on its way (a bridge port, then the bridge): parsing it again would copy it and walk its
+/// question's name; comparing costs a read of its first four bytes, only for a candidate.
+#[inline(always)]
+fn parsed_just_before<H: Hook>(
+    packet: &HookBytes<H>,
+    message: &DnsMessageRef,
+    verdict: &Verdict,
+) -> Option<DnsSummary> {
+    let last = &verdict.last_parse;
+    if last.parsed == 0 || !last.seen.just_before_elsewhere(verdict) {
+        return None;
+    }
+    let [id_high, id_low, flags_high, flags_low] = packet.read::<4>(message.offset)?;
+    let (id, flags) = (
+        u16::from_be_bytes([id_high, id_low]),
+        u16::from_be_bytes([flags_high, flags_low]),
+    );
+    last.is_seen_again(verdict, message.offset, id, flags)
+        .then(|| last.summary())
+}
+
 /// Parses message `index` of the packet in `verdict`, recording whether it parsed and why to
 /// stream the packet. Unused slots have length 0.
 #[inline(always)]
@@ -239,18 +261,28 @@ fn inspect_message<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index:
     if message.len == 0 {
         return;
     }
-    let load_len = message.load_len(&verdict.segment);
-    let Some((buffer, len)) = hook::load_dns_buffer(packet, message.offset, load_len) else {
-        return;
-    };
-    let summary = match parse_dns_with(buffer, len, &mut verdict.name_walk, BpfSteps) {
-        Ok(summary) => summary,
-        // A message cut by the segment's end is not malformed: the rest is in the next segment.
-        Err(_) if !message.complete => return,
-        Err(reason) => {
-            counters::bump_malformed(reason);
-            verdict.malformed = 1;
-            return;
+    let summary = match parsed_just_before(packet, &message, verdict) {
+        Some(summary) => summary,
+        None => {
+            verdict.last_parse.parsed = 0;
+            let load_len = message.load_len(&verdict.segment);
+            let Some((buffer, len)) = hook::load_dns_buffer(packet, message.offset, load_len)
+            else {
+                return;
+            };
+            let summary = match parse_dns_with(buffer, len, &mut verdict.name_walk, BpfSteps) {
+                Ok(summary) => summary,
+                // A message cut by the segment's end is not malformed: the rest is in the next
+                // segment.
+                Err(_) if !message.complete => return,
+                Err(reason) => {
+                    counters::bump_malformed(reason);
+                    verdict.malformed = 1;
+                    return;
+                }
+            };
+            LastParse::note(verdict, message.offset, &summary);
+            summary
         }
     };
     counters::bump(Counter::DnsMessages);
