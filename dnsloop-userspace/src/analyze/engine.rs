@@ -5,9 +5,8 @@ use std::{
 };
 
 use super::{
-    forwarding_loop::ForwardingLoops, latency::Latency, packet::MessageKey, reorder::Reorder,
-    summary::FindingCounts, timeout::Timeouts, unexpected_source::UnexpectedSources, Analyzer,
-    Summary,
+    client_view::ClientView, forwarding_loop::ForwardingLoops, packet::MessageKey,
+    reorder::Reorder, summary::FindingCounts, Analyzer, Summary,
 };
 use crate::{finding::Finding, observation::Observation};
 
@@ -47,9 +46,7 @@ impl Default for EngineConfig {
 pub struct Engine {
     reorder: Reorder,
     loops: ForwardingLoops,
-    unexpected_sources: UnexpectedSources,
-    timeouts: Timeouts,
-    latency: Latency,
+    clients: ClientView,
     observations: u64,
     findings: FindingCounts,
 }
@@ -66,9 +63,7 @@ impl Engine {
         Self {
             reorder: Reorder::new(settle, max_tracked),
             loops: ForwardingLoops::new(settle, forward_window, loop_report_interval, max_tracked),
-            unexpected_sources: UnexpectedSources::new(timeout, loop_report_interval, max_tracked),
-            timeouts: Timeouts::new(timeout, max_tracked),
-            latency: Latency::new(timeout, max_tracked),
+            clients: ClientView::new(timeout, loop_report_interval, max_tracked),
             observations: 0,
             findings: FindingCounts::default(),
         }
@@ -100,21 +95,19 @@ impl Engine {
             analyzer.finish(now, out);
         }
         self.findings.count(&out[start..]);
-        let evictions = BTreeMap::from([
+        let mut evictions = BTreeMap::from([
             ("reorder", self.reorder.overflows()),
             ("forwarding_loop", self.loops.evictions()),
-            ("unexpected_source", self.unexpected_sources.evictions()),
-            ("timeout", self.timeouts.evictions()),
-            ("latency", self.latency.evictions()),
         ]);
+        evictions.extend(self.clients.evictions());
         Summary {
             at: now,
             observations: self.observations,
             late_observations: self.reorder.late(),
             findings: self.findings,
             evictions,
-            unanswered_at_end: self.timeouts.waiting() as u64,
-            servers: self.latency.servers(),
+            unanswered_at_end: self.clients.unanswered() as u64,
+            servers: self.clients.servers(),
         }
     }
 
@@ -131,7 +124,7 @@ impl Engine {
         self.findings.count(&out[start..]);
     }
 
-    fn feed(analyzers: [&mut dyn Analyzer; 4], obs: &Observation, out: &mut Vec<Finding>) {
+    fn feed(analyzers: [&mut dyn Analyzer; 2], obs: &Observation, out: &mut Vec<Finding>) {
         let message = MessageKey::of(obs);
         for analyzer in analyzers {
             if !obs.partial || analyzer.takes_partial() {
@@ -140,13 +133,8 @@ impl Engine {
         }
     }
 
-    fn analyzers(&mut self) -> [&mut dyn Analyzer; 4] {
-        [
-            &mut self.loops,
-            &mut self.unexpected_sources,
-            &mut self.timeouts,
-            &mut self.latency,
-        ]
+    fn analyzers(&mut self) -> [&mut dyn Analyzer; 2] {
+        [&mut self.loops, &mut self.clients]
     }
 }
 

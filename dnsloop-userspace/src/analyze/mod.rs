@@ -1,14 +1,15 @@
 //! The detection engine: observations in, findings and a summary out.
 //!
-//! [`Engine`] puts observations back in timestamp order (`reorder`) and runs four analyzers
-//! on them: `forwarding_loop`, `unexpected_source`, `timeout`, and `latency` (summary
-//! only). The last three judge replies against the queries their clients sent
-//! (`outstanding`); all recognise a message across NAT hops the same way (`packet`).
+//! [`Engine`] puts observations back in timestamp order (`reorder`) and runs two analyzers on
+//! them: `forwarding_loop`, and `client_view`, which judges replies against one table of the
+//! queries their clients sent (`outstanding`) for `unexpected_source`, `timeout` and `latency`
+//! (summary only). Both recognise a message across NAT hops the same way (`packet`).
 //!
 //! Analyzers never learn where observations came from, and know time only from their
 //! timestamps and from `tick`, so a capture replayed and the same traffic traced live give the
 //! same findings. Every table they keep is bounded (`table`); the stalest entries go first,
 //! and are counted, when one fills up.
+mod client_view;
 mod engine;
 mod forwarding_loop;
 mod histogram;
@@ -51,9 +52,6 @@ pub trait Analyzer {
 
     /// The input has ended at `now`: reports everything still held back.
     fn finish(&mut self, now: SystemTime, out: &mut Vec<Finding>);
-
-    /// Entries dropped from its full tables so far.
-    fn evictions(&self) -> u64;
 }
 
 /// Whether `wait` has passed between `since` and `now`. Timestamps come from captures and

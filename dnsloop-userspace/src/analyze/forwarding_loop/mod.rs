@@ -183,6 +183,16 @@ impl ForwardingLoops {
         }
     }
 
+    /// Entries dropped from its full tables so far.
+    pub fn evictions(&self) -> u64 {
+        self.flights.evictions()
+            + self.latest.evictions()
+            + self.deliveries.evictions()
+            + self.probes.evictions()
+            + self.reports.evictions()
+            + self.entered_overflows
+    }
+
     /// Decides every flight that entered a namespace at least `settle` before `now`.
     fn settle_until(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
         while let Some(&(since, id)) = self.entered.front() {
@@ -370,15 +380,6 @@ impl Analyzer for ForwardingLoops {
         }
         self.expire(now);
         out.extend(self.reports.unreported().map(Finding::Loop));
-    }
-
-    fn evictions(&self) -> u64 {
-        self.flights.evictions()
-            + self.latest.evictions()
-            + self.deliveries.evictions()
-            + self.probes.evictions()
-            + self.reports.evictions()
-            + self.entered_overflows
     }
 }
 
