@@ -182,9 +182,9 @@ impl PacketLines {
         line.extend_from_slice(br#"","ifname":"#);
         string(line, &obs.point.ifname)?;
         line.extend_from_slice(br#","dir":"#);
-        string(line, obs.point.direction.as_str())?;
+        mnemonic_string(line, obs.point.direction.as_str());
         line.extend_from_slice(br#","proto":"#);
-        string(line, obs.transport.as_str())?;
+        mnemonic_string(line, obs.transport.as_str());
         line.extend_from_slice(br#","src":"#);
         socket_addr(line, &obs.src)?;
         line.extend_from_slice(br#","dst":"#);
@@ -196,9 +196,9 @@ impl PacketLines {
         } else {
             br#","qr":false,"opcode":"#
         });
-        string(line, &mnemonic::opcode(obs.opcode))?;
+        mnemonic_string(line, &mnemonic::opcode(obs.opcode));
         line.extend_from_slice(br#","rcode":"#);
-        string(line, &mnemonic::rcode(obs.rcode))?;
+        mnemonic_string(line, &mnemonic::rcode(obs.rcode));
         line.extend_from_slice(br#","qname":"#);
         match &obs.question {
             Some(question) => {
@@ -206,7 +206,7 @@ impl PacketLines {
                 question.name.write_presentation(&mut self.qname);
                 string(line, &self.qname)?;
                 line.extend_from_slice(br#","qtype":"#);
-                string(line, &mnemonic::qtype(question.qtype))?;
+                mnemonic_string(line, &mnemonic::qtype(question.qtype));
             }
             None => line.extend_from_slice(br#"null,"qtype":null"#),
         }
@@ -224,6 +224,15 @@ impl PacketLines {
 /// `text` as a JSON string.
 fn string(out: &mut Vec<u8>, text: &str) -> io::Result<()> {
     serde_json::to_writer(out, text).map_err(io::Error::from)
+}
+
+/// A mnemonic (`egress`, `udp`, `QUERY`, `NOERROR`, `A`, `TYPE65280`) as a JSON string. None
+/// has a byte JSON escapes (a test goes through them all), so it is quoted as it is, without
+/// the scan for those bytes: five of a packet line's strings are mnemonics.
+fn mnemonic_string(out: &mut Vec<u8>, mnemonic: &str) {
+    out.push(b'"');
+    out.extend_from_slice(mnemonic.as_bytes());
+    out.push(b'"');
 }
 
 fn namespace(out: &mut Vec<u8>, namespace: Option<&Namespace>) -> io::Result<()> {
@@ -582,5 +591,30 @@ mod tests {
         assert_eq!(server["p50_ms"], 1.2);
         assert_eq!(server["max_ms"], 12.0);
         assert_eq!(server["rcodes"], json!({"NOERROR": 28, "NXDOMAIN": 2}));
+    }
+
+    #[test]
+    fn every_mnemonic_is_a_json_string_as_it_is() {
+        use dnsloop_ebpf::event::Direction;
+
+        use crate::observation::Transport;
+
+        let mnemonics = (0..=u16::MAX)
+            .flat_map(|code| [mnemonic::qtype(code), mnemonic::rcode(code)])
+            .chain((0..=u8::MAX).map(mnemonic::opcode))
+            .chain(
+                [Direction::Ingress.as_str(), Direction::Egress.as_str()]
+                    .into_iter()
+                    .chain([Transport::Udp.as_str(), Transport::Tcp.as_str()])
+                    .map(Into::into),
+            );
+        for mnemonic in mnemonics {
+            let mut quoted = Vec::new();
+            mnemonic_string(&mut quoted, &mnemonic);
+            assert_eq!(
+                String::from_utf8(quoted).expect("UTF-8"),
+                serde_json::to_string(&mnemonic).expect("a string"),
+            );
+        }
     }
 }
