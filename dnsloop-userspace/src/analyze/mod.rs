@@ -47,7 +47,8 @@ pub trait Analyzer {
     }
 
     /// Time has reached `now`: no observation up to `now` is still to come. Reports what was
-    /// waiting for that (a deadline passed, a packet settled).
+    /// waiting for that (a deadline passed, a packet settled). Told the same time again with no
+    /// observation in between, it has nothing more to do, and the engine does not tell it.
     fn tick(&mut self, now: SystemTime, out: &mut Vec<Finding>);
 
     /// The input has ended at `now`: reports everything still held back.
