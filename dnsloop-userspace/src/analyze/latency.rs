@@ -29,18 +29,21 @@ impl Latency {
     /// `reply` answered `query`.
     pub fn answered(&mut self, query: &SentQuery, reply: &Observation) {
         let latency = reply.ts.duration_since(query.sent).unwrap_or_default();
-        if self.servers.refresh(&query.server).is_none() {
-            self.servers.insert(
-                query.server,
-                ServerStats {
-                    latency: Histogram::new(),
-                    rcodes: BTreeMap::new(),
-                },
-            );
-        }
-        if let Some(stats) = self.servers.get_mut(&query.server) {
+        let record = |stats: &mut ServerStats| {
             stats.latency.record(latency);
             *stats.rcodes.entry(reply.rcode).or_default() += 1;
+        };
+        // Looked up once for a server already known: its address is hashed with SipHash.
+        match self.servers.refresh(&query.server) {
+            Some(stats) => record(stats),
+            None => {
+                let mut stats = ServerStats {
+                    latency: Histogram::new(),
+                    rcodes: BTreeMap::new(),
+                };
+                record(&mut stats);
+                self.servers.insert(query.server, stats);
+            }
         }
     }
 
