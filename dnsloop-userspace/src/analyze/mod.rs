@@ -59,9 +59,15 @@ pub trait Analyzer {
 /// kernels, so this holds for any of them: a `now` before `since` is not past, and nothing
 /// overflows.
 fn has_waited(since: SystemTime, wait: Duration, now: SystemTime) -> bool {
-    // `now - since >= wait` as a comparison with `now - wait`: every tick asks this of each
-    // table's stalest entry, and a subtraction of two times builds a `Duration` with checks.
-    now.checked_sub(wait).is_some_and(|cutoff| since <= cutoff)
+    waited_by(wait, now)(since)
+}
+
+/// `has_waited(since, wait, now)` as a question about `since`, for asking it of many.
+fn waited_by(wait: Duration, now: SystemTime) -> impl Fn(SystemTime) -> bool {
+    // `now - since >= wait` as a comparison with `now - wait`, worked out once: every tick asks
+    // this of each table's stalest entry, and a subtraction of two times takes checks.
+    let cutoff = now.checked_sub(wait);
+    move |since| cutoff.is_some_and(|cutoff| since <= cutoff)
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ use super::{
     packet::{MessageKey, QuestionKey},
     repeats::{Repeated, Repeats},
     table::{FastHash, Table},
-    Analyzer,
+    waited_by, Analyzer,
 };
 use crate::{
     finding::{Finding, LoopFinding},
@@ -309,8 +309,7 @@ impl ForwardingLoops {
 
     /// Forgets flights, and what points at them, once they are too old to matter.
     fn expire(&mut self, now: SystemTime) {
-        let retention = self.retention();
-        let stale = |last: SystemTime| has_waited(last, retention, now);
+        let stale = waited_by(self.retention(), now);
         while let Some((id, flight)) = self
             .flights
             .pop_stalest_if(|_, flight| stale(flight.active))
