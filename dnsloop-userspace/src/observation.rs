@@ -4,9 +4,9 @@
 //! never learn which source an observation came from.
 use std::{
     fmt::Write as _,
-    hash::{BuildHasher, Hash, Hasher, RandomState},
+    hash::{Hash, Hasher},
     net::SocketAddr,
-    sync::{Arc, LazyLock},
+    sync::Arc,
     time::SystemTime,
 };
 
@@ -67,17 +67,11 @@ pub struct DnsName {
 
 /// A name folded to ASCII lower case: the key under which case variants of one name meet.
 ///
-/// The analyzers look a name up in several tables per packet, so it is folded and hashed once,
-/// when decoded, and a table hashes only that hash. Names come off the wire: the hash is
-/// SipHash with this process's own random key, as the tables' own hashing would be.
-#[derive(Clone, Debug)]
+/// Folded once, when decoded: the analyzers' keys (`analyze::packet`) are made of it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FoldedName {
     bytes: Arc<[u8]>,
-    hash: u64,
 }
-
-/// The key of every `FoldedName`'s hash, drawn once per process.
-static FOLDED_NAME_HASHER: LazyLock<RandomState> = LazyLock::new(RandomState::new);
 
 impl FoldedName {
     fn of(wire: &Arc<[u8]>) -> Self {
@@ -86,24 +80,12 @@ impl FoldedName {
         } else {
             Arc::clone(wire)
         };
-        Self {
-            hash: FOLDED_NAME_HASHER.hash_one(&*bytes),
-            bytes,
-        }
+        Self { bytes }
     }
-}
 
-impl PartialEq for FoldedName {
-    fn eq(&self, other: &Self) -> bool {
-        self.hash == other.hash && self.bytes == other.bytes
-    }
-}
-
-impl Eq for FoldedName {}
-
-impl Hash for FoldedName {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.hash);
+    /// The name in wire format, root label included.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
     }
 }
 

@@ -5,9 +5,8 @@ use std::{
 };
 
 use super::{
-    forwarding_loop::ForwardingLoops, latency::Latency, packet::MessageKey, reorder::Reorder,
-    summary::FindingCounts, timeout::Timeouts, unexpected_source::UnexpectedSources, Analyzer,
-    Summary,
+    client_view::ClientView, forwarding_loop::ForwardingLoops, packet::MessageKey,
+    reorder::Reorder, summary::FindingCounts, Analyzer, Summary,
 };
 use crate::{finding::Finding, observation::Observation};
 
@@ -47,9 +46,9 @@ impl Default for EngineConfig {
 pub struct Engine {
     reorder: Reorder,
     loops: ForwardingLoops,
-    unexpected_sources: UnexpectedSources,
-    timeouts: Timeouts,
-    latency: Latency,
+    clients: ClientView,
+    /// When the analyzers were last told the time (`Analyzer::tick`).
+    ticked: Option<SystemTime>,
     observations: u64,
     findings: FindingCounts,
 }
@@ -66,9 +65,8 @@ impl Engine {
         Self {
             reorder: Reorder::new(settle, max_tracked),
             loops: ForwardingLoops::new(settle, forward_window, loop_report_interval, max_tracked),
-            unexpected_sources: UnexpectedSources::new(timeout, loop_report_interval, max_tracked),
-            timeouts: Timeouts::new(timeout, max_tracked),
-            latency: Latency::new(timeout, max_tracked),
+            clients: ClientView::new(timeout, loop_report_interval, max_tracked),
+            ticked: None,
             observations: 0,
             findings: FindingCounts::default(),
         }
@@ -100,38 +98,43 @@ impl Engine {
             analyzer.finish(now, out);
         }
         self.findings.count(&out[start..]);
-        let evictions = BTreeMap::from([
+        let mut evictions = BTreeMap::from([
             ("reorder", self.reorder.overflows()),
             ("forwarding_loop", self.loops.evictions()),
-            ("unexpected_source", self.unexpected_sources.evictions()),
-            ("timeout", self.timeouts.evictions()),
-            ("latency", self.latency.evictions()),
         ]);
+        evictions.extend(self.clients.evictions());
         Summary {
             at: now,
             observations: self.observations,
             late_observations: self.reorder.late(),
             findings: self.findings,
             evictions,
-            unanswered_at_end: self.timeouts.waiting() as u64,
-            servers: self.latency.servers(),
+            unanswered_at_end: self.clients.unanswered() as u64,
+            servers: self.clients.servers(),
         }
     }
 
     fn run_due(&mut self, out: &mut Vec<Finding>) {
         let start = out.len();
+        let mut fed = false;
         while let Some(obs) = self.reorder.pop_due() {
             Self::feed(self.analyzers(), &obs, out);
+            fed = true;
         }
+        // A capture's reader and the kernel's ring buffer tell the time after every batch of
+        // packets, often the time they were last told: a tick then would find nothing to do.
         if let Some(horizon) = self.reorder.horizon() {
-            for analyzer in self.analyzers() {
-                analyzer.tick(horizon, out);
+            if fed || self.ticked != Some(horizon) {
+                self.ticked = Some(horizon);
+                for analyzer in self.analyzers() {
+                    analyzer.tick(horizon, out);
+                }
             }
         }
         self.findings.count(&out[start..]);
     }
 
-    fn feed(analyzers: [&mut dyn Analyzer; 4], obs: &Observation, out: &mut Vec<Finding>) {
+    fn feed(analyzers: [&mut dyn Analyzer; 2], obs: &Observation, out: &mut Vec<Finding>) {
         let message = MessageKey::of(obs);
         for analyzer in analyzers {
             if !obs.partial || analyzer.takes_partial() {
@@ -140,13 +143,8 @@ impl Engine {
         }
     }
 
-    fn analyzers(&mut self) -> [&mut dyn Analyzer; 4] {
-        [
-            &mut self.loops,
-            &mut self.unexpected_sources,
-            &mut self.timeouts,
-            &mut self.latency,
-        ]
+    fn analyzers(&mut self) -> [&mut dyn Analyzer; 2] {
+        [&mut self.loops, &mut self.clients]
     }
 }
 
@@ -227,6 +225,41 @@ mod tests {
         let mut findings = Vec::new();
         engine.tick(us(102_010), &mut findings);
         assert_eq!(findings.len(), 1);
+    }
+
+    #[test]
+    fn the_analyzers_find_nothing_more_when_told_the_time_they_were_last_told() {
+        let mut observations = nodelocal_loop();
+        observations.extend((0..40u16).map(|n| {
+            query("unanswered.test.")
+                .id(n)
+                .at_ms(u64::from(n) * 100)
+                .seen(CLIENT_OUT)
+        }));
+        observations.sort_by_key(|obs| obs.ts);
+        let mut engine = Engine::new(EngineConfig::default());
+        let mut findings = Vec::new();
+        let told_again = |engine: &mut Engine| {
+            let mut again = Vec::new();
+            if let Some(ticked) = engine.ticked {
+                for analyzer in engine.analyzers() {
+                    analyzer.tick(ticked, &mut again);
+                }
+            }
+            assert_eq!(again, []);
+        };
+        for obs in observations {
+            let ts = obs.ts;
+            engine.observe(obs, &mut findings);
+            told_again(&mut engine);
+            engine.tick(ts, &mut findings);
+            told_again(&mut engine);
+        }
+        engine.tick(ms(10_000), &mut findings);
+        told_again(&mut engine);
+        let summary = engine.finish(ms(10_000), &mut findings);
+        // The loop's three queries go unanswered too.
+        assert_eq!((summary.findings.loops, summary.findings.timeouts), (1, 43));
     }
 
     #[test]

@@ -1,26 +1,16 @@
 //! Latency and response codes per server, as the clients saw them: from a query's first
 //! sighting to its reply entering the client's namespace. For the summary only.
-use std::{
-    collections::BTreeMap,
-    net::SocketAddr,
-    time::{Duration, SystemTime},
-};
+use std::{collections::BTreeMap, net::SocketAddr};
 
-use super::{
-    histogram::Histogram,
-    outstanding::{Outstanding, Reply},
-    packet::MessageKey,
-    summary::ServerSummary,
-    table::Table,
-    Analyzer,
-};
-use crate::{finding::Finding, observation::Observation};
+use super::{histogram::Histogram, outstanding::SentQuery, summary::ServerSummary, table::Table};
+use crate::observation::Observation;
 
 /// A node talks to a few dozen servers; past this many, the least recently used is dropped.
 const MAX_SERVERS: usize = 1024;
 
+/// Counts the answers the shared table of outstanding queries (`client_view`) matches to their
+/// queries; replies later than its wait are not counted (they are timeouts).
 pub struct Latency {
-    waiting: Outstanding,
     servers: Table<SocketAddr, ServerStats>,
 }
 
@@ -30,11 +20,30 @@ struct ServerStats {
 }
 
 impl Latency {
-    /// Replies later than `wait` are not counted (they are timeouts).
-    pub fn new(wait: Duration, capacity: usize) -> Self {
+    pub fn new(capacity: usize) -> Self {
         Self {
-            waiting: Outstanding::new(wait, capacity),
             servers: Table::new(MAX_SERVERS.min(capacity)),
+        }
+    }
+
+    /// `reply` answered `query`.
+    pub fn answered(&mut self, query: &SentQuery, reply: &Observation) {
+        let latency = reply.ts.duration_since(query.sent).unwrap_or_default();
+        let record = |stats: &mut ServerStats| {
+            stats.latency.record(latency);
+            *stats.rcodes.entry(reply.rcode).or_default() += 1;
+        };
+        // Looked up once for a server already known: its address is hashed with SipHash.
+        match self.servers.refresh(&query.server) {
+            Some(stats) => record(stats),
+            None => {
+                let mut stats = ServerStats {
+                    latency: Histogram::new(),
+                    rcodes: BTreeMap::new(),
+                };
+                record(&mut stats);
+                self.servers.insert(query.server, stats);
+            }
         }
     }
 
@@ -50,54 +59,18 @@ impl Latency {
         servers.sort_by_key(|summary| summary.server);
         servers
     }
-}
 
-impl Analyzer for Latency {
-    fn observe(&mut self, obs: &Observation, message: Option<&MessageKey>, out: &mut Vec<Finding>) {
-        self.tick(obs.ts, out);
-        let Some(key) = message else {
-            return;
-        };
-        if !obs.is_response {
-            self.waiting.query(key, obs);
-            return;
-        }
-        let Some(Reply::Answer(query)) = self.waiting.reply(key, obs) else {
-            return;
-        };
-        let latency = obs.ts.duration_since(query.sent).unwrap_or_default();
-        if self.servers.refresh(&query.server).is_none() {
-            self.servers.insert(
-                query.server,
-                ServerStats {
-                    latency: Histogram::new(),
-                    rcodes: BTreeMap::new(),
-                },
-            );
-        }
-        if let Some(stats) = self.servers.get_mut(&query.server) {
-            stats.latency.record(latency);
-            *stats.rcodes.entry(obs.rcode).or_default() += 1;
-        }
-    }
-
-    fn tick(&mut self, now: SystemTime, _out: &mut Vec<Finding>) {
-        while self.waiting.pop_expired(now).is_some() {}
-    }
-
-    fn finish(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
-        self.tick(now, out);
-    }
-
-    fn evictions(&self) -> u64 {
-        self.waiting.evictions() + self.servers.evictions()
+    pub fn evictions(&self) -> u64 {
+        self.servers.evictions()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
-    use crate::analyze::testkit::*;
+    use crate::analyze::{client_view::ClientView, testkit::*};
 
     /// A client query to `server` at `at` ms, answered with `rcode`: the reply leaves the node,
     /// then enters the client `after` ms after the query was sent.
@@ -133,7 +106,7 @@ mod tests {
             ));
         }
         observations.extend(answered(500, "10.96.0.10:53", 0, 7, 2));
-        let mut latency = Latency::new(Duration::from_secs(2), 1024);
+        let mut latency = ClientView::new(Duration::from_secs(2), Duration::from_secs(10), 1024);
         assert_eq!(run(&mut latency, observations, ms(60_000)), []);
 
         let servers = latency.servers();
@@ -162,7 +135,7 @@ mod tests {
 
     #[test]
     fn replies_after_the_wait_are_not_latencies() {
-        let mut latency = Latency::new(Duration::from_secs(2), 1024);
+        let mut latency = ClientView::new(Duration::from_secs(2), Duration::from_secs(10), 1024);
         run(
             &mut latency,
             answered(1, "169.254.25.10:53", 0, 2500, 0),

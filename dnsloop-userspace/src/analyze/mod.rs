@@ -1,14 +1,15 @@
 //! The detection engine: observations in, findings and a summary out.
 //!
-//! [`Engine`] puts observations back in timestamp order (`reorder`) and runs four analyzers
-//! on them: `forwarding_loop`, `unexpected_source`, `timeout`, and `latency` (summary
-//! only). The last three judge replies against the queries their clients sent
-//! (`outstanding`); all recognise a message across NAT hops the same way (`packet`).
+//! [`Engine`] puts observations back in timestamp order (`reorder`) and runs two analyzers on
+//! them: `forwarding_loop`, and `client_view`, which judges replies against one table of the
+//! queries their clients sent (`outstanding`) for `unexpected_source`, `timeout` and `latency`
+//! (summary only). Both recognise a message across NAT hops the same way (`packet`).
 //!
 //! Analyzers never learn where observations came from, and know time only from their
 //! timestamps and from `tick`, so a capture replayed and the same traffic traced live give the
 //! same findings. Every table they keep is bounded (`table`); the stalest entries go first,
 //! and are counted, when one fills up.
+mod client_view;
 mod engine;
 mod forwarding_loop;
 mod histogram;
@@ -46,23 +47,27 @@ pub trait Analyzer {
     }
 
     /// Time has reached `now`: no observation up to `now` is still to come. Reports what was
-    /// waiting for that (a deadline passed, a packet settled).
+    /// waiting for that (a deadline passed, a packet settled). Told the same time again with no
+    /// observation in between, it has nothing more to do, and the engine does not tell it.
     fn tick(&mut self, now: SystemTime, out: &mut Vec<Finding>);
 
     /// The input has ended at `now`: reports everything still held back.
     fn finish(&mut self, now: SystemTime, out: &mut Vec<Finding>);
-
-    /// Entries dropped from its full tables so far.
-    fn evictions(&self) -> u64;
 }
 
 /// Whether `wait` has passed between `since` and `now`. Timestamps come from captures and
 /// kernels, so this holds for any of them: a `now` before `since` is not past, and nothing
 /// overflows.
 fn has_waited(since: SystemTime, wait: Duration, now: SystemTime) -> bool {
-    // `now - since >= wait` as a comparison with `now - wait`: every tick asks this of each
-    // table's stalest entry, and a subtraction of two times builds a `Duration` with checks.
-    now.checked_sub(wait).is_some_and(|cutoff| since <= cutoff)
+    waited_by(wait, now)(since)
+}
+
+/// `has_waited(since, wait, now)` as a question about `since`, for asking it of many.
+fn waited_by(wait: Duration, now: SystemTime) -> impl Fn(SystemTime) -> bool {
+    // `now - since >= wait` as a comparison with `now - wait`, worked out once: every tick asks
+    // this of each table's stalest entry, and a subtraction of two times takes checks.
+    let cutoff = now.checked_sub(wait);
+    move |since| cutoff.is_some_and(|cutoff| since <= cutoff)
 }
 
 #[cfg(test)]

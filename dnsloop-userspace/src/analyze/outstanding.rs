@@ -28,6 +28,9 @@ pub struct SentQuery {
     pub id: u16,
     pub question: Question,
     pub sent: SystemTime,
+    /// It repeats a query already reported as timed out (`timeout`), which does not report it
+    /// again.
+    pub repeats_timed_out: bool,
 }
 
 /// What a reply is to the query it matches.
@@ -53,8 +56,14 @@ impl Outstanding {
     }
 
     /// Records the query `obs` unless it is already waiting: later sightings (further hops, or
-    /// the client's retries with the same id) are the same query.
-    pub fn query(&mut self, key: &MessageKey, obs: &Observation) {
+    /// the client's retries with the same id) are the same query. `repeats_timed_out` is asked
+    /// only of a query recorded.
+    pub fn query(
+        &mut self,
+        key: &MessageKey,
+        obs: &Observation,
+        repeats_timed_out: impl FnOnce() -> bool,
+    ) {
         let Some(question) = &obs.question else {
             return;
         };
@@ -68,6 +77,7 @@ impl Outstanding {
                     id: obs.id,
                     question: question.clone(),
                     sent: obs.ts,
+                    repeats_timed_out: repeats_timed_out(),
                 },
             );
         }
@@ -94,8 +104,9 @@ impl Outstanding {
             .pop_stalest_if(|_, query| has_waited(query.sent, wait, now))
     }
 
-    pub fn len(&self) -> usize {
-        self.queries.len()
+    /// Every query waiting, oldest first.
+    pub fn queries(&self) -> impl Iterator<Item = &SentQuery> {
+        self.queries.iter().map(|(_, query)| query)
     }
 
     pub fn evictions(&self) -> u64 {

@@ -25,6 +25,9 @@ pub struct Reorder {
     out_of_order: BinaryHeap<Reverse<Held>>,
     /// The newest timestamp seen, or the latest time a tick reported.
     newest: Option<SystemTime>,
+    /// `window` before `newest`: worked out when `newest` moves, as it is asked for more
+    /// often than that.
+    horizon: Option<SystemTime>,
     /// The timestamp of the last observation released.
     released: Option<SystemTime>,
     arrivals: u64,
@@ -47,6 +50,7 @@ impl Reorder {
             in_order: VecDeque::new(),
             out_of_order: BinaryHeap::new(),
             newest: None,
+            horizon: None,
             released: None,
             arrivals: 0,
             late: 0,
@@ -93,21 +97,24 @@ impl Reorder {
 
     /// Time has reached `now`.
     pub fn advance(&mut self, now: SystemTime) {
-        self.newest = Some(self.newest.map_or(now, |newest| newest.max(now)));
+        if self.newest.is_none_or(|newest| now > newest) {
+            self.newest = Some(now);
+            self.horizon = now.checked_sub(self.window);
+        }
     }
 
     /// Up to when the order is final: no observation at or before it is still expected.
     pub fn horizon(&self) -> Option<SystemTime> {
-        self.newest?.checked_sub(self.window)
+        self.horizon
     }
 
     /// The oldest held observation, once it is due: its timestamp has reached the horizon, or
     /// the buffer is over capacity.
     pub fn pop_due(&mut self) -> Option<Observation> {
-        let (oldest, _) = self.oldest()?;
-        let due = self.held() > self.capacity || self.horizon().is_some_and(|h| oldest <= h);
+        let (oldest, queued) = self.oldest()?;
+        let due = self.held() > self.capacity || self.horizon.is_some_and(|h| oldest <= h);
         if due {
-            self.pop()
+            self.take(queued)
         } else {
             None
         }
@@ -116,6 +123,11 @@ impl Reorder {
     /// The oldest held observation, due or not: for when the input has ended.
     pub fn pop(&mut self) -> Option<Observation> {
         let (_, queued) = self.oldest()?;
+        self.take(queued)
+    }
+
+    /// The oldest held observation, from the in-order queue if `queued`, else from the heap.
+    fn take(&mut self, queued: bool) -> Option<Observation> {
         let held = if queued {
             self.in_order.pop_front()?
         } else {

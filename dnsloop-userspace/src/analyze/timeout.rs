@@ -7,24 +7,22 @@ use std::time::{Duration, SystemTime};
 
 use super::{
     has_waited, mnemonic,
-    outstanding::{Outstanding, SentQuery},
+    outstanding::SentQuery,
     packet::MessageKey,
     table::{FastHash, Table},
-    Analyzer,
 };
-use crate::{
-    finding::{Finding, TimeoutFinding},
-    observation::Observation,
-};
+use crate::finding::{Finding, TimeoutFinding};
 
 /// How long a timed-out query is remembered, so that the client's later retries of it (same
 /// id and port) are not reported again: glibc tries twice 5 s apart per server, dig three
 /// times 5 s apart.
 const RETRIES_LAST: Duration = Duration::from_secs(20);
 
+/// Judges the queries that waited `timeout` in the shared table of outstanding queries
+/// (`client_view`), which ends a query's wait at a reply from where it went: one from
+/// elsewhere is dropped by the client, which goes on waiting.
 pub struct Timeouts {
     timeout: Duration,
-    waiting: Outstanding,
     /// Queries already reported, by when they were sent.
     timed_out: Table<MessageKey, SystemTime, FastHash>,
 }
@@ -33,14 +31,36 @@ impl Timeouts {
     pub fn new(timeout: Duration, capacity: usize) -> Self {
         Self {
             timeout,
-            waiting: Outstanding::new(timeout, capacity),
             timed_out: Table::with_hasher(capacity),
         }
     }
 
-    /// Queries still waiting, not `timeout` old yet.
-    pub fn waiting(&self) -> usize {
-        self.waiting.len()
+    /// Whether a query under `key` now repeats one already reported.
+    pub fn reported(&self, key: &MessageKey) -> bool {
+        self.timed_out.get(key).is_some()
+    }
+
+    /// `query` has waited `timeout` for its reply: reported, unless it repeats a query that was.
+    pub fn expired(&mut self, key: MessageKey, query: SentQuery, out: &mut Vec<Finding>) {
+        if query.repeats_timed_out {
+            return;
+        }
+        self.timed_out.insert(key, query.sent);
+        out.push(Finding::Timeout(self.finding(query)));
+    }
+
+    /// Time has reached `now`: retries of what was reported before `RETRIES_LAST` are new
+    /// queries again.
+    pub fn tick(&mut self, now: SystemTime) {
+        while self
+            .timed_out
+            .pop_stalest_if(|_, &sent| has_waited(sent, RETRIES_LAST, now))
+            .is_some()
+        {}
+    }
+
+    pub fn evictions(&self) -> u64 {
+        self.timed_out.evictions()
     }
 
     fn finding(&self, query: SentQuery) -> TimeoutFinding {
@@ -67,55 +87,27 @@ impl Timeouts {
     }
 }
 
-impl Analyzer for Timeouts {
-    fn observe(&mut self, obs: &Observation, message: Option<&MessageKey>, out: &mut Vec<Finding>) {
-        self.tick(obs.ts, out);
-        let Some(key) = message else {
-            return;
-        };
-        if obs.is_response {
-            // A reply from where the query went ends the wait; one from elsewhere is dropped
-            // by the client, which goes on waiting.
-            self.waiting.reply(key, obs);
-        } else if self.timed_out.get(key).is_none() {
-            self.waiting.query(key, obs);
-        }
-    }
-
-    fn tick(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
-        while let Some((key, query)) = self.waiting.pop_expired(now) {
-            self.timed_out.insert(key, query.sent);
-            out.push(Finding::Timeout(self.finding(query)));
-        }
-        while self
-            .timed_out
-            .pop_stalest_if(|_, &sent| has_waited(sent, RETRIES_LAST, now))
-            .is_some()
-        {}
-    }
-
-    fn finish(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
-        self.tick(now, out);
-    }
-
-    fn evictions(&self) -> u64 {
-        self.waiting.evictions() + self.timed_out.evictions()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyze::testkit::*;
+    use crate::{
+        analyze::{client_view::ClientView, testkit::*, Analyzer},
+        observation::Observation,
+    };
 
     const WAIT: Duration = Duration::from_secs(2);
 
+    fn analyzer() -> ClientView {
+        ClientView::new(WAIT, Duration::from_secs(10), 1024)
+    }
+
+    /// The timeouts among `findings` (a reply from elsewhere is also a misdelivery).
     fn timeouts(findings: Vec<Finding>) -> Vec<TimeoutFinding> {
         findings
             .into_iter()
-            .map(|finding| match finding {
-                Finding::Timeout(found) => found,
-                other => panic!("not a timeout: {other:?}"),
+            .filter_map(|finding| match finding {
+                Finding::Timeout(found) => Some(found),
+                _ => None,
             })
             .collect()
     }
@@ -158,11 +150,7 @@ mod tests {
                 .at_us(1_500_010)
                 .route(&[CLIENT_IN]),
         ];
-        let found = timeouts(run(
-            &mut Timeouts::new(WAIT, 1024),
-            observations.concat(),
-            ms(10_000),
-        ));
+        let found = timeouts(run(&mut analyzer(), observations.concat(), ms(10_000)));
         assert_eq!(found.len(), 1, "{found:?}");
         let found = &found[0];
         assert_eq!(found.server, addr("10.255.0.99:53"));
@@ -187,11 +175,7 @@ mod tests {
                     .route(&[CLIENT_OUT, NODE_FROM_BRIDGE])
             })
             .collect();
-        let found = timeouts(run(
-            &mut Timeouts::new(WAIT, 1024),
-            observations,
-            ms(20_000),
-        ));
+        let found = timeouts(run(&mut analyzer(), observations, ms(20_000)));
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].ts, ms(2000));
     }
@@ -219,17 +203,13 @@ mod tests {
             asked(2, 10),
             answered(2, "10.96.0.10:53", 15),
         ];
-        let found = timeouts(run(
-            &mut Timeouts::new(WAIT, 1024),
-            observations,
-            ms(10_000),
-        ));
+        let found = timeouts(run(&mut analyzer(), observations, ms(10_000)));
         assert_eq!(found.iter().map(|found| found.id).collect::<Vec<_>>(), [1]);
     }
 
     #[test]
     fn finish_reports_what_is_due_and_leaves_the_rest_waiting() {
-        let mut analyzer = Timeouts::new(WAIT, 1024);
+        let mut analyzer = analyzer();
         let mut findings = Vec::new();
         for (id, at) in [(1, 0), (2, 1500)] {
             observe(
@@ -246,6 +226,6 @@ mod tests {
                 .collect::<Vec<_>>(),
             [1]
         );
-        assert_eq!(analyzer.waiting(), 1);
+        assert_eq!(analyzer.unanswered(), 1);
     }
 }

@@ -8,15 +8,10 @@ use std::{
 };
 
 use super::{
-    outstanding::{Outstanding, Reply, SentQuery},
-    packet::MessageKey,
+    outstanding::SentQuery,
     repeats::{Repeated, Repeats},
-    Analyzer,
 };
-use crate::{
-    finding::{Finding, UnexpectedSourceFinding},
-    observation::Observation,
-};
+use crate::{finding::UnexpectedSourceFinding, observation::Observation};
 
 /// One kind of misdelivery: this client, expecting replies from there, got them from here.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -26,19 +21,42 @@ struct Misdelivery {
     actual: SocketAddr,
 }
 
+/// Judges the replies that the shared table of outstanding queries (`client_view`) finds come
+/// from somewhere other than where their query went.
 pub struct UnexpectedSources {
-    waiting: Outstanding,
     reports: Repeats<Misdelivery, UnexpectedSourceFinding>,
 }
 
 impl UnexpectedSources {
-    /// A query is judged until it has waited `wait`; each misdelivery is reported again at
-    /// most once per `report_interval`.
-    pub fn new(wait: Duration, report_interval: Duration, capacity: usize) -> Self {
+    /// Each misdelivery is reported again at most once per `report_interval`.
+    pub fn new(report_interval: Duration, capacity: usize) -> Self {
         Self {
-            waiting: Outstanding::new(wait, capacity),
             reports: Repeats::new(report_interval, capacity),
         }
+    }
+
+    /// `reply` came to `query`'s client from elsewhere: what to report now, if anything.
+    pub fn misdelivered(
+        &mut self,
+        query: &SentQuery,
+        reply: &Observation,
+    ) -> Option<UnexpectedSourceFinding> {
+        let misdelivery = Misdelivery {
+            client: query.client,
+            expected: query.server,
+            actual: reply.src,
+        };
+        self.reports
+            .occurred(misdelivery, reply.ts, || Some(finding(query, reply)))
+    }
+
+    /// The input has ended: the last counts of misdeliveries reported before.
+    pub fn unreported(&mut self) -> impl Iterator<Item = UnexpectedSourceFinding> + '_ {
+        self.reports.unreported()
+    }
+
+    pub fn evictions(&self) -> u64 {
+        self.reports.evictions()
     }
 }
 
@@ -74,44 +92,6 @@ fn summary(
     summary
 }
 
-impl Analyzer for UnexpectedSources {
-    fn observe(&mut self, obs: &Observation, message: Option<&MessageKey>, out: &mut Vec<Finding>) {
-        self.tick(obs.ts, out);
-        let Some(key) = message else {
-            return;
-        };
-        if !obs.is_response {
-            self.waiting.query(key, obs);
-            return;
-        }
-        let Some(Reply::FromElsewhere(query)) = self.waiting.reply(key, obs) else {
-            return;
-        };
-        let misdelivery = Misdelivery {
-            client: query.client,
-            expected: query.server,
-            actual: obs.src,
-        };
-        let reported = self
-            .reports
-            .occurred(misdelivery, obs.ts, || Some(finding(query, obs)));
-        out.extend(reported.map(Finding::UnexpectedSource));
-    }
-
-    fn tick(&mut self, now: SystemTime, _out: &mut Vec<Finding>) {
-        while self.waiting.pop_expired(now).is_some() {}
-    }
-
-    fn finish(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
-        self.tick(now, out);
-        out.extend(self.reports.unreported().map(Finding::UnexpectedSource));
-    }
-
-    fn evictions(&self) -> u64 {
-        self.waiting.evictions() + self.reports.evictions()
-    }
-}
-
 impl Repeated for UnexpectedSourceFinding {
     fn repeated(&mut self, count: u64, last: SystemTime) {
         self.ts = last;
@@ -123,18 +103,22 @@ impl Repeated for UnexpectedSourceFinding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyze::testkit::*;
+    use crate::{
+        analyze::{client_view::ClientView, testkit::*, Analyzer},
+        finding::Finding,
+    };
 
-    fn analyzer() -> UnexpectedSources {
-        UnexpectedSources::new(Duration::from_secs(2), Duration::from_secs(10), 1024)
+    fn analyzer() -> ClientView {
+        ClientView::new(Duration::from_secs(2), Duration::from_secs(10), 1024)
     }
 
+    /// The misdeliveries among `findings` (the queries they answered also time out).
     fn sources(findings: Vec<Finding>) -> Vec<UnexpectedSourceFinding> {
         findings
             .into_iter()
-            .map(|finding| match finding {
-                Finding::UnexpectedSource(found) => found,
-                other => panic!("not an unexpected source: {other:?}"),
+            .filter_map(|finding| match finding {
+                Finding::UnexpectedSource(found) => Some(found),
+                _ => None,
             })
             .collect()
     }

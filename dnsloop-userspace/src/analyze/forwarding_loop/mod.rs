@@ -36,7 +36,7 @@ use super::{
     packet::{MessageKey, QuestionKey},
     repeats::{Repeated, Repeats},
     table::{FastHash, Table},
-    Analyzer,
+    waited_by, Analyzer,
 };
 use crate::{
     finding::{Finding, LoopFinding},
@@ -183,6 +183,16 @@ impl ForwardingLoops {
         }
     }
 
+    /// Entries dropped from its full tables so far.
+    pub fn evictions(&self) -> u64 {
+        self.flights.evictions()
+            + self.latest.evictions()
+            + self.deliveries.evictions()
+            + self.probes.evictions()
+            + self.reports.evictions()
+            + self.entered_overflows
+    }
+
     /// Decides every flight that entered a namespace at least `settle` before `now`.
     fn settle_until(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
         while let Some(&(since, id)) = self.entered.front() {
@@ -299,8 +309,7 @@ impl ForwardingLoops {
 
     /// Forgets flights, and what points at them, once they are too old to matter.
     fn expire(&mut self, now: SystemTime) {
-        let retention = self.retention();
-        let stale = |last: SystemTime| has_waited(last, retention, now);
+        let stale = waited_by(self.retention(), now);
         while let Some((id, flight)) = self
             .flights
             .pop_stalest_if(|_, flight| stale(flight.active))
@@ -370,15 +379,6 @@ impl Analyzer for ForwardingLoops {
         }
         self.expire(now);
         out.extend(self.reports.unreported().map(Finding::Loop));
-    }
-
-    fn evictions(&self) -> u64 {
-        self.flights.evictions()
-            + self.latest.evictions()
-            + self.deliveries.evictions()
-            + self.probes.evictions()
-            + self.reports.evictions()
-            + self.entered_overflows
     }
 }
 

@@ -1,0 +1,223 @@
+//! Replies as the clients see them: one table of the queries they sent (`outstanding`), and the
+//! three analyses that judge against it. A reply from elsewhere is a misdelivery
+//! (`unexpected_source`), an answer counts for its server's latency (`latency`), and a query
+//! that waited too long has timed out (`timeout`). Each query is recorded, answered or expired
+//! once, for all three.
+use std::time::{Duration, SystemTime};
+
+use super::{
+    latency::Latency,
+    outstanding::{Outstanding, Reply},
+    packet::MessageKey,
+    timeout::Timeouts,
+    unexpected_source::UnexpectedSources,
+    Analyzer, ServerSummary,
+};
+use crate::{finding::Finding, observation::Observation};
+
+pub struct ClientView {
+    waiting: Outstanding,
+    unexpected_sources: UnexpectedSources,
+    timeouts: Timeouts,
+    latency: Latency,
+}
+
+impl ClientView {
+    /// A query is awaited `timeout`; a misdelivery is reported again at most once per
+    /// `report_interval`.
+    pub fn new(timeout: Duration, report_interval: Duration, capacity: usize) -> Self {
+        Self {
+            waiting: Outstanding::new(timeout, capacity),
+            unexpected_sources: UnexpectedSources::new(report_interval, capacity),
+            timeouts: Timeouts::new(timeout, capacity),
+            latency: Latency::new(capacity),
+        }
+    }
+
+    /// Queries still awaited, not `timeout` old yet, that would be reported if they timed out.
+    pub fn unanswered(&self) -> usize {
+        self.waiting
+            .queries()
+            .filter(|query| !query.repeats_timed_out)
+            .count()
+    }
+
+    /// Every server that answered, in address order.
+    pub fn servers(&self) -> Vec<ServerSummary> {
+        self.latency.servers()
+    }
+
+    /// Entries dropped from each analysis's full tables so far, by its name: the queries
+    /// dropped from the shared table are lost to all three.
+    pub fn evictions(&self) -> [(&'static str, u64); 3] {
+        let waiting = self.waiting.evictions();
+        [
+            (
+                "unexpected_source",
+                waiting + self.unexpected_sources.evictions(),
+            ),
+            ("timeout", waiting + self.timeouts.evictions()),
+            ("latency", waiting + self.latency.evictions()),
+        ]
+    }
+}
+
+impl Analyzer for ClientView {
+    fn observe(&mut self, obs: &Observation, message: Option<&MessageKey>, out: &mut Vec<Finding>) {
+        let timeouts_from = out.len();
+        self.tick(obs.ts, out);
+        let Some(key) = message else {
+            return;
+        };
+        if !obs.is_response {
+            let timeouts = &self.timeouts;
+            self.waiting.query(key, obs, || timeouts.reported(key));
+            return;
+        }
+        match self.waiting.reply(key, obs) {
+            Some(Reply::Answer(query)) => self.latency.answered(&query, obs),
+            Some(Reply::FromElsewhere(query)) => {
+                if let Some(found) = self.unexpected_sources.misdelivered(query, obs) {
+                    // A misdelivery goes ahead of the timeouts its moment made due, as
+                    // misdeliveries go ahead of timeouts at the end.
+                    out.insert(timeouts_from, Finding::UnexpectedSource(found));
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn tick(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+        while let Some((key, query)) = self.waiting.pop_expired(now) {
+            self.timeouts.expired(key, query, out);
+        }
+        self.timeouts.tick(now);
+    }
+
+    fn finish(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+        out.extend(
+            self.unexpected_sources
+                .unreported()
+                .map(Finding::UnexpectedSource),
+        );
+        self.tick(now, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::testkit::*;
+
+    const WAIT: Duration = Duration::from_secs(2);
+
+    fn analyzer() -> ClientView {
+        ClientView::new(WAIT, Duration::from_secs(10), 1024)
+    }
+
+    fn kinds(findings: &[Finding]) -> Vec<&'static str> {
+        findings
+            .iter()
+            .map(|finding| match finding {
+                Finding::Loop(_) => "loop",
+                Finding::UnexpectedSource(_) => "unexpected source",
+                Finding::Timeout(_) => "timeout",
+            })
+            .collect()
+    }
+
+    fn asked(id: u16, at: u64) -> Observation {
+        query("a.test.")
+            .id(id)
+            .to("10.96.0.10:53")
+            .at_ms(at)
+            .seen(CLIENT_OUT)
+    }
+
+    fn answered(id: u16, from: &str, at: u64) -> Observation {
+        reply("a.test.")
+            .id(id)
+            .from(from)
+            .to("10.244.0.2:41234")
+            .at_ms(at)
+            .seen(CLIENT_IN)
+    }
+
+    #[test]
+    fn an_answered_query_is_gone_for_all_three() {
+        let mut view = analyzer();
+        let findings = run(
+            &mut view,
+            vec![
+                asked(1, 0),
+                answered(1, "10.96.0.10:53", 5),
+                // Too late for the query, which is no longer awaited: no misdelivery, no
+                // second latency.
+                answered(1, "10.244.0.3:53", 6),
+                answered(1, "10.96.0.10:53", 7),
+            ],
+            ms(10_000),
+        );
+        assert_eq!(kinds(&findings), Vec::<&str>::new());
+        assert_eq!(view.unanswered(), 0);
+        let servers = view.servers();
+        assert_eq!(servers.len(), 1);
+        assert_eq!(servers[0].answered, 1);
+    }
+
+    #[test]
+    fn a_misdelivered_reply_leaves_the_query_awaited_until_it_times_out_once() {
+        let mut view = analyzer();
+        let findings = run(
+            &mut view,
+            vec![
+                asked(1, 0),
+                answered(1, "10.244.0.3:53", 5),
+                // The client retries with the same id and port, before and after the timeout.
+                asked(1, 1000),
+                asked(1, 2500),
+            ],
+            ms(10_000),
+        );
+        assert_eq!(kinds(&findings), ["unexpected source", "timeout"]);
+        assert_eq!(view.servers(), []);
+        // Nor is the misdelivery's count reported again at the end: it was reported at once.
+        let mut rest = Vec::new();
+        view.finish(ms(30_000), &mut rest);
+        assert_eq!(kinds(&rest), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_retry_after_the_timeout_is_answered_and_counted() {
+        let mut view = analyzer();
+        let findings = run(
+            &mut view,
+            vec![
+                asked(1, 0),
+                asked(1, 2500),
+                answered(1, "10.96.0.10:53", 2510),
+            ],
+            ms(10_000),
+        );
+        assert_eq!(kinds(&findings), ["timeout"]);
+        assert_eq!(view.servers()[0].answered, 1);
+        assert_eq!(view.unanswered(), 0);
+    }
+
+    #[test]
+    fn a_misdelivery_is_written_ahead_of_the_timeouts_due_at_its_moment() {
+        let findings = run(
+            &mut analyzer(),
+            vec![
+                asked(1, 0),
+                asked(2, 1500),
+                answered(2, "10.244.0.3:53", 2000),
+            ],
+            ms(10_000),
+        );
+        assert_eq!(
+            kinds(&findings),
+            ["unexpected source", "timeout", "timeout"]
+        );
+    }
+}
