@@ -20,19 +20,31 @@ pub fn stub_name() -> String {
 
 /// Asks each of `servers`, from the client pod, the stub domain's name and two names that
 /// resolve; those two answers are checked, so that a source with nothing to report is known to
-/// have seen working traffic.
-pub fn ask(lab: &Lab, servers: &[String]) {
+/// have seen working traffic. Returns the IDs of the answers.
+pub fn ask(lab: &Lab, servers: &[String]) -> Vec<u16> {
     let (cluster_name, cluster_address) = CLUSTER_RECORDS[0];
+    let mut answered = Vec::new();
     for server in servers {
         lab.dig(Pod::Client, server, &[&stub_name()])
             .unwrap_or_else(|error| panic!("{error:#}"));
-        dig_answers(lab, server, EXTERNAL_NAME, &EXTERNAL_A.to_string());
-        dig_answers(lab, server, cluster_name, &cluster_address.to_string());
+        answered.push(dig_answers(
+            lab,
+            server,
+            EXTERNAL_NAME,
+            &EXTERNAL_A.to_string(),
+        ));
+        answered.push(dig_answers(
+            lab,
+            server,
+            cluster_name,
+            &cluster_address.to_string(),
+        ));
     }
+    answered
 }
 
-/// Asks `server` for `name` from the client pod and checks the one answer.
-pub fn dig_answers(lab: &Lab, server: &str, name: &str, expected: &str) {
+/// Asks `server` for `name` from the client pod, checks the one answer and returns its ID.
+pub fn dig_answers(lab: &Lab, server: &str, name: &str, expected: &str) -> u16 {
     let outcome = lab
         .dig(Pod::Client, server, &[name])
         .unwrap_or_else(|error| panic!("{error:#}"));
@@ -42,6 +54,7 @@ pub fn dig_answers(lab: &Lab, server: &str, name: &str, expected: &str) {
         "dig @{server} {name}:\n{}",
         outcome.stdout
     );
+    outcome.id.expect("an answer has an ID")
 }
 
 /// There is a timeout naming the dead server, every one of them asked the stub domain's name

@@ -12,6 +12,8 @@ pub struct DigOutcome {
     /// answer arrived before the timeout (including one dropped for coming from the wrong
     /// address).
     pub status: Option<String>,
+    /// The ID of the answer dig took, when one arrived.
+    pub id: Option<u16>,
     /// The data of each record in the answer section, e.g. `192.0.2.80`.
     pub answers: Vec<String>,
     /// dig's full output, for assertion messages.
@@ -41,6 +43,11 @@ impl DigOutcome {
             .find_map(|line| line.split("status: ").nth(1))
             .and_then(|rest| rest.split(',').next())
             .map(str::to_owned);
+        let id = stdout
+            .lines()
+            .filter(|line| line.contains("->>HEADER<<-"))
+            .find_map(|line| line.split("id: ").nth(1))
+            .and_then(|rest| rest.trim().parse().ok());
         let mut answers = Vec::new();
         let mut in_answer_section = false;
         for line in stdout.lines() {
@@ -56,6 +63,7 @@ impl DigOutcome {
         }
         DigOutcome {
             status,
+            id,
             answers,
             stdout,
         }
@@ -84,6 +92,7 @@ www.example.test.\t0\tIN\tTXT\t\"two words\"
 ";
         let outcome = DigOutcome::parse(stdout.to_owned());
         assert_eq!(outcome.status.as_deref(), Some("NOERROR"));
+        assert_eq!(outcome.id, Some(23683));
         assert_eq!(outcome.answers, ["192.0.2.80", "\"two words\""]);
     }
 
@@ -92,7 +101,7 @@ www.example.test.\t0\tIN\tTXT\t\"two words\"
         let stdout = ";; communications error to 10.96.0.10#53: timed out\n\
                       ;; no servers could be reached\n";
         let outcome = DigOutcome::parse(stdout.to_owned());
-        assert_eq!(outcome.status, None);
+        assert_eq!((outcome.status, outcome.id), (None, None));
         assert!(outcome.answers.is_empty());
     }
 }
