@@ -237,12 +237,7 @@ impl LastParse {
         last.transport = segment.transport as u8;
         last.payload_len = segment.payload_len as u32;
         last.message_offset = message_offset as u32;
-        last.header.id = summary.header.id;
-        last.header.flags = summary.header.flags;
-        last.header.qdcount = summary.header.qdcount;
-        last.header.ancount = summary.header.ancount;
-        last.header.nscount = summary.header.nscount;
-        last.header.arcount = summary.header.arcount;
+        last.header = summary.header;
         last.has_question = 0;
         if let Some(question) = &summary.question {
             last.name_hash = question.name_hash;

@@ -126,35 +126,18 @@ mod tests {
             .collect()
     }
 
-    fn asked(id: u16, at: u64) -> Observation {
-        query("a.test.")
-            .id(id)
-            .to("10.96.0.10:53")
-            .at_ms(at)
-            .seen(CLIENT_OUT)
-    }
-
-    fn answered(id: u16, from: &str, at: u64) -> Observation {
-        reply("a.test.")
-            .id(id)
-            .from(from)
-            .to("10.244.0.2:41234")
-            .at_ms(at)
-            .seen(CLIENT_IN)
-    }
-
     #[test]
     fn an_answered_query_is_gone_for_all_three() {
         let mut view = analyzer();
         let findings = run(
             &mut view,
             vec![
-                asked(1, 0),
-                answered(1, "10.96.0.10:53", 5),
+                client_asks(1, 0),
+                client_gets_reply(1, "10.96.0.10:53", 5),
                 // Too late for the query, which is no longer awaited: no misdelivery, no
                 // second latency.
-                answered(1, "10.244.0.3:53", 6),
-                answered(1, "10.96.0.10:53", 7),
+                client_gets_reply(1, "10.244.0.3:53", 6),
+                client_gets_reply(1, "10.96.0.10:53", 7),
             ],
             ms(10_000),
         );
@@ -171,11 +154,11 @@ mod tests {
         let findings = run(
             &mut view,
             vec![
-                asked(1, 0),
-                answered(1, "10.244.0.3:53", 5),
+                client_asks(1, 0),
+                client_gets_reply(1, "10.244.0.3:53", 5),
                 // The client retries with the same id and port, before and after the timeout.
-                asked(1, 1000),
-                asked(1, 2500),
+                client_asks(1, 1000),
+                client_asks(1, 2500),
             ],
             ms(10_000),
         );
@@ -193,9 +176,9 @@ mod tests {
         let findings = run(
             &mut view,
             vec![
-                asked(1, 0),
-                asked(1, 2500),
-                answered(1, "10.96.0.10:53", 2510),
+                client_asks(1, 0),
+                client_asks(1, 2500),
+                client_gets_reply(1, "10.96.0.10:53", 2510),
             ],
             ms(10_000),
         );
@@ -209,9 +192,9 @@ mod tests {
         let findings = run(
             &mut analyzer(),
             vec![
-                asked(1, 0),
-                asked(2, 1500),
-                answered(2, "10.244.0.3:53", 2000),
+                client_asks(1, 0),
+                client_asks(2, 1500),
+                client_gets_reply(2, "10.244.0.3:53", 2000),
             ],
             ms(10_000),
         );

@@ -213,6 +213,25 @@ fn point(spot: Spot) -> Point {
     }
 }
 
+/// The client pod's query `id` for `a.test.` to the cluster DNS service, at `at` ms.
+pub fn client_asks(id: u16, at: u64) -> Observation {
+    query("a.test.")
+        .id(id)
+        .to("10.96.0.10:53")
+        .at_ms(at)
+        .seen(CLIENT_OUT)
+}
+
+/// A reply from `from` to `client_asks(id, _)`, reaching the client at `at` ms.
+pub fn client_gets_reply(id: u16, from: &str, at: u64) -> Observation {
+    reply("a.test.")
+        .id(id)
+        .from(from)
+        .to("10.244.0.2:41234")
+        .at_ms(at)
+        .seen(CLIENT_IN)
+}
+
 /// Feeds `obs` to `analyzer` as the engine does, with its message's key.
 pub fn observe(analyzer: &mut impl Analyzer, obs: &Observation, out: &mut Vec<Finding>) {
     analyzer.observe(obs, MessageKey::of(obs).as_ref(), out);

@@ -182,26 +182,11 @@ mod tests {
 
     #[test]
     fn a_reply_from_elsewhere_does_not_end_the_wait_but_the_right_one_does() {
-        let asked = |id: u16, at: u64| {
-            query("a.test.")
-                .id(id)
-                .to("10.96.0.10:53")
-                .at_ms(at)
-                .seen(CLIENT_OUT)
-        };
-        let answered = |id: u16, from: &str, at: u64| {
-            reply("a.test.")
-                .id(id)
-                .from(from)
-                .to("10.244.0.2:41234")
-                .at_ms(at)
-                .seen(CLIENT_IN)
-        };
         let observations = vec![
-            asked(1, 0),
-            answered(1, "10.244.0.3:53", 5),
-            asked(2, 10),
-            answered(2, "10.96.0.10:53", 15),
+            client_asks(1, 0),
+            client_gets_reply(1, "10.244.0.3:53", 5),
+            client_asks(2, 10),
+            client_gets_reply(2, "10.96.0.10:53", 15),
         ];
         let found = timeouts(run(&mut analyzer(), observations, ms(10_000)));
         assert_eq!(found.iter().map(|found| found.id).collect::<Vec<_>>(), [1]);
