@@ -720,6 +720,38 @@ fn loop_probes_are_streamed_and_near_misses_are_not() {
 }
 
 #[test]
+fn a_packet_too_long_to_be_read_in_place_is_read_with_the_helper() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    // Past the programs' in-place limit (2048 bytes) and within what a test run takes (a page):
+    // a probe followed by records the programs do not read.
+    let mut payload = dns_query(0x0103, "1234.5678.cluster.local.", QTYPE_HINFO);
+    payload.resize(2400, 0);
+    let long_probe = FrameSpec {
+        payload,
+        ..FrameSpec::default()
+    }
+    .build();
+
+    kernel.run(Direction::Ingress, &long_probe);
+
+    assert_eq!(
+        kernel.counts(),
+        counted(
+            &[
+                (Counter::Packets, 1),
+                (Counter::DnsPackets, 1),
+                (Counter::DnsMessages, 1),
+                (Counter::StreamedRecords, 1),
+            ],
+            &[]
+        )
+    );
+    kernel.assert_streamed(&[(&long_probe, Direction::Ingress, StreamReason::Probe)]);
+}
+
+#[test]
 fn every_packet_mode_streams_every_dns_packet_cut_at_the_snap_length() {
     const SNAP_LEN: usize = 64;
     let Some(mut kernel) = Kernel::load(every_packet(SNAP_LEN)) else {

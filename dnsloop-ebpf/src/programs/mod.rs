@@ -132,7 +132,12 @@ struct Inspection {
 fn classify_into<H: Hook>(hook: H, link: LinkLayer, verdict: *mut Verdict) -> bool {
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     unsafe { (*verdict).malformed = 0 };
-    match classify(&HookBytes(hook), link, &maps::dns_ports()) {
+    let ports = maps::dns_ports();
+    let class = match hook::InPlace::of(hook) {
+        Some(in_place) => classify(&in_place, link, &ports),
+        None => classify(&HookBytes(hook), link, &ports),
+    };
+    match class {
         PacketClass::Dns(segment) => {
             // SAFETY: the per-CPU value belongs to this program run until it returns.
             unsafe { (*verdict).segment = segment };
