@@ -736,18 +736,7 @@ fn a_packet_too_long_to_be_read_in_place_is_read_with_the_helper() {
 
     kernel.run(Direction::Ingress, &long_probe);
 
-    assert_eq!(
-        kernel.counts(),
-        counted(
-            &[
-                (Counter::Packets, 1),
-                (Counter::DnsPackets, 1),
-                (Counter::DnsMessages, 1),
-                (Counter::StreamedRecords, 1),
-            ],
-            &[]
-        )
-    );
+    assert_eq!(kernel.counts(), one_streamed_dns_packet(1));
     kernel.assert_streamed(&[(&long_probe, Direction::Ingress, StreamReason::Probe)]);
 }
 
@@ -799,18 +788,7 @@ fn a_tcp_segment_with_two_messages_has_both_parsed() {
 
     kernel.run(Direction::Ingress, &segment);
 
-    assert_eq!(
-        kernel.counts(),
-        counted(
-            &[
-                (Counter::Packets, 1),
-                (Counter::DnsPackets, 1),
-                (Counter::DnsMessages, 2),
-                (Counter::StreamedRecords, 1),
-            ],
-            &[]
-        )
-    );
+    assert_eq!(kernel.counts(), one_streamed_dns_packet(2));
     kernel.assert_streamed(&[(&segment, Direction::Ingress, StreamReason::Probe)]);
 }
 
@@ -1072,6 +1050,19 @@ fn dns_packets_of_one_message(packets: u64) -> GlobalCounts {
             (Counter::Packets, packets),
             (Counter::DnsPackets, packets),
             (Counter::DnsMessages, packets),
+        ],
+        &[],
+    )
+}
+
+/// The global counters after one DNS packet of `messages` messages, streamed.
+fn one_streamed_dns_packet(messages: u64) -> GlobalCounts {
+    counted(
+        &[
+            (Counter::Packets, 1),
+            (Counter::DnsPackets, 1),
+            (Counter::DnsMessages, messages),
+            (Counter::StreamedRecords, 1),
         ],
         &[],
     )
