@@ -327,35 +327,51 @@ fn self_loop_in_a_capture_of_the_pod() {
     );
 }
 
-/// How often, and how long after, `tcp_loop_in_captures` asks its question.
+/// How often `tcp_loop_in_captures` asks its question, and how long the captures run on after
+/// the last time: longer than one round of the loop over TCP (about 3 s: unbound merges the
+/// returning query and sends it on later).
 const TCP_LOOP_ROUNDS: usize = 3;
-const TCP_ROUND_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+const TCP_ROUND_SETTLE: std::time::Duration = std::time::Duration::from_secs(4);
 
 #[test]
 fn tcp_loop_in_captures() {
-    let Some(run) = run(
-        "analyze-tcp-loop",
-        Scenario::TcpLoop,
-        &[NODE_ANY, NODE_BRIDGE],
-        false,
-        |lab| {
-            // Over TCP the loop goes round slowly, and now and then a round shows no DNS on a
-            // hop (a message split over segments, which the decoder does not reassemble): the
-            // question is asked a few times, and the captures run on after the last.
-            for _ in 0..TCP_LOOP_ROUNDS {
-                lab.dig_or_fail(Pod::Client, &NODE_LOCAL_DNS.to_string(), &[EXTERNAL_NAME]);
-            }
-            std::thread::sleep(TCP_ROUND_SETTLE);
-        },
-    ) else {
-        return;
-    };
-    for capture in &run.captures {
-        let analysed = analyze(&capture.file);
-        assert!(
-            !analysed.loops_for(&fqdn(EXTERNAL_NAME)).is_empty(),
-            "no loop in {}:\n{analysed}",
-            capture.how
+    // Now and then, on a slow machine, the captures hold no complete round of the loop (the
+    // forward back over TCP came after they stopped, or in segments the decoder does not
+    // reassemble): the analysis rightly finds no loop in them. Such captures are taken again,
+    // once.
+    for attempt in 1..=2 {
+        let Some(run) = run(
+            "analyze-tcp-loop",
+            Scenario::TcpLoop,
+            &[NODE_ANY, NODE_BRIDGE],
+            false,
+            |lab| {
+                for _ in 0..TCP_LOOP_ROUNDS {
+                    lab.dig_or_fail(Pod::Client, &NODE_LOCAL_DNS.to_string(), &[EXTERNAL_NAME]);
+                }
+                std::thread::sleep(TCP_ROUND_SETTLE);
+            },
+        ) else {
+            return;
+        };
+        let without_loop: Vec<String> = run
+            .captures
+            .iter()
+            .filter_map(|capture| {
+                let analysed = analyze(&capture.file);
+                analysed
+                    .loops_for(&fqdn(EXTERNAL_NAME))
+                    .is_empty()
+                    .then(|| format!("no loop in {}:\n{analysed}", capture.how))
+            })
+            .collect();
+        if without_loop.is_empty() {
+            return;
+        }
+        assert!(attempt < 2, "{}", without_loop.join("\n"));
+        eprintln!(
+            "tcp_loop_in_captures: taking the captures again: {}",
+            without_loop.join("\n")
         );
     }
 }
