@@ -7,6 +7,7 @@
 //! Older kernels have no TCX. There the classifiers are tc filters on the clsact qdisc, which
 //! stay until someone removes them: dnsloop removes its own, and the qdisc if it added it and
 //! nothing else uses it, when [`Attachments`] is dropped, which every exit but SIGKILL does.
+//! What a SIGKILL leaves, the next dnsloop removes where it attaches (see `orphans`).
 use std::{collections::HashMap, io, path::Path};
 
 use aya::{
@@ -27,6 +28,7 @@ use crate::{
     clsact::{self, Qdisc},
     namespaces::{self, NamespaceError},
     netns,
+    orphans::Orphans,
     programs::{self, EGRESS_PROGRAM, INGRESS_PROGRAM},
     topology::{Link, LinkRole},
 };
@@ -212,7 +214,8 @@ impl Attachments {
                 })?));
                 continue;
             }
-            let (classifier, added_qdisc) = self.hooks.attach(ebpf, &link.name, direction)?;
+            let (classifier, added_qdisc) =
+                self.hooks.attach(ebpf, &link.name, &link.name, direction)?;
             if added_qdisc {
                 self.added_qdiscs.push((link.index, link.name.clone()));
             }
@@ -232,8 +235,10 @@ impl Attachments {
         label: &str,
     ) -> Result<(), AttachError> {
         let hooks = &mut self.hooks;
-        let (classifier, added_qdisc) =
-            namespaces::in_namespace(namespace, || hooks.attach(ebpf, "lo", Direction::Egress))??;
+        let place = format!("lo in the namespace of {label}");
+        let (classifier, added_qdisc) = namespaces::in_namespace(namespace, || {
+            hooks.attach(ebpf, "lo", &place, Direction::Egress)
+        })??;
         self.pod_loopbacks.push(PodLoopback {
             namespace: namespace.to_owned(),
             cookie,
@@ -339,6 +344,7 @@ struct TcHooks {
     current: TcHook,
     forced: bool,
     warned: bool,
+    orphans: Orphans,
 }
 
 impl TcHooks {
@@ -348,15 +354,18 @@ impl TcHooks {
             current: if forced { TcHook::Clsact } else { TcHook::Tcx },
             forced,
             warned: false,
+            orphans: Orphans::new(),
         }
     }
 
     /// Attaches the classifier for `direction` to `interface` of the calling thread's
-    /// namespace; says whether the clsact qdisc had to be added for it.
+    /// namespace (`place` names it for the operator); says whether the clsact qdisc had to be
+    /// added for it.
     fn attach(
         &mut self,
         ebpf: &mut Ebpf,
         interface: &str,
+        place: &str,
         direction: Direction,
     ) -> Result<(Classifier, bool), AttachError> {
         let (program, attach_type, direction_name) = match direction {
@@ -386,6 +395,18 @@ impl TcHooks {
                 source,
             },
         })?;
+        // A qdisc dnsloop just added holds no filter yet.
+        if qdisc == Qdisc::AlreadyThere {
+            match interface_index(interface) {
+                Ok(index) => self.orphans.remove(place, index, direction),
+                Err(error) if error.raw_os_error() == Some(libc::ENODEV) => {
+                    return Err(AttachError::InterfaceGone(interface.to_owned()))
+                }
+                Err(error) => eprintln!(
+                    "dnsloop: {place}: {error}; filters a killed dnsloop left there are not removed"
+                ),
+            }
+        }
         let options = TcAttachOptions::Netlink(NlOptions::default());
         let attached = classifier
             .attach_with_options(interface, attach_type, options)
@@ -443,8 +464,9 @@ impl TcHooks {
 fn legacy_warning(reason: &str) -> String {
     format!(
         "TCX is not available ({reason}): attached with tc clsact; dnsloop removes its filters when it exits, \
-         but a dnsloop killed with SIGKILL leaves them behind: `tc filter show dev IFACE ingress|egress` lists them \
-         (named dnsloop_ingress, dnsloop_egress) and `tc filter del dev IFACE ingress|egress pref PREF` removes one"
+         but a dnsloop killed with SIGKILL leaves them behind until the next dnsloop starts and removes them: \
+         `tc filter show dev IFACE ingress|egress` lists them (named dnsloop_ingress, dnsloop_egress) and \
+         `tc filter del dev IFACE ingress|egress pref PREF` removes one"
     )
 }
 

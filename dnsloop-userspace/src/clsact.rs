@@ -1,14 +1,16 @@
 //! The clsact qdisc, where classifiers attach on kernels without TCX (before Linux 6.6): added
 //! where it is missing, and removed again on exit when dnsloop added it and nothing else uses
-//! it. Everything here acts on the calling thread's network namespace.
+//! it; and the BPF filters on it, listed and removed one by one. Everything here acts on the
+//! calling thread's network namespace.
 use std::io;
 
 use aya::programs::tc::{self, TcError};
+use dnsloop_ebpf::event::Direction;
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
 };
 use netlink_packet_route::{
-    tc::{TcHandle, TcMessage},
+    tc::{TcAttribute, TcFilterBpfOption, TcHandle, TcMessage, TcOption},
     RouteNetlinkMessage,
 };
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
@@ -39,10 +41,10 @@ pub fn ensure(interface: &str) -> Result<Qdisc, TcError> {
 /// netlink round trip at exit.
 pub fn remove_if_unused(index: u32) -> io::Result<bool> {
     let socket = RouteSocket::open()?;
-    for direction in [TcHandle::MIN_INGRESS, TcHandle::MIN_EGRESS] {
+    for direction in [Direction::Ingress, Direction::Egress] {
         let filters = socket.dump_filters(index, direction);
         match filters {
-            Ok(0) => {}
+            Ok(filters) if filters.is_empty() => {}
             Ok(_) => return Ok(false),
             Err(error) if is_gone(&error) => return Ok(false),
             Err(error) => return Err(error),
@@ -53,6 +55,80 @@ pub fn remove_if_unused(index: u32) -> io::Result<bool> {
         Err(error) if is_gone(&error) => Ok(false),
         Err(error) => Err(error),
     }
+}
+
+/// A BPF classifier on a clsact qdisc, as the kernel lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BpfFilter {
+    /// Its `pref`: the kernel gives each filter dnsloop adds one of its own.
+    pub priority: u16,
+    /// The protocol it classifies and its handle, which with the priority name it alone.
+    protocol: u16,
+    handle: TcHandle,
+    /// The name it was attached with: the program's.
+    pub name: String,
+    pub program_id: u32,
+}
+
+impl BpfFilter {
+    /// The BPF classifier `message` lists, if it lists one (a dump also lists each priority's
+    /// filter chain on its own, without a program).
+    fn of(message: &TcMessage) -> Option<Self> {
+        let mut kind_is_bpf = false;
+        let (mut name, mut program_id) = (None, None);
+        for attribute in &message.attributes {
+            match attribute {
+                TcAttribute::Kind(kind) => kind_is_bpf = kind == "bpf",
+                TcAttribute::Options(options) => {
+                    for option in options {
+                        match option {
+                            TcOption::Bpf(TcFilterBpfOption::ProgName(found)) => {
+                                name = Some(found.clone())
+                            }
+                            TcOption::Bpf(TcFilterBpfOption::ProgId(id)) => program_id = Some(*id),
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let info = message.header.info;
+        Some(Self {
+            priority: (info >> 16) as u16,
+            protocol: info as u16,
+            handle: message.header.handle,
+            name: name.filter(|_| kind_is_bpf)?,
+            program_id: program_id?,
+        })
+    }
+}
+
+/// The BPF classifiers on `direction` of interface `index`'s clsact qdisc.
+pub fn bpf_filters(index: u32, direction: Direction) -> io::Result<Vec<BpfFilter>> {
+    let listed = RouteSocket::open()?.dump_filters(index, direction)?;
+    Ok(listed
+        .iter()
+        .filter_map(|message| match message {
+            RouteNetlinkMessage::NewTrafficFilter(message) => BpfFilter::of(message),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Removes `filter` from `direction` of interface `index`, and nothing else: other filters at
+/// its priority (there are none for dnsloop's) stay.
+pub fn delete_filter(index: u32, direction: Direction, filter: &BpfFilter) -> io::Result<()> {
+    let mut message = tc_message(index);
+    message.header.parent = clsact_parent(direction);
+    message.header.handle = filter.handle;
+    message.header.info = u32::from(filter.priority) << 16 | u32::from(filter.protocol);
+    RouteSocket::open()?
+        .request(
+            RouteNetlinkMessage::DelTrafficFilter(message),
+            NLM_F_REQUEST | NLM_F_ACK,
+        )
+        .map(|_| ())
 }
 
 /// ENODEV: the interface is gone; EINVAL/ENOENT: it has no clsact qdisc (any more).
@@ -76,13 +152,14 @@ impl RouteSocket {
         Ok(Self { socket })
     }
 
-    /// How many filters (and filter chains) hang off clsact's `direction` of interface `index`.
-    fn dump_filters(&self, index: u32, direction: u16) -> io::Result<usize> {
+    /// The filters (and filter chains) hanging off clsact's `direction` of interface `index`.
+    fn dump_filters(
+        &self,
+        index: u32,
+        direction: Direction,
+    ) -> io::Result<Vec<RouteNetlinkMessage>> {
         let mut message = tc_message(index);
-        message.header.parent = TcHandle {
-            major: TcHandle::CLSACT.major,
-            minor: direction,
-        };
+        message.header.parent = clsact_parent(direction);
         self.request(
             RouteNetlinkMessage::GetTrafficFilter(message),
             NLM_F_REQUEST | NLM_F_DUMP,
@@ -104,8 +181,12 @@ impl RouteSocket {
     }
 
     /// Sends `message` and reads replies until the kernel's acknowledgement or the end of the
-    /// dump; returns how many messages the kernel answered with before it.
-    fn request(&self, message: RouteNetlinkMessage, flags: u16) -> io::Result<usize> {
+    /// dump; returns the messages the kernel answered with before it.
+    fn request(
+        &self,
+        message: RouteNetlinkMessage,
+        flags: u16,
+    ) -> io::Result<Vec<RouteNetlinkMessage>> {
         let mut request = NetlinkMessage::new(
             NetlinkHeader::default(),
             NetlinkPayload::InnerMessage(message),
@@ -117,7 +198,7 @@ impl RouteSocket {
         request.serialize(&mut bytes);
         self.socket.send(&bytes, 0)?;
 
-        let mut answers = 0;
+        let mut answers = Vec::new();
         loop {
             let (reply, _kernel) = self.socket.recv_from_full()?;
             let mut rest = reply.as_slice();
@@ -145,7 +226,8 @@ impl RouteSocket {
                             Some(_) => Err(error.to_io()),
                         }
                     }
-                    _ => answers += 1,
+                    NetlinkPayload::InnerMessage(answer) => answers.push(answer),
+                    _ => {}
                 }
                 // Messages are 4-byte aligned.
                 rest = rest.get(length.next_multiple_of(4)..).unwrap_or_default();
@@ -154,7 +236,64 @@ impl RouteSocket {
     }
 }
 
+/// The parent of the filters on clsact's `direction`.
+fn clsact_parent(direction: Direction) -> TcHandle {
+    TcHandle {
+        major: TcHandle::CLSACT.major,
+        minor: match direction {
+            Direction::Ingress => TcHandle::MIN_INGRESS,
+            Direction::Egress => TcHandle::MIN_EGRESS,
+        },
+    }
+}
+
 fn tc_message(index: u32) -> TcMessage {
     // Interface indexes are positive i32 in the kernel.
     TcMessage::with_index(index as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A filter as the kernel dumps it: `options` under kind `bpf`, priority 49152 for all
+    /// protocols (`ETH_P_ALL` in network order).
+    fn dumped(options: Vec<TcOption>) -> TcMessage {
+        let mut message = tc_message(4);
+        message.header.info = 49152 << 16 | u32::from(0x0003u16.to_be());
+        message.header.handle = TcHandle { major: 0, minor: 1 };
+        message.attributes = vec![
+            TcAttribute::Kind("bpf".to_owned()),
+            TcAttribute::Options(options),
+        ];
+        message
+    }
+
+    #[test]
+    fn a_dumped_bpf_filter_gives_its_program_and_what_names_it_for_removal() {
+        let message = dumped(vec![
+            TcOption::Bpf(TcFilterBpfOption::ProgId(2803)),
+            TcOption::Bpf(TcFilterBpfOption::ProgName("dnsloop_ingress".to_owned())),
+        ]);
+        let filter = BpfFilter::of(&message).expect("a BPF filter");
+        assert_eq!(filter.name, "dnsloop_ingress");
+        assert_eq!(filter.program_id, 2803);
+        assert_eq!(filter.priority, 49152);
+        assert_eq!(
+            u32::from(filter.priority) << 16 | u32::from(filter.protocol),
+            message.header.info
+        );
+        assert_eq!(filter.handle, message.header.handle);
+    }
+
+    #[test]
+    fn a_filter_chain_without_a_program_is_no_bpf_filter() {
+        assert_eq!(BpfFilter::of(&dumped(Vec::new())), None);
+        let mut other_kind = dumped(vec![
+            TcOption::Bpf(TcFilterBpfOption::ProgId(7)),
+            TcOption::Bpf(TcFilterBpfOption::ProgName("dnsloop_egress".to_owned())),
+        ]);
+        other_kind.attributes[0] = TcAttribute::Kind("u32".to_owned());
+        assert_eq!(BpfFilter::of(&other_kind), None);
+    }
 }

@@ -31,6 +31,7 @@ mod metrics;
 mod namespaces;
 mod netns;
 mod observation;
+mod orphans;
 mod pipeline;
 mod pods;
 mod points;

@@ -247,6 +247,95 @@ fn on_the_clsact_path_sigkill_leaves_the_filters_the_warning_tells_how_to_remove
     // The pods' loopbacks keep theirs: deleting the lab removes them with the namespaces.
 }
 
+/// What a SIGKILL leaves on the clsact path, the next dnsloop removes where it attaches, on the
+/// node's interfaces and the pods' loopbacks alike; the filters of a dnsloop still running stay.
+#[test]
+fn on_the_clsact_path_the_next_dnsloop_removes_the_filters_a_killed_one_left() {
+    let Some(lab) = healthy_lab("clsact_next_dnsloop_removes_what_a_killed_one_left") else {
+        return;
+    };
+    let client = lab.pod_ns(Pod::Client);
+    let running = start(&lab, &[FORCE_CLSACT]);
+    let running_programs = BpfHandles::of(running.pid()).programs;
+    let killed = start(&lab, &[FORCE_CLSACT]);
+    let killed_programs = BpfHandles::of(killed.pid()).programs;
+    let output = killed.kill().expect("tracer ends on SIGKILL");
+    assert!(
+        output
+            .stderr
+            .contains("leaves them behind until the next dnsloop starts and removes them"),
+        "{}",
+        output.stderr
+    );
+    let left_by_the_killed = |ns: &str| {
+        dnsloop_filters(&lab, ns)
+            .into_iter()
+            .filter(|filter| killed_programs.contains(&filter.program))
+            .count()
+    };
+    assert!(left_by_the_killed(lab.node_ns()) >= 5);
+    assert_eq!(left_by_the_killed(&client), 1);
+
+    let next = start(&lab, &[FORCE_CLSACT]);
+    let next_programs = BpfHandles::of(next.pid()).programs;
+    let expected: BTreeSet<u64> = running_programs
+        .iter()
+        .chain(&next_programs)
+        .copied()
+        .collect();
+    let node_ids: BTreeSet<u64> = dnsloop_filters(&lab, lab.node_ns())
+        .iter()
+        .map(|filter| filter.program)
+        .collect();
+    assert_eq!(node_ids, expected);
+    // A pod's loopback is watched on egress only: one filter from each live tracer.
+    let on_the_client = dnsloop_filters(&lab, &client);
+    assert_eq!(on_the_client.len(), 2, "{on_the_client:?}");
+    assert!(
+        on_the_client
+            .iter()
+            .all(|filter| expected.contains(&filter.program)),
+        "{on_the_client:?}"
+    );
+    assert_released(&killed_programs);
+
+    ask(&lab, QUERIES);
+    let next = next.terminate().expect("next tracer ends on SIGTERM");
+    assert!(next.status.success(), "{}", next.stderr);
+    let removed: Vec<&str> = next
+        .stderr
+        .lines()
+        .filter(|line| line.contains("a dnsloop that no longer runs left it behind"))
+        .collect();
+    assert!(
+        removed.len() >= 6,
+        "the node's filters and the client's loopback's:\n{}",
+        next.stderr
+    );
+    assert!(
+        removed.iter().any(|line| line
+            .starts_with("dnsloop: removed tc filter dnsloop_egress (pref ")
+            && line.contains(") from lo in the namespace of ")),
+        "{}",
+        next.stderr
+    );
+    assert!(
+        client_queries(&summary_of(&next)) >= QUERIES,
+        "{}",
+        next.stdout
+    );
+    let running = running.terminate().expect("running tracer ends on SIGTERM");
+    assert!(running.status.success(), "{}", running.stderr);
+    assert!(
+        !running.stderr.contains("no longer runs left it behind"),
+        "{}",
+        running.stderr
+    );
+    for ns in [lab.node_ns(), &client] {
+        assert_no_dnsloop_filters(&lab, ns);
+    }
+}
+
 /// The maps `--pin` keeps, by name.
 const PINNED_MAPS: [&str; 5] = ["COUNTERS", "POINTS", "POINT_COUNTERS", "QUERIES", "SERVERS"];
 

@@ -184,5 +184,5 @@ note).
   (`/sys/kernel/rcu_expedited`) while attaching and detaching, and back: it is opt-in because
   expedited grace periods interrupt every CPU of the node meanwhile. tc clsact filters, which
   dnsloop uses before Linux 6.6, wait for no grace period (0.31 s, the table's third attach
-  row), but outlive a dnsloop killed with SIGKILL, where a TCX link goes with the process: so
-  TCX stays the default wherever the kernel has it."#;
+  row), but outlive a dnsloop killed with SIGKILL until the next one starts and removes them,
+  where a TCX link goes with the process: so TCX stays the default wherever the kernel has it."#;
