@@ -41,7 +41,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     if let Some(stopped) = &surveyed.stopped {
         eprintln!("dnsloop: warning: {stopped}");
     }
-    let placement = Placement::new(&surveyed.interfaces, &surveyed.survey, &args.dns_ports);
+    let mut placement = Placement::new(&surveyed.interfaces, &surveyed.survey, &args.dns_ports);
 
     let engine = Engine::new(EngineConfig {
         timeout: args.timeout,
@@ -61,7 +61,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     let mut counts = Counts::default();
     let mut clock = None;
     let mut take = |captured, pipeline: &mut Pipeline| -> anyhow::Result<()> {
-        let ts = feed(captured, &placement, pipeline, &mut counts)?;
+        let ts = feed(captured, &mut placement, pipeline, &mut counts)?;
         clock = Some(clock.map_or(ts, |clock: SystemTime| clock.max(ts)));
         Ok(())
     };
@@ -117,7 +117,7 @@ fn survey(path: &Path, dns_ports: &[u16]) -> anyhow::Result<Surveyed> {
 /// timestamp.
 fn feed(
     captured: CapturedPacket,
-    placement: &Placement,
+    placement: &mut Placement,
     pipeline: &mut Pipeline,
     counts: &mut Counts,
 ) -> anyhow::Result<SystemTime> {

@@ -47,6 +47,9 @@ use crate::{
 /// router from a pod, and bounded whatever the file holds.
 const MAX_MACS: usize = 4096;
 const MAX_ADDRESSES_PER_MAC: usize = 256;
+/// The namespaces named after addresses (rule c) are kept for this many addresses, so that a
+/// packet does not build its names anew; past it they are built again, whatever the file holds.
+const MAX_HOSTS: usize = 4096;
 
 /// Bridges as common CNIs and container runtimes name them.
 const BRIDGE_NAMES: [&str; 6] = ["cni0", "cbr0", "docker0", "kube-bridge", "weave", "lxcbr0"];
@@ -155,6 +158,8 @@ struct InterfacePlacement {
 pub struct Placement {
     interfaces: Vec<InterfacePlacement>,
     ports: DnsPorts,
+    node: Namespace,
+    hosts: HashMap<IpAddr, Namespace>,
 }
 
 impl Placement {
@@ -205,6 +210,8 @@ impl Placement {
         Self {
             interfaces,
             ports: DnsPorts::new(dns_ports),
+            node: Namespace::new(NODE),
+            hosts: HashMap::new(),
         }
     }
 
@@ -222,8 +229,19 @@ impl Placement {
         })
     }
 
+    /// The namespace a capture knows only by one of its addresses.
+    fn host(&mut self, address: IpAddr) -> Namespace {
+        if self.hosts.len() >= MAX_HOSTS && !self.hosts.contains_key(&address) {
+            self.hosts.clear();
+        }
+        self.hosts
+            .entry(address)
+            .or_insert_with(|| Namespace::new(&format!("host {address}")))
+            .clone()
+    }
+
     /// Where `captured` was seen; `None` for a packet of an interface the file did not list.
-    pub fn place(&self, captured: &CapturedPacket) -> Option<Point> {
+    pub fn place(&mut self, captured: &CapturedPacket) -> Option<Point> {
         let packet = &captured.packet;
         let interface = self
             .interfaces
@@ -252,28 +270,24 @@ impl Placement {
                 (_, None) => {}
             }
         }
+        let ifname = interface.name.clone();
         let (leaves, enters) = match (direction, addresses(packet, &self.ports)) {
             (_, None) => (None, None),
-            (Some(Direction::Ingress), Some((from, _))) => (Some(host(from)), Some(node())),
-            (Some(Direction::Egress), Some((_, to))) => (Some(node()), Some(host(to))),
-            (None, Some((from, to))) => (Some(host(from)), Some(host(to))),
+            (Some(Direction::Ingress), Some((from, _))) => {
+                (Some(self.host(from)), Some(self.node.clone()))
+            }
+            (Some(Direction::Egress), Some((_, to))) => {
+                (Some(self.node.clone()), Some(self.host(to)))
+            }
+            (None, Some((from, to))) => (Some(self.host(from)), Some(self.host(to))),
         };
         Some(Point {
-            ifname: interface.name.clone(),
+            ifname,
             direction: direction.unwrap_or(Direction::Ingress),
             leaves,
             enters,
         })
     }
-}
-
-fn node() -> Namespace {
-    Namespace::new(NODE)
-}
-
-/// The namespace a capture knows only by one of its addresses.
-fn host(address: IpAddr) -> Namespace {
-    Namespace::new(&format!("host {address}"))
 }
 
 /// The destination and source MACs of an Ethernet frame.
@@ -299,4 +313,24 @@ fn addresses(packet: &crate::source::RawPacket, ports: &DnsPorts) -> Option<(IpA
         IpFamily::V6 => IpAddr::V6(Ipv6Addr::from(bytes)),
     };
     Some((ip(segment.src), ip(segment.dst)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_past_the_memo_s_bound_are_still_named_and_memory_stays_bounded() {
+        let mut placement = Placement::new(&[], &Survey::default(), &[53]);
+        for n in 0..MAX_HOSTS as u32 + 100 {
+            let address = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n));
+            assert_eq!(
+                placement.host(address).0.as_ref(),
+                format!("host {address}")
+            );
+            assert!(placement.hosts.len() <= MAX_HOSTS);
+        }
+        let first = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0));
+        assert_eq!(placement.host(first).0.as_ref(), "host 10.0.0.0");
+    }
 }

@@ -132,7 +132,7 @@ fn placed(path: &Path) -> Vec<(CapturedPacket, crate::observation::Point)> {
     for packet in &packets {
         survey.observe(packet, &DnsPorts::new(&DNS));
     }
-    let placement = Placement::new(capture.interfaces(), &survey, &DNS);
+    let mut placement = Placement::new(capture.interfaces(), &survey, &DNS);
     packets
         .into_iter()
         .map(|packet| {
