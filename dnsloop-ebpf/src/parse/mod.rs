@@ -79,11 +79,12 @@ fn dns_segment<P: PacketBytes>(
     let network = link::network_start(pkt, link)?;
     let datagram = ip::parse_ip(pkt, network)?;
     let payload = transport::parse_transport(pkt, &datagram, ports)?;
+    let (src, dst) = ip::addresses(pkt, network);
     Ok(Segment {
         l3_offset: network.offset,
         family: network.family,
-        src: datagram.src,
-        dst: datagram.dst,
+        src,
+        dst,
         sport: payload.sport,
         dport: payload.dport,
         transport: datagram.transport,

@@ -27,8 +27,10 @@ pub const MAX_DNS_PORTS: usize = 8;
 
 /// The ports DNS is served on. A packet is DNS if its source or destination port is one of them.
 ///
-/// `#[repr(C)]` with no padding so that it can live in a BPF global or map as is. Unused slots
-/// are zero; port 0 is never DNS, so it never matches.
+/// `#[repr(C)]` with no padding so that it can live in a BPF global or map as is. The ports fill
+/// the first slots and the unused ones are zero, so the first zero ends the list: nearly every
+/// packet is not DNS, and with one port configured its check stops after one slot instead of
+/// eight. Port 0 is never DNS, so it never matches.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DnsPorts {
@@ -36,24 +38,41 @@ pub struct DnsPorts {
 }
 
 impl DnsPorts {
-    /// Takes the first [`MAX_DNS_PORTS`] ports; callers validate longer lists before this.
+    /// Takes the first [`MAX_DNS_PORTS`] ports other than 0; callers validate longer lists
+    /// before this.
     #[inline(always)]
     pub fn new(ports: &[u16]) -> Self {
         let mut slots = [0; MAX_DNS_PORTS];
-        for (slot, port) in slots.iter_mut().zip(ports) {
+        let given = ports.iter().filter(|&&port| port != 0);
+        for (slot, port) in slots.iter_mut().zip(given) {
             *slot = *port;
         }
         Self { ports: slots }
     }
 
-    /// The ports in slot form, unused slots zero: for a global the loader patches as is.
+    /// The ports in slot form, first slots first and unused slots zero: for a global the loader
+    /// patches as is.
     pub const fn from_slots(slots: [u16; MAX_DNS_PORTS]) -> Self {
         Self { ports: slots }
     }
 
     #[inline(always)]
     pub fn contains(&self, port: u16) -> bool {
-        port != 0 && self.ports.contains(&port)
+        self.contains_either(port, port)
+    }
+
+    /// Whether `a` or `b` is one of the ports: one walk of the slots for both.
+    #[inline(always)]
+    pub fn contains_either(&self, a: u16, b: u16) -> bool {
+        for &port in &self.ports {
+            if port == 0 {
+                return false;
+            }
+            if port == a || port == b {
+                return true;
+            }
+        }
+        false
     }
 }
 
@@ -129,7 +148,7 @@ fn dns_ports(first_four: [u8; 4], ports: &DnsPorts) -> Result<(u16, u16), Skip> 
     let [sport_hi, sport_lo, dport_hi, dport_lo] = first_four;
     let sport = u16::from_be_bytes([sport_hi, sport_lo]);
     let dport = u16::from_be_bytes([dport_hi, dport_lo]);
-    if ports.contains(sport) || ports.contains(dport) {
+    if ports.contains_either(sport, dport) {
         Ok((sport, dport))
     } else {
         Err(Skip::NotDnsPort)

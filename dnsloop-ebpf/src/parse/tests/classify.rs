@@ -470,6 +470,11 @@ fn dns_ports_keep_eight_and_never_match_port_zero() {
     assert!(!ports.contains(9));
     assert!(!ports.contains(0));
     assert!(!DnsPorts::new(&[53]).contains(0));
+    // A 0 in the list neither matches nor hides the ports after it.
+    let with_zero = DnsPorts::new(&[0, 53, 0, 5353]);
+    assert!(with_zero.contains(53) && with_zero.contains(5353));
+    assert!(!with_zero.contains(0));
+    assert!(with_zero.contains_either(80, 5353) && !with_zero.contains_either(80, 443));
 }
 
 #[test]
