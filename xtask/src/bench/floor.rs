@@ -2,8 +2,6 @@
 //! are, so that what dnsloop costs per run can be set against what running any program costs.
 use std::{
     ffi::CStr,
-    fs::File,
-    os::fd::AsRawFd as _,
     path::{Path, PathBuf},
     sync::mpsc,
     thread::{self, JoinHandle},
@@ -15,6 +13,7 @@ use aya::{
     Ebpf,
 };
 
+use super::namespace;
 use crate::command;
 
 /// The empty classifier's name, as `bpftool prog show` lists it.
@@ -93,15 +92,7 @@ impl Drop for Floor {
 }
 
 fn load_and_attach(object: &Path, netns: &Path) -> Result<Ebpf> {
-    let namespace = File::open(netns).with_context(|| format!("opening {}", netns.display()))?;
-    // SAFETY: a valid namespace fd; only this thread moves.
-    if unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        bail!(
-            "entering {}: {}",
-            netns.display(),
-            std::io::Error::last_os_error()
-        );
-    }
+    namespace::enter(netns)?;
     let bytes = std::fs::read(object).with_context(|| format!("reading {}", object.display()))?;
     let mut ebpf = Ebpf::load(&bytes).context("loading the floor's object")?;
     let program: &mut SchedClassifier = ebpf

@@ -3,22 +3,26 @@
 //!
 //! - Kernel cost per program run at a fixed load through nodelocal -> ClusterIP -> DNS pods:
 //!   dnsloop's programs (TC, and XDP on ingress) against an empty classifier on the same
-//!   interfaces (the floor), for DNS packets and for other packets.
+//!   interfaces (the floor), for DNS packets and for other packets; and for other packets again
+//!   in a flood, closer together, as on a busy node.
 //! - Userspace CPU during that load: dnsloop (default and `--packets`) against tcpdump writing
 //!   every DNS packet.
 //! - Throughput at saturation with no program, dnsloop, the empty classifier and tcpdump, in
-//!   alternating rounds.
+//!   alternating rounds, and the kernel cost per run there.
 //! - A loop storm: how soon each of 20 CoreDNS probes is reported, what was lost, peak memory.
 //! - Attach time on a namespace of 100 veths: TCX links (with and without `--expedite-attach`)
 //!   and, as kernels before 6.6 attach, filters on the clsact qdisc.
 //! - The programs on single packets of each kind (`BPF_PROG_TEST_RUN`), and the verifier's
 //!   instruction counts.
+mod flood;
 mod floor;
 mod measure;
+mod namespace;
 mod report;
 
 use std::{
     io::{BufRead as _, BufReader, Read as _},
+    net::SocketAddr,
     path::Path,
     process::{Child, Command, Stdio},
     sync::mpsc,
@@ -66,6 +70,8 @@ const SATURATION_WATCHERS: [Watcher; 4] = [
     Watcher::Floor,
     Watcher::Tcpdump,
 ];
+/// Where the non-DNS loads go on a CoreDNS pod: nothing listens there.
+const NOT_DNS_PORT: u16 = 5300;
 /// Loop probes sent into the storm, and how far apart.
 const PROBES: usize = 20;
 const PROBE_SPACING: Duration = Duration::from_millis(500);
@@ -103,7 +109,7 @@ pub fn run() -> Result<()> {
         lab: &lab,
         queries: &queries,
         server: Pod::CoreDnsA.ip().to_string(),
-        port: 5300,
+        port: NOT_DNS_PORT,
     };
     let context = Context {
         lab: &lab,
@@ -480,6 +486,7 @@ fn fixed_load(
             "ns",
         ));
     }
+    non_dns_flood(context, report)?;
     let map_memory = {
         let running = Running::start(context, Watcher::Dnsloop)?;
         let bytes = ProgramStats::map_memory(&DNSLOOP_PROGRAMS)?;
@@ -490,6 +497,57 @@ fn fixed_load(
         "Kernel map memory of `dnsloop trace` with default sizes: {:.1} MiB.",
         map_memory as f64 / 1024.0 / 1024.0
     ));
+    Ok(())
+}
+
+/// Kernel cost per run on other packets in a flood (see `flood`), the floor's and dnsloop's
+/// runs alternating.
+fn non_dns_flood(context: &Context, report: &mut Report) -> Result<()> {
+    const SECTION: &str = "kernel ns per program run, non-DNS flood";
+    let lab = context.lab;
+    let client = lab.netns_path(&lab.pod_ns(Pod::Client));
+    let target = SocketAddr::from((Pod::CoreDnsA.ip(), NOT_DNS_PORT));
+    let watchers = [Watcher::Floor, Watcher::Dnsloop];
+    let mut runs: Vec<(Watcher, f64, f64)> = Vec::new();
+    for _ in 0..REPEATS {
+        for watcher in watchers {
+            let running = Running::start(context, watcher)?;
+            let stats = ProgramStats::read()?;
+            let took = flood::run(client.clone(), target)?;
+            let per_run = ProgramStats::read()?.since(&stats, watcher.programs());
+            running.stop()?;
+            let rate = flood::DATAGRAMS as f64 / took.as_secs_f64();
+            runs.extend(per_run.map(|(ns, _)| (watcher, ns, rate)));
+        }
+    }
+    for watcher in watchers {
+        let of = |field: fn(&(Watcher, f64, f64)) -> f64| -> Vec<f64> {
+            runs.iter()
+                .filter(|run| run.0 == watcher)
+                .map(field)
+                .collect()
+        };
+        report.add(Row::new(SECTION, watcher.name(), &of(|run| run.1), "ns"));
+        report.add(Row::new(
+            "datagrams/s of the non-DNS flood",
+            watcher.name(),
+            &of(|run| run.2),
+            "pkt/s",
+        ));
+    }
+    let ratio = |section: &str| {
+        let dnsloop = report.median(section, Watcher::Dnsloop.name())?;
+        Some(dnsloop / report.median(section, Watcher::Floor.name())?)
+    };
+    if let Some((fixed, flood)) =
+        ratio("kernel ns per program run, non-DNS load").zip(ratio(SECTION))
+    {
+        report.note(format!(
+            "Kernel cost on other packets: {fixed:.1}x the empty classifier at the fixed load, \
+             {flood:.1}x in a flood of {} datagrams from one sender (target <= 3x).",
+            flood::DATAGRAMS
+        ));
+    }
     Ok(())
 }
 
@@ -509,10 +567,17 @@ fn saturation(context: &Context, dns: &Dnsperf, report: &mut Report) -> Result<(
     let mut throughput: Vec<(Watcher, f64)> = Vec::new();
     // The highest DNS packet rates of the bench, where the default mode must still lose nothing.
     let (mut packet_rates, mut lost) = (Vec::new(), Vec::new());
+    let mut kernel: Vec<(Watcher, f64)> = Vec::new();
     for _ in 0..ROUNDS {
         for watcher in SATURATION_WATCHERS {
             let running = Running::start(context, watcher)?;
+            let stats = ProgramStats::read()?;
             let load = dns.run(SATURATION_SECONDS, None, &SATURATION_FLAGS)?;
+            let programs = watcher.programs();
+            if !programs.is_empty() {
+                let per_run = ProgramStats::read()?.since(&stats, programs);
+                kernel.extend(per_run.map(|(ns, _)| (watcher, ns)));
+            }
             throughput.push((watcher, load.queries_per_second));
             if let Some(summary) = running.stop()? {
                 if let Some(packets) = summary["kernel"]["dns_packets"].as_f64() {
@@ -534,6 +599,24 @@ fn saturation(context: &Context, dns: &Dnsperf, report: &mut Report) -> Result<(
         &lost,
         "",
     ));
+    const KERNEL: &str = "kernel ns per program run, DNS at saturation";
+    for watcher in [Watcher::Floor, Watcher::Dnsloop] {
+        let per_run: Vec<f64> = kernel
+            .iter()
+            .filter(|(w, _)| *w == watcher)
+            .map(|(_, ns)| *ns)
+            .collect();
+        report.add(Row::new(KERNEL, watcher.name(), &per_run, "ns"));
+    }
+    let at_saturation = report
+        .median(KERNEL, Watcher::Dnsloop.name())
+        .zip(report.median(KERNEL, Watcher::Floor.name()));
+    if let Some((dnsloop, floor)) = at_saturation {
+        report.note(format!(
+            "Kernel cost on DNS packets at saturation: {:.1}x the empty classifier.",
+            dnsloop / floor
+        ));
+    }
     for watcher in SATURATION_WATCHERS {
         let queries_per_second: Vec<f64> = throughput
             .iter()
