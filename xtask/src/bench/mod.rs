@@ -470,19 +470,14 @@ fn fixed_load(
     for _ in 0..REPEATS {
         for watcher in [Watcher::Floor, Watcher::Dnsloop] {
             let measured = measure(context, watcher, not_dns, rate)?;
-            not_dns_runs.push((watcher, measured.ns_per_run.map(|(ns, _)| ns)));
+            not_dns_runs.extend(measured.ns_per_run.map(|(ns, _)| (watcher, ns)));
         }
     }
     for watcher in [Watcher::Floor, Watcher::Dnsloop] {
-        let per_run: Vec<f64> = not_dns_runs
-            .iter()
-            .filter(|(w, _)| *w == watcher)
-            .filter_map(|(_, ns)| *ns)
-            .collect();
         report.add(Row::new(
             "kernel ns per program run, non-DNS load",
             watcher.name(),
-            &per_run,
+            &values_of(&not_dns_runs, watcher),
             "ns",
         ));
     }
@@ -508,30 +503,25 @@ fn non_dns_flood(context: &Context, report: &mut Report) -> Result<()> {
     let client = lab.netns_path(&lab.pod_ns(Pod::Client));
     let target = SocketAddr::from((Pod::CoreDnsA.ip(), NOT_DNS_PORT));
     let watchers = [Watcher::Floor, Watcher::Dnsloop];
-    let mut runs: Vec<(Watcher, f64, f64)> = Vec::new();
+    let (mut per_run, mut rates) = (Vec::new(), Vec::new());
     for _ in 0..REPEATS {
         for watcher in watchers {
             let running = Running::start(context, watcher)?;
             let stats = ProgramStats::read()?;
             let took = flood::run(client.clone(), target)?;
-            let per_run = ProgramStats::read()?.since(&stats, watcher.programs());
+            let measured = ProgramStats::read()?.since(&stats, watcher.programs());
             running.stop()?;
-            let rate = flood::DATAGRAMS as f64 / took.as_secs_f64();
-            runs.extend(per_run.map(|(ns, _)| (watcher, ns, rate)));
+            per_run.extend(measured.map(|(ns, _)| (watcher, ns)));
+            rates.push((watcher, flood::DATAGRAMS as f64 / took.as_secs_f64()));
         }
     }
     for watcher in watchers {
-        let of = |field: fn(&(Watcher, f64, f64)) -> f64| -> Vec<f64> {
-            runs.iter()
-                .filter(|run| run.0 == watcher)
-                .map(field)
-                .collect()
-        };
-        report.add(Row::new(SECTION, watcher.name(), &of(|run| run.1), "ns"));
+        let name = watcher.name();
+        report.add(Row::new(SECTION, name, &values_of(&per_run, watcher), "ns"));
         report.add(Row::new(
             "datagrams/s of the non-DNS flood",
-            watcher.name(),
-            &of(|run| run.2),
+            name,
+            &values_of(&rates, watcher),
             "pkt/s",
         ));
     }
@@ -549,6 +539,14 @@ fn non_dns_flood(context: &Context, report: &mut Report) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// What the runs of `watcher` measured, in the order they ran.
+fn values_of(runs: &[(Watcher, f64)], watcher: Watcher) -> Vec<f64> {
+    runs.iter()
+        .filter(|(w, _)| *w == watcher)
+        .map(|(_, value)| *value)
+        .collect()
 }
 
 /// Queries completed in the runs of `watcher`, on average (for a per-query cost).
@@ -601,12 +599,12 @@ fn saturation(context: &Context, dns: &Dnsperf, report: &mut Report) -> Result<(
     ));
     const KERNEL: &str = "kernel ns per program run, DNS at saturation";
     for watcher in [Watcher::Floor, Watcher::Dnsloop] {
-        let per_run: Vec<f64> = kernel
-            .iter()
-            .filter(|(w, _)| *w == watcher)
-            .map(|(_, ns)| *ns)
-            .collect();
-        report.add(Row::new(KERNEL, watcher.name(), &per_run, "ns"));
+        report.add(Row::new(
+            KERNEL,
+            watcher.name(),
+            &values_of(&kernel, watcher),
+            "ns",
+        ));
     }
     let at_saturation = report
         .median(KERNEL, Watcher::Dnsloop.name())
@@ -618,15 +616,10 @@ fn saturation(context: &Context, dns: &Dnsperf, report: &mut Report) -> Result<(
         ));
     }
     for watcher in SATURATION_WATCHERS {
-        let queries_per_second: Vec<f64> = throughput
-            .iter()
-            .filter(|(w, _)| *w == watcher)
-            .map(|(_, qps)| *qps)
-            .collect();
         report.add(Row::new(
             SECTION,
             watcher.name(),
-            &queries_per_second,
+            &values_of(&throughput, watcher),
             "q/s",
         ));
     }
