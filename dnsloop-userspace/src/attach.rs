@@ -465,8 +465,8 @@ fn legacy_warning(reason: &str) -> String {
     format!(
         "TCX is not available ({reason}): attached with tc clsact; dnsloop removes its filters when it exits, \
          but a dnsloop killed with SIGKILL leaves them behind until the next dnsloop starts and removes them: \
-         `tc filter show dev IFACE ingress|egress` lists them (named dnsloop_ingress, dnsloop_egress) and \
-         `tc filter del dev IFACE ingress|egress pref PREF` removes one"
+         {}",
+        clsact::REMOVE_BY_HAND
     )
 }
 

@@ -57,6 +57,11 @@ pub fn remove_if_unused(index: u32) -> io::Result<bool> {
     }
 }
 
+/// How an operator finds and removes dnsloop's filters by hand.
+pub const REMOVE_BY_HAND: &str = "`tc filter show dev IFACE ingress|egress` lists them (named \
+     dnsloop_ingress, dnsloop_egress) and `tc filter del dev IFACE ingress|egress pref PREF` \
+     removes one";
+
 /// A BPF classifier on a clsact qdisc, as the kernel lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BpfFilter {

@@ -58,34 +58,31 @@ impl Orphans {
     /// calling thread's network namespace, saying on stderr what it removed, and what it found
     /// but could not remove. `place` names the interface for the operator.
     pub fn remove(&mut self, place: &str, index: u32, direction: Direction) {
+        let side = direction.as_str();
         let filters = match clsact::bpf_filters(index, direction) {
             Ok(filters) => filters,
             Err(error) => {
-                let direction = direction.as_str();
                 eprintln!(
-                    "dnsloop: listing the tc filters of {place} {direction} failed: {error}; filters a killed dnsloop left there are not removed (`tc filter show dev IFACE {direction}` lists them)"
+                    "dnsloop: listing the tc filters of {place} {side} failed: {error}; filters a killed dnsloop left there are not removed (`tc filter show dev IFACE {side}` lists them)"
                 );
                 return;
             }
         };
         for filter in filters.iter().filter(|filter| is_dnsloop(filter)) {
-            match self.is_orphaned(filter.program_id) {
+            let BpfFilter {
+                name,
+                priority,
+                program_id,
+                ..
+            } = filter;
+            match self.is_orphaned(*program_id) {
                 Ok(false) => {}
                 Ok(true) => match clsact::delete_filter(index, direction, filter) {
                     Ok(()) => eprintln!(
-                        "dnsloop: removed tc filter {} (pref {}, program {}) from {place} {}: a dnsloop that no longer runs left it behind",
-                        filter.name,
-                        filter.priority,
-                        filter.program_id,
-                        direction.as_str()
+                        "dnsloop: removed tc filter {name} (pref {priority}, program {program_id}) from {place} {side}: a dnsloop that no longer runs left it behind"
                     ),
                     Err(error) => eprintln!(
-                        "dnsloop: removing tc filter {} (pref {}) from {place} {}, left behind by a dnsloop that no longer runs, failed: {error}; `tc filter del dev IFACE {} pref {}` removes it",
-                        filter.name,
-                        filter.priority,
-                        direction.as_str(),
-                        direction.as_str(),
-                        filter.priority
+                        "dnsloop: removing tc filter {name} (pref {priority}) from {place} {side}, left behind by a dnsloop that no longer runs, failed: {error}; `tc filter del dev IFACE {side} pref {priority}` removes it"
                     ),
                 },
                 Err(why) => self.warn_blind(&why),
@@ -124,7 +121,8 @@ impl Orphans {
         }
         self.warned_blind = true;
         eprintln!(
-            "dnsloop: found tc filters named {INGRESS_PROGRAM} or {EGRESS_PROGRAM} that another dnsloop attached, and cannot tell whether it still runs ({why}); if none does, a killed one left them: `tc filter show dev IFACE ingress|egress` lists them and `tc filter del dev IFACE ingress|egress pref PREF` removes one"
+            "dnsloop: found tc filters named {INGRESS_PROGRAM} or {EGRESS_PROGRAM} that another dnsloop attached, and cannot tell whether it still runs ({why}); if none does, a killed one left them: {}",
+            clsact::REMOVE_BY_HAND
         );
     }
 }
