@@ -51,8 +51,14 @@ enum Task {
         seconds: std::time::Duration,
     },
     /// Measure dnsloop's cost and speed on the lab, side by side with an empty program and
-    /// tcpdump, and write BENCHMARKS.md (about 5 minutes).
-    Bench,
+    /// tcpdump, and write BENCHMARKS.md (about 15 minutes).
+    Bench {
+        /// Instead, compare this build with an earlier dnsloop binary (a copy of
+        /// target/release/dnsloop from before a change), in alternating pairs on the lab; prints
+        /// a table and leaves BENCHMARKS.md alone.
+        #[arg(long, value_name = "OLD_DNSLOOP")]
+        compare: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -73,7 +79,7 @@ fn main() -> Result<()> {
         Task::Demo => demo::run(),
         Task::Kernels => kernels::run(),
         Task::Test => test::run(),
-        Task::Bench => bench::run(),
+        Task::Bench { compare } => bench::run(compare.as_deref()),
         Task::Fuzz { seconds } => fuzz::run(seconds),
     }
 }

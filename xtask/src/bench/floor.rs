@@ -1,5 +1,6 @@
-//! The floor: an empty TC classifier (`xtask/bench-programs`) attached where dnsloop's programs
-//! are, so that what dnsloop costs per run can be set against what running any program costs.
+//! The reference programs (`xtask/bench-programs`), attached where dnsloop's programs are, so that
+//! what dnsloop costs per run can be set against what running any program costs (the empty
+//! classifier, the floor) and what one hash-map lookup per packet adds to that.
 use std::{
     ffi::CStr,
     path::{Path, PathBuf},
@@ -16,10 +17,12 @@ use aya::{
 use super::namespace;
 use crate::command;
 
-/// The empty classifier's name, as `bpftool prog show` lists it.
-pub const PROGRAM: &str = "bench_empty";
+/// The reference programs' names, as `bpftool prog show` lists them (the kernel keeps 15
+/// characters of a name).
+pub const EMPTY: &str = "bench_empty";
+pub const ONE_LOOKUP: &str = "bench_lookup";
 
-/// Builds the empty classifier for the BPF target and returns its object file.
+/// Builds the reference programs for the BPF target and returns their object file.
 pub fn build() -> Result<PathBuf> {
     let crate_dir = command::workspace_root().join("xtask/bench-programs");
     let target_dir = command::workspace_root().join("target/bench-programs");
@@ -44,22 +47,22 @@ pub fn build() -> Result<PathBuf> {
     Ok(target_dir.join("bpfel-unknown-none/release/bench-programs"))
 }
 
-/// The empty classifier, attached to every interface of a namespace until dropped.
+/// A reference program, attached to every interface of a namespace until dropped.
 pub struct Floor {
     stop: Option<mpsc::Sender<()>>,
     holder: Option<JoinHandle<()>>,
 }
 
 impl Floor {
-    /// Attaches the classifier in `object` to the interfaces of the namespace mounted at
-    /// `netns`: ingress and egress, loopback on egress only, as dnsloop attaches.
-    pub fn attach(object: &Path, netns: &Path) -> Result<Self> {
+    /// Attaches the classifier `program` in `object` to the interfaces of the namespace mounted
+    /// at `netns`: ingress and egress, loopback on egress only, as dnsloop attaches.
+    pub fn attach(object: &Path, program: &'static str, netns: &Path) -> Result<Self> {
         let (object, netns) = (object.to_path_buf(), netns.to_path_buf());
         let (ready, attached) = mpsc::channel::<Result<()>>();
         let (stop, stopped) = mpsc::channel::<()>();
         // The links live on a thread of their own, moved into the namespace.
         let holder = thread::spawn(move || {
-            let ebpf = match load_and_attach(&object, &netns) {
+            let ebpf = match load_and_attach(&object, program, &netns) {
                 Ok(ebpf) => {
                     let _ = ready.send(Ok(()));
                     ebpf
@@ -91,15 +94,15 @@ impl Drop for Floor {
     }
 }
 
-fn load_and_attach(object: &Path, netns: &Path) -> Result<Ebpf> {
+fn load_and_attach(object: &Path, name: &str, netns: &Path) -> Result<Ebpf> {
     namespace::enter(netns)?;
     let bytes = std::fs::read(object).with_context(|| format!("reading {}", object.display()))?;
-    let mut ebpf = Ebpf::load(&bytes).context("loading the floor's object")?;
+    let mut ebpf = Ebpf::load(&bytes).context("loading the reference programs' object")?;
     let program: &mut SchedClassifier = ebpf
-        .program_mut(PROGRAM)
-        .context("the floor's object has no bench_empty")?
+        .program_mut(name)
+        .with_context(|| format!("the reference programs' object has no {name}"))?
         .try_into()?;
-    program.load().context("loading bench_empty")?;
+    program.load().with_context(|| format!("loading {name}"))?;
     for interface in interface_names()? {
         let directions: &[TcAttachType] = if interface == "lo" {
             &[TcAttachType::Egress]
@@ -109,7 +112,7 @@ fn load_and_attach(object: &Path, netns: &Path) -> Result<Ebpf> {
         for &direction in directions {
             program
                 .attach(&interface, direction)
-                .with_context(|| format!("attaching bench_empty to {interface}"))?;
+                .with_context(|| format!("attaching {name} to {interface}"))?;
         }
     }
     Ok(ebpf)

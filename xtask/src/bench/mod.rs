@@ -4,7 +4,8 @@
 //! - Kernel cost per program run at a fixed load through nodelocal -> ClusterIP -> DNS pods:
 //!   dnsloop's programs (TC, and XDP on ingress) against an empty classifier on the same
 //!   interfaces (the floor), for DNS packets and for other packets; and for other packets again
-//!   in a flood, closer together, as on a busy node.
+//!   in a flood, closer together, as on a busy node. On DNS packets also a classifier making one
+//!   hash-map lookup per packet: the least that remembering anything per packet costs.
 //! - Userspace CPU during that load: dnsloop (default and `--packets`) against tcpdump writing
 //!   every DNS packet.
 //! - Throughput at saturation with no program, dnsloop, the empty classifier and tcpdump, in
@@ -14,6 +15,7 @@
 //!   and, as kernels before 6.6 attach, filters on the clsact qdisc.
 //! - The programs on single packets of each kind (`BPF_PROG_TEST_RUN`), and the verifier's
 //!   instruction counts.
+mod compare;
 mod flood;
 mod floor;
 mod measure;
@@ -88,7 +90,8 @@ const QUERIES: &str = "kubernetes.default.svc.cluster.local A\n\
     api.default.svc.cluster.local A\n\
     kube-dns.kube-system.svc.cluster.local A\n";
 
-pub fn run() -> Result<()> {
+/// The full bench, or with `compare`, the A/B of this build against that dnsloop binary.
+pub fn run(compare: Option<&Path>) -> Result<()> {
     let dnsloop = build_release()?;
     let floor_object = floor::build()?;
     let _stats = BpfStats::enable()?;
@@ -116,6 +119,11 @@ pub fn run() -> Result<()> {
         dnsloop: &dnsloop,
         floor_object: &floor_object,
     };
+    if let Some(baseline) = compare {
+        compare::run(&context, baseline, &node_cache, &not_dns, &mut report)?;
+        print!("{}", report.table());
+        return Ok(());
+    }
     let rate = fixed_rate(&node_cache, &mut report)?;
     eprintln!(
         "bench: kernel and userspace cost at {rate} queries/s ({REPEATS} x {FIXED_SECONDS} s each)"
@@ -153,10 +161,15 @@ struct Context<'a> {
 enum Watcher {
     Nothing,
     Floor,
+    /// The classifier making one hash-map lookup per packet.
+    OneLookup,
     Dnsloop,
     DnsloopXdp,
     DnsloopPackets,
     Tcpdump,
+    /// tcpdump decoding each packet and printing it as a line of text, as `--packets` does in
+    /// JSON.
+    TcpdumpPrinting,
 }
 
 impl Watcher {
@@ -164,19 +177,22 @@ impl Watcher {
         match self {
             Watcher::Nothing => "no program",
             Watcher::Floor => "empty classifier",
+            Watcher::OneLookup => "classifier with one hash-map lookup",
             Watcher::Dnsloop => "dnsloop trace",
             Watcher::DnsloopXdp => "dnsloop trace --xdp",
             Watcher::DnsloopPackets => "dnsloop trace --packets",
             Watcher::Tcpdump => "tcpdump -i any -w FILE port 53",
+            Watcher::TcpdumpPrinting => "tcpdump -i any -n -l port 53 (a line per packet)",
         }
     }
 
     fn programs(self) -> &'static [&'static str] {
         match self {
-            Watcher::Floor => &[floor::PROGRAM],
+            Watcher::Floor => &[floor::EMPTY],
+            Watcher::OneLookup => &[floor::ONE_LOOKUP],
             Watcher::Dnsloop | Watcher::DnsloopPackets => &DNSLOOP_PROGRAMS,
             Watcher::DnsloopXdp => &DNSLOOP_XDP_PROGRAMS,
-            Watcher::Nothing | Watcher::Tcpdump => &[],
+            Watcher::Nothing | Watcher::Tcpdump | Watcher::TcpdumpPrinting => &[],
         }
     }
 }
@@ -198,8 +214,10 @@ impl Running {
         let pcap = lab.state_dir().join("bench-tcpdump.pcap");
         let argv: Vec<&str> = match watcher {
             Watcher::Nothing => return Ok(Running::Nothing),
-            Watcher::Floor => {
-                let floor = Floor::attach(context.floor_object, &lab.netns_path(lab.node_ns()))?;
+            Watcher::Floor | Watcher::OneLookup => {
+                let program = watcher.programs()[0];
+                let netns = lab.netns_path(lab.node_ns());
+                let floor = Floor::attach(context.floor_object, program, &netns)?;
                 return Ok(Running::Floor { _attached: floor });
             }
             Watcher::Dnsloop => vec![dnsloop, "trace", "--output", "json"],
@@ -216,8 +234,9 @@ impl Running {
                 "port",
                 "53",
             ],
+            Watcher::TcpdumpPrinting => vec!["tcpdump", "-i", "any", "-n", "-l", "port", "53"],
         };
-        let ready = if watcher == Watcher::Tcpdump {
+        let ready = if matches!(watcher, Watcher::Tcpdump | Watcher::TcpdumpPrinting) {
             "listening on"
         } else {
             READY_MARKER
@@ -377,10 +396,12 @@ fn fixed_load(
     let watchers = [
         Watcher::Nothing,
         Watcher::Floor,
+        Watcher::OneLookup,
         Watcher::Dnsloop,
         Watcher::DnsloopXdp,
         Watcher::DnsloopPackets,
         Watcher::Tcpdump,
+        Watcher::TcpdumpPrinting,
     ];
     let mut runs: Vec<(Watcher, Measured)> = Vec::new();
     for _ in 0..REPEATS {
@@ -393,7 +414,12 @@ fn fixed_load(
             .filter(move |(w, _)| *w == watcher)
             .map(|(_, m)| m)
     };
-    for watcher in [Watcher::Floor, Watcher::Dnsloop, Watcher::DnsloopXdp] {
+    for watcher in [
+        Watcher::Floor,
+        Watcher::OneLookup,
+        Watcher::Dnsloop,
+        Watcher::DnsloopXdp,
+    ] {
         let per_run: Vec<f64> = of(watcher)
             .filter_map(|m| m.ns_per_run)
             .map(|(ns, _)| ns)
@@ -405,7 +431,12 @@ fn fixed_load(
             "ns",
         ));
     }
-    for watcher in [Watcher::Dnsloop, Watcher::DnsloopPackets, Watcher::Tcpdump] {
+    for watcher in [
+        Watcher::Dnsloop,
+        Watcher::DnsloopPackets,
+        Watcher::Tcpdump,
+        Watcher::TcpdumpPrinting,
+    ] {
         let seconds: Vec<f64> = of(watcher)
             .filter_map(|m| m.cpu)
             .map(|cpu| cpu.as_secs_f64() * 100_000.0 / (mean_completed(&runs, watcher)))
@@ -422,13 +453,21 @@ fn fixed_load(
     let userspace =
         |watcher: Watcher| report.median("userspace CPU s per 100k queries", watcher.name());
     let kernel_ratio = kernel(Watcher::Dnsloop).zip(kernel(Watcher::Floor));
+    let one_lookup_ratio = kernel(Watcher::OneLookup).zip(kernel(Watcher::Floor));
     let userspace_ratio = userspace(Watcher::Dnsloop)
         .zip(userspace(Watcher::DnsloopPackets))
         .zip(userspace(Watcher::Tcpdump));
+    let printing_ratio = userspace(Watcher::TcpdumpPrinting).zip(userspace(Watcher::Tcpdump));
     if let Some((dnsloop, floor)) = kernel_ratio {
         report.note(format!(
             "Kernel cost on DNS packets: {:.1}x the empty classifier (target <= 3x).",
             dnsloop / floor
+        ));
+    }
+    if let Some((one_lookup, floor)) = one_lookup_ratio {
+        report.note(format!(
+            "One hash-map lookup per packet, and nothing else: {:.1}x the empty classifier.",
+            one_lookup / floor
         ));
     }
     if let Some(((dnsloop, packets), tcpdump)) = userspace_ratio {
@@ -437,6 +476,13 @@ fn fixed_load(
              --packets (target <= 2x).",
             dnsloop / tcpdump,
             packets / tcpdump
+        ));
+    }
+    if let Some((printing, tcpdump)) = printing_ratio {
+        report.note(format!(
+            "tcpdump printing a line per packet: {:.2}x the CPU of tcpdump writing the packets to a \
+             file.",
+            printing / tcpdump
         ));
     }
     let qps: Vec<f64> = of(Watcher::Dnsloop)

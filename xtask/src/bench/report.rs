@@ -94,12 +94,13 @@ impl Report {
              {cpu}, {cores} cores, Linux {kernel}.\n\
              Every row is measured side by side in one run; medians, minimums and maximums are \
              over the runs shown. The fixed load is dnsperf from the client pod to the node-local \
-             cache, which forwards every query to the ClusterIP and a CoreDNS pod (about 7.5 \
+             cache, which forwards every query to the ClusterIP and a CoreDNS pod (about 8 \
              program runs per query). Kernel cost is `run_time_ns / run_cnt` with \
-             `kernel.bpf_stats_enabled` on, for dnsloop's programs or for an empty classifier \
-             attached to the same interfaces.\n\n\
+             `kernel.bpf_stats_enabled` on, for dnsloop's programs or for a reference \
+             classifier (empty, or making one hash-map lookup) attached to the same \
+             interfaces.\n\n\
              {}\n\
-             {ANALYSIS}\n\
+             {ANALYSIS}\n\n\
              Reproduce: `cargo xtask bench` as root (it builds everything, brings the lab up, and \
              rewrites this file).\n",
             self.table()
@@ -125,73 +126,86 @@ Targets (issue 8): kernel cost <= 3x the empty classifier; userspace CPU <= tcpd
 mode and <= 2x with `--packets`; throughput >= 95 % of none; 0 lost events in default mode;
 a loop reported <= 1 s after its first packet; 100 veths attached in <= 2 s; userspace RSS
 <= 64 MiB. Read the table above against them (the machine moves between runs by 10-20 %, as
-the floor and the single-packet rows show: read ratios, not absolute figures).
+the floor and the single-packet rows show: read ratios, not absolute figures). The machine is
+an AMD EPYC virtual machine whose lab answers 22-25k queries/s at saturation with no program
+(42k on the faster machine of the earliest runs), so the fixed load runs at half of that (the
+table's first note): a load the lab cannot carry makes losses of its own, which dnsloop rightly
+reports as timeouts.
 
-This machine is slower than the one of the earliest runs (an AMD EPYC virtual machine: the
-empty classifier costs 65-95 ns a run here, 41 ns there; the lab answers about 17k queries/s at
-saturation with no program, 42k there), so the fixed load runs at half of what the lab answers
-when that is below 20k (8k here, the table's first note): a load the lab cannot carry makes
-losses of its own, which dnsloop rightly reports as timeouts.
-
-- **Held:** default-mode userspace CPU (0.15x tcpdump's here; 0.3-0.8x on the faster machine),
-  0 lost events in default mode, also at saturation (121k DNS packets/s is all this machine's
-  lab makes; the faster one made 240-300k, above the 200k target, also with none lost), every
-  loop probe of the storm reported within 0.4 s, memory (26 MiB), attach time with
-  `--expedite-attach` (0.35 s), and the kernel cost on other packets where they come close
-  together: 2.5x the empty classifier in the flood (114 ns against 46).
-- **Kernel cost on other packets, which are nearly all of a node's: 2.5x the floor in a flood,
-  3.8x at the fixed load.** The fixed load's other packets come a few thousand a second, each
-  to caches the rest of the node emptied meanwhile, and each cache line a run touches then
-  costs it 50-80 ns; the empty classifier touches none. A busy node's packets come close
-  together, as in the flood (176k datagrams/s from one sender). Taking one piece out at a time,
-  in a flood: the packet counter about 8 ns, the point table's lookup about 15, classifying the
-  packet about 48 (before this run's change), the point's counters about 13.
-  This run's change: the DNS port check walks the configured ports once for both of a packet's
-  ports and stops at the first unused slot (one compare with the default port 53, where it made
-  sixteen), and a packet's addresses are copied into their 16-byte slots only once it is known
-  to be DNS. In the flood (5 alternating runs of 300k datagrams) 151 -> 127 ns, on a single
-  packet (`BPF_PROG_TEST_RUN`) 139 -> 129; DNS packets unchanged. It costs the verifier 63k ->
-  67k instructions on 6.18 (113k -> 128k on 6.1, 74k -> 80k on 6.12), and saves 1.8 KB of code
-  per program.
-- **Kernel cost on DNS packets does not hold: 17x the floor at the fixed load, 20x at
-  saturation (13.5x on the faster machine).** The floor is one function call, so 3x leaves no
-  room for even one hash-map lookup per packet, and a DNS packet needs three or four (the point,
-  the query, the question, the forwarder). One packet run again and again (`BPF_PROG_TEST_RUN`,
-  caches warm) takes 600 ns for a query's next hop; in the lab 1100-1400, as the programs' 2 x
-  29 KB of code and their map entries leave the caches between packets. A `perf record -a`
-  profile of the node at 10k queries/s put dnsloop's programs and the kernel functions they call
-  at about 4.7 % of both CPUs' samples: half of it the programs' own code, a quarter the hash
-  maps' lookups (bucket walks, key hashes), an eighth inserting and removing LRU entries, a
-  tenth the clock (partly `bpf_stats_enabled`'s own). Earlier runs found by taking one piece
-  out at a time: the query table about 200 ns of 600, the question table about 50, the forwarder
-  table and the servers' answer counts under 20 each, the rest parsing.
-  Tried and left out: keeping queries' names in a table of their own, by hash, instead of in
-  each query's 304-byte entry. A new query for a name met before cost 140 ns less on single
-  packets, but the lab showed no difference in ten alternating pairs (median -11 ns), where the
-  few hundred entries in flight stay in the caches; and a query for a name never seen before
-  cost 600-900 ns more (a second new entry), which a flood of random names would pay on every
-  query.
-- **Throughput does not hold:** at saturation dnsperf keeps 85.7 % of its queries/s with dnsloop
-  attached (84-88.5 % over the last runs), 86.5-96 % with `tcpdump -i any -w FILE port 53` and
-  95-100 % with the empty classifier (medians of 5 rounds, the four alternating). The programs
-  run about 7.5 times per query on 2 cores, each DNS run costing about 1.2 µs, and the packets'
-  own path is short on this lab, so their share shows.
-- **`--packets` does not hold (16.5x tcpdump here, 17x on the faster machine, none lost at 8k
-  queries/s):** it decodes, analyses and prints a JSON line for every DNS packet, where tcpdump
-  copies bytes to a file. A profile of it (frame pointers, `perf record --call-graph fp`)
-  spreads over many pieces: the analyzers about a third (the loop analysis half of that),
-  hickory's decode about a sixth, the JSON lines about a sixth and writing them about 7 %, the
-  ring buffer about 9 %; none would bring it near 2x. It is a diagnostic mode for one interface
-  or a quiet node; `capture` writes pcapng instead. (`analyze` of a capture shares the
-  pipeline; this run it stopped formatting and allocating each address's namespace name for
-  every packet of a capture placed by addresses: 1.21 -> 1.04 s of CPU for 320k packets.)
-- **Attach time holds with `--expedite-attach` (0.35 s for 100 veths here), not without (2.8
+- **Held:** default-mode userspace CPU (0.12x tcpdump's), 0 lost events in default mode, also
+  at saturation (159k DNS packets/s is all this machine's lab makes; the faster machine made
+  240-300k, above the 200k target, also with none lost), every loop probe of the storm reported
+  within 0.4 s, memory (26 MiB), attach time with `--expedite-attach` (0.26 s for 100 veths),
+  and the kernel cost on other packets, nearly all of a node's, where they come close together:
+  2.0x the empty classifier in the flood (101 ns against 51). At the fixed load, where they come
+  a few thousand a second to caches the rest of the node emptied meanwhile, 2.8-3.2x over the
+  last two runs.
+- **Kernel cost on DNS packets cannot hold: 14x the floor at the fixed load, 13x at
+  saturation.** The table's second row measures what remembering anything per packet costs:
+  a classifier that does nothing but add one to a count in a hash map, on the same load, is
+  already 1.9x the empty classifier (118 ns against 63: 55 ns for the one lookup). To follow a
+  question around a loop, and time and check each reply where it reaches its client, a DNS
+  packet needs at least two such operations (its query in the query table: put in, found, taken
+  out at the client; its question in the question table), on top of finding its interface in
+  the point table and classifying it (50 ns in the flood) and walking its question's name:
+  about 63 + 50 + 2 x 55 + the name, over 3.5x before any of the rest is done. Every design
+  that keeps this state in the kernel, and so streams only what matters, pays it; one that
+  streams every packet instead is `--packets`, below. dnsloop makes three or four lookups (the
+  point, the query, the question, the forwarder) and costs 0.7-0.9 µs a DNS run in the lab,
+  460 ns for a query's next hop on a single packet run again and again (`BPF_PROG_TEST_RUN`,
+  caches warm): the programs' 2 x 29 KB of code and their map entries leave the caches between
+  packets. A `perf record -a` profile of the node at 10k queries/s (an earlier run) put the
+  programs and the kernel functions they call at about 4.7 % of both CPUs' samples: half of it
+  the programs' own code, a quarter the hash maps' lookups, an eighth inserting and removing
+  LRU entries, a tenth the clock (partly `bpf_stats_enabled`'s own).
+  Tried and measured with `cargo xtask bench --compare` (5 alternating pairs on the lab), and
+  left out, as none moved the DNS cost beyond the noise:
+  - a packet that is not DNS leaving the per-CPU scratch value untouched (one cache line less
+    per run): other packets -2.1 % (pairs from -15.6 to +17.6 %), DNS packets -4.4 %; it took
+    28 % more verifier work, and put the programs over Linux 6.1's 512-byte stack limit (544
+    bytes over three frames), so 6.1 refused them;
+  - a packet seen again further on its way (the bridge after its port) taking its first
+    sighting's forwarder lookups instead of looking again: -0.8 % (pairs -7.0 to +2.0 %);
+  - an upper bound for contention between the CPUs on a popular question's shared entry: not
+    writing its ring of cold sightings at all, +0.3 % (pairs -12.5 to +5.0 %);
+  - an upper bound for a word-wise name hash: no hashing of the name's bytes at all, 453 ->
+    422 ns on a single packet;
+  - (an earlier run) keeping queries' names in a table of their own instead of in each query's
+    304-byte entry: -140 ns on single packets for a name met before, no difference in the lab
+    (median -11 ns over ten pairs), 600-900 ns more for every name never seen before.
+- **Throughput cannot hold with every hop watched: 88.9 % of no program's queries/s at
+  saturation** (84-89 % over the recent runs; tcpdump 90-96 %, the empty classifier 95-100 %;
+  medians of 5 rounds, the four alternating). dnsloop's userspace takes no measurable CPU
+  there: the loss is the programs'. A query crosses eight program runs (each packet is seen at
+  its pod's veth and at the bridge, which is how the programs know which namespaces it leaves
+  and enters), 5.8 µs of program time at 0.72 µs a run; the lab's own work is 89 µs of CPU per
+  query, and the queries/s fell by what 11 µs a query more would take: the programs also cost
+  the packets' own path the caches they use. 95 % allows 4.7 µs a query; at that ratio the
+  programs' own time would have to stay under 2.5 µs a query, about 0.3 µs a run, which is the
+  least the map work above costs. tcpdump holds it because its kernel side copies each packet
+  into a ring once and keeps no state.
+- **`--packets` cannot hold: 13x tcpdump's CPU.** It decodes every DNS packet, analyses it and
+  prints a JSON line for it, where `tcpdump -w` copies bytes to a file. tcpdump itself, doing
+  that job (decoding each packet with its DNS printer and printing a line of text, `-n` so no
+  name lookups), costs 45x its `-w` (the table's row), over three times what `--packets` costs:
+  2x the cost of copying bytes is no budget for decoding and printing them. A profile of
+  `--packets` (frame pointers, `perf record --call-graph fp`, an earlier run) spreads over many
+  pieces: the analyzers about a third, hickory's decode about a sixth, the JSON lines about a
+  sixth and writing them about 7 %, the ring buffer about 9 %. It is a diagnostic mode for one
+  interface or a quiet node (`capture` writes pcapng instead): at 87k DNS packets/s on 2 busy
+  cores one run in three lost some of its packets when the tracer was descheduled (4067 in
+  that run, counted in `dnsloop_lost_events_total` and the summary, never hidden).
+- **Attach time holds with `--expedite-attach` (0.26 s for 100 veths here), not without (2.7
   s):** the programs load and verify in well under a second; the rest is the kernel creating 200
   TCX links, each waiting out an RCU grace period under RTNL, one lock for every namespace, so
   threads cannot overlap them (200 links took 1.7 s from 8 threads as from one on the faster
   machine). `--expedite-attach` switches the kernel to expedited grace periods
   (`/sys/kernel/rcu_expedited`) while attaching and detaching, and back: it is opt-in because
   expedited grace periods interrupt every CPU of the node meanwhile. tc clsact filters, which
-  dnsloop uses before Linux 6.6, wait for no grace period (0.36 s, the table's third attach
+  dnsloop uses before Linux 6.6, wait for no grace period (0.26 s, the table's third attach
   row), but outlive a dnsloop killed with SIGKILL until the next one starts and removes them,
-  where a TCX link goes with the process: so TCX stays the default wherever the kernel has it."#;
+  where a TCX link goes with the process: so TCX stays the default wherever the kernel has it.
+
+To measure a change: copy `target/release/dnsloop` aside before it, then run
+`cargo xtask bench --compare COPY` after it. Single runs of the full bench differ by more than
+most changes move the cost."#;
