@@ -48,12 +48,12 @@ pub fn build() -> Result<PathBuf> {
 }
 
 /// A reference program, attached to every interface of a namespace until dropped.
-pub struct Floor {
+pub struct Attached {
     stop: Option<mpsc::Sender<()>>,
     holder: Option<JoinHandle<()>>,
 }
 
-impl Floor {
+impl Attached {
     /// Attaches the classifier `program` in `object` to the interfaces of the namespace mounted
     /// at `netns`: ingress and egress, loopback on egress only, as dnsloop attaches.
     pub fn attach(object: &Path, program: &'static str, netns: &Path) -> Result<Self> {
@@ -85,7 +85,7 @@ impl Floor {
     }
 }
 
-impl Drop for Floor {
+impl Drop for Attached {
     fn drop(&mut self) {
         drop(self.stop.take());
         if let Some(holder) = self.holder.take() {

@@ -41,7 +41,7 @@ use dnsloop_tests::{
 use serde_json::Value;
 
 use self::{
-    floor::Floor,
+    floor::Attached,
     measure::{cpu_time, peak_rss, Dnsperf, ProgramStats},
     report::{Report, Row},
 };
@@ -201,8 +201,8 @@ impl Watcher {
 enum Running {
     Nothing,
     /// Held for its `Drop`, which detaches it.
-    Floor {
-        _attached: Floor,
+    Reference {
+        _attached: Attached,
     },
     Process(Process),
 }
@@ -217,8 +217,10 @@ impl Running {
             Watcher::Floor | Watcher::OneLookup => {
                 let program = watcher.programs()[0];
                 let netns = lab.netns_path(lab.node_ns());
-                let floor = Floor::attach(context.floor_object, program, &netns)?;
-                return Ok(Running::Floor { _attached: floor });
+                let attached = Attached::attach(context.floor_object, program, &netns)?;
+                return Ok(Running::Reference {
+                    _attached: attached,
+                });
             }
             Watcher::Dnsloop => vec![dnsloop, "trace", "--output", "json"],
             Watcher::DnsloopXdp => vec![dnsloop, "trace", "--output", "json", "--xdp"],
