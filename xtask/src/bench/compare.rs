@@ -6,7 +6,7 @@
 //! as it is.
 use std::path::Path;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 
 use super::{
     measure::{self, Dnsperf},
@@ -16,6 +16,18 @@ use super::{
 
 /// Pairs per load: enough for a median that one disturbed run does not move.
 const PAIRS: usize = 5;
+
+/// Fails at once, before the build and the lab, when `baseline` is no binary to run.
+pub fn check_baseline(baseline: &Path) -> Result<()> {
+    if !baseline.is_file() {
+        bail!(
+            "{} is not a file: give --compare a copy of target/release/dnsloop built before the \
+             change (cp target/release/dnsloop /tmp/dnsloop-before, then change and compare)",
+            baseline.display()
+        );
+    }
+    Ok(())
+}
 
 pub fn run(
     current: &Context,

@@ -92,6 +92,9 @@ const QUERIES: &str = "kubernetes.default.svc.cluster.local A\n\
 
 /// The full bench, or with `compare`, the A/B of this build against that dnsloop binary.
 pub fn run(compare: Option<&Path>) -> Result<()> {
+    if let Some(baseline) = compare {
+        compare::check_baseline(baseline)?;
+    }
     let dnsloop = build_release()?;
     let floor_object = floor::build()?;
     let _stats = BpfStats::enable()?;
