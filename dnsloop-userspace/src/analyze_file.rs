@@ -43,6 +43,10 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     }
     let mut placement = Placement::new(&surveyed.interfaces, &surveyed.survey, &args.dns_ports);
 
+    let node = args
+        .node
+        .as_deref()
+        .map_or_else(sink::NodeName::from_environment, sink::NodeName::new);
     let engine = Engine::new(EngineConfig {
         timeout: args.timeout,
         loop_report_interval: args.report_interval,
@@ -53,7 +57,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     let mut pipeline = Pipeline::without_enrichment(
         Decoder::new(&args.dns_ports),
         engine,
-        sink::for_format(args.output, stdout),
+        sink::for_format(args.output, &node, stdout),
         args.packets,
     );
     let mut file = CaptureFile::open(&args.file)?;

@@ -76,8 +76,10 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let started = SystemTime::now();
     let bundle = RefCell::new(Bundle::new(pcapng));
     let stdout = io::stdout();
+    let node = sink::NodeName::from_environment();
     let sink = BundleSink {
-        out: sink::for_format(args.output, stdout.lock()),
+        out: sink::for_format(args.output, &node, stdout.lock()),
+        node: &node,
         bundle: &bundle,
     };
     let mut tap = BundleTap {
@@ -236,6 +238,7 @@ fn write_file(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
 /// reports, and as comments on their packets.
 struct BundleSink<'a> {
     out: Box<dyn Sink + 'a>,
+    node: &'a sink::NodeName,
     bundle: &'a RefCell<Bundle>,
 }
 
@@ -246,7 +249,7 @@ impl Sink for BundleSink<'_> {
             bundle.findings += 1;
             bundle.pcapng.finding(finding);
             let Bundle { json, text, .. } = &mut *bundle;
-            JsonSink::new(json).finding(finding)?;
+            JsonSink::new(json, self.node).finding(finding)?;
             TextSink::new(text).finding(finding)?;
         }
         self.out.finding(finding)
@@ -265,7 +268,7 @@ impl Sink for BundleSink<'_> {
         {
             let mut bundle = self.bundle.borrow_mut();
             let Bundle { json, text, .. } = &mut *bundle;
-            JsonSink::new(json).summary(summary, extra)?;
+            JsonSink::new(json, self.node).summary(summary, extra)?;
             TextSink::new(text).summary(summary, extra)?;
         }
         self.out.summary(summary, extra)

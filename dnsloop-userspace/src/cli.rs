@@ -224,6 +224,11 @@ pub struct AnalyzeArgs {
     #[arg(long)]
     pub packets: bool,
 
+    /// The node the capture was taken on, named in every JSON object (`node`). Default: the
+    /// NODE_NAME environment variable, else this host's name.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+
     /// UDP/TCP port that carries DNS (repeatable, at most 8).
     #[arg(long = "dns-port", value_name = "PORT", default_values_t = [DEFAULT_DNS_PORT])]
     pub dns_ports: Vec<u16>,

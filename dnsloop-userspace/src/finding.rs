@@ -36,12 +36,18 @@ pub struct Hop {
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoopFinding {
     pub ts: SystemTime,
+    /// When the loop was first reported.
+    pub since: SystemTime,
+    /// The same on every node the loop crosses: see [`LoopId`].
+    pub loop_id: LoopId,
     /// Presentation format, as sent.
     pub qname: String,
     pub qtype: u16,
-    /// How many times the question has re-entered a namespace so far.
+    /// How many times the question has re-entered a namespace so far (rounds seen).
     pub count: u64,
     pub path: Vec<Hop>,
+    /// The parts of the cycle out of sight, on other nodes, in the order they happened.
+    pub off_node: Vec<OffNode>,
     /// The addresses the forwards in the cycle were sent to, in order.
     pub servers: Vec<IpAddr>,
     pub probe: Probe,
@@ -49,6 +55,49 @@ pub struct LoopFinding {
     /// The destination NATs that conntrack applied to forwards on the path (none until an
     /// enricher looked), each once.
     pub dnat: Vec<Dnat>,
+}
+
+impl LoopFinding {
+    /// Rounds per second since the loop was first reported; `None` until a second has passed.
+    pub fn rounds_per_second(&self) -> Option<f64> {
+        let elapsed = self.ts.duration_since(self.since).ok()?.as_secs_f64();
+        (elapsed >= 1.0).then(|| self.count as f64 / elapsed)
+    }
+}
+
+/// Names one loop alike on every node it crosses, so that a log pipeline can group their
+/// findings: a hash of the question (folded name, type and class), which every node sees the
+/// same, where ids, ports and addresses differ from node to node. FNV-1a, a fixed function of
+/// those bytes, so that every build and every node computes the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LoopId(pub u64);
+
+impl LoopId {
+    /// `folded_name` in wire format, lower case.
+    pub fn of(folded_name: &[u8], qtype: u16, qclass: u16) -> Self {
+        use std::hash::Hasher as _;
+        let mut hasher = fnv::FnvHasher::default();
+        hasher.write(folded_name);
+        hasher.write(&qtype.to_be_bytes());
+        hasher.write(&qclass.to_be_bytes());
+        Self(hasher.finish())
+    }
+}
+
+impl std::fmt::Display for LoopId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// Where a cycle went out of sight and where it came back: a query that left the node over
+/// `left_via` to `sent_to`, and the question coming back from `back_from` over `back_via`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OffNode {
+    pub left_via: Arc<str>,
+    pub sent_to: SocketAddr,
+    pub back_from: SocketAddr,
+    pub back_via: Arc<str>,
 }
 
 /// A forward's destination as its sender addressed it (a `ClusterIP`) and as conntrack's DNAT

@@ -238,7 +238,7 @@ fn run(input: &[u8], format: OutputFormat) -> Vec<u8> {
     let mut pipeline = Pipeline::without_enrichment(
         Decoder::new(&[53]),
         Engine::new(EngineConfig::default()),
-        sink::for_format(format, &mut out),
+        sink::for_format(format, &sink::NodeName::new("fuzz-node"), &mut out),
         true,
     );
     let mut end = SystemTime::UNIX_EPOCH + START;

@@ -65,7 +65,11 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<Verdict> {
         let trace_args = trace_args(args.output);
         let stdout = std::io::stdout();
         let sink = ProbeFindings {
-            inner: sink::for_format(args.output, stdout.lock()),
+            inner: sink::for_format(
+                args.output,
+                &sink::NodeName::from_environment(),
+                stdout.lock(),
+            ),
             qname: &qname,
             loop_count: &loop_count,
         };

@@ -44,7 +44,14 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
         // Buffered: each batch is written at once (see `Sink::flush`), not line by line.
         let stdout =
             std::io::BufWriter::with_capacity(sink::STDOUT_BUFFER, std::io::stdout().lock());
-        trace(&args, sink::for_format(args.output, stdout), None, end).await
+        let node = sink::NodeName::from_environment();
+        trace(
+            &args,
+            sink::for_format(args.output, &node, stdout),
+            None,
+            end,
+        )
+        .await
     })
 }
 

@@ -289,10 +289,11 @@ mod tests {
             summary.evictions["unexpected_source"],
             evicted_beyond_capacity
         );
-        // Flights, and the index of each message's latest flight.
+        // Flights, the index of each message's latest flight, when each question was last sent
+        // out of the client, and its departures from the client for an unwatched side.
         assert_eq!(
             summary.evictions["forwarding_loop"],
-            2 * evicted_beyond_capacity
+            4 * evicted_beyond_capacity
         );
         assert_eq!(summary.unanswered_at_end, CAPACITY as u64);
     }

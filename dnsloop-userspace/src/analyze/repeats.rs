@@ -43,6 +43,19 @@ impl<K: Hash + Eq, F: Repeated + Clone> Repeats<K, F> {
         at: SystemTime,
         describe: impl FnOnce() -> Option<F>,
     ) -> Option<F> {
+        self.occurred_after(key, at, 0, describe)
+    }
+
+    /// As [`Repeats::occurred`], where a first occurrence also proves `earlier` ones that could
+    /// not be told apart from chance until it came (the first rounds of a loop through other
+    /// nodes): they are counted with it.
+    pub fn occurred_after(
+        &mut self,
+        key: K,
+        at: SystemTime,
+        earlier: u64,
+        describe: impl FnOnce() -> Option<F>,
+    ) -> Option<F> {
         if let Some(seen) = self.seen.refresh(&key) {
             seen.count += 1;
             seen.last = seen.last.max(at);
@@ -58,11 +71,12 @@ impl<K: Hash + Eq, F: Repeated + Clone> Repeats<K, F> {
             return Some(seen.finding.clone());
         }
         let finding = describe()?;
+        let count = 1 + earlier;
         self.seen.insert(
             key,
             Seen {
-                count: 1,
-                reported_count: 1,
+                count,
+                reported_count: count,
                 reported_at: at,
                 last: at,
                 finding: finding.clone(),

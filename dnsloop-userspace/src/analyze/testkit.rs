@@ -61,6 +61,9 @@ pub const NODE_TO_BRIDGE: Spot = spot("cni0", Egress, Some(NODE), None);
 // The uplink.
 pub const NODE_TO_UPLINK: Spot = spot("eth0", Egress, Some(NODE), None);
 pub const NODE_FROM_UPLINK: Spot = spot("eth0", Ingress, None, Some(NODE));
+// The overlay: a VXLAN device to the other nodes, whose far side is out of sight.
+pub const NODE_TO_OVERLAY: Spot = spot("vxlan0", Egress, Some(NODE), None);
+pub const NODE_FROM_OVERLAY: Spot = spot("vxlan0", Ingress, None, Some(NODE));
 // Loopbacks: a packet leaves and enters the same namespace.
 pub const NODE_LO: Spot = spot("lo", Egress, Some(NODE), Some(NODE));
 pub const COREDNS_B: &str = "pod 10.244.0.4";

@@ -17,7 +17,7 @@ use super::{
     Enricher,
 };
 use crate::{
-    finding::{ConntrackEvidence, Dnat, Hop, LoopFinding, UnexpectedSourceFinding},
+    finding::{ConntrackEvidence, Dnat, Hop, LoopFinding, LoopId, UnexpectedSourceFinding},
     namespaces,
     observation::{Namespace, Transport},
 };
@@ -340,11 +340,14 @@ fn a_loop_without_entries_is_left_as_it_was() {
 fn unenriched_loop(path: Vec<Hop>, summary: &str) -> LoopFinding {
     LoopFinding {
         ts: SystemTime::now(),
+        since: SystemTime::UNIX_EPOCH,
+        loop_id: LoopId(1),
         qname: "www.example.test.".to_string(),
         qtype: 1,
         count: 1,
         servers: path.iter().map(|hop| hop.dst.ip()).collect(),
         path,
+        off_node: Vec::new(),
         probe: Probe::None,
         summary: summary.to_string(),
         dnat: Vec::new(),

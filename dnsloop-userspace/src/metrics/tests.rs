@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use super::*;
 use crate::{
     counters::{GlobalCounts, PointCount},
-    finding::{Finding, LoopFinding, TimeoutFinding, UnexpectedSourceFinding},
+    finding::{Finding, LoopFinding, LoopId, TimeoutFinding, UnexpectedSourceFinding},
     observation::Transport,
     sink::TextSink,
 };
@@ -26,10 +26,13 @@ fn address(text: &str) -> SocketAddr {
 fn a_loop() -> Finding {
     Finding::Loop(LoopFinding {
         ts: SystemTime::UNIX_EPOCH,
+        since: SystemTime::UNIX_EPOCH,
+        loop_id: LoopId(1),
         qname: "www.example.test.".into(),
         qtype: 1,
         count: 1,
         path: Vec::new(),
+        off_node: Vec::new(),
         servers: Vec::new(),
         probe: Probe::None,
         summary: "a loop".into(),

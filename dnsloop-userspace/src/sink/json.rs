@@ -1,5 +1,5 @@
-//! One JSON object per line, for log shippers and `jq`. Every object has `kind` and `ts`;
-//! addresses are `ip:port` (`[v6]:port`), codes are names (`A`, `NXDOMAIN`), durations are
+//! One JSON object per line, for log shippers and `jq`. Every object has `kind`, `ts` and
+//! `node` (the node it was seen on, last); addresses are `ip:port` (`[v6]:port`), codes are names (`A`, `NXDOMAIN`), durations are
 //! milliseconds.
 use std::{
     io::{self, Write},
@@ -12,32 +12,38 @@ use serde_json::{json, Map, Value};
 use super::{
     ipv4_pieces, probe_name,
     time::{rfc3339, Rfc3339Writer},
-    Sink,
+    NodeName, Sink,
 };
 use crate::{
     analyze::{mnemonic, ServerSummary, Summary},
     decode::MalformedSample,
     finding::{
-        ConntrackEvidence, Dnat, Finding, Hop, LoopFinding, TimeoutFinding, UnexpectedSourceFinding,
+        ConntrackEvidence, Dnat, Finding, Hop, LoopFinding, OffNode, TimeoutFinding,
+        UnexpectedSourceFinding,
     },
     observation::{Namespace, Observation},
 };
 
 pub struct JsonSink<W> {
     out: W,
+    node: NodeName,
     packet_lines: PacketLines,
 }
 
 impl<W: Write> JsonSink<W> {
-    pub fn new(out: W) -> Self {
+    pub fn new(out: W, node: &NodeName) -> Self {
         Self {
             out,
-            packet_lines: PacketLines::default(),
+            node: node.clone(),
+            packet_lines: PacketLines::for_node(node),
         }
     }
 
-    fn line(&mut self, value: &Value) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, value)?;
+    fn line(&mut self, mut value: Value) -> io::Result<()> {
+        if let Value::Object(object) = &mut value {
+            object.insert("node".to_owned(), self.node.as_str().into());
+        }
+        serde_json::to_writer(&mut self.out, &value)?;
         self.out.write_all(b"\n")
     }
 }
@@ -49,7 +55,7 @@ impl<W: Write> Sink for JsonSink<W> {
             Finding::UnexpectedSource(found) => unexpected_source_json(found),
             Finding::Timeout(found) => timeout_json(found),
         };
-        self.line(&value)?;
+        self.line(value)?;
         // Findings are rare and someone may be waiting on them.
         self.out.flush()
     }
@@ -64,7 +70,7 @@ impl<W: Write> Sink for JsonSink<W> {
             Some((src, dst)) => (Value::from(src.to_string()), Value::from(dst.to_string())),
             None => (Value::Null, Value::Null),
         };
-        self.line(&json!({
+        self.line(json!({
             "kind": "malformed",
             "ts": rfc3339(sample.ts),
             "ifname": sample.ifname.as_ref(),
@@ -77,7 +83,7 @@ impl<W: Write> Sink for JsonSink<W> {
     }
 
     fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
-        self.line(&summary_json(summary, extra))?;
+        self.line(summary_json(summary, extra))?;
         self.out.flush()
     }
 
@@ -90,14 +96,27 @@ fn loop_json(found: &LoopFinding) -> Value {
     json!({
         "kind": "loop",
         "ts": rfc3339(found.ts),
+        "loop_id": found.loop_id.to_string(),
+        "since": rfc3339(found.since),
         "qname": found.qname,
         "qtype": mnemonic::qtype(found.qtype),
         "count": found.count,
+        "rounds_per_s": found.rounds_per_second(),
         "path": found.path.iter().map(hop_json).collect::<Vec<_>>(),
+        "off_node": found.off_node.iter().map(off_node_json).collect::<Vec<_>>(),
         "servers": found.servers.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "probe": probe_name(found.probe),
         "summary": found.summary,
         "dnat": found.dnat.iter().map(dnat_json).collect::<Vec<_>>(),
+    })
+}
+
+fn off_node_json(off_node: &OffNode) -> Value {
+    json!({
+        "left_via": off_node.left_via.as_ref(),
+        "sent_to": off_node.sent_to.to_string(),
+        "back_from": off_node.back_from.to_string(),
+        "back_via": off_node.back_via.as_ref(),
     })
 }
 
@@ -163,17 +182,31 @@ fn timeout_json(found: &TimeoutFinding) -> Value {
 /// hand in a reused buffer, field by field in a fixed order, rather than through serde: only
 /// the strings that come from the network or the node (names, interfaces, namespaces) go
 /// through JSON escaping, and the timestamp's date and time of day are formatted once a second.
-#[derive(Default)]
 struct PacketLines {
     line: Vec<u8>,
     qname: String,
     ts: Rfc3339Writer,
+    /// `,"node":"<name>"}` and the newline: the same at the end of every line.
+    end: Vec<u8>,
 }
 
 impl PacketLines {
+    fn for_node(node: &NodeName) -> Self {
+        let mut end = br#","node":"#.to_vec();
+        // Writing a string to memory cannot fail.
+        let _ = string(&mut end, node.as_str());
+        end.extend_from_slice(b"}\n");
+        Self {
+            line: Vec::new(),
+            qname: String::new(),
+            ts: Rfc3339Writer::default(),
+            end,
+        }
+    }
+
     /// The line for `obs`, newline included, with the keys `kind`, `ts`, `ifname`, `dir`,
     /// `proto`, `src`, `dst`, `id`, `qr`, `opcode`, `rcode`, `qname`, `qtype`, `size`,
-    /// `leaves` and `enters`.
+    /// `leaves`, `enters` and `node`.
     fn line(&mut self, obs: &Observation) -> io::Result<&[u8]> {
         let line = &mut self.line;
         line.clear();
@@ -216,7 +249,7 @@ impl PacketLines {
         namespace(line, obs.point.leaves.as_ref())?;
         line.extend_from_slice(br#","enters":"#);
         namespace(line, obs.point.enters.as_ref())?;
-        line.extend_from_slice(b"}\n");
+        line.extend_from_slice(&self.end);
         Ok(&self.line)
     }
 }
@@ -344,7 +377,7 @@ mod tests {
     /// Writes with `write`, and parses each line back.
     fn lines(write: impl FnOnce(&mut JsonSink<&mut Vec<u8>>) -> io::Result<()>) -> Vec<Value> {
         let mut out = Vec::new();
-        write(&mut JsonSink::new(&mut out)).expect("writing to memory");
+        write(&mut JsonSink::new(&mut out, &NodeName::new("node-a"))).expect("writing to memory");
         String::from_utf8(out)
             .expect("JSON is UTF-8")
             .lines()
@@ -368,6 +401,7 @@ mod tests {
                 "src": "10.244.0.2:41234",
                 "dst": "10.96.0.10:53",
                 "head": "12340100c00c",
+                "node": "node-a",
             })
         );
     }
@@ -403,7 +437,7 @@ mod tests {
             keys(&value),
             set(&[
                 "kind", "ts", "ifname", "dir", "proto", "src", "dst", "id", "qr", "opcode",
-                "rcode", "qname", "qtype", "size", "leaves", "enters"
+                "rcode", "qname", "qtype", "size", "leaves", "enters", "node"
             ])
         );
         assert_eq!(value["kind"], "packet");
@@ -423,6 +457,7 @@ mod tests {
         // The namespaces the packet left and entered, as in a loop's path.
         assert_eq!(value["leaves"], Value::Null);
         assert_eq!(value["enters"], "pod 10.244.0.2");
+        assert_eq!(value["node"], "node-a");
     }
 
     #[test]
@@ -464,12 +499,31 @@ mod tests {
         assert_eq!(
             keys(&value),
             set(&[
-                "kind", "ts", "qname", "qtype", "count", "path", "servers", "probe", "summary",
-                "dnat"
+                "kind",
+                "ts",
+                "loop_id",
+                "since",
+                "qname",
+                "qtype",
+                "count",
+                "rounds_per_s",
+                "path",
+                "off_node",
+                "servers",
+                "probe",
+                "summary",
+                "dnat",
+                "node"
             ])
         );
         assert_eq!(value["kind"], "loop");
         assert_eq!(value["ts"], "2025-01-01T12:00:01.123Z");
+        assert_eq!(value["loop_id"], "0123456789abcdef");
+        assert_eq!(value["since"], "2025-01-01T12:00:01.001Z");
+        // Less than a second of it: no rate yet.
+        assert_eq!(value["rounds_per_s"], Value::Null);
+        assert_eq!(value["off_node"], json!([]));
+        assert_eq!(value["node"], "node-a");
         assert_eq!(value["qtype"], "A");
         assert_eq!(value["count"], 3);
         assert_eq!(value["probe"], Value::Null);
@@ -509,6 +563,22 @@ mod tests {
     }
 
     #[test]
+    fn a_loop_through_other_nodes_says_where_it_left_and_came_back() {
+        let value = one(|sink| sink.finding(&a_loop_through_other_nodes()));
+        assert_eq!(
+            value["off_node"],
+            json!([{
+                "left_via": "vxlan0",
+                "sent_to": "10.244.1.3:53",
+                "back_from": "10.244.1.0:41000",
+                "back_via": "vxlan0",
+            }])
+        );
+        assert_eq!(value["count"], 40);
+        assert_eq!(value["rounds_per_s"], 20.0);
+    }
+
+    #[test]
     fn a_loop_through_a_cluster_ip_lists_its_dnat_and_keeps_the_servers_seen() {
         let value = one(|sink| sink.finding(&a_loop_through_a_cluster_ip()));
         assert_eq!(
@@ -534,7 +604,8 @@ mod tests {
                 "qtype",
                 "conntrack",
                 "cause",
-                "summary"
+                "summary",
+                "node"
             ])
         );
         assert_eq!(value["kind"], "unexpected_source");
@@ -572,7 +643,8 @@ mod tests {
                 "qname",
                 "qtype",
                 "waited_ms",
-                "summary"
+                "summary",
+                "node"
             ])
         );
         assert_eq!(value["kind"], "timeout");

@@ -1,5 +1,6 @@
 //! Where results go: a person at a terminal, or a log shipper reading JSON lines.
 mod json;
+mod node_name;
 pub mod pcapng;
 #[cfg(test)]
 mod samples;
@@ -17,6 +18,7 @@ use crate::{
 };
 
 pub use json::JsonSink;
+pub use node_name::NodeName;
 pub use text::TextSink;
 pub use time::rfc3339;
 
@@ -42,10 +44,15 @@ pub trait Sink {
 /// of lines of about 330 bytes.
 pub const STDOUT_BUFFER: usize = 64 * 1024;
 
-pub fn for_format<'a>(format: OutputFormat, out: impl Write + 'a) -> Box<dyn Sink + 'a> {
+/// The sink for `format`; JSON objects name `node`.
+pub fn for_format<'a>(
+    format: OutputFormat,
+    node: &NodeName,
+    out: impl Write + 'a,
+) -> Box<dyn Sink + 'a> {
     match format {
         OutputFormat::Text => Box::new(TextSink::new(out)),
-        OutputFormat::Json => Box::new(JsonSink::new(out)),
+        OutputFormat::Json => Box::new(JsonSink::new(out, node)),
     }
 }
 

@@ -6,7 +6,8 @@ use dnsloop_ebpf::{event::Direction, parse::Probe};
 use crate::{
     analyze::{testkit::*, ServerSummary, Summary},
     finding::{
-        ConntrackEvidence, Dnat, Finding, Hop, LoopFinding, TimeoutFinding, UnexpectedSourceFinding,
+        ConntrackEvidence, Dnat, Finding, Hop, LoopFinding, LoopId, OffNode, TimeoutFinding,
+        UnexpectedSourceFinding,
     },
     observation::{Namespace, Transport},
 };
@@ -33,9 +34,13 @@ pub fn a_loop(probe: Probe) -> Finding {
 fn a_loop_finding(probe: Probe) -> LoopFinding {
     LoopFinding {
         ts: ms(1_123),
+        // A repeat: the loop was first reported earlier.
+        since: ms(1_001),
+        loop_id: LoopId(0x0123_4567_89ab_cdef),
         qname: "www.example.test.".into(),
         qtype: A,
         count: 3,
+        off_node: Vec::new(),
         path: vec![
             hop(1_001, "cni0", Direction::Egress, "10.244.0.1:50000", "10.244.0.3:53", 1000),
             hop(1_123, "cni0", Direction::Ingress, "10.244.0.3:40000", "169.254.25.10:53", 2000),
@@ -47,11 +52,27 @@ fn a_loop_finding(probe: Probe) -> LoopFinding {
     }
 }
 
+/// A later report of a loop through another node, two seconds after the first.
+pub fn a_loop_through_other_nodes() -> Finding {
+    Finding::Loop(LoopFinding {
+        ts: ms(3_001),
+        count: 40,
+        off_node: vec![OffNode {
+            left_via: "vxlan0".into(),
+            sent_to: addr("10.244.1.3:53"),
+            back_from: addr("10.244.1.0:41000"),
+            back_via: "vxlan0".into(),
+        }],
+        ..a_loop_finding(Probe::None)
+    })
+}
+
 /// The first report of a loop whose forward to 10.244.0.3 an enricher found DNAT'ed from the
 /// ClusterIP, and named so in the summary.
 pub fn a_loop_through_a_cluster_ip() -> Finding {
     Finding::Loop(LoopFinding {
         count: 1,
+        since: ms(1_123),
         dnat: vec![Dnat {
             service: addr("10.96.0.10:53"),
             backend: addr("10.244.0.3:53"),

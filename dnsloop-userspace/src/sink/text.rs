@@ -51,13 +51,17 @@ impl<W: Write> TextSink<W> {
             .unwrap_or(&found.summary);
         let probe =
             probe_name(found.probe).map_or(String::new(), |probe| format!(" [{probe} probe]"));
+        let rate = found
+            .rounds_per_second()
+            .map_or(String::new(), |rate| format!(" ({rate:.0}/s)"));
         self.line(&format!(
-            "{}  LOOP  x{}{probe}  {summary}",
+            "{}  LOOP  x{}{rate}{probe}  {summary}  [loop_id {}]",
             time_of_day(found.ts),
-            found.count
+            found.count,
+            found.loop_id,
         ))?;
         // A repeat only updates the count: the path was drawn with the first report.
-        if found.count == 1 {
+        if found.ts == found.since {
             for hop in &found.path {
                 self.line(&hop_line(hop, dnat_service(found, hop)))?;
             }
@@ -434,13 +438,14 @@ mod tests {
         let mut first = a_loop(Probe::CoreDns);
         if let Finding::Loop(found) = &mut first {
             found.count = 1;
+            found.since = found.ts;
         }
         let text = written(|sink| sink.finding(&first));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines,
             [
-                "12:00:01.123  LOOP  x1 [coredns probe]  www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream",
+                "12:00:01.123  LOOP  x1 [coredns probe]  www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream  [loop_id 0123456789abcdef]",
                 "  12:00:01.001  cni0             egress   10.244.0.1:50000 -> 10.244.0.3:53  id 1000  [leaves node]",
                 "  12:00:01.123  cni0             ingress  10.244.0.3:40000 -> 169.254.25.10:53  id 2000  [enters node]",
             ]
@@ -452,7 +457,7 @@ mod tests {
         let text = written(|sink| sink.finding(&a_loop(Probe::CoreDns)));
         assert_eq!(
             text.lines().collect::<Vec<_>>(),
-            ["12:00:01.123  LOOP  x3 [coredns probe]  www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream"]
+            ["12:00:01.123  LOOP  x3 [coredns probe]  www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream  [loop_id 0123456789abcdef]"]
         );
     }
 
@@ -463,7 +468,7 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "12:00:01.123  LOOP  x1  www.example.test. A: node -> 10.96.0.10 (DNAT -> 10.244.0.3) (pod 10.244.0.3) -> 169.254.25.10 (node) (2 hops): check the upstream",
+                "12:00:01.123  LOOP  x1  www.example.test. A: node -> 10.96.0.10 (DNAT -> 10.244.0.3) (pod 10.244.0.3) -> 169.254.25.10 (node) (2 hops): check the upstream  [loop_id 0123456789abcdef]",
                 "  12:00:01.001  cni0             egress   10.244.0.1:50000 -> 10.244.0.3:53 (10.96.0.10:53 via DNAT)  id 1000  [leaves node]",
                 "  12:00:01.123  cni0             ingress  10.244.0.3:40000 -> 169.254.25.10:53  id 2000  [enters node]",
             ]

@@ -1,6 +1,8 @@
 //! Deciding whether a delivered query closed a forwarding cycle.
 use std::time::{Duration, SystemTime};
 
+use dnsloop_ebpf::parse::Probe;
+
 use super::flight::{Flight, FlightId, Flights};
 use crate::observation::Namespace;
 
@@ -20,6 +22,8 @@ pub trait SentOut {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Cycle {
     pub flights: Vec<FlightId>,
+    /// Rounds of the loop the chain shows: one, or two for a cycle through other nodes.
+    pub rounds: u64,
 }
 
 /// Looks for the cycle that `arrival`, just delivered to namespace M, closes. Walking up its
@@ -28,6 +32,10 @@ pub struct Cycle {
 /// - the question left M and comes back: some query of the chain was sent by M as a forward
 ///   (or a probe), and a hop since then was outside M. M will get it again and send it round
 ///   again; the cycle is that query down to `arrival`.
+/// - the same, through other nodes: part of the cycle is out of sight, a query M sent off the
+///   node and a question that came back onto it soon after (`Flight::came_back`). One such
+///   round may be another node's client asking what M is asking its own upstream; two in one
+///   chain, each the forward of the one before, are a loop.
 /// - the question never left M (forwards over M's loopback) and comes back to an address it was
 ///   already delivered to in M. A single forward over loopback is no proof: a node cache
 ///   forwarding to systemd-resolved on 127.0.0.53 is a healthy chain. The same server twice is,
@@ -50,6 +58,9 @@ pub fn find(
     // of a chain back at the same server: nearly every delivery is not.
     let kept_in = || !sent_out.sent_out_since(home, chain_start(flights, arrived));
     let mut chain = Vec::new();
+    // The cycle through other nodes found first, waiting for the round before it.
+    let mut unconfirmed: Option<Vec<FlightId>> = None;
+    let mut round_start = 0;
     let mut left_home = false;
     let mut forwarded_at_once = true;
     let mut child: Option<&Flight> = None;
@@ -64,24 +75,43 @@ pub fn find(
             forwarded_at_once &= child.sent_within(LOOPBACK_FORWARD_DELAY, flight);
         }
         if left_home && flight.origin.as_ref() == Some(home) && flight.is_forward_or_probe() {
-            return Some(Cycle::sent_in_order(chain));
+            if let Some(cycle) = unconfirmed {
+                return Some(Cycle::sent_in_order(cycle, 2));
+            }
+            let through_other_nodes = chain[round_start..]
+                .iter()
+                .any(|id| flights.get(id).is_some_and(Flight::came_back));
+            // A probe's name is its sender's alone: one round is proof.
+            if !through_other_nodes || flight.probe != Probe::None {
+                return Some(Cycle::sent_in_order(chain, 1));
+            }
+            unconfirmed = Some(chain.clone());
+            round_start = chain.len();
+            left_home = false;
         }
         let back_at_the_same_server =
             chain.len() > 1 && flight.delivered_to() == Some((home, address));
-        if !left_home && back_at_the_same_server && (forwarded_at_once || kept_in()) {
+        if unconfirmed.is_none()
+            && !left_home
+            && back_at_the_same_server
+            && (forwarded_at_once || kept_in())
+        {
             // The earlier arrival is where the cycle starts from, not one of its forwards.
             chain.pop();
-            return Some(Cycle::sent_in_order(chain));
+            return Some(Cycle::sent_in_order(chain, 1));
         }
         child = Some(flight);
         next = flight.parent;
+    }
+    if unconfirmed.is_some() {
+        return None;
     }
     let probe_id = probe_origin.filter(|id| !chain.contains(id))?;
     let probe = flights.get(&probe_id)?;
     let came_from_outside = !arrived.stayed_in(home);
     (probe.origin.as_ref() == Some(home) && came_from_outside).then(|| {
         chain.push(probe_id);
-        Cycle::sent_in_order(chain)
+        Cycle::sent_in_order(chain, 1)
     })
 }
 
@@ -101,8 +131,11 @@ fn chain_start(flights: &Flights, arrival: &Flight) -> SystemTime {
 
 impl Cycle {
     /// `chain` runs from the arrival up to the first forward.
-    fn sent_in_order(mut chain: Vec<FlightId>) -> Self {
+    fn sent_in_order(mut chain: Vec<FlightId>, rounds: u64) -> Self {
         chain.reverse();
-        Self { flights: chain }
+        Self {
+            flights: chain,
+            rounds,
+        }
     }
 }

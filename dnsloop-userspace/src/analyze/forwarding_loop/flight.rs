@@ -67,8 +67,12 @@ pub struct Flight {
     pub started: SystemTime,
     pub hops: Vec<Hop>,
     pub position: Position,
-    /// The query that `origin` had received and forwarded as this one.
+    /// The query that `origin` had received and forwarded as this one; for one that came onto
+    /// the node from an unwatched side, the query it came back as (see `came_back`).
     pub parent: Option<FlightId>,
+    /// For one that came onto the node from an unwatched side, the query that had just left
+    /// the node that it may be coming back as.
+    pub returning: Option<FlightId>,
     /// When the namespace it was delivered to answered it.
     pub answered: Option<SystemTime>,
     /// The last time anything about it was seen or used; it is forgotten some time after.
@@ -87,6 +91,7 @@ impl Flight {
             hops: Vec::with_capacity(USUAL_HOPS),
             position: Position::Outside { since: obs.ts },
             parent: None,
+            returning: None,
             answered: None,
             active: obs.ts,
         };
@@ -222,5 +227,23 @@ impl Flight {
     /// probe. Only such a query going round proves a loop; a client asking again does not.
     pub fn is_forward_or_probe(&self) -> bool {
         self.parent.is_some() || self.probe != Probe::None
+    }
+
+    /// The hop where it left the watched namespaces for good, if it did: its last sighting
+    /// went from a namespace into an unwatched side and nothing saw it again. Off the node,
+    /// unless it is a bridge transit whose next sighting is still to come.
+    pub fn departure(&self) -> Option<&Hop> {
+        let Position::Outside { .. } = self.position else {
+            return None;
+        };
+        self.hops
+            .last()
+            .filter(|hop| hop.leaves.is_some() && hop.enters.is_none())
+    }
+
+    /// Whether it came onto the node from an unwatched side as the return of a question this
+    /// node sent off (see `ForwardingLoops::returning`): its parent is that query.
+    pub fn came_back(&self) -> bool {
+        self.origin.is_none() && self.parent.is_some()
     }
 }

@@ -10,7 +10,10 @@
 //! 2. A flight that leaves namespace M without having entered it was sent by M. If M was
 //!    delivered the same question within `forward_window` before and had not answered it yet,
 //!    M forwarded that query: it becomes the new flight's parent.
-//! 3. When a flight is delivered, its chain of parents is searched for a cycle ([`cycle::find`]).
+//! 3. A flight that comes onto the node from an unwatched side, soon after a query for the same
+//!    question left the node over that same device unanswered, is taken as that query coming
+//!    back from other nodes: it becomes the new flight's parent (see `returned_from`).
+//! 4. When a flight is delivered, its chain of parents is searched for a cycle ([`cycle::find`]).
 //!
 //! The analyzer sees only queries' paths, and replies only to learn that a namespace answered
 //! a query (so that it no longer forwards it).
@@ -22,6 +25,7 @@ mod tests;
 
 use std::{
     collections::VecDeque,
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -47,6 +51,21 @@ use crate::{
 /// recent deliveries only.
 const RECENT_DELIVERIES: usize = 16;
 
+/// Queries for one question that left the node, kept to match a return against.
+const RECENT_DEPARTURES: usize = 16;
+
+/// How soon after a query left the node a question coming back onto it can be that query
+/// coming back. A round through other nodes' forwarders takes milliseconds; a client on another
+/// node asking again takes a resolver timeout (a second at least).
+const RETURN_WINDOW: Duration = Duration::from_millis(500);
+
+/// A query that left the node over `ifname` at `at`, unless it turns up again.
+struct Departure {
+    at: SystemTime,
+    flight: FlightId,
+    ifname: Arc<str>,
+}
+
 /// A flight that was delivered to `namespace` at `since`. A delivered flight stays where it
 /// is, so the namespace is kept here too: most deliveries of a busy question are to another
 /// namespace than a new query's sender, and are passed over without looking up their flight.
@@ -68,6 +87,9 @@ pub struct ForwardingLoops {
     entered_overflows: u64,
     /// The latest deliveries of each question: where a new query's parent is looked for.
     deliveries: Table<QuestionKey, VecDeque<Delivery>, FastHash>,
+    /// The latest queries of each question seen leaving for an unwatched side: where a
+    /// question coming back onto the node finds the query it may be.
+    departures: Table<QuestionKey, VecDeque<Departure>, FastHash>,
     /// The flight that sent each loop probe.
     probes: Table<QuestionKey, FlightId, FastHash>,
     /// When each question was last sent out of each namespace (see `cycle::SentOut`). The
@@ -94,6 +116,7 @@ impl ForwardingLoops {
             entered_capacity: capacity.max(1),
             entered_overflows: 0,
             deliveries: Table::with_hasher(capacity),
+            departures: Table::with_hasher(capacity),
             probes: Table::with_hasher(capacity),
             sent_out: Table::with_hasher(capacity),
             reports: Repeats::new(report_interval, capacity),
@@ -130,11 +153,39 @@ impl ForwardingLoops {
                 }
                 id
             }
-            None => self.start_flight(message.clone(), question.clone(), obs),
+            None => {
+                let id = self.start_flight(message.clone(), question.clone(), obs);
+                if obs.point.leaves.is_none() {
+                    let returning = self.returning(&message.question, obs);
+                    if let Some(flight) = self.flights.get_mut(&id) {
+                        flight.returning = returning;
+                    }
+                }
+                id
+            }
         };
         if obs.point.enters.is_some() {
             self.note_entry(obs.ts, id, out);
+        } else if obs.point.leaves.is_some() {
+            self.note_departure(&message.question, obs, id);
         }
+    }
+
+    fn note_departure(&mut self, question: &QuestionKey, obs: &Observation, flight: FlightId) {
+        let departure = Departure {
+            at: obs.ts,
+            flight,
+            ifname: Arc::clone(&obs.point.ifname),
+        };
+        let Some(recent) = self.departures.refresh(question) else {
+            self.departures
+                .insert(question.clone(), VecDeque::from([departure]));
+            return;
+        };
+        if recent.len() == RECENT_DEPARTURES {
+            recent.pop_front();
+        }
+        recent.push_back(departure);
     }
 
     fn start_flight(
@@ -168,16 +219,19 @@ impl ForwardingLoops {
         }
     }
 
-    /// A reply leaving the namespace a flight was delivered to: that namespace answered it.
+    /// A reply leaving the namespace a flight was delivered to: that namespace answered it. A
+    /// reply to a flight that left the node was answered out of sight.
     fn reply(&mut self, obs: &Observation, message: &MessageKey) {
-        let Some(leaves) = &obs.point.leaves else {
-            return;
-        };
         let Some(&id) = self.latest.get(message) else {
             return;
         };
         if let Some(flight) = self.flights.get_mut(&id) {
-            if flight.is_in(leaves) {
+            let answered_there = obs
+                .point
+                .leaves
+                .as_ref()
+                .is_some_and(|leaves| flight.is_in(leaves));
+            if answered_there || flight.departure().is_some() {
                 flight.answered.get_or_insert(obs.ts);
             }
         }
@@ -188,6 +242,8 @@ impl ForwardingLoops {
         self.flights.evictions()
             + self.latest.evictions()
             + self.deliveries.evictions()
+            + self.departures.evictions()
+            + self.sent_out.evictions()
             + self.probes.evictions()
             + self.reports.evictions()
             + self.entered_overflows
@@ -222,7 +278,9 @@ impl ForwardingLoops {
             flight: id,
             namespace: namespace.clone(),
         };
-        let parent = self.parent_of(id, since);
+        let parent = self
+            .parent_of(id, since)
+            .or_else(|| self.came_back_as(id, since));
         if let Some(flight) = self.flights.get_mut(&id) {
             flight.parent = parent;
         }
@@ -233,7 +291,7 @@ impl ForwardingLoops {
             question: &question,
         };
         if let Some(cycle) = cycle::find(&self.flights, id, probe_origin, &sent_out) {
-            self.report(question, &cycle.flights, since, out);
+            self.report(question, &cycle, since, out);
         }
     }
 
@@ -282,6 +340,51 @@ impl ForwardingLoops {
         Some(parent)
     }
 
+    /// The query that a question coming onto the node from an unwatched side in `obs` may be
+    /// coming back as: the latest one for the same question that left the node over the device
+    /// it arrives by, no more than `RETURN_WINDOW` before, unanswered, and not seen since.
+    /// Looked for as it arrives, while that query's departure is among the latest; whether it
+    /// really came back is for `cycle::find` to judge, from rounds.
+    fn returning(&self, question: &QuestionKey, obs: &Observation) -> Option<FlightId> {
+        let went_back_out = |departure: &Departure| {
+            let in_time = obs
+                .ts
+                .duration_since(departure.at)
+                .is_ok_and(|gap| gap <= RETURN_WINDOW);
+            let still_away = || {
+                self.flights.get(&departure.flight).is_some_and(|sent| {
+                    sent.departure().is_some_and(|hop| hop.ts == departure.at)
+                        && sent.answered.is_none()
+                })
+            };
+            departure.ifname == obs.point.ifname && in_time && still_away()
+        };
+        Some(
+            self.departures
+                .get(question)?
+                .iter()
+                .rev()
+                .find(|&departure| went_back_out(departure))?
+                .flight,
+        )
+    }
+
+    /// The query that flight `id` came back onto the node as, once `id` is delivered (see
+    /// `returning`). That query was never delivered here, where parents are found: its own is
+    /// found now, to follow the chain on.
+    fn came_back_as(&mut self, id: FlightId, now: SystemTime) -> Option<FlightId> {
+        let sent = self.flights.get(&id)?.returning?;
+        let sent_flight = self.flights.get(&sent)?;
+        if sent_flight.parent.is_none() {
+            let parent = self.parent_of(sent, now);
+            if let Some(sent_flight) = self.flights.get_mut(&sent) {
+                sent_flight.parent = parent;
+            }
+        }
+        self.touch(sent, now);
+        Some(sent)
+    }
+
     /// Keeps flight `id` for another `retention` from `now`.
     fn touch(&mut self, id: FlightId, now: SystemTime) {
         if let Some(flight) = self.flights.refresh(&id) {
@@ -292,18 +395,22 @@ impl ForwardingLoops {
     fn report(
         &mut self,
         question: QuestionKey,
-        cycle: &[FlightId],
+        cycle: &cycle::Cycle,
         at: SystemTime,
         out: &mut Vec<Finding>,
     ) {
-        for &id in cycle {
+        for &id in &cycle.flights {
             self.touch(id, at);
         }
-        let flights: Vec<&Flight> = cycle.iter().filter_map(|id| self.flights.get(id)).collect();
-        let key = LoopKey::new(question);
-        let finding = self
-            .reports
-            .occurred(key, at, || describe::loop_finding(&flights, at));
+        let flights: Vec<&Flight> = cycle
+            .flights
+            .iter()
+            .filter_map(|id| self.flights.get(id))
+            .collect();
+        let key = LoopKey::new(question, flights.iter().any(|flight| flight.came_back()));
+        let finding = self.reports.occurred_after(key, at, cycle.rounds - 1, || {
+            describe::loop_finding(&flights, cycle.rounds, at)
+        });
         out.extend(finding.map(Finding::Loop));
     }
 
@@ -330,6 +437,11 @@ impl ForwardingLoops {
         while self
             .deliveries
             .pop_stalest_if(|_, recent| recent.back().is_none_or(|last| stale(last.since)))
+            .is_some()
+        {}
+        while self
+            .departures
+            .pop_stalest_if(|_, recent| recent.back().is_none_or(|last| stale(last.at)))
             .is_some()
         {}
     }

@@ -10,11 +10,13 @@ use crate::{
     points::NODE,
 };
 
-const NAME: &str = "www.example.test.";
-/// From a re-entry to the moment it is known to be a delivery.
-const SETTLE_MS: u64 = 50;
+mod other_nodes;
 
-fn analyzer() -> ForwardingLoops {
+pub(super) const NAME: &str = "www.example.test.";
+/// From a re-entry to the moment it is known to be a delivery.
+pub(super) const SETTLE_MS: u64 = 50;
+
+pub(super) fn analyzer() -> ForwardingLoops {
     ForwardingLoops::new(
         Duration::from_millis(SETTLE_MS),
         Duration::from_secs(2),
@@ -23,7 +25,7 @@ fn analyzer() -> ForwardingLoops {
     )
 }
 
-fn loops(findings: Vec<Finding>) -> Vec<LoopFinding> {
+pub(super) fn loops(findings: Vec<Finding>) -> Vec<LoopFinding> {
     findings
         .into_iter()
         .map(|finding| match finding {
@@ -33,11 +35,11 @@ fn loops(findings: Vec<Finding>) -> Vec<LoopFinding> {
         .collect()
 }
 
-fn servers(found: &LoopFinding) -> Vec<String> {
+pub(super) fn servers(found: &LoopFinding) -> Vec<String> {
     found.servers.iter().map(ToString::to_string).collect()
 }
 
-fn hops(found: &LoopFinding) -> Vec<(&str, &str, String, String, u16)> {
+pub(super) fn hops(found: &LoopFinding) -> Vec<(&str, &str, String, String, u16)> {
     found
         .path
         .iter()
@@ -54,7 +56,7 @@ fn hops(found: &LoopFinding) -> Vec<(&str, &str, String, String, u16)> {
 }
 
 /// The client asks the node-local cache at `start`.
-fn client_asks_node_cache(start: u64) -> Vec<Observation> {
+pub(super) fn client_asks_node_cache(start: u64) -> Vec<Observation> {
     query(NAME)
         .id(4242)
         .from("10.244.0.2:41234")
@@ -66,7 +68,7 @@ fn client_asks_node_cache(start: u64) -> Vec<Observation> {
 /// Round `round` of the node-local loop, 2 ms per round from `start`: the cache forwards to
 /// kube-dns (tc sees the node's own query after the OUTPUT chain's DNAT, so already addressed
 /// to the pod), and CoreDNS forwards to its upstream, which is the node-local cache.
-fn nodelocal_round(start: u64, round: u16) -> [Vec<Observation>; 2] {
+pub(super) fn nodelocal_round(start: u64, round: u16) -> [Vec<Observation>; 2] {
     let at = start + 1 + 2 * u64::from(round);
     [
         query(NAME)
@@ -337,9 +339,11 @@ fn dnsmasq_probe_coming_back_through_an_unwatched_resolver() {
     assert_eq!(servers(&found[0]), ["192.0.2.53", "192.168.1.10"]);
     assert_eq!(
         found[0].summary,
-        "loop: 0a1b2c3d.test. TXT: node -> 192.0.2.53 -> 192.168.1.10 (node) (2 hops): the question \
-         came back through a resolver outside the watched namespaces: check where its upstreams \
-         forward to"
+        "loop: 0a1b2c3d.test. TXT: node -> 192.0.2.53 via eth0 (off the node) ... back from \
+         192.0.2.53 via eth0 -> 192.168.1.10 (node) (2 hops): the question came back through a \
+         resolver outside the watched namespaces: check where its upstreams forward to. Part of \
+         the loop is off this node, out of sight: the tracers of the nodes it crosses report it \
+         with the same loop_id"
     );
 }
 
