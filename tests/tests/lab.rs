@@ -454,3 +454,294 @@ fn dropping_a_lab_stops_its_servers_and_removes_its_namespaces() {
     }
     assert!(!state_dir.exists(), "{} survived", state_dir.display());
 }
+
+/// Brings `scenario` up on `nodes` nodes, or returns `None` when this host cannot run a lab.
+fn cluster_up(test: &str, scenario: Scenario, nodes: usize) -> Option<Lab> {
+    if !host_can_run_labs(test) {
+        return None;
+    }
+    match Lab::up_nodes(scenario, nodes) {
+        Ok(lab) => Some(lab),
+        Err(error) => panic!("{test}: {error:#}"),
+    }
+}
+
+fn assert_answers_from(lab: &Lab, node: usize, server: &str, args: &[&str], expected: &str) {
+    let outcome = lab
+        .dig_from(node, Pod::Client, server, args)
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    assert_eq!(
+        (outcome.status.as_deref(), outcome.answers.as_slice()),
+        (Some("NOERROR"), [expected.to_owned()].as_slice()),
+        "dig @{server} {args:?} from the client on node {node}:\n{}",
+        outcome.stdout
+    );
+}
+
+/// The lab's namespaces as `ip netns list` shows them now.
+fn namespaces_of(prefix: &str) -> Vec<String> {
+    let listing = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list runs");
+    String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| name.starts_with(&format!("{prefix}-")))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn cluster_healthy_resolves_from_node_1_through_a_coredns_pod_on_node_0_over_vxlan() {
+    let _alone = lab::one_lab_at_a_time();
+    let Some(lab) = cluster_up("cluster-healthy", Scenario::ClusterHealthy, 2) else {
+        return;
+    };
+    assert_eq!(
+        lab.nodes(),
+        Scenario::ClusterHealthy.default_nodes(),
+        "two nodes by default"
+    );
+    let fabric = lab.fabric_ns().expect("two nodes have a fabric").to_owned();
+    let underlay = lab
+        .capture(
+            &fabric,
+            lab::UNDERLAY_BRIDGE,
+            &format!("udp port {}", lab::VXLAN_PORT),
+        )
+        .expect("tcpdump starts");
+    let node_cache = NODE_LOCAL_DNS.to_string();
+    let cluster_dns = CLUSTER_DNS.to_string();
+    let external_a = EXTERNAL_A.to_string();
+    assert_answers_from(&lab, 1, &node_cache, &[CLUSTER_NAME], CLUSTER_NAME_ADDRESS);
+    assert_answers_from(&lab, 1, &node_cache, &[EXTERNAL_NAME], &external_a);
+    assert_answers_from(&lab, 0, &node_cache, &[EXTERNAL_NAME], &external_a);
+    // The ClusterIP picks a CoreDNS pod at random: a dozen queries reach node 0's but once in
+    // 4096 runs.
+    for _ in 0..12 {
+        assert_answers_from(&lab, 1, &cluster_dns, &[CLUSTER_NAME], CLUSTER_NAME_ADDRESS);
+    }
+    assert_answers_from(&lab, 1, &cluster_dns, &[EXTERNAL_NAME], &external_a);
+    let packets = underlay.stop().expect("tcpdump stops");
+
+    // tcpdump decodes VXLAN: the outer line (underlay addresses), then the inner packet.
+    let coredns_on_node_0 = Pod::CoreDnsA.ip_on(0);
+    let client_on_node_1 = Pod::Client.ip_on(1);
+    let node_1_vtep = lab::node_underlay_on(1);
+    let node_0_vtep = lab::node_underlay_on(0);
+    let encapsulated = packets.windows(2).any(|pair| {
+        pair[0].contains(&format!("{node_1_vtep}."))
+            && pair[0].contains(&format!("> {node_0_vtep}.{}: VXLAN", lab::VXLAN_PORT))
+            && pair[1].contains(&format!("{client_on_node_1}."))
+            && pair[1].contains(&format!("> {coredns_on_node_0}.53:"))
+    });
+    assert!(
+        encapsulated,
+        "the client on node 1 should reach {coredns_on_node_0} on node 0 through VXLAN on the \
+         underlay:\n{}",
+        packets.join("\n")
+    );
+    assert!(
+        packets.iter().all(|line| !line.contains(" > ")
+            || line.contains(&format!(".{}: VXLAN", lab::VXLAN_PORT))
+            || line.starts_with("IP 10.244.")),
+        "the underlay carries encapsulated packets only:\n{}",
+        packets.join("\n")
+    );
+    let log = lab.server_log_on(0, Server::CoreDnsA).expect("server log");
+    assert!(
+        log.contains(&format!("Packet from {client_on_node_1}:")),
+        "dnsdist on node 0 should log the query of the client on node 1:\n{log}"
+    );
+}
+
+#[test]
+fn cluster_nodes_are_other_machines_to_each_other() {
+    let Some(lab) = cluster_up("cluster-links", Scenario::ClusterHealthy, 3) else {
+        return;
+    };
+    let nodes: Vec<String> = (0..lab.nodes())
+        .map(|node| lab.node_ns_of(node).expect("node").to_owned())
+        .collect();
+    assert_eq!(nodes.len(), 3);
+    for (index, node) in nodes.iter().enumerate() {
+        let links = lab
+            .exec(node, &["ip", "-d", "-o", "link", "show"])
+            .expect("ip runs");
+        let links = String::from_utf8_lossy(&links.stdout).into_owned();
+        for other in nodes.iter().filter(|other| *other != node) {
+            assert!(
+                !links.contains(&format!("link-netns {other} ")),
+                "{node} has a link into {other}:\n{links}"
+            );
+        }
+        let uplink = links
+            .lines()
+            .find(|line| line.contains(&format!(": {}@", lab::UPLINK_DEVICE)))
+            .unwrap_or_else(|| panic!("{node} has no {}:\n{links}", lab::UPLINK_DEVICE));
+        assert!(
+            uplink.contains("macvlan") && !uplink.contains("veth"),
+            "{node}'s uplink should be a macvlan, not a veth:\n{uplink}"
+        );
+        let overlay = links
+            .lines()
+            .find(|line| line.contains(&format!(": {}:", lab::OVERLAY_DEVICE)))
+            .unwrap_or_else(|| panic!("{node} has no {}:\n{links}", lab::OVERLAY_DEVICE));
+        assert!(
+            overlay.contains(&format!("dstport {}", lab::VXLAN_PORT)),
+            "{overlay}"
+        );
+        // Every node resolves through its own cache, its own CoreDNS pod among the others'.
+        assert_answers_from(
+            &lab,
+            index,
+            &NODE_LOCAL_DNS.to_string(),
+            &[CLUSTER_NAME],
+            CLUSTER_NAME_ADDRESS,
+        );
+    }
+    assert!(
+        lab.pod_ns_on(1, Pod::CoreDnsB).is_err(),
+        "node 1 runs no second CoreDNS pod"
+    );
+    assert!(lab.node_ns_of(3).is_err());
+}
+
+/// Lines of dnsdist's query log for `name`.
+fn logged_queries(lab: &Lab, node: usize, server: Server, name: &str) -> usize {
+    lab.server_log_on(node, server)
+        .expect("server log")
+        .lines()
+        .filter(|line| line.contains(&format!(" for {name}. ")))
+        .count()
+}
+
+fn looping_queries(lab: &Lab) -> usize {
+    (0..lab.nodes())
+        .map(|node| logged_queries(lab, node, Server::NodeCache, EXTERNAL_NAME))
+        .sum()
+}
+
+#[test]
+fn cluster_loop_circulates_between_nodes_until_the_servers_are_stopped() {
+    let _alone = lab::one_lab_at_a_time();
+    let Some(mut lab) = cluster_up("cluster-loop", Scenario::ClusterLoop, 2) else {
+        return;
+    };
+    let overlay = lab
+        .capture(lab.node_ns(), lab::OVERLAY_DEVICE, "udp dst port 53")
+        .expect("tcpdump starts");
+    let started = std::time::Instant::now();
+    let outcome = lab
+        .dig_from(
+            1,
+            Pod::Client,
+            &NODE_LOCAL_DNS.to_string(),
+            &[EXTERNAL_NAME],
+        )
+        .expect("dig runs");
+    assert_fails(&outcome);
+    std::thread::sleep(std::time::Duration::from_millis(1500).saturating_sub(started.elapsed()));
+    let before = looping_queries(&lab);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let running = looping_queries(&lab);
+    let packets = overlay.stop().expect("tcpdump stops");
+
+    // Within 1.5 s the question went round the caches hundreds of times, each time with a new ID
+    // (dnsdist numbers the queries it forwards), and it was still going.
+    assert!(
+        before >= 200 && running > before,
+        "expected a storm still running after 1.5 s: {before} then {running} queries in the \
+         node caches' logs"
+    );
+    for node in 0..lab.nodes() {
+        assert!(
+            logged_queries(&lab, node, Server::NodeCache, EXTERNAL_NAME) > 10,
+            "the loop should pass through node {node}'s cache"
+        );
+    }
+    // Over node 0's vxlan0: queries from node 1 into node 0's CoreDNS pod, and from node 0 into
+    // node 1's.
+    let queries = queries_for(&packets, EXTERNAL_NAME);
+    let inbound = queries
+        .iter()
+        .filter(|q| q.destination == Pod::CoreDnsA.ip_on(0).to_string())
+        .count();
+    let outbound = queries
+        .iter()
+        .filter(|q| q.destination == Pod::CoreDnsA.ip_on(1).to_string())
+        .count();
+    assert!(
+        inbound >= 10 && outbound >= 10,
+        "the loop should cross vxlan0 both ways ({inbound} in, {outbound} out):\n{}",
+        packets[..packets.len().min(40)].join("\n")
+    );
+
+    let stopping = std::time::Instant::now();
+    lab.stop_servers();
+    assert!(
+        stopping.elapsed() < std::time::Duration::from_secs(3),
+        "stopping the servers took {:?}",
+        stopping.elapsed()
+    );
+    let fabric = lab.fabric_ns().expect("fabric").to_owned();
+    let underlay = lab
+        .capture(&fabric, lab::UNDERLAY_BRIDGE, "udp")
+        .expect("tcpdump starts");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let after: Vec<String> = underlay
+        .stop()
+        .expect("tcpdump stops")
+        .into_iter()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    assert!(
+        after.is_empty(),
+        "nothing should cross the underlay once the servers are gone:\n{}",
+        after.join("\n")
+    );
+
+    let prefix = lab.prefix().to_owned();
+    drop(lab);
+    assert_eq!(namespaces_of(&prefix), Vec::<String>::new());
+}
+
+#[test]
+fn a_kept_cluster_lab_lists_every_node_and_goes_down_whole() {
+    if !host_can_run_labs("kept-cluster") {
+        return;
+    }
+    let prefix = format!("dlnodes{}", std::process::id());
+    Lab::up_nodes_with_prefix(&prefix, Scenario::ClusterLoop, 3)
+        .unwrap_or_else(|error| panic!("{error:#}"))
+        .keep();
+    let _cleanup = DownOnDrop(&prefix);
+    assert_eq!(namespaces_of(&prefix).len(), 3 * 3 + 2);
+
+    let description = lab::status(&prefix)
+        .expect("status")
+        .expect("the kept lab is described");
+    for expected in [
+        "cluster-loop, 3 nodes",
+        &format!("{prefix}-node "),
+        &format!("{prefix}-node1 "),
+        &format!("{prefix}-node2 "),
+        &format!("{prefix}-coredns2a "),
+        &format!("{prefix}-fabric "),
+        "node 2: cni0 10.244.2.1/24",
+        "10.244.2.0/24 via 10.244.2.0 dev vxlan0 onlink",
+        "node2-node-cache (dnsdist",
+        "node1-coredns-a (dnsdist",
+    ] {
+        assert!(
+            description.contains(expected),
+            "missing {expected}:\n{description}"
+        );
+    }
+    assert!(!description.contains("not running"), "{description}");
+
+    lab::down(&prefix).expect("down");
+    assert_eq!(namespaces_of(&prefix), Vec::<String>::new());
+    assert_eq!(lab::status(&prefix).expect("status"), None);
+}

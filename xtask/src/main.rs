@@ -64,11 +64,33 @@ enum Task {
 #[derive(Subcommand)]
 enum LabAction {
     /// Build a scenario's namespaces and start its DNS servers; it stays up until `lab down`.
-    Up { scenario: Scenario },
-    /// Remove the lab's namespaces and stop its servers.
-    Down,
-    /// Print the running lab's topology and what each server forwards to.
-    Status,
+    Up {
+        scenario: Scenario,
+        /// How many nodes, joined by a VXLAN overlay (1 to 3; default: the scenario's, 2 for
+        /// the cluster-* scenarios, 1 for the others).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=lab::MAX_NODES as i64))]
+        nodes: Option<u8>,
+        #[command(flatten)]
+        name: LabName,
+    },
+    /// Remove the lab's namespaces (every node's) and stop its servers.
+    Down {
+        #[command(flatten)]
+        name: LabName,
+    },
+    /// Print the running lab's topology, node by node, and what each server forwards to.
+    Status {
+        #[command(flatten)]
+        name: LabName,
+    },
+}
+
+#[derive(clap::Args)]
+struct LabName {
+    /// The lab's name, which prefixes its namespaces (`<prefix>-node`, ...): another name
+    /// keeps a second lab beside the first.
+    #[arg(long, default_value = LAB_PREFIX)]
+    prefix: String,
 }
 
 fn main() -> Result<()> {
@@ -86,16 +108,24 @@ fn main() -> Result<()> {
 
 fn run_lab(action: LabAction) -> Result<()> {
     match action {
-        LabAction::Up { scenario } => {
-            lab::down(LAB_PREFIX)?;
-            let running = lab::Lab::up_with_prefix(LAB_PREFIX, scenario)?;
+        LabAction::Up {
+            scenario,
+            nodes,
+            name,
+        } => {
+            lab::down(&name.prefix)?;
+            let nodes = nodes.map_or(scenario.default_nodes(), usize::from);
+            let running = lab::Lab::up_nodes_with_prefix(&name.prefix, scenario, nodes)?;
             println!("{}", running.describe());
             running.keep();
         }
-        LabAction::Down => lab::down(LAB_PREFIX)?,
-        LabAction::Status => match lab::status(LAB_PREFIX)? {
+        LabAction::Down { name } => lab::down(&name.prefix)?,
+        LabAction::Status { name } => match lab::status(&name.prefix)? {
             Some(description) => println!("{description}"),
-            None => println!("no lab is up: start one with `cargo xtask lab up <scenario>`"),
+            None => println!(
+                "no lab `{}` is up: start one with `cargo xtask lab up <scenario> [--nodes N]`",
+                name.prefix
+            ),
         },
     }
     Ok(())

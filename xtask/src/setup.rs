@@ -6,13 +6,15 @@ use anyhow::{bail, Result};
 
 use crate::command::{self, output_contains};
 
-/// LLVM 22 for bpf-linker; real DNS servers and network tools for the lab (curl scrapes
-/// dnsloop's metrics); QEMU, busybox and strip for the kernel matrix's guest.
+/// LLVM 22 for bpf-linker; real DNS servers (dnsdist forwards like CoreDNS in the cluster
+/// scenarios) and network tools for the lab (curl scrapes dnsloop's metrics); QEMU, busybox
+/// and strip for the kernel matrix's guest.
 const DEBIAN_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
     "dnsmasq-base",
     "unbound",
+    "dnsdist",
     "nftables",
     "iproute2",
     "tcpdump",

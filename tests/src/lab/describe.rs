@@ -7,28 +7,37 @@ use std::{
 
 use super::{
     kubelet,
+    network::{EXTERNAL_BRIDGE, UNDERLAY_BRIDGE},
     scenario::Scenario,
     servers::ServerConfig,
     state,
     topology::{
-        role_of_address, Namespaces, Pod, Server, CLUSTER_DNS, CLUSTER_DNS_V6, NODE_LOCAL_DNS,
-        NODE_LOCAL_DNS_V6, NODE_UPLINK, NODE_UPLINK_V6, POD_GATEWAY, POD_GATEWAY_V6,
-        POD_PREFIX_LEN, POD_PREFIX_LEN_V6, UPLINK_PREFIX_LEN, UPLINK_PREFIX_LEN_V6, UPSTREAM_DNS,
-        UPSTREAM_DNS_V6,
+        node_underlay_on, node_uplink_on, overlay_address_on, pod_cidr_on, pod_gateway6_on,
+        pod_gateway_on, role_of_address, Namespaces, Pod, Server, CLUSTER_DNS, CLUSTER_DNS_V6,
+        NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_UPLINK, NODE_UPLINK_V6, OVERLAY_DEVICE,
+        POD_PREFIX_LEN, POD_PREFIX_LEN_V6, UNDERLAY_DEVICE, UNDERLAY_PREFIX_LEN, UPLINK_DEVICE,
+        UPLINK_PREFIX_LEN, UPLINK_PREFIX_LEN_V6, UPSTREAM_DNS, UPSTREAM_DNS_V6, VXLAN_ID,
+        VXLAN_PORT,
     },
 };
 
 /// A server's process as last seen.
 pub(crate) struct ServerProcess {
     pub server: Server,
+    pub node: usize,
     pub pid: u32,
     pub running: bool,
 }
 
-pub(crate) fn render(prefix: &str, scenario: Scenario, processes: &[ServerProcess]) -> String {
+pub(crate) fn render(
+    prefix: &str,
+    scenario: Scenario,
+    nodes: usize,
+    processes: &[ServerProcess],
+) -> String {
     let mut text = String::new();
     // Writing to a String cannot fail.
-    let _ = write_description(&mut text, prefix, scenario, processes);
+    let _ = write_description(&mut text, prefix, scenario, nodes, processes);
     text
 }
 
@@ -36,12 +45,29 @@ fn write_description(
     out: &mut String,
     prefix: &str,
     scenario: Scenario,
+    nodes: usize,
     processes: &[ServerProcess],
 ) -> fmt::Result {
-    let names = Namespaces::new(prefix);
+    let pods_per_node: Vec<Vec<Pod>> = (0..nodes).map(|node| scenario.pods_on(node)).collect();
+    let names = Namespaces::new(prefix, &pods_per_node);
     let settings = scenario.node_settings();
-    let [coredns_a, coredns_b] = Pod::COREDNS;
-    writeln!(out, "dnsloop lab `{prefix}`, scenario {scenario}")?;
+    let endpoints: Vec<String> = (0..nodes)
+        .flat_map(|node| {
+            scenario
+                .pods_on(node)
+                .into_iter()
+                .filter(|pod| Pod::COREDNS.contains(pod))
+                .map(move |pod| match node {
+                    0 => pod.name().to_owned(),
+                    node => format!("{} on node {node}", pod.name()),
+                })
+        })
+        .collect();
+    writeln!(
+        out,
+        "dnsloop lab `{prefix}`, scenario {scenario}, {nodes} node{}",
+        if nodes == 1 { "" } else { "s" }
+    )?;
     writeln!(out, "  {}", scenario.summary())?;
     writeln!(
         out,
@@ -55,32 +81,73 @@ fn write_description(
     )?;
 
     writeln!(out, "\nnamespaces")?;
-    writeln!(
-        out,
-        "  {:<24} node: cni0 {POD_GATEWAY}/{POD_PREFIX_LEN} {POD_GATEWAY_V6}/{POD_PREFIX_LEN_V6}; \
-         nodelocaldns {NODE_LOCAL_DNS} {NODE_LOCAL_DNS_V6}; \
-         eth0 {NODE_UPLINK}/{UPLINK_PREFIX_LEN} {NODE_UPLINK_V6}/{UPLINK_PREFIX_LEN_V6} (uplink)",
-        names.node()
-    )?;
-    writeln!(
-        out,
-        "  {:<24} ClusterIP {CLUSTER_DNS} / {CLUSTER_DNS_V6} udp+tcp 53 -> DNAT to {} / {} \
-         (nftables prerouting and output); bridge-nf-call-iptables={}",
-        "",
-        coredns_a.name(),
-        coredns_b.name(),
-        u8::from(settings.bridge_nf_call_iptables)
-    )?;
-    for pod in Pod::ALL {
+    for node_names in names.nodes() {
+        let node = names
+            .nodes()
+            .iter()
+            .position(|known| known.node() == node_names.node())
+            .unwrap_or(0);
+        let uplink = if nodes == 1 {
+            format!("eth0 {NODE_UPLINK}/{UPLINK_PREFIX_LEN} {NODE_UPLINK_V6}/{UPLINK_PREFIX_LEN_V6} (uplink, veth to the upstream)")
+        } else {
+            format!(
+                "{UPLINK_DEVICE} {}/{UPLINK_PREFIX_LEN} (uplink, macvlan on the fabric's {EXTERNAL_BRIDGE} bridge); \
+                 {UNDERLAY_DEVICE} {}/{UNDERLAY_PREFIX_LEN} (underlay); \
+                 {OVERLAY_DEVICE} {}/32 (VXLAN {VXLAN_ID}, udp {VXLAN_PORT})",
+                node_uplink_on(node),
+                node_underlay_on(node),
+                overlay_address_on(node)
+            )
+        };
         writeln!(
             out,
-            "  {:<24} pod {} ({}): eth0 {} {} ({} on cni0)",
-            names.pod(pod),
-            pod.name(),
-            pod.kubernetes_id(),
-            pod.ip(),
-            pod.ip6(),
-            pod.host_veth()
+            "  {:<24} node {node}: cni0 {}/{POD_PREFIX_LEN} {}/{POD_PREFIX_LEN_V6} (pods {}); \
+             nodelocaldns {NODE_LOCAL_DNS} {NODE_LOCAL_DNS_V6}; {uplink}",
+            node_names.node(),
+            pod_gateway_on(node),
+            pod_gateway6_on(node),
+            pod_cidr_on(node),
+        )?;
+        writeln!(
+            out,
+            "  {:<24} ClusterIP {CLUSTER_DNS} / {CLUSTER_DNS_V6} udp+tcp 53 -> DNAT to {} \
+             (nftables prerouting and output); bridge-nf-call-iptables={}",
+            "",
+            endpoints.join(" / "),
+            u8::from(settings.bridge_nf_call_iptables)
+        )?;
+        if nodes > 1 {
+            let peers: Vec<String> = (0..nodes)
+                .filter(|&peer| peer != node)
+                .map(|peer| {
+                    format!(
+                        "{} via {} dev {OVERLAY_DEVICE} onlink (vtep {})",
+                        pod_cidr_on(peer),
+                        overlay_address_on(peer),
+                        node_underlay_on(peer)
+                    )
+                })
+                .collect();
+            writeln!(out, "  {:<24} routes: {}", "", peers.join("; "))?;
+        }
+        for pod in node_names.pods() {
+            writeln!(
+                out,
+                "  {:<24} pod {} ({}): eth0 {} {} ({} on cni0)",
+                node_names.pod(pod).unwrap_or_default(),
+                pod.name(),
+                pod.kubernetes_id_on(node),
+                pod.ip_on(node),
+                pod.ip6_on(node),
+                pod.host_veth()
+            )?;
+        }
+    }
+    if let Some(fabric) = names.fabric() {
+        writeln!(
+            out,
+            "  {fabric:<24} fabric: bridge {UNDERLAY_BRIDGE} (every node's {UNDERLAY_DEVICE}, \
+             VXLAN only), bridge {EXTERNAL_BRIDGE} (every node's {UPLINK_DEVICE}, the upstream)"
         )?;
     }
     write!(
@@ -94,8 +161,11 @@ fn write_description(
 
     writeln!(out, "\n\nDNS servers")?;
     for process in processes {
-        let config = scenario.server_config(process.server);
-        write_server(out, &config, names.of_server(process.server), process)?;
+        let config = scenario.server_config(process.server, process.node);
+        let namespace = names
+            .of_server(process.node, process.server)
+            .unwrap_or_default();
+        write_server(out, &config, namespace, process)?;
     }
     Ok(())
 }
@@ -115,7 +185,7 @@ fn write_server(
     writeln!(
         out,
         "  {} ({}, pid {}{state}) in {namespace}, listening on {}",
-        config.server.name(),
+        config.file_stem(),
         config.software.name(),
         process.pid,
         listen.join(", ")

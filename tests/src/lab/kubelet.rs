@@ -29,6 +29,7 @@ pub(crate) struct KubeletPods {
 }
 
 struct KubeletPod {
+    node: usize,
     pod: Pod,
     /// The pod's UID, as the API server would give it.
     uid: String,
@@ -41,14 +42,20 @@ struct KubeletPod {
 }
 
 impl KubeletPods {
-    /// Gives `pod` of lab `prefix`, whose network namespace is `namespace`, a UID, a log
-    /// directory, a cgroup, and a sandbox process in that cgroup.
-    pub(crate) fn start(&mut self, prefix: &str, pod: Pod, namespace: &str) -> Result<()> {
+    /// Gives `pod` of node `node` of lab `prefix`, whose network namespace is `namespace`, a
+    /// UID, a log directory, a cgroup, and a sandbox process in that cgroup.
+    pub(crate) fn start(
+        &mut self,
+        prefix: &str,
+        node: usize,
+        pod: Pod,
+        namespace: &str,
+    ) -> Result<()> {
         let uid = random_uuid()?;
         let log_dir = pod_logs(prefix).join(format!(
             "{}_{}_{uid}",
             pod.kubernetes_namespace(),
-            pod.kubernetes_name()
+            pod.kubernetes_name_on(node)
         ));
         fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
         let qos = pod.qos_class();
@@ -57,18 +64,19 @@ impl KubeletPods {
             uid.replace('-', "_")
         ));
         self.pods.push(KubeletPod {
+            node,
             pod,
             uid,
             namespace: namespace.to_owned(),
             cgroup,
             sandbox: None,
         });
-        self.start_sandbox(pod)
+        self.start_sandbox(node, pod)
     }
 
-    /// Starts `pod`'s sandbox process in its namespace and cgroup.
-    pub(crate) fn start_sandbox(&mut self, pod: Pod) -> Result<()> {
-        let kubelet_pod = self.find_mut(pod)?;
+    /// Starts the sandbox process of `pod` on node `node` in its namespace and cgroup.
+    pub(crate) fn start_sandbox(&mut self, node: usize, pod: Pod) -> Result<()> {
+        let kubelet_pod = self.find_mut(node, pod)?;
         ensure!(
             kubelet_pod.sandbox.is_none(),
             "the sandbox of pod {} is running already",
@@ -89,39 +97,43 @@ impl KubeletPods {
         let pid = sandbox.id();
         // Kept before anything else can fail, so that the lab's teardown ends it.
         kubelet_pod.sandbox = Some(sandbox);
-        self.adopt(pod, pid)
+        self.adopt(node, pod, pid)
     }
 
-    /// Ends `pod`'s sandbox process; its namespace and network stay.
-    pub(crate) fn stop_sandbox(&mut self, pod: Pod) -> Result<()> {
-        if let Some(mut sandbox) = self.find_mut(pod)?.sandbox.take() {
+    /// Ends the sandbox process of `pod` on node `node`; its namespace and network stay.
+    pub(crate) fn stop_sandbox(&mut self, node: usize, pod: Pod) -> Result<()> {
+        if let Some(mut sandbox) = self.find_mut(node, pod)?.sandbox.take() {
             process::terminate(&[sandbox.id()]);
             let _ = sandbox.wait();
         }
         Ok(())
     }
 
-    /// `pod`'s UID.
-    pub(crate) fn uid(&self, pod: Pod) -> Result<&str> {
+    /// The UID of `pod` on node `node`.
+    pub(crate) fn uid(&self, node: usize, pod: Pod) -> Result<&str> {
         self.pods
             .iter()
-            .find(|known| known.pod == pod)
+            .find(|known| known.node == node && known.pod == pod)
             .map(|known| known.uid.as_str())
-            .with_context(|| format!("pod {} has no UID", pod.name()))
+            .with_context(|| format!("node {node} runs no pod {}", pod.name()))
     }
 
-    fn find_mut(&mut self, pod: Pod) -> Result<&mut KubeletPod> {
+    fn find_mut(&mut self, node: usize, pod: Pod) -> Result<&mut KubeletPod> {
         self.pods
             .iter_mut()
-            .find(|known| known.pod == pod)
-            .with_context(|| format!("pod {} has no cgroup", pod.name()))
+            .find(|known| known.node == node && known.pod == pod)
+            .with_context(|| format!("node {node} runs no pod {}", pod.name()))
     }
 
-    /// Moves process `pid` into a container cgroup of `pod`, as the container runtime starts
-    /// each container of a pod in a scope of its own.
-    pub(crate) fn adopt(&self, pod: Pod, pid: u32) -> Result<()> {
-        let Some(kubelet_pod) = self.pods.iter().find(|known| known.pod == pod) else {
-            bail!("pod {} has no cgroup", pod.name());
+    /// Moves process `pid` into a container cgroup of `pod` on node `node`, as the container
+    /// runtime starts each container of a pod in a scope of its own.
+    pub(crate) fn adopt(&self, node: usize, pod: Pod, pid: u32) -> Result<()> {
+        let Some(kubelet_pod) = self
+            .pods
+            .iter()
+            .find(|known| known.node == node && known.pod == pod)
+        else {
+            bail!("node {node} runs no pod {}", pod.name());
         };
         let container = kubelet_pod
             .cgroup

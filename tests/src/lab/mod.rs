@@ -1,5 +1,7 @@
 //! The node lab: a Kubernetes node's DNS path rebuilt in network namespaces, with real DNS
-//! servers (dnsmasq and unbound playing node-local-dns, CoreDNS and the upstream resolver).
+//! servers (dnsmasq, unbound and dnsdist playing node-local-dns, CoreDNS and the upstream
+//! resolver). A lab has one node, or up to [`MAX_NODES`] joined into a cluster by a VXLAN
+//! overlay ([`Lab::up_nodes`]).
 //!
 //! ```text
 //!  pod namespaces            node namespace                                upstream namespace
@@ -7,6 +9,17 @@
 //!  coredns-a 10.244.0.3 ─┼─ cni0 10.244.0.1            eth0 10.255.0.1 ─── eth0 10.255.0.53
 //!  coredns-b 10.244.0.4 ─┘  nodelocaldns 169.254.25.10 (node-local cache)
 //!                           nftables: ClusterIP 10.96.0.10 -> DNAT to coredns-a / coredns-b
+//! ```
+//!
+//! With two nodes or more, node `i` has the same layout with pod CIDR 10.244.`i`.0/24 (node 0
+//! keeps the names and addresses above), and the nodes meet only in a fabric namespace:
+//!
+//! ```text
+//!  node  eth1 10.253.0.1 ─┐ fabric: bridge `underlay` (UDP 4789 only)   ┌─ eth1 10.253.0.2  node1
+//!        vxlan0 10.244.0.0 ┘                                            └ vxlan0 10.244.1.0
+//!        eth0 10.255.0.1 (macvlan) ─ bridge `external` ─ eth0 10.255.0.2 (macvlan)
+//!                                          │
+//!                                   upstream 10.255.0.53
 //! ```
 //!
 //! No server caches, so every query travels its whole path each time; the servers log every
@@ -44,24 +57,28 @@ use anyhow::{bail, ensure, Context as _, Result};
 
 pub use capture::{Capture, PcapCapture};
 pub use dig::DigOutcome;
+pub use network::{EXTERNAL_BRIDGE, UNDERLAY_BRIDGE};
 pub use preflight::{check_host, HostNotReady};
 pub use scenario::{Scenario, UnknownScenario};
 pub use serial::one_lab_at_a_time;
 pub use topology::{
-    dns_server, Pod, Server, CLUSTER_DNS, CLUSTER_DNS_V6, CLUSTER_DOMAIN, CLUSTER_RECORDS,
-    DEAD_DNS, DNS_PORT, EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS,
-    NODE_LOCAL_DNS_V6, NODE_UPLINK, NODE_UPLINK_V6, STUB_DOMAIN, UPSTREAM_DNS, UPSTREAM_DNS_V6,
+    dns_server, node_underlay_on, node_uplink_on, overlay_address_on, pod_cidr_on, pod_gateway_on,
+    Pod, Server, CLUSTER_DNS, CLUSTER_DNS_V6, CLUSTER_DOMAIN, CLUSTER_POD_NETWORK, CLUSTER_RECORDS,
+    DEAD_DNS, DNS_PORT, EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, MAX_NODES, NODE_LOCAL_DNS,
+    NODE_LOCAL_DNS_V6, NODE_UPLINK, NODE_UPLINK_V6, OVERLAY_DEVICE, STUB_DOMAIN, UNDERLAY_DEVICE,
+    UPLINK_DEVICE, UPSTREAM_DNS, UPSTREAM_DNS_V6, VXLAN_PORT,
 };
 
 use describe::ServerProcess;
 use kubelet::KubeletPods;
-use servers::RunningServer;
+use servers::{server_file_stem, RunningServer};
 use state::{LabState, ServerState};
 use topology::Namespaces;
 
 /// How long `up` waits for every server to answer.
 const SERVERS_READY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest accepted prefix; namespace names add at most 10 characters.
+/// Longest accepted prefix; namespace names add at most 10 characters (`-coredns-a`,
+/// `-coredns2b`).
 const MAX_PREFIX_LEN: usize = 32;
 
 /// Numbers the labs of this process, so that each gets its own prefix.
@@ -72,6 +89,7 @@ static NEXT_INSTANCE: AtomicU32 = AtomicU32::new(0);
 pub struct Lab {
     prefix: String,
     scenario: Scenario,
+    nodes: usize,
     names: Namespaces,
     servers: Vec<RunningServer>,
     /// The pods' sandboxes, cgroups and log directories, as a kubelet would leave them.
@@ -81,16 +99,35 @@ pub struct Lab {
 }
 
 impl Lab {
-    /// Brings up `scenario` under a prefix of its own (`dl<pid>x<counter>`).
+    /// Brings up `scenario` on its default number of nodes ([`Scenario::default_nodes`]: one
+    /// for the node scenarios) under a prefix of its own (`dl<pid>x<counter>`).
     pub fn up(scenario: Scenario) -> Result<Lab> {
-        let instance = NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed);
-        Lab::up_with_prefix(&format!("dl{}x{instance}", std::process::id()), scenario)
+        Lab::up_nodes(scenario, scenario.default_nodes())
     }
 
-    /// Brings up `scenario` with namespaces named `<prefix>-node`, `<prefix>-client`, ... and
-    /// state in `/run/dnsloop-lab/<prefix>/`. Fails if a lab with that prefix is already up.
+    /// Brings up `scenario` on `nodes` nodes (1 to [`MAX_NODES`]) under a prefix of its own.
+    pub fn up_nodes(scenario: Scenario, nodes: usize) -> Result<Lab> {
+        let instance = NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed);
+        Lab::up_nodes_with_prefix(
+            &format!("dl{}x{instance}", std::process::id()),
+            scenario,
+            nodes,
+        )
+    }
+
+    /// Brings up `scenario` on its default number of nodes with namespaces named
+    /// `<prefix>-node`, `<prefix>-client`, ... and state in `/run/dnsloop-lab/<prefix>/`. Fails
+    /// if a lab with that prefix is already up.
     pub fn up_with_prefix(prefix: &str, scenario: Scenario) -> Result<Lab> {
+        Lab::up_nodes_with_prefix(prefix, scenario, scenario.default_nodes())
+    }
+
+    /// As [`Lab::up_with_prefix`], on `nodes` nodes: node 0's namespaces are named as in a
+    /// one-node lab, node `i`'s `<prefix>-node<i>`, `<prefix>-client<i>`,
+    /// `<prefix>-coredns<i>a`, ..., and `<prefix>-fabric` joins them.
+    pub fn up_nodes_with_prefix(prefix: &str, scenario: Scenario, nodes: usize) -> Result<Lab> {
         validate_prefix(prefix)?;
+        validate_nodes(nodes)?;
         check_host()?;
         let state_dir = state::dir(prefix);
         let mut leftovers = netns::list_with_prefix(prefix)?;
@@ -105,17 +142,19 @@ impl Lab {
         );
         fs::create_dir_all(&state_dir)
             .with_context(|| format!("creating {}", state_dir.display()))?;
+        let pods_per_node: Vec<Vec<Pod>> = (0..nodes).map(|node| scenario.pods_on(node)).collect();
         let mut lab = Lab {
             prefix: prefix.to_owned(),
             scenario,
-            names: Namespaces::new(prefix),
+            nodes,
+            names: Namespaces::new(prefix, &pods_per_node),
             servers: Vec::new(),
             kubelet: KubeletPods::default(),
             next_capture: AtomicU32::new(0),
         };
         // On any error `lab` is dropped here, which removes whatever was already built.
         lab.build()
-            .with_context(|| format!("bringing up lab `{prefix}` ({scenario})"))?;
+            .with_context(|| format!("bringing up lab `{prefix}` ({scenario}, {nodes} node(s))"))?;
         Ok(lab)
     }
 
@@ -128,17 +167,22 @@ impl Lab {
             &self.scenario.node_settings(),
             &self.state_dir(),
         )?;
-        for pod in Pod::ALL {
-            self.kubelet.start(&self.prefix, pod, self.names.pod(pod))?;
+        for node in 0..self.nodes {
+            for pod in self.scenario.pods_on(node) {
+                let namespace = self.names.pod_on(node, pod)?.to_owned();
+                self.kubelet.start(&self.prefix, node, pod, &namespace)?;
+            }
         }
-        for server in Server::ALL {
-            let config = self.scenario.server_config(server);
-            let namespace = self.names.of_server(server);
-            let running = servers::start(&config, namespace, &self.state_dir())?;
-            let pid = running.child.id();
-            self.servers.push(running);
-            if let Some(pod) = server.pod() {
-                self.kubelet.adopt(pod, pid)?;
+        for node in 0..self.nodes {
+            for server in self.scenario.servers_on(node) {
+                let config = self.scenario.server_config(server, node);
+                let namespace = self.names.server_on(node, server)?;
+                let running = servers::start(&config, namespace, &self.state_dir())?;
+                let pid = running.child.id();
+                self.servers.push(running);
+                if let Some(pod) = server.pod() {
+                    self.kubelet.adopt(node, pod, pid)?;
+                }
             }
         }
         let deadline = Instant::now() + SERVERS_READY_TIMEOUT;
@@ -152,12 +196,14 @@ impl Lab {
         LabState {
             prefix: self.prefix.clone(),
             scenario: self.scenario.to_string(),
-            namespaces: self.names.all().map(str::to_owned).to_vec(),
+            nodes: self.nodes,
+            namespaces: self.names.all().into_iter().map(str::to_owned).collect(),
             servers: self
                 .servers
                 .iter()
                 .map(|running| ServerState {
                     server: running.server.name().to_owned(),
+                    node: running.node,
                     pid: running.child.id(),
                 })
                 .collect(),
@@ -180,16 +226,48 @@ impl Lab {
         &self.prefix
     }
 
+    /// Node 0's namespace.
     pub fn node_ns(&self) -> &str {
         self.names.node()
     }
 
+    /// `pod`'s namespace on node 0.
     pub fn pod_ns(&self, pod: Pod) -> String {
-        self.names.pod(pod).to_owned()
+        self.names.pod(pod)
     }
 
     pub fn upstream_ns(&self) -> &str {
         self.names.upstream()
+    }
+
+    /// How many nodes the lab has.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// Node `node`'s namespace (`<prefix>-node`, `<prefix>-node1`, ...).
+    pub fn node_ns_of(&self, node: usize) -> Result<&str> {
+        self.names.node_of(node)
+    }
+
+    /// The namespace of `pod` on node `node`; fails if that node does not run it.
+    pub fn pod_ns_on(&self, node: usize, pod: Pod) -> Result<String> {
+        self.names.pod_on(node, pod).map(str::to_owned)
+    }
+
+    /// The pods node `node` runs.
+    pub fn pods_on(&self, node: usize) -> Vec<Pod> {
+        match self.names.of_node(node) {
+            Some(names) => names.pods().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The namespace standing for the network between the nodes: the underlay bridge
+    /// ([`UNDERLAY_BRIDGE`]) and the external one ([`EXTERNAL_BRIDGE`]). Only with two nodes
+    /// or more.
+    pub fn fabric_ns(&self) -> Option<&str> {
+        self.names.fabric()
     }
 
     /// Where `ip netns` mounts namespace `ns` (for `setns`).
@@ -211,37 +289,82 @@ impl Lab {
     /// `pod`'s UID, which names its cgroup and log directory (and which a container runtime
     /// would list it under).
     pub fn pod_uid(&self, pod: Pod) -> Result<&str> {
-        self.kubelet.uid(pod)
+        self.kubelet.uid(0, pod)
     }
 
     /// Ends `pod`'s sandbox (its pause process), as if its container runtime had set up its
     /// network but not started it yet: the pod's namespace and network stay. The client pod
     /// then has no process in its namespace; a CoreDNS pod still has its server.
     pub fn stop_sandbox(&mut self, pod: Pod) -> Result<()> {
-        self.kubelet.stop_sandbox(pod)
+        self.kubelet.stop_sandbox(0, pod)
     }
 
     /// Starts `pod`'s sandbox again after [`Lab::stop_sandbox`].
     pub fn start_sandbox(&mut self, pod: Pod) -> Result<()> {
-        self.kubelet.start_sandbox(pod)
+        self.kubelet.start_sandbox(0, pod)
     }
 
-    /// PID of `server`'s process.
+    /// PID of `server`'s process on node 0 (the upstream is node 0's).
     pub fn server_pid(&self, server: Server) -> Option<u32> {
-        self.running(server).map(|running| running.child.id())
+        self.server_pid_on(0, server)
     }
 
-    /// Everything `server` has logged so far (dnsmasq and unbound log every query they get).
+    /// PID of `server`'s process on node `node` (the shared upstream is node 0's).
+    pub fn server_pid_on(&self, node: usize, server: Server) -> Option<u32> {
+        self.running(node, server).map(|running| running.child.id())
+    }
+
+    /// Everything `server` on node 0 has logged so far (every server logs every query it gets).
     pub fn server_log(&self, server: Server) -> Result<String> {
+        self.server_log_on(0, server)
+    }
+
+    /// Everything `server` on node `node` has logged so far.
+    pub fn server_log_on(&self, node: usize, server: Server) -> Result<String> {
         let running = self
-            .running(server)
-            .with_context(|| format!("{} is not running", server.name()))?;
+            .running(node, server)
+            .with_context(|| format!("{} does not run", server_file_stem(server, node)))?;
         fs::read_to_string(&running.log)
             .with_context(|| format!("reading {}", running.log.display()))
     }
 
-    fn running(&self, server: Server) -> Option<&RunningServer> {
-        self.servers.iter().find(|running| running.server == server)
+    /// Stops `server` on node `node` by its PID (SIGTERM, then SIGKILL after two seconds) and
+    /// reaps it; stopping a stopped server does nothing. Ends a storm: once one server of a
+    /// loop is gone, the loop is broken.
+    pub fn stop_server(&mut self, node: usize, server: Server) -> Result<()> {
+        let running = self
+            .servers
+            .iter_mut()
+            .find(|running| running.node == node && running.server == server)
+            .with_context(|| format!("{} does not run", server_file_stem(server, node)))?;
+        process::terminate(&[running.child.id()]);
+        running
+            .child
+            .wait()
+            .with_context(|| format!("reaping {}", server_file_stem(server, node)))?;
+        Ok(())
+    }
+
+    /// Stops every DNS server of the lab, on every node, by PID (all signalled at once, so a
+    /// storm ends within the two seconds' grace at most). The namespaces stay.
+    pub fn stop_servers(&mut self) {
+        let pids: Vec<u32> = self
+            .servers
+            .iter()
+            .map(|running| running.child.id())
+            .collect();
+        process::terminate(&pids);
+        for running in &mut self.servers {
+            // terminate() has ended it: this only reaps.
+            let _ = running.child.wait();
+        }
+    }
+
+    fn running(&self, node: usize, server: Server) -> Option<&RunningServer> {
+        let node = if server == Server::Upstream { 0 } else { node };
+        self.servers
+            .iter()
+            .find(|running| running.node == node && running.server == server)
     }
 
     /// Runs `argv` in namespace `ns` of this lab (`ip netns exec`) and returns its output,
@@ -267,18 +390,30 @@ impl Lab {
             .with_context(|| format!("starting `{}` in {ns}", argv.join(" ")))
     }
 
-    /// Runs `dig +tries=1 +timeout=1 @SERVER ARGS...` in `from`'s namespace. Do not pass
-    /// `+short`: the status is read from dig's header.
+    /// Runs `dig +tries=1 +timeout=1 @SERVER ARGS...` in `from`'s namespace on node 0. Do not
+    /// pass `+short`: the status is read from dig's header.
     pub fn dig(&self, from: Pod, server: &str, args: &[&str]) -> Result<DigOutcome> {
+        self.dig_from(0, from, server, args)
+    }
+
+    /// [`Lab::dig`] from pod `from` on node `node`.
+    pub fn dig_from(
+        &self,
+        node: usize,
+        from: Pod,
+        server: &str,
+        args: &[&str],
+    ) -> Result<DigOutcome> {
         let at_server = format!("@{server}");
         let argv: Vec<&str> = ["dig", "+tries=1", "+timeout=1", &at_server]
             .iter()
             .chain(args)
             .copied()
             .collect();
-        let output = self.exec(self.names.pod(from), &argv)?;
+        let namespace = self.names.pod_on(node, from)?;
+        let output = self.exec(namespace, &argv)?;
         DigOutcome::from_output(&output)
-            .with_context(|| format!("`{}` from {}", argv.join(" "), from.name()))
+            .with_context(|| format!("`{}` from {} on node {node}", argv.join(" "), from.name()))
     }
 
     /// [`Lab::dig`], failing the test when dig itself cannot run.
@@ -345,11 +480,12 @@ impl Lab {
             .iter()
             .map(|running| ServerProcess {
                 server: running.server,
+                node: running.node,
                 pid: running.child.id(),
                 running: process::is_running(running.child.id()),
             })
             .collect();
-        describe::render(&self.prefix, self.scenario, &processes)
+        describe::render(&self.prefix, self.scenario, self.nodes, &processes)
     }
 
     fn ensure_own(&self, ns: &str) -> Result<()> {
@@ -440,12 +576,18 @@ pub fn status(prefix: &str) -> Result<Option<String>> {
                 .find(|server| server.name() == recorded.server)?;
             Some(ServerProcess {
                 server,
+                node: recorded.node,
                 pid: recorded.pid,
                 running: process::is_running(recorded.pid),
             })
         })
         .collect::<Vec<_>>();
-    Ok(Some(describe::render(prefix, scenario, &processes)))
+    Ok(Some(describe::render(
+        prefix,
+        scenario,
+        state.nodes,
+        &processes,
+    )))
 }
 
 /// A prefix names namespaces (`<prefix>-node`) and a directory, and `down` removes every
@@ -462,9 +604,49 @@ fn validate_prefix(prefix: &str) -> Result<()> {
     Ok(())
 }
 
+fn validate_nodes(nodes: usize) -> Result<()> {
+    ensure!(
+        (1..=MAX_NODES).contains(&nodes),
+        "a lab has 1 to {MAX_NODES} nodes, not {nodes}"
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lab_has_one_to_three_nodes() {
+        for good in 1..=MAX_NODES {
+            assert!(validate_nodes(good).is_ok(), "{good}");
+        }
+        for bad in [0, MAX_NODES + 1] {
+            let error = validate_nodes(bad).expect_err("refused").to_string();
+            assert!(error.contains("1 to 3 nodes"), "{error}");
+        }
+    }
+
+    #[test]
+    fn namespace_names_fit_the_prefix_budget() {
+        let prefix = "x".repeat(MAX_PREFIX_LEN);
+        let pods: Vec<Vec<Pod>> = (0..MAX_NODES).map(|_| Pod::ALL.to_vec()).collect();
+        let names = Namespaces::new(&prefix, &pods);
+        for name in names.all() {
+            assert!(name.len() <= MAX_PREFIX_LEN + 10, "{name}");
+        }
+        let one_node = Namespaces::new("p", &[Pod::ALL.to_vec()]);
+        assert_eq!(
+            one_node.all(),
+            [
+                "p-node",
+                "p-client",
+                "p-coredns-a",
+                "p-coredns-b",
+                "p-upstream"
+            ]
+        );
+    }
 
     #[test]
     fn prefixes_cannot_reach_other_labs() {

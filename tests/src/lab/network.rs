@@ -1,19 +1,31 @@
-//! Wires the simulated node: what the CNI plugin, kube-proxy and the node's own network
+//! Wires the simulated nodes: what the CNI plugin, kube-proxy and the node's own network
 //! configuration would set up. Every link is created inside a lab namespace (veth peers go
 //! straight into their target namespace), so nothing ever appears in the root namespace.
+//!
+//! One node: its `eth0` is a veth into the upstream namespace. Two nodes or more are joined as
+//! a cluster's are, through a `<prefix>-fabric` namespace standing for the physical network:
+//! each node's `eth1` is a port of the fabric's `underlay` bridge, which carries nothing but the
+//! VXLAN overlay (`vxlan0`, flannel-style static routes, neighbours and forwarding entries);
+//! each node's `eth0` is a macvlan on the fabric's `external` bridge, where the upstream is. No
+//! link of a node leads into another node's namespace.
 use std::{
     net::{Ipv4Addr, Ipv6Addr},
     path::Path,
 };
+
+use anyhow::ensure;
 
 use anyhow::{Context as _, Result};
 
 use super::{
     command, netns, nftables,
     topology::{
-        Namespaces, Pod, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_LOCAL_NET, NODE_LOCAL_NET_V6,
-        NODE_UPLINK, NODE_UPLINK_V6, POD_GATEWAY, POD_GATEWAY_V6, POD_PREFIX_LEN,
-        POD_PREFIX_LEN_V6, UPLINK_PREFIX_LEN, UPLINK_PREFIX_LEN_V6, UPSTREAM_DNS, UPSTREAM_DNS_V6,
+        node_underlay_on, node_uplink_on, overlay_address_on, overlay_mac_on, pod_cidr6_on,
+        pod_cidr_on, pod_gateway6_on, pod_gateway_on, Namespaces, NodeNamespaces, Pod,
+        NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_LOCAL_NET, NODE_LOCAL_NET_V6, NODE_UPLINK,
+        NODE_UPLINK_V6, OVERLAY_DEVICE, POD_PREFIX_LEN, POD_PREFIX_LEN_V6, UNDERLAY_DEVICE,
+        UNDERLAY_PREFIX_LEN, UPLINK_DEVICE, UPLINK_PREFIX_LEN, UPLINK_PREFIX_LEN_V6, UPSTREAM_DNS,
+        UPSTREAM_DNS_V6, VXLAN_ID, VXLAN_PORT,
     },
 };
 
@@ -25,22 +37,50 @@ pub(crate) struct NodeSettings {
     pub dead_server: Option<Ipv4Addr>,
 }
 
+/// The fabric's bridges: one for the overlay's encapsulated packets, one for the network the
+/// upstream resolver is on.
+pub const UNDERLAY_BRIDGE: &str = "underlay";
+pub const EXTERNAL_BRIDGE: &str = "external";
+
 /// Builds links, addresses, routes, sysctls and nftables rules in the (existing, empty)
 /// namespaces `names`; nftables rule files are written to `state_dir`.
 pub(crate) fn wire(names: &Namespaces, settings: &NodeSettings, state_dir: &Path) -> Result<()> {
     for namespace in names.all() {
         prepare(namespace)?;
     }
-    wire_node(names.node(), settings.bridge_nf_call_iptables)?;
-    for pod in Pod::ALL {
-        wire_pod(names, pod).with_context(|| format!("wiring pod {}", pod.name()))?;
+    // The Service's endpoints: every CoreDNS pod of the cluster over IPv4; over IPv6 only the
+    // node's own, as the overlay carries IPv4 only.
+    let endpoints: Vec<Ipv4Addr> = names
+        .nodes()
+        .iter()
+        .enumerate()
+        .flat_map(|(node, node_names)| coredns_pods(node_names).map(move |pod| pod.ip_on(node)))
+        .collect();
+    ensure!(
+        !endpoints.is_empty(),
+        "the scenario runs no CoreDNS pod: the cluster DNS Service would have no endpoint"
+    );
+    for (node, node_names) in names.nodes().iter().enumerate() {
+        wire_node(node_names.node(), node, settings.bridge_nf_call_iptables)
+            .with_context(|| format!("wiring node {node}"))?;
+        for pod in node_names.pods() {
+            wire_pod(node_names, node, pod)
+                .with_context(|| format!("wiring pod {} on node {node}", pod.name()))?;
+        }
+        let endpoints_v6: Vec<Ipv6Addr> = coredns_pods(node_names)
+            .map(|pod| pod.ip6_on(node))
+            .collect();
+        nftables::load(
+            node_names.node(),
+            &nftables::cluster_dns_service(&endpoints, &endpoints_v6),
+            &state_dir.join(node_file(node, "nft")),
+        )?;
     }
-    wire_uplink(names).context("wiring the node's uplink to the upstream namespace")?;
-    nftables::load(
-        names.node(),
-        &nftables::cluster_dns_service(),
-        &state_dir.join("node.nft"),
-    )?;
+    match names.fabric() {
+        None => wire_uplink(names).context("wiring the node's uplink to the upstream namespace")?,
+        Some(fabric) => wire_cluster(names, fabric, state_dir)
+            .context("joining the nodes through the fabric namespace")?,
+    }
     if let Some(dead) = settings.dead_server {
         netns::ip(
             names.upstream(),
@@ -61,6 +101,18 @@ pub(crate) fn wire(names: &Namespaces, settings: &NodeSettings, state_dir: &Path
     Ok(())
 }
 
+fn coredns_pods(node_names: &NodeNamespaces) -> impl Iterator<Item = Pod> + '_ {
+    node_names.pods().filter(|pod| Pod::COREDNS.contains(pod))
+}
+
+/// `node.<extension>` for node 0, `node1.<extension>` for node 1, ...
+fn node_file(node: usize, extension: &str) -> String {
+    match node {
+        0 => format!("node.{extension}"),
+        node => format!("node{node}.{extension}"),
+    }
+}
+
 /// Loopback up, and no duplicate address detection: addresses (link-local ones included) must
 /// be usable the moment `up` returns.
 fn prepare(namespace: &str) -> Result<()> {
@@ -74,13 +126,17 @@ fn prepare(namespace: &str) -> Result<()> {
     )
 }
 
-fn wire_node(node: &str, bridge_nf_call_iptables: bool) -> Result<()> {
+fn wire_node(node: &str, index: usize, bridge_nf_call_iptables: bool) -> Result<()> {
     add_bridge(node, "cni0")?;
-    add_address(node, "cni0", &format!("{POD_GATEWAY}/{POD_PREFIX_LEN}"))?;
     add_address(
         node,
         "cni0",
-        &format!("{POD_GATEWAY_V6}/{POD_PREFIX_LEN_V6}"),
+        &format!("{}/{POD_PREFIX_LEN}", pod_gateway_on(index)),
+    )?;
+    add_address(
+        node,
+        "cni0",
+        &format!("{}/{POD_PREFIX_LEN_V6}", pod_gateway6_on(index)),
     )?;
     // node-local-dns puts its address on a dummy device; this kernel has no dummy driver, and a
     // bridge without ports is just as good a place for a local address.
@@ -115,9 +171,11 @@ fn set_bridge_netfilter(node: &str, enabled: bool) -> Result<()> {
     )
 }
 
-fn wire_pod(names: &Namespaces, pod: Pod) -> Result<()> {
+fn wire_pod(names: &NodeNamespaces, index: usize, pod: Pod) -> Result<()> {
     let node = names.node();
-    let pod_ns = names.pod(pod);
+    let pod_ns = names
+        .pod(pod)
+        .with_context(|| format!("node {index} runs no pod {}", pod.name()))?;
     let host_veth = pod.host_veth();
     netns::ip(
         node,
@@ -126,15 +184,19 @@ fn wire_pod(names: &Namespaces, pod: Pod) -> Result<()> {
         ],
     )?;
     netns::ip(node, &["link", "set", &host_veth, "master", "cni0", "up"])?;
-    add_address(pod_ns, "eth0", &format!("{}/{POD_PREFIX_LEN}", pod.ip()))?;
     add_address(
         pod_ns,
         "eth0",
-        &format!("{}/{POD_PREFIX_LEN_V6}", pod.ip6()),
+        &format!("{}/{POD_PREFIX_LEN}", pod.ip_on(index)),
+    )?;
+    add_address(
+        pod_ns,
+        "eth0",
+        &format!("{}/{POD_PREFIX_LEN_V6}", pod.ip6_on(index)),
     )?;
     netns::ip(pod_ns, &["link", "set", "eth0", "up"])?;
-    add_route(pod_ns, "default", &POD_GATEWAY.to_string())?;
-    add_route(pod_ns, "default", &POD_GATEWAY_V6.to_string())
+    add_route(pod_ns, "default", &pod_gateway_on(index).to_string())?;
+    add_route(pod_ns, "default", &pod_gateway6_on(index).to_string())
 }
 
 /// The node's `eth0` faces the upstream namespace's `eth0`. The node's default route points at
@@ -169,24 +231,218 @@ fn wire_uplink(names: &Namespaces) -> Result<()> {
     add_route(node, "default", &UPSTREAM_DNS.to_string())?;
     add_route(node, "default", &UPSTREAM_DNS_V6.to_string())?;
     // Routes back to the pods and the node-local address, so the node masquerades nothing.
-    for destination in [pod_network_v4(), NODE_LOCAL_NET.to_owned()] {
+    for destination in [pod_cidr_on(0), NODE_LOCAL_NET.to_owned()] {
         add_route(upstream, &destination, &NODE_UPLINK.to_string())?;
     }
-    for destination in [pod_network_v6(), NODE_LOCAL_NET_V6.to_owned()] {
+    for destination in [pod_cidr6_on(0), NODE_LOCAL_NET_V6.to_owned()] {
         add_route(upstream, &destination, &NODE_UPLINK_V6.to_string())?;
     }
     Ok(())
 }
 
-fn pod_network_v4() -> String {
-    let network = Ipv4Addr::from_bits(POD_GATEWAY.to_bits() & (u32::MAX << (32 - POD_PREFIX_LEN)));
-    format!("{network}/{POD_PREFIX_LEN}")
+/// Node `node`'s IPv6 address on its uplink (node 0's is [`NODE_UPLINK_V6`]).
+fn node_uplink6_on(node: usize) -> Ipv6Addr {
+    let offset = u128::try_from(node).unwrap_or(0);
+    Ipv6Addr::from_bits(NODE_UPLINK_V6.to_bits() + offset)
 }
 
-fn pod_network_v6() -> String {
-    let mask = u128::MAX << (128 - u32::from(POD_PREFIX_LEN_V6));
-    let network = Ipv6Addr::from_bits(POD_GATEWAY_V6.to_bits() & mask);
-    format!("{network}/{POD_PREFIX_LEN_V6}")
+/// Joins the nodes as a cluster's machines are joined: the fabric's `underlay` bridge for the
+/// overlay, its `external` bridge for the upstream.
+fn wire_cluster(names: &Namespaces, fabric: &str, state_dir: &Path) -> Result<()> {
+    let upstream = names.upstream();
+    add_bridge(fabric, UNDERLAY_BRIDGE)?;
+    add_bridge(fabric, EXTERNAL_BRIDGE)?;
+    // The upstream is a machine on the external network: a port of the external bridge.
+    netns::ip(
+        fabric,
+        &[
+            "link", "add", "upstream", "type", "veth", "peer", "name", "eth0", "netns", upstream,
+        ],
+    )?;
+    netns::ip(
+        fabric,
+        &["link", "set", "upstream", "master", EXTERNAL_BRIDGE, "up"],
+    )?;
+    add_address(
+        upstream,
+        "eth0",
+        &format!("{UPSTREAM_DNS}/{UPLINK_PREFIX_LEN}"),
+    )?;
+    add_address(
+        upstream,
+        "eth0",
+        &format!("{UPSTREAM_DNS_V6}/{UPLINK_PREFIX_LEN_V6}"),
+    )?;
+    netns::ip(upstream, &["link", "set", "eth0", "up"])?;
+    for (index, node_names) in names.nodes().iter().enumerate() {
+        let node = node_names.node();
+        wire_macvlan_uplink(fabric, node, index)
+            .with_context(|| format!("wiring node {index}'s uplink"))?;
+        wire_overlay_device(fabric, node, index)
+            .with_context(|| format!("wiring node {index}'s underlay and overlay"))?;
+        add_route(
+            upstream,
+            &pod_cidr_on(index),
+            &node_uplink_on(index).to_string(),
+        )?;
+        nftables::load(
+            node,
+            &nftables::node_masquerade(),
+            &state_dir.join(node_file(index, "masquerade.nft")),
+        )?;
+    }
+    // Every node's cache is 169.254.25.10 and is masqueraded on the way out; this route is for
+    // node 0, whose address it is in a one-node lab too.
+    add_route(upstream, NODE_LOCAL_NET, &NODE_UPLINK.to_string())?;
+    add_route(upstream, NODE_LOCAL_NET_V6, &NODE_UPLINK_V6.to_string())?;
+    for (index, node_names) in names.nodes().iter().enumerate() {
+        for peer in (0..names.nodes().len()).filter(|&peer| peer != index) {
+            route_over_overlay(node_names.node(), peer)
+                .with_context(|| format!("routing node {peer}'s pods from node {index}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The node's `eth0`: a macvlan whose lower device is the fabric's external bridge, moved into
+/// the node. Its far end is the fabric, not a namespace of this node.
+fn wire_macvlan_uplink(fabric: &str, node: &str, index: usize) -> Result<()> {
+    let temporary = format!("uplink{index}");
+    netns::ip(
+        fabric,
+        &[
+            "link",
+            "add",
+            &temporary,
+            "link",
+            EXTERNAL_BRIDGE,
+            "type",
+            "macvlan",
+            "mode",
+            "bridge",
+        ],
+    )?;
+    netns::ip(fabric, &["link", "set", &temporary, "netns", node])?;
+    netns::ip(node, &["link", "set", &temporary, "name", UPLINK_DEVICE])?;
+    add_address(
+        node,
+        UPLINK_DEVICE,
+        &format!("{}/{UPLINK_PREFIX_LEN}", node_uplink_on(index)),
+    )?;
+    add_address(
+        node,
+        UPLINK_DEVICE,
+        &format!("{}/{UPLINK_PREFIX_LEN_V6}", node_uplink6_on(index)),
+    )?;
+    netns::ip(node, &["link", "set", UPLINK_DEVICE, "up"])?;
+    add_route(node, "default", &UPSTREAM_DNS.to_string())?;
+    add_route(node, "default", &UPSTREAM_DNS_V6.to_string())
+}
+
+/// The node's `eth1` on the fabric's underlay bridge, and its VXLAN device on top of it.
+fn wire_overlay_device(fabric: &str, node: &str, index: usize) -> Result<()> {
+    let fabric_port = format!("underlay{index}");
+    netns::ip(
+        fabric,
+        &[
+            "link",
+            "add",
+            &fabric_port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            UNDERLAY_DEVICE,
+            "netns",
+            node,
+        ],
+    )?;
+    netns::ip(
+        fabric,
+        &["link", "set", &fabric_port, "master", UNDERLAY_BRIDGE, "up"],
+    )?;
+    let underlay = node_underlay_on(index).to_string();
+    add_address(
+        node,
+        UNDERLAY_DEVICE,
+        &format!("{underlay}/{UNDERLAY_PREFIX_LEN}"),
+    )?;
+    netns::ip(node, &["link", "set", UNDERLAY_DEVICE, "up"])?;
+    // Like flannel's vxlan backend: no learning, every peer given statically.
+    netns::ip(
+        node,
+        &[
+            "link",
+            "add",
+            OVERLAY_DEVICE,
+            "address",
+            &overlay_mac_on(index),
+            "type",
+            "vxlan",
+            "id",
+            &VXLAN_ID.to_string(),
+            "local",
+            &underlay,
+            "dev",
+            UNDERLAY_DEVICE,
+            "dstport",
+            &VXLAN_PORT.to_string(),
+            "nolearning",
+        ],
+    )?;
+    add_address(
+        node,
+        OVERLAY_DEVICE,
+        &format!("{}/32", overlay_address_on(index)),
+    )?;
+    netns::ip(node, &["link", "set", OVERLAY_DEVICE, "up"])
+}
+
+/// On `node`: node `peer`'s pod CIDR via its overlay address, which is a permanent neighbour
+/// with `peer`'s VXLAN MAC, which the forwarding database sends to `peer`'s underlay address.
+fn route_over_overlay(node: &str, peer: usize) -> Result<()> {
+    let gateway = overlay_address_on(peer).to_string();
+    let mac = overlay_mac_on(peer);
+    netns::ip(
+        node,
+        &[
+            "route",
+            "add",
+            &pod_cidr_on(peer),
+            "via",
+            &gateway,
+            "dev",
+            OVERLAY_DEVICE,
+            "onlink",
+        ],
+    )?;
+    netns::ip(
+        node,
+        &[
+            "neigh",
+            "add",
+            &gateway,
+            "lladdr",
+            &mac,
+            "dev",
+            OVERLAY_DEVICE,
+            "nud",
+            "permanent",
+        ],
+    )?;
+    command::run(&[
+        "bridge",
+        "-n",
+        node,
+        "fdb",
+        "append",
+        &mac,
+        "dev",
+        OVERLAY_DEVICE,
+        "dst",
+        &node_underlay_on(peer).to_string(),
+    ])?;
+    Ok(())
 }
 
 fn add_bridge(namespace: &str, name: &str) -> Result<()> {

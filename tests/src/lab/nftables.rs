@@ -1,28 +1,49 @@
 //! nftables rulesets: the cluster DNS Service as kube-proxy would program it, and the drop rule
 //! that makes the dead server dead.
-use std::{fs, net::Ipv4Addr, path::Path};
+use std::{
+    fmt::Display,
+    fs,
+    net::{Ipv4Addr, Ipv6Addr},
+    path::Path,
+};
 
 use anyhow::{Context as _, Result};
 
 use super::{
     command, netns,
-    topology::{Pod, CLUSTER_DNS, CLUSTER_DNS_V6},
+    topology::{
+        CLUSTER_DNS, CLUSTER_DNS_V6, CLUSTER_POD_NETWORK, NODE_LOCAL_NET, OVERLAY_DEVICE,
+        UPLINK_DEVICE,
+    },
 };
 
-/// DNATs the cluster DNS ClusterIP (UDP and TCP port 53) to a random CoreDNS pod, in prerouting
-/// (traffic from pods) and in output (the node's own resolver), like kube-proxy. Nothing is
-/// masqueraded: pods see each other's real addresses.
-pub(crate) fn cluster_dns_service() -> String {
-    let [a, b] = Pod::COREDNS;
-    let matches_service = format!(
-        "ip daddr {CLUSTER_DNS} meta l4proto {{ udp, tcp }} th dport 53 goto cluster-dns\n\
-         \t\tip6 daddr {CLUSTER_DNS_V6} meta l4proto {{ udp, tcp }} th dport 53 goto cluster-dns"
+/// DNATs the cluster DNS ClusterIP (UDP and TCP port 53) to a random one of `endpoints` (the
+/// CoreDNS pods, wherever they run), in prerouting (traffic from pods) and in output (the
+/// node's own resolver), like kube-proxy. IPv6 goes to `endpoints_v6`, the CoreDNS pods the
+/// node reaches over IPv6 (none: no IPv6 Service). Nothing is masqueraded: pods see each
+/// other's real addresses.
+pub(crate) fn cluster_dns_service(endpoints: &[Ipv4Addr], endpoints_v6: &[Ipv6Addr]) -> String {
+    let mut matches_service =
+        format!("ip daddr {CLUSTER_DNS} meta l4proto {{ udp, tcp }} th dport 53 goto cluster-dns");
+    let mut dnat = format!(
+        "meta nfproto ipv4 dnat ip to numgen random mod {} map {{ {} }}",
+        endpoints.len(),
+        endpoint_map(endpoints)
     );
+    if !endpoints_v6.is_empty() {
+        matches_service.push_str(&format!(
+            "\n\t\tip6 daddr {CLUSTER_DNS_V6} meta l4proto {{ udp, tcp }} th dport 53 goto cluster-dns"
+        ));
+        dnat.push_str(&format!(
+            "\n\t\tmeta nfproto ipv6 dnat ip6 to numgen random mod {} map {{ {} }}",
+            endpoints_v6.len(),
+            endpoint_map(endpoints_v6)
+        ));
+    }
     format!(
         "table inet dnsloop-lab-kube-proxy {{
 \tchain cluster-dns {{
-\t\tmeta nfproto ipv4 dnat ip to numgen random mod 2 map {{ 0 : {a4}, 1 : {b4} }}
-\t\tmeta nfproto ipv6 dnat ip6 to numgen random mod 2 map {{ 0 : {a6}, 1 : {b6} }}
+\t\t{dnat}
 \t}}
 \tchain prerouting {{
 \t\ttype nat hook prerouting priority dstnat; policy accept;
@@ -34,11 +55,35 @@ pub(crate) fn cluster_dns_service() -> String {
 \t\t{matches_service}
 \t}}
 }}
-",
-        a4 = a.ip(),
-        b4 = b.ip(),
-        a6 = a.ip6(),
-        b6 = b.ip6(),
+"
+    )
+}
+
+/// `0 : a, 1 : b, ...` for numgen's map.
+fn endpoint_map(endpoints: &[impl Display]) -> String {
+    endpoints
+        .iter()
+        .enumerate()
+        .map(|(index, endpoint)| format!("{index} : {endpoint}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What flannel and kube-proxy masquerade on a node of a multi-node lab: the node's own
+/// traffic into the overlay (a query the node cache sends to the ClusterIP left with the
+/// uplink's address, chosen before the DNAT) takes the overlay address, so the reply comes back
+/// over the overlay; and link-local sources leaving by the uplink (169.254.25.10 is every
+/// node's, so the upstream cannot route it back to one).
+pub(crate) fn node_masquerade() -> String {
+    format!(
+        "table inet dnsloop-lab-masquerade {{
+\tchain postrouting {{
+\t\ttype nat hook postrouting priority srcnat; policy accept;
+\t\toifname \"{OVERLAY_DEVICE}\" ip saddr != {CLUSTER_POD_NETWORK} masquerade
+\t\toifname \"{UPLINK_DEVICE}\" ip saddr {NODE_LOCAL_NET} masquerade
+\t}}
+}}
+"
     )
 }
 

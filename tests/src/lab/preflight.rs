@@ -8,6 +8,8 @@ const REQUIRED_PROGRAMS: &[(&str, &str)] = &[
     ("sysctl", "procps"),
     ("dnsmasq", "dnsmasq-base"),
     ("unbound", "unbound"),
+    ("dnsdist", "dnsdist"),
+    ("bridge", "iproute2"),
     ("dig", "bind9-dnsutils"),
     ("tcpdump", "tcpdump"),
     ("conntrack", "conntrack"),

@@ -23,16 +23,20 @@ pub enum Scenario {
     UnexpectedSource,
     DeadUpstream,
     TcpLoop,
+    ClusterHealthy,
+    ClusterLoop,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Healthy,
         Scenario::NodelocalLoop,
         Scenario::SelfLoop,
         Scenario::UnexpectedSource,
         Scenario::DeadUpstream,
         Scenario::TcpLoop,
+        Scenario::ClusterHealthy,
+        Scenario::ClusterLoop,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -43,7 +47,49 @@ impl Scenario {
             Scenario::UnexpectedSource => "unexpected-source",
             Scenario::DeadUpstream => "dead-upstream",
             Scenario::TcpLoop => "tcp-loop",
+            Scenario::ClusterHealthy => "cluster-healthy",
+            Scenario::ClusterLoop => "cluster-loop",
         }
+    }
+
+    /// How many nodes `Lab::up` builds for this scenario: the cluster scenarios are about
+    /// traffic between nodes.
+    pub fn default_nodes(&self) -> usize {
+        if self.is_cluster() {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Whether this is one of the cluster scenarios, whose servers are dnsdist and whose every
+    /// node runs a CoreDNS pod.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Scenario::ClusterHealthy | Scenario::ClusterLoop)
+    }
+
+    /// The pods node `node` runs. The node scenarios keep both CoreDNS pods on node 0 (other
+    /// nodes, if asked for, only have a client and reach CoreDNS over the overlay); the cluster
+    /// scenarios run one CoreDNS replica on every node.
+    pub fn pods_on(&self, node: usize) -> Vec<Pod> {
+        match (self.is_cluster(), node) {
+            (true, _) => vec![Pod::Client, Pod::CoreDnsA],
+            (false, 0) => Pod::ALL.to_vec(),
+            (false, _) => vec![Pod::Client],
+        }
+    }
+
+    /// The servers node `node` runs; the upstream, shared by all nodes, is node 0's.
+    pub fn servers_on(&self, node: usize) -> Vec<Server> {
+        let pods = self.pods_on(node);
+        Server::ALL
+            .into_iter()
+            .filter(|server| match (server, server.pod()) {
+                (Server::Upstream, _) => node == 0,
+                (_, Some(pod)) => pods.contains(&pod),
+                (_, None) => true,
+            })
+            .collect()
     }
 
     /// What goes wrong, in one sentence.
@@ -72,6 +118,15 @@ impl Scenario {
                 "the node cache forwards over TCP only (force_tcp) to the ClusterIP, and CoreDNS \
                  forwards back to the node cache: the loop runs over TCP"
             }
+            Scenario::ClusterHealthy => {
+                "nodes joined by a VXLAN overlay, a CoreDNS pod (dnsdist) on each behind the \
+                 ClusterIP: every name resolves from every node"
+            }
+            Scenario::ClusterLoop => {
+                "the kubespray loop across nodes: every node cache forwards `.` to the ClusterIP, \
+                 every CoreDNS pod to its own node's cache; external names circulate from node to \
+                 node over the overlay"
+            }
         }
     }
 
@@ -82,13 +137,23 @@ impl Scenario {
         }
     }
 
-    pub(crate) fn server_config(&self, server: Server) -> ServerConfig {
-        match server {
+    /// What `server` does on node `node` (the upstream is the same for every node).
+    pub(crate) fn server_config(&self, server: Server, node: usize) -> ServerConfig {
+        let mut config = match server {
             Server::NodeCache => self.node_cache(),
-            Server::CoreDnsA => self.coredns(server, Pod::CoreDnsA),
-            Server::CoreDnsB => self.coredns(server, Pod::CoreDnsB),
+            Server::CoreDnsA => self.coredns(server, Pod::CoreDnsA, node),
+            Server::CoreDnsB => self.coredns(server, Pod::CoreDnsB, node),
             Server::Upstream => upstream(),
+        };
+        config.node = if server == Server::Upstream { 0 } else { node };
+        if self.is_cluster() {
+            // dnsdist forwards like CoreDNS's `forward`: a new ID for every query it sends, and
+            // a query that comes back around a loop is just one more query.
+            if server != Server::Upstream {
+                config.software = Software::Dnsdist;
+            }
         }
+        config
     }
 
     /// node-local-dns: cluster names to the cluster DNS, the rest to the node's upstream.
@@ -96,7 +161,10 @@ impl Scenario {
         let cluster_dns = IpAddr::V4(CLUSTER_DNS);
         let upstream = IpAddr::V4(UPSTREAM_DNS);
         let (software, transport, forwards) = match self {
-            Scenario::Healthy | Scenario::SelfLoop | Scenario::UnexpectedSource => (
+            Scenario::Healthy
+            | Scenario::SelfLoop
+            | Scenario::UnexpectedSource
+            | Scenario::ClusterHealthy => (
                 Software::Dnsmasq,
                 Transport::Udp,
                 vec![
@@ -116,7 +184,7 @@ impl Scenario {
             ),
             // Everything to the cluster DNS, as in a node-local-dns Corefile with
             // `forward . <cluster DNS>`.
-            Scenario::NodelocalLoop => (
+            Scenario::NodelocalLoop | Scenario::ClusterLoop => (
                 Software::Dnsmasq,
                 Transport::Udp,
                 vec![forward(ROOT, cluster_dns)],
@@ -130,6 +198,7 @@ impl Scenario {
         };
         ServerConfig {
             server: Server::NodeCache,
+            node: 0,
             software,
             listen: vec![NODE_LOCAL_DNS.into(), NODE_LOCAL_DNS_V6.into()],
             local_zones: vec![],
@@ -141,10 +210,10 @@ impl Scenario {
 
     /// The CoreDNS replica `server` in `pod`: answers cluster names itself, forwards the rest to what its
     /// `/etc/resolv.conf` (`forward . /etc/resolv.conf`) would name.
-    fn coredns(&self, server: Server, pod: Pod) -> ServerConfig {
-        let mut listen = vec![IpAddr::V4(pod.ip()), IpAddr::V6(pod.ip6())];
+    fn coredns(&self, server: Server, pod: Pod, node: usize) -> ServerConfig {
+        let mut listen = vec![IpAddr::V4(pod.ip_on(node)), IpAddr::V6(pod.ip6_on(node))];
         let (software, forwards) = match self {
-            Scenario::Healthy | Scenario::UnexpectedSource => {
+            Scenario::Healthy | Scenario::UnexpectedSource | Scenario::ClusterHealthy => {
                 (Software::Dnsmasq, vec![forward(ROOT, UPSTREAM_DNS.into())])
             }
             Scenario::DeadUpstream => (
@@ -155,7 +224,7 @@ impl Scenario {
                 ],
             ),
             // The host's resolv.conf names the node-local cache.
-            Scenario::NodelocalLoop | Scenario::TcpLoop => (
+            Scenario::NodelocalLoop | Scenario::TcpLoop | Scenario::ClusterLoop => (
                 Software::Dnsmasq,
                 vec![forward(ROOT, NODE_LOCAL_DNS.into())],
             ),
@@ -171,6 +240,7 @@ impl Scenario {
         };
         ServerConfig {
             server,
+            node,
             software,
             listen,
             local_zones: vec![CLUSTER_DOMAIN],
@@ -188,6 +258,7 @@ impl Scenario {
 fn upstream() -> ServerConfig {
     ServerConfig {
         server: Server::Upstream,
+        node: 0,
         software: Software::Dnsmasq,
         listen: vec![UPSTREAM_DNS.into(), UPSTREAM_DNS_V6.into()],
         local_zones: vec![ROOT],
@@ -211,7 +282,7 @@ impl fmt::Display for Scenario {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("unknown scenario `{0}`: expected one of healthy, nodelocal-loop, self-loop, unexpected-source, dead-upstream, tcp-loop")]
+#[error("unknown scenario `{0}`: expected one of healthy, nodelocal-loop, self-loop, unexpected-source, dead-upstream, tcp-loop, cluster-healthy, cluster-loop")]
 pub struct UnknownScenario(String);
 
 impl FromStr for Scenario {
@@ -241,6 +312,18 @@ mod tests {
     }
 
     #[test]
+    fn cluster_scenarios_run_coredns_on_every_node_and_the_upstream_once() {
+        assert_eq!(Scenario::ClusterLoop.default_nodes(), 2);
+        assert_eq!(Scenario::Healthy.default_nodes(), 1);
+        assert_eq!(
+            Scenario::ClusterHealthy.servers_on(1),
+            [Server::NodeCache, Server::CoreDnsA]
+        );
+        assert_eq!(Scenario::Healthy.servers_on(0), Server::ALL);
+        assert_eq!(Scenario::Healthy.servers_on(2), [Server::NodeCache]);
+    }
+
+    #[test]
     fn only_unexpected_source_turns_bridge_netfilter_off() {
         for scenario in Scenario::ALL {
             assert_eq!(
@@ -254,10 +337,26 @@ mod tests {
     fn loop_scenarios_point_the_path_back_at_itself() {
         let dir = std::path::Path::new("/run/dnsloop-lab/example");
         let render = |scenario: Scenario, server| {
-            scenario.server_config(server).render(dir).expect("renders")
+            scenario
+                .server_config(server, 0)
+                .render(dir)
+                .expect("renders")
         };
         let cache = render(Scenario::NodelocalLoop, Server::NodeCache);
         assert!(cache.contains("server=10.96.0.10\n"), "{cache}");
+        let cache = render(Scenario::ClusterLoop, Server::NodeCache);
+        assert!(
+            cache.contains("newServer({address=\"10.96.0.10:53\"")
+                && cache.contains("AllRule(), PoolAction(\"forward-0\")"),
+            "{cache}"
+        );
+        let coredns = render(Scenario::ClusterLoop, Server::CoreDnsA);
+        for line in [
+            "newServer({address=\"169.254.25.10:53\"",
+            "QNameRule(\"kubernetes.default.svc.cluster.local.\"), SpoofAction({\"10.96.0.1\"})",
+        ] {
+            assert!(coredns.contains(line), "{coredns}");
+        }
         let coredns = render(Scenario::NodelocalLoop, Server::CoreDnsB);
         assert!(coredns.contains("server=169.254.25.10\n"), "{coredns}");
         let coredns = render(Scenario::SelfLoop, Server::CoreDnsA);
@@ -279,7 +378,7 @@ mod tests {
         let dir = std::path::Path::new("/run/dnsloop-lab/example");
         for scenario in Scenario::ALL {
             for server in Server::ALL {
-                let config = scenario.server_config(server);
+                let config = scenario.server_config(server, 1);
                 assert_eq!(config.server, server);
                 config.render(dir).expect("renders");
             }

@@ -20,6 +20,9 @@ pub(crate) fn dir(prefix: &str) -> PathBuf {
 pub(crate) struct LabState {
     pub prefix: String,
     pub scenario: String,
+    /// How many nodes; state files from before multi-node labs have none, and one node.
+    #[serde(default = "one_node")]
+    pub nodes: usize,
     pub namespaces: Vec<String>,
     pub servers: Vec<ServerState>,
 }
@@ -27,7 +30,14 @@ pub(crate) struct LabState {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct ServerState {
     pub server: String,
+    /// The node it runs on (0 for the shared upstream).
+    #[serde(default)]
+    pub node: usize,
     pub pid: u32,
+}
+
+fn one_node() -> usize {
+    1
 }
 
 impl LabState {

@@ -18,9 +18,6 @@ pub const CLUSTER_DNS_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0x96, 0, 0, 0, 
 /// Address of the node-local DNS cache (node-local-dns's default link-local address).
 pub const NODE_LOCAL_DNS: Ipv4Addr = Ipv4Addr::new(169, 254, 25, 10);
 pub const NODE_LOCAL_DNS_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0xa9fe, 0x190a);
-/// The node's address on the `cni0` bridge: the pods' default gateway.
-pub const POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
-pub const POD_GATEWAY_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0x244, 0, 0, 0, 0, 1);
 pub const POD_PREFIX_LEN: u8 = 24;
 pub const POD_PREFIX_LEN_V6: u8 = 64;
 /// The node's address on its uplink toward the external resolver.
@@ -81,12 +78,31 @@ impl Pod {
         }
     }
 
+    /// The pod's address on node 0 (the single node of a one-node lab).
     pub fn ip(&self) -> Ipv4Addr {
-        Ipv4Addr::new(10, 244, 0, self.host_number())
+        self.ip_on(0)
     }
 
     pub fn ip6(&self) -> Ipv6Addr {
-        Ipv6Addr::new(0xfd00, 0x10, 0x244, 0, 0, 0, 0, self.host_number().into())
+        self.ip6_on(0)
+    }
+
+    /// The pod's address on node `node`, in that node's pod CIDR 10.244.`node`.0/24.
+    pub fn ip_on(&self, node: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, 244, node_octet(node), self.host_number())
+    }
+
+    pub fn ip6_on(&self, node: usize) -> Ipv6Addr {
+        Ipv6Addr::new(
+            0xfd00,
+            0x10,
+            0x244,
+            node_octet(node).into(),
+            0,
+            0,
+            0,
+            self.host_number().into(),
+        )
     }
 
     /// The Kubernetes namespace the pod would be in.
@@ -110,6 +126,24 @@ impl Pod {
     /// `namespace/name`, as dnsloop shows a pod it knows.
     pub fn kubernetes_id(&self) -> String {
         format!("{}/{}", self.kubernetes_namespace(), self.kubernetes_name())
+    }
+
+    /// The name of this pod on node `node`: node 0's pods keep [`Pod::kubernetes_name`]; the
+    /// other nodes' replicas get a suffix of their own, as pod names are unique in a cluster.
+    pub fn kubernetes_name_on(&self, node: usize) -> String {
+        match node {
+            0 => self.kubernetes_name().to_owned(),
+            node => format!("{}-node{node}", self.kubernetes_name()),
+        }
+    }
+
+    /// `namespace/name` of this pod on node `node`.
+    pub fn kubernetes_id_on(&self, node: usize) -> String {
+        format!(
+            "{}/{}",
+            self.kubernetes_namespace(),
+            self.kubernetes_name_on(node)
+        )
     }
 
     /// The pod's QoS class, which places its cgroup: CoreDNS asks for resources, the client
@@ -175,6 +209,69 @@ impl Server {
     }
 }
 
+/// Most nodes a lab builds.
+pub const MAX_NODES: usize = 3;
+/// Each node's VXLAN device: the overlay that carries pod traffic between nodes (flannel's
+/// `flannel.1`).
+pub const OVERLAY_DEVICE: &str = "vxlan0";
+/// Each node's link to the underlay, which carries nothing but the overlay's encapsulated
+/// packets (two nodes or more).
+pub const UNDERLAY_DEVICE: &str = "eth1";
+/// Each node's uplink toward the external resolver: a veth into the upstream namespace in a
+/// one-node lab, a macvlan on the fabric's external bridge with two nodes or more.
+pub const UPLINK_DEVICE: &str = "eth0";
+/// VXLAN's IANA port, which the overlay uses.
+pub const VXLAN_PORT: u16 = 4789;
+pub const VXLAN_ID: u32 = 1;
+/// The cluster's pod network; node `i` has 10.244.`i`.0/24 of it.
+pub const CLUSTER_POD_NETWORK: &str = "10.244.0.0/16";
+
+/// Node `node`'s third address octet; nodes are at most [`MAX_NODES`], so it always fits.
+fn node_octet(node: usize) -> u8 {
+    u8::try_from(node).unwrap_or(u8::MAX)
+}
+
+/// Node `node`'s address on its `cni0` bridge: its pods' default gateway.
+pub fn pod_gateway_on(node: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 244, node_octet(node), 1)
+}
+
+pub fn pod_gateway6_on(node: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0x10, 0x244, node_octet(node).into(), 0, 0, 0, 1)
+}
+
+/// Node `node`'s pod CIDR, `10.244.<node>.0/24`.
+pub fn pod_cidr_on(node: usize) -> String {
+    format!("10.244.{}.0/{POD_PREFIX_LEN}", node_octet(node))
+}
+
+pub fn pod_cidr6_on(node: usize) -> String {
+    format!("fd00:10:244:{}::/{POD_PREFIX_LEN_V6}", node_octet(node))
+}
+
+/// Node `node`'s address on its uplink (node 0's is [`NODE_UPLINK`]).
+pub fn node_uplink_on(node: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 255, 0, node_octet(node).saturating_add(1))
+}
+
+/// Node `node`'s address on the underlay (its [`UNDERLAY_DEVICE`]), the VXLAN tunnel endpoint.
+pub fn node_underlay_on(node: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 253, 0, node_octet(node).saturating_add(1))
+}
+pub const UNDERLAY_PREFIX_LEN: u8 = 24;
+
+/// Node `node`'s address on its [`OVERLAY_DEVICE`], `10.244.<node>.0/32`, as flannel gives it:
+/// the gateway the other nodes route the node's pod CIDR through.
+pub fn overlay_address_on(node: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 244, node_octet(node), 0)
+}
+
+/// Node `node`'s [`OVERLAY_DEVICE`] MAC address, fixed so that every other node can be given
+/// it (static neighbour and forwarding entries, no learning).
+pub fn overlay_mac_on(node: usize) -> String {
+    format!("0a:58:0a:f4:{:02x}:00", node_octet(node))
+}
+
 /// What a well-known lab address is, for descriptions ("10.96.0.10 (cluster DNS ClusterIP)").
 pub(crate) fn role_of_address(address: IpAddr) -> Option<&'static str> {
     let role = match address {
@@ -191,24 +288,41 @@ pub(crate) fn role_of_address(address: IpAddr) -> Option<&'static str> {
     Some(role)
 }
 
-/// The namespaces of one lab instance: `<prefix>-node`, `<prefix>-client`, ...
+/// The namespaces of one node: `<prefix>-node`, `<prefix>-client`, ... on node 0 (the names a
+/// one-node lab has always had), `<prefix>-node1`, `<prefix>-client1`, `<prefix>-coredns1a`,
+/// ... on node 1 and up. None is longer than `<prefix>-` plus 10 characters.
 #[derive(Clone, Debug)]
-pub(crate) struct Namespaces {
+pub(crate) struct NodeNamespaces {
     node: String,
-    client: String,
-    coredns_a: String,
-    coredns_b: String,
-    upstream: String,
+    /// The pods this node runs, with their namespaces.
+    pods: Vec<(Pod, String)>,
 }
 
-impl Namespaces {
-    pub fn new(prefix: &str) -> Namespaces {
-        Namespaces {
-            node: format!("{prefix}-node"),
-            client: format!("{prefix}-{}", Pod::Client.name()),
-            coredns_a: format!("{prefix}-{}", Pod::CoreDnsA.name()),
-            coredns_b: format!("{prefix}-{}", Pod::CoreDnsB.name()),
-            upstream: format!("{prefix}-upstream"),
+impl NodeNamespaces {
+    fn new(prefix: &str, node: usize, pods: &[Pod]) -> NodeNamespaces {
+        let (node_name, pods) = if node == 0 {
+            let pods = pods
+                .iter()
+                .map(|&pod| (pod, format!("{prefix}-{}", pod.name())))
+                .collect();
+            (format!("{prefix}-node"), pods)
+        } else {
+            let pods = pods
+                .iter()
+                .map(|&pod| {
+                    let name = match pod {
+                        Pod::Client => format!("{prefix}-client{node}"),
+                        Pod::CoreDnsA => format!("{prefix}-coredns{node}a"),
+                        Pod::CoreDnsB => format!("{prefix}-coredns{node}b"),
+                    };
+                    (pod, name)
+                })
+                .collect();
+            (format!("{prefix}-node{node}"), pods)
+        };
+        NodeNamespaces {
+            node: node_name,
+            pods,
         }
     }
 
@@ -216,37 +330,143 @@ impl Namespaces {
         &self.node
     }
 
-    pub fn pod(&self, pod: Pod) -> &str {
-        match pod {
-            Pod::Client => &self.client,
-            Pod::CoreDnsA => &self.coredns_a,
-            Pod::CoreDnsB => &self.coredns_b,
+    /// The namespace of `pod` on this node, if the node runs it.
+    pub fn pod(&self, pod: Pod) -> Option<&str> {
+        self.pods
+            .iter()
+            .find(|(known, _)| *known == pod)
+            .map(|(_, name)| name.as_str())
+    }
+
+    /// The pods this node runs.
+    pub fn pods(&self) -> impl Iterator<Item = Pod> + '_ {
+        self.pods.iter().map(|(pod, _)| *pod)
+    }
+}
+
+/// The namespaces of one lab instance: every node's, the shared upstream, and (with two nodes
+/// or more) the fabric that joins them.
+#[derive(Clone, Debug)]
+pub(crate) struct Namespaces {
+    prefix: String,
+    nodes: Vec<NodeNamespaces>,
+    upstream: String,
+    fabric: Option<String>,
+}
+
+impl Namespaces {
+    /// The namespaces of a lab whose node `i` runs the pods `pods_per_node[i]`.
+    pub fn new(prefix: &str, pods_per_node: &[Vec<Pod>]) -> Namespaces {
+        let nodes = pods_per_node
+            .iter()
+            .enumerate()
+            .map(|(node, pods)| NodeNamespaces::new(prefix, node, pods))
+            .collect::<Vec<_>>();
+        let fabric = (nodes.len() > 1).then(|| format!("{prefix}-fabric"));
+        Namespaces {
+            prefix: prefix.to_owned(),
+            nodes,
+            upstream: format!("{prefix}-upstream"),
+            fabric,
         }
+    }
+
+    /// Node 0's namespace.
+    pub fn node(&self) -> &str {
+        self.nodes[0].node()
+    }
+
+    /// `pod`'s namespace on node 0 (named even where node 0 does not run the pod).
+    pub fn pod(&self, pod: Pod) -> String {
+        self.nodes[0]
+            .pod(pod)
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("{}-{}", self.prefix, pod.name()))
+    }
+
+    /// Node `node`'s namespaces, if the lab has that node.
+    pub fn of_node(&self, node: usize) -> Option<&NodeNamespaces> {
+        self.nodes.get(node)
+    }
+
+    pub fn nodes(&self) -> &[NodeNamespaces] {
+        &self.nodes
+    }
+
+    /// Node `node`'s namespace, or an error naming the nodes there are.
+    pub fn node_of(&self, node: usize) -> anyhow::Result<&str> {
+        self.checked_node(node).map(NodeNamespaces::node)
+    }
+
+    /// The namespace of `pod` on node `node`, or an error saying which pods the node runs.
+    pub fn pod_on(&self, node: usize, pod: Pod) -> anyhow::Result<&str> {
+        let names = self.checked_node(node)?;
+        names.pod(pod).ok_or_else(|| {
+            let pods: Vec<&str> = names.pods().map(|pod| pod.name()).collect();
+            anyhow::anyhow!(
+                "node {node} of lab `{}` runs no pod {} (it runs {})",
+                self.prefix,
+                pod.name(),
+                pods.join(", ")
+            )
+        })
+    }
+
+    /// The namespace `server` runs in on node `node`, or an error.
+    pub fn server_on(&self, node: usize, server: Server) -> anyhow::Result<&str> {
+        self.checked_node(node)?;
+        self.of_server(node, server).ok_or_else(|| {
+            anyhow::anyhow!(
+                "node {node} of lab `{}` runs no {}",
+                self.prefix,
+                server.name()
+            )
+        })
+    }
+
+    fn checked_node(&self, node: usize) -> anyhow::Result<&NodeNamespaces> {
+        self.nodes.get(node).ok_or_else(|| {
+            anyhow::anyhow!(
+                "lab `{}` has no node {node}: its nodes are 0 to {}",
+                self.prefix,
+                self.nodes.len().saturating_sub(1)
+            )
+        })
     }
 
     pub fn upstream(&self) -> &str {
         &self.upstream
     }
 
-    /// The namespace `server` runs in.
-    pub fn of_server(&self, server: Server) -> &str {
+    /// The namespace holding the underlay and external bridges (two nodes or more).
+    pub fn fabric(&self) -> Option<&str> {
+        self.fabric.as_deref()
+    }
+
+    /// The namespace `server` of node `node` runs in, if the lab has it.
+    pub fn of_server(&self, node: usize, server: Server) -> Option<&str> {
+        let names = self.of_node(node)?;
         match server {
-            Server::NodeCache => self.node(),
-            Server::CoreDnsA => self.pod(Pod::CoreDnsA),
-            Server::CoreDnsB => self.pod(Pod::CoreDnsB),
-            Server::Upstream => self.upstream(),
+            Server::NodeCache => Some(names.node()),
+            Server::CoreDnsA => names.pod(Pod::CoreDnsA),
+            Server::CoreDnsB => names.pod(Pod::CoreDnsB),
+            Server::Upstream => Some(self.upstream()),
         }
     }
 
-    /// All of them, node first.
-    pub fn all(&self) -> [&str; 5] {
-        [
-            &self.node,
-            &self.client,
-            &self.coredns_a,
-            &self.coredns_b,
-            &self.upstream,
-        ]
+    /// All of them: node 0's (node, then its pods), the upstream, then the other nodes' and the
+    /// fabric. A one-node lab lists exactly the five namespaces it always had, in that order.
+    pub fn all(&self) -> Vec<&str> {
+        let mut all = Vec::new();
+        for (index, names) in self.nodes.iter().enumerate() {
+            all.push(names.node());
+            all.extend(names.pods.iter().map(|(_, name)| name.as_str()));
+            if index == 0 {
+                all.push(&self.upstream);
+            }
+        }
+        all.extend(self.fabric.as_deref());
+        all
     }
 
     pub fn contains(&self, namespace: &str) -> bool {
