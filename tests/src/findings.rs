@@ -42,6 +42,20 @@ pub struct LoopFinding {
     pub summary: String,
     /// The services (ClusterIPs) conntrack says DNAT'ed forwards of the path were sent to.
     pub dnat: Vec<Dnat>,
+    /// The same on every node the loop crosses.
+    pub loop_id: String,
+    /// Where the cycle left the node and came back, out of sight.
+    pub off_node: Vec<OffNode>,
+    /// The node the tracer ran on.
+    pub node: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct OffNode {
+    pub left_via: String,
+    pub sent_to: SocketAddr,
+    pub back_from: SocketAddr,
+    pub back_via: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]

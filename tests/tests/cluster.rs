@@ -1,0 +1,201 @@
+//! dnsloop on a cluster: loops through other nodes, found by the tracer of every node they
+//! cross, and no loop where clients on several nodes merely ask the same names.
+//!
+//! Each test brings up a multi-node lab (nodes joined by a VXLAN overlay, dnsdist forwarding
+//! like CoreDNS) and runs `dnsloop trace --output json` in every node's namespace, each with
+//! its own `NODE_NAME`, as a DaemonSet would.
+use std::{
+    thread,
+    time::{Duration, SystemTime},
+};
+
+use dnsloop_tests::{
+    findings::{fqdn, Timestamp, Trace},
+    lab::{self, Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_NAME, NODE_LOCAL_DNS, OVERLAY_DEVICE},
+    privilege::{can_run, dnsloop_bin, Need},
+    tracer::Tracer,
+};
+
+const CLUSTER_NAME: &str = "kubernetes.default.svc.cluster.local";
+/// A loop through other nodes is reported within 1 s of the question's second return; the lab's
+/// rounds take milliseconds.
+const LOOP_REPORTED_WITHIN: Duration = Duration::from_secs(1);
+
+/// Brings up `scenario` on `nodes` nodes and traces every node while `traffic` runs; returns
+/// each node's trace, node 0 first. `None` when this host cannot run the test (it fails
+/// instead under `CI=true`).
+fn traced_cluster(
+    test: &str,
+    scenario: Scenario,
+    nodes: usize,
+    traffic: impl FnOnce(&mut Lab),
+) -> Option<Vec<Trace>> {
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
+        return None;
+    }
+    let _alone = lab::one_lab_at_a_time();
+    let mut lab =
+        Lab::up_nodes(scenario, nodes).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let tracers: Vec<Tracer> = (0..nodes)
+        .map(|node| {
+            let namespace = lab.node_ns_of(node).expect("a node of the lab");
+            let name = node_name(node);
+            Tracer::start_with_env(
+                &dnsloop_bin(),
+                &lab,
+                namespace,
+                &["--output", "json"],
+                &[("NODE_NAME", name.as_str())],
+            )
+            .unwrap_or_else(|error| panic!("{test}: tracer on node {node}: {error:#}"))
+        })
+        .collect();
+    traffic(&mut lab);
+    Some(
+        tracers
+            .into_iter()
+            .map(|tracer| {
+                let output = tracer
+                    .interrupt()
+                    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+                Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"))
+            })
+            .collect(),
+    )
+}
+
+fn node_name(node: usize) -> String {
+    format!("lab-node-{node}")
+}
+
+#[test]
+fn a_loop_through_two_nodes_is_reported_by_each_nodes_tracer_with_one_loop_id() {
+    let mut asked = None;
+    let Some(traces) = traced_cluster(
+        "a_loop_through_two_nodes_is_reported_by_each_nodes_tracer_with_one_loop_id",
+        Scenario::ClusterLoop,
+        2,
+        |lab| {
+            asked = Some(Timestamp(SystemTime::now()));
+            // The client on node 1 asks its cache: the question goes round both nodes' caches
+            // and CoreDNS pods until the servers are stopped.
+            let _ = lab.dig_from(
+                1,
+                Pod::Client,
+                &NODE_LOCAL_DNS.to_string(),
+                &[EXTERNAL_NAME],
+            );
+            thread::sleep(Duration::from_millis(1_500));
+            lab.stop_servers();
+        },
+    ) else {
+        return;
+    };
+    let asked = asked.expect("the traffic ran");
+    let qname = fqdn(EXTERNAL_NAME);
+    let mut loop_ids = Vec::new();
+    for (node, trace) in traces.iter().enumerate() {
+        let loops = trace.loops_for(&qname);
+        let Some(first) = loops.iter().find(|found| !found.off_node.is_empty()) else {
+            panic!(
+                "node {node}: no loop through other nodes for {qname}\n{}{}",
+                trace.stdout, trace.stderr
+            );
+        };
+        // What left over the overlay and came back over it; only the hops seen here.
+        let off_node = &first.off_node[0];
+        assert_eq!(
+            (off_node.left_via.as_str(), off_node.back_via.as_str()),
+            (OVERLAY_DEVICE, OVERLAY_DEVICE),
+            "node {node}: {first:?}"
+        );
+        assert!(
+            first.summary.contains("(off the node) ... back from"),
+            "node {node}: {}",
+            first.summary
+        );
+        assert!(first.count >= 2, "node {node}: {first:?}");
+        assert!(
+            first.ts.since(asked) <= LOOP_REPORTED_WITHIN,
+            "node {node}: reported {:?} after the question was asked",
+            first.ts.since(asked)
+        );
+        assert_eq!(first.node, node_name(node));
+        // One loop, whatever ids, ports and rounds each node saw.
+        assert!(loops.iter().all(|found| found.loop_id == first.loop_id));
+        loop_ids.push(first.loop_id.clone());
+        // A storm of thousands of rounds stays a few reports.
+        assert!(
+            loops.len() <= 6,
+            "node {node}: {} loop reports for one loop\n{}",
+            loops.len(),
+            trace.stdout
+        );
+    }
+    assert_eq!(
+        loop_ids[0], loop_ids[1],
+        "one loop, one loop_id on both nodes"
+    );
+}
+
+#[test]
+fn clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop() {
+    let Some(traces) = traced_cluster(
+        "clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop",
+        Scenario::ClusterHealthy,
+        2,
+        |lab| {
+            // Three times over, both nodes' clients ask at the same moment: an external name
+            // through their caches, a cluster name through the ClusterIP (DNAT'ed to CoreDNS on
+            // either node) and directly to the other node's CoreDNS pod.
+            let lab = &*lab;
+            for _ in 0..3 {
+                thread::scope(|scope| {
+                    for node in 0..2 {
+                        scope.spawn(move || {
+                            let other = 1 - node;
+                            let coredns_there = lab
+                                .pods_on(other)
+                                .into_iter()
+                                .find(|pod| *pod != Pod::Client)
+                                .expect("a CoreDNS pod on every node")
+                                .ip_on(other)
+                                .to_string();
+                            for (server, name) in [
+                                (NODE_LOCAL_DNS.to_string(), EXTERNAL_NAME),
+                                (CLUSTER_DNS.to_string(), CLUSTER_NAME),
+                                (coredns_there, EXTERNAL_NAME),
+                            ] {
+                                let outcome = lab
+                                    .dig_from(node, Pod::Client, &server, &[name])
+                                    .unwrap_or_else(|error| panic!("{error:#}"));
+                                assert_eq!(
+                                    outcome.status.as_deref(),
+                                    Some("NOERROR"),
+                                    "node {node} @{server} {name}:\n{}",
+                                    outcome.stdout
+                                );
+                            }
+                        });
+                    }
+                });
+            }
+        },
+    ) else {
+        return;
+    };
+    for (node, trace) in traces.iter().enumerate() {
+        assert_eq!(
+            trace.loops().len(),
+            0,
+            "node {node}: a loop where there is none\n{}",
+            trace.stdout
+        );
+        let overlay = trace.summary().dns_packets(OVERLAY_DEVICE, "ingress")
+            + trace.summary().dns_packets(OVERLAY_DEVICE, "egress");
+        assert!(
+            overlay > 0,
+            "node {node}: no DNS crossed the overlay\n{trace}"
+        );
+    }
+}
