@@ -343,6 +343,7 @@ fn unenriched_loop(path: Vec<Hop>, summary: &str) -> LoopFinding {
         qname: "www.example.test.".to_string(),
         qtype: 1,
         count: 1,
+        unanswered: 0,
         servers: path.iter().map(|hop| hop.dst.ip()).collect(),
         path,
         probe: Probe::None,

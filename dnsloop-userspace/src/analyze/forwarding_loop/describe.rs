@@ -49,6 +49,7 @@ pub fn loop_finding(cycle: &[&Flight], at: SystemTime) -> Option<LoopFinding> {
         qname,
         qtype: arrival.question.qtype,
         count: 1,
+        unanswered: 0,
         path,
         servers,
         probe: arrival.probe,

@@ -333,6 +333,22 @@ impl ForwardingLoops {
             .is_some()
         {}
     }
+
+    /// Whether `question` is caught in a loop that was reported and still went round within
+    /// `retention` of `at`.
+    pub fn is_looping(&self, question: &QuestionKey, at: SystemTime) -> bool {
+        self.reports
+            .last_occurred(&LoopKey::new(question.clone()))
+            .is_some_and(|last| !has_waited(last, self.retention(), at))
+    }
+
+    /// Counts a query of `question` that went unanswered, for its loop's next report.
+    pub fn count_unanswered(&mut self, question: &QuestionKey) {
+        self.reports
+            .amend(&LoopKey::new(question.clone()), |found| {
+                found.unanswered += 1
+            });
+    }
 }
 
 /// `cycle::SentOut` for one question.
