@@ -45,6 +45,9 @@ pub struct LoopFinding {
     pub qtype: u16,
     /// How many times the question has re-entered a namespace so far (rounds seen).
     pub count: u64,
+    /// Queries of the question that went unanswered while it looped, so far: counted here
+    /// instead of reported as timeouts one by one.
+    pub unanswered: u64,
     pub path: Vec<Hop>,
     /// The parts of the cycle out of sight, on other nodes, in the order they happened.
     pub off_node: Vec<OffNode>,
@@ -136,13 +139,18 @@ pub struct ConntrackEvidence {
     pub unreplied: bool,
 }
 
-/// A query that got no response in time.
+/// A query that got no response in time, or several to one server for one question: after the
+/// first, they are counted and reported together at most once per report interval.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TimeoutFinding {
+    /// When the (latest) query timed out.
     pub ts: SystemTime,
     pub client: SocketAddr,
     pub server: SocketAddr,
     pub id: u16,
+    /// How many queries this reports: 1, or those since the previous report (`client`, `id`
+    /// and `ts` are the latest one's).
+    pub count: u64,
     pub qname: String,
     pub qtype: u16,
     pub waited: Duration,

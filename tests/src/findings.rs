@@ -35,6 +35,8 @@ pub struct LoopFinding {
     pub qname: String,
     pub qtype: String,
     pub count: u64,
+    /// Queries of the question that went unanswered while it looped, so far.
+    pub unanswered: u64,
     pub path: Vec<Hop>,
     pub servers: Vec<IpAddr>,
     /// `coredns` or `dnsmasq` when the looping question is that server's loop probe.
@@ -108,6 +110,8 @@ pub struct TimeoutFinding {
     pub client: SocketAddr,
     pub server: SocketAddr,
     pub id: u16,
+    /// Queries this reports: 1, or those since this server's previous report for the name.
+    pub count: u64,
     pub qname: String,
     pub qtype: String,
     pub waited_ms: u64,
@@ -130,6 +134,16 @@ pub struct Summary {
     pub lost_events: u64,
     /// Answers per server, as their clients received them.
     pub servers: Vec<ServerCount>,
+    pub timeouts: TimeoutCounts,
+}
+
+/// Every query that timed out, and how many were counted in loops' and repeated timeouts'
+/// reports rather than reported one by one.
+#[derive(Clone, Debug, Deserialize)]
+pub struct TimeoutCounts {
+    pub queries: u64,
+    pub in_loops: u64,
+    pub in_repeats: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -366,9 +380,9 @@ mod tests {
     #[test]
     fn reads_every_kind_of_line_and_ignores_unknown_ones() {
         let lines = [
-            r#"{"kind":"loop","ts":"2025-01-01T12:00:01.500Z","qname":"www.example.test.","qtype":"A","count":3,"path":[{"ts":"2025-01-01T12:00:01.123Z","ifname":"cni0","dir":"ingress","src":"10.244.0.3:40000","dst":"169.254.25.10:53","id":2000}],"servers":["169.254.25.10"],"probe":null,"summary":"loop: ...","dnat":[{"service":"10.96.0.10:53","backend":"10.244.0.3:53"}]}"#,
+            r#"{"kind":"loop","ts":"2025-01-01T12:00:01.500Z","qname":"www.example.test.","qtype":"A","count":3,"unanswered":0,"path":[{"ts":"2025-01-01T12:00:01.123Z","ifname":"cni0","dir":"ingress","src":"10.244.0.3:40000","dst":"169.254.25.10:53","id":2000}],"servers":["169.254.25.10"],"probe":null,"summary":"loop: ...","dnat":[{"service":"10.96.0.10:53","backend":"10.244.0.3:53"}]}"#,
             r#"{"kind":"unexpected_source","ts":"2025-01-01T12:00:01.123Z","client":"10.244.0.2:41234","expected":"10.96.0.10:53","actual":"10.244.0.3:53","id":4242,"qname":"a.","qtype":"A","conntrack":{"original_dst":"10.96.0.10:53","reply_src":"10.244.0.3:53","unreplied":true},"cause":"bridge-nf-call-iptables=0","summary":"..."}"#,
-            r#"{"kind":"timeout","ts":"2025-01-01T12:00:03.000Z","client":"[fd00::2]:5353","server":"10.255.0.99:53","id":1,"qname":"a.","qtype":"A","waited_ms":2000,"summary":"...","new_field":1}"#,
+            r#"{"kind":"timeout","ts":"2025-01-01T12:00:03.000Z","client":"[fd00::2]:5353","server":"10.255.0.99:53","id":1,"count":1,"qname":"a.","qtype":"A","waited_ms":2000,"summary":"...","new_field":1}"#,
             r#"{"kind":"packet","ts":"2025-01-01T12:00:03.000Z","proto":"udp"}"#,
         ];
         let records: Vec<Record> = lines

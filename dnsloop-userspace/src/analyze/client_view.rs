@@ -3,15 +3,19 @@
 //! (`unexpected_source`), an answer counts for its server's latency (`latency`), and a query
 //! that waited too long has timed out (`timeout`). Each query is recorded, answered or expired
 //! once, for all three.
+//!
+//! Whether a query that timed out was caught in a loop is the forwarding-loop analyzer's to
+//! say: the engine hands it in (`timeout::Loops`) with each observation and tick.
 use std::time::{Duration, SystemTime};
 
 use super::{
     latency::Latency,
     outstanding::{Outstanding, Reply},
     packet::MessageKey,
-    timeout::Timeouts,
+    summary::TimeoutCounts,
+    timeout::{Loops, Timeouts},
     unexpected_source::UnexpectedSources,
-    Analyzer, ServerSummary,
+    ServerSummary,
 };
 use crate::{finding::Finding, observation::Observation};
 
@@ -23,13 +27,13 @@ pub struct ClientView {
 }
 
 impl ClientView {
-    /// A query is awaited `timeout`; a misdelivery is reported again at most once per
-    /// `report_interval`.
+    /// A query is awaited `timeout`; a misdelivery, or a server's timeouts for one question, are
+    /// reported again at most once per `report_interval`.
     pub fn new(timeout: Duration, report_interval: Duration, capacity: usize) -> Self {
         Self {
             waiting: Outstanding::new(timeout, capacity),
             unexpected_sources: UnexpectedSources::new(report_interval, capacity),
-            timeouts: Timeouts::new(timeout, capacity),
+            timeouts: Timeouts::new(timeout, report_interval, capacity),
             latency: Latency::new(capacity),
         }
     }
@@ -40,6 +44,11 @@ impl ClientView {
             .queries()
             .filter(|query| !query.repeats_timed_out)
             .count()
+    }
+
+    /// Every query that timed out so far, and how they were reported.
+    pub fn timeouts(&self) -> TimeoutCounts {
+        self.timeouts.counts()
     }
 
     /// Every server that answered, in address order.
@@ -60,12 +69,17 @@ impl ClientView {
             ("latency", waiting + self.latency.evictions()),
         ]
     }
-}
 
-impl Analyzer for ClientView {
-    fn observe(&mut self, obs: &Observation, message: Option<&MessageKey>, out: &mut Vec<Finding>) {
+    /// Takes the next non-partial observation, as `Analyzer::observe`.
+    pub fn observe_with(
+        &mut self,
+        obs: &Observation,
+        message: Option<&MessageKey>,
+        loops: &mut impl Loops,
+        out: &mut Vec<Finding>,
+    ) {
         let timeouts_from = out.len();
-        self.tick(obs.ts, out);
+        self.tick_with(obs.ts, loops, out);
         let Some(key) = message else {
             return;
         };
@@ -87,27 +101,57 @@ impl Analyzer for ClientView {
         }
     }
 
-    fn tick(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+    /// As `Analyzer::tick`.
+    pub fn tick_with(&mut self, now: SystemTime, loops: &mut impl Loops, out: &mut Vec<Finding>) {
         while let Some((key, query)) = self.waiting.pop_expired(now) {
-            self.timeouts.expired(key, query, out);
+            self.timeouts.expired(key, query, loops, out);
         }
-        self.timeouts.tick(now);
+        self.timeouts.tick(now, out);
     }
 
-    fn finish(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+    /// As `Analyzer::finish`.
+    pub fn finish_with(&mut self, now: SystemTime, loops: &mut impl Loops, out: &mut Vec<Finding>) {
         out.extend(
             self.unexpected_sources
                 .unreported()
                 .map(Finding::UnexpectedSource),
         );
-        self.tick(now, out);
+        self.tick_with(now, loops, out);
+        self.timeouts.finish(out);
+    }
+}
+
+/// No question ever loops.
+#[cfg(test)]
+pub struct NoLoops;
+
+#[cfg(test)]
+impl Loops for NoLoops {
+    fn unanswered_in_loop(&mut self, _: &super::packet::QuestionKey, _: SystemTime) -> bool {
+        false
+    }
+}
+
+/// The view alone, as if no loop were ever found: how its analyses are tested.
+#[cfg(test)]
+impl super::Analyzer for ClientView {
+    fn observe(&mut self, obs: &Observation, message: Option<&MessageKey>, out: &mut Vec<Finding>) {
+        self.observe_with(obs, message, &mut NoLoops, out);
+    }
+
+    fn tick(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+        self.tick_with(now, &mut NoLoops, out);
+    }
+
+    fn finish(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+        self.finish_with(now, &mut NoLoops, out);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyze::testkit::*;
+    use crate::analyze::{testkit::*, Analyzer};
 
     const WAIT: Duration = Duration::from_secs(2);
 
@@ -192,7 +236,12 @@ mod tests {
         let findings = run(
             &mut analyzer(),
             vec![
-                client_asks(1, 0),
+                // Another name: a second timeout of one name to one server waits to be counted.
+                query("b.test.")
+                    .id(1)
+                    .to("10.96.0.10:53")
+                    .at_ms(0)
+                    .seen(CLIENT_OUT),
                 client_asks(2, 1500),
                 client_gets_reply(2, "10.244.0.3:53", 2000),
             ],

@@ -1,12 +1,22 @@
 //! The engine: puts observations back in timestamp order and runs every analyzer on them.
+//!
+//! It also links the two: a query that times out while its question is caught in a reported
+//! loop is one more of the loop's forwards left unanswered, counted in the loop's report (see
+//! `impl Loops for ForwardingLoops`), so that a loop storm does not bury the loop under a
+//! timeout per forward.
 use std::{
     collections::BTreeMap,
     time::{Duration, SystemTime},
 };
 
 use super::{
-    client_view::ClientView, forwarding_loop::ForwardingLoops, packet::MessageKey,
-    reorder::Reorder, summary::FindingCounts, Analyzer, Summary,
+    client_view::ClientView,
+    forwarding_loop::ForwardingLoops,
+    packet::{MessageKey, QuestionKey},
+    reorder::Reorder,
+    summary::FindingCounts,
+    timeout::Loops,
+    Analyzer, Summary,
 };
 use crate::{finding::Finding, observation::Observation};
 
@@ -24,8 +34,9 @@ pub struct EngineConfig {
     /// reported once observation time is twice this long past the packet that proves it; a
     /// timeout this long after its deadline.
     pub settle: Duration,
-    /// A loop, or a client receiving replies from the wrong source, is reported when first
-    /// seen, then at most once per this long while it goes on.
+    /// A loop, a client receiving replies from the wrong source, or a server's timeouts for one
+    /// question, are reported when first seen, then at most once per this long while they go
+    /// on.
     pub loop_report_interval: Duration,
     /// The most entries any one table holds.
     pub max_tracked: usize,
@@ -92,11 +103,12 @@ impl Engine {
     pub fn finish(mut self, now: SystemTime, out: &mut Vec<Finding>) -> Summary {
         let start = out.len();
         while let Some(obs) = self.reorder.pop() {
-            Self::feed(self.analyzers(), &obs, out);
+            self.feed(&obs, out);
         }
-        for analyzer in self.analyzers() {
-            analyzer.finish(now, out);
-        }
+        // The loops' final reports come last, to count the timeouts judged at the end.
+        self.loops.tick(now, out);
+        self.clients.finish_with(now, &mut self.loops, out);
+        self.loops.finish(now, out);
         self.findings.count(&out[start..]);
         let mut evictions = BTreeMap::from([
             ("reorder", self.reorder.overflows()),
@@ -108,6 +120,7 @@ impl Engine {
             observations: self.observations,
             late_observations: self.reorder.late(),
             findings: self.findings,
+            timeouts: self.clients.timeouts(),
             evictions,
             unanswered_at_end: self.clients.unanswered() as u64,
             servers: self.clients.servers(),
@@ -118,7 +131,7 @@ impl Engine {
         let start = out.len();
         let mut fed = false;
         while let Some(obs) = self.reorder.pop_due() {
-            Self::feed(self.analyzers(), &obs, out);
+            self.feed(&obs, out);
             fed = true;
         }
         // A capture's reader and the kernel's ring buffer tell the time after every batch of
@@ -126,25 +139,39 @@ impl Engine {
         if let Some(horizon) = self.reorder.horizon() {
             if fed || self.ticked != Some(horizon) {
                 self.ticked = Some(horizon);
-                for analyzer in self.analyzers() {
-                    analyzer.tick(horizon, out);
-                }
+                self.tell_time(horizon, out);
             }
         }
         self.findings.count(&out[start..]);
     }
 
-    fn feed(analyzers: [&mut dyn Analyzer; 2], obs: &Observation, out: &mut Vec<Finding>) {
+    /// The loops first, so that a timeout is judged knowing every loop found by then.
+    fn feed(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
         let message = MessageKey::of(obs);
-        for analyzer in analyzers {
-            if !obs.partial || analyzer.takes_partial() {
-                analyzer.observe(obs, message.as_ref(), out);
-            }
+        if !obs.partial || self.loops.takes_partial() {
+            self.loops.observe(obs, message.as_ref(), out);
+        }
+        // The clients' view judges a query from where its client sent it.
+        if !obs.partial {
+            self.clients
+                .observe_with(obs, message.as_ref(), &mut self.loops, out);
         }
     }
 
-    fn analyzers(&mut self) -> [&mut dyn Analyzer; 2] {
-        [&mut self.loops, &mut self.clients]
+    fn tell_time(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+        self.loops.tick(now, out);
+        self.clients.tick_with(now, &mut self.loops, out);
+    }
+}
+
+/// How the timeout judgement asks the loop analyzer.
+impl Loops for ForwardingLoops {
+    fn unanswered_in_loop(&mut self, question: &QuestionKey, sent: SystemTime) -> bool {
+        let looping = self.is_looping(question, sent);
+        if looping {
+            self.count_unanswered(question);
+        }
+        looping
     }
 }
 
@@ -153,7 +180,7 @@ mod tests {
     use dnsloop_ebpf::parse::Probe;
 
     use super::*;
-    use crate::analyze::testkit::*;
+    use crate::analyze::{summary::TimeoutCounts, testkit::*};
 
     const NAME: &str = "www.example.test.";
 
@@ -242,9 +269,7 @@ mod tests {
         let told_again = |engine: &mut Engine| {
             let mut again = Vec::new();
             if let Some(ticked) = engine.ticked {
-                for analyzer in engine.analyzers() {
-                    analyzer.tick(ticked, &mut again);
-                }
+                engine.tell_time(ticked, &mut again);
             }
             assert_eq!(again, []);
         };
@@ -258,8 +283,17 @@ mod tests {
         engine.tick(ms(10_000), &mut findings);
         told_again(&mut engine);
         let summary = engine.finish(ms(10_000), &mut findings);
-        // The loop's three queries go unanswered too.
-        assert_eq!((summary.findings.loops, summary.findings.timeouts), (1, 43));
+        // The loop's three queries go unanswered too, and are counted in its final report; the
+        // 40 to one server are reported once, then counted in one report at the end.
+        assert_eq!((summary.findings.loops, summary.findings.timeouts), (2, 2));
+        assert_eq!(
+            summary.timeouts,
+            TimeoutCounts {
+                queries: 43,
+                in_loops: 3,
+                in_repeats: 39
+            }
+        );
     }
 
     #[test]
@@ -296,6 +330,79 @@ mod tests {
             4 * evicted_beyond_capacity
         );
         assert_eq!(summary.unanswered_at_end, CAPACITY as u64);
+    }
+
+    /// The node-local loop going round `rounds` times, a round a millisecond from 1 ms: every
+    /// forward is a new query, and none is answered.
+    fn loop_storm(rounds: u16) -> Vec<Observation> {
+        let mut observations = query(NAME)
+            .id(4242)
+            .at_ms(0)
+            .route(&[CLIENT_OUT, NODE_FROM_BRIDGE]);
+        for round in 0..rounds {
+            let at = 1_000 * (1 + u64::from(round));
+            observations.extend(
+                query(NAME)
+                    .id(2 * round)
+                    .from("10.244.0.1:50000")
+                    .to("10.244.0.3:53")
+                    .at_us(at)
+                    .route(&[NODE_TO_BRIDGE, COREDNS_IN]),
+            );
+            observations.extend(
+                query(NAME)
+                    .id(2 * round + 1)
+                    .from("10.244.0.3:40000")
+                    .to("169.254.25.10:53")
+                    .at_us(at + 500)
+                    .route(&[COREDNS_OUT, NODE_FROM_BRIDGE]),
+            );
+        }
+        observations
+    }
+
+    #[test]
+    fn a_loop_storm_is_its_loop_reports_with_every_unanswered_forward_counted() {
+        const ROUNDS: u16 = 3_000;
+        let mut observations = loop_storm(ROUNDS);
+        // Meanwhile another name goes unanswered; and long after the loop stopped, the
+        // looping name once more.
+        observations.extend([
+            query("other.test.").id(7).at_ms(1_500).seen(CLIENT_OUT),
+            query(NAME).id(8).at_ms(30_000).seen(CLIENT_OUT),
+        ]);
+        observations.sort_by_key(|obs| obs.ts);
+        let mut engine = Engine::new(EngineConfig::default());
+        let mut findings = feed(&mut engine, &observations, ms(40_000));
+        let summary = engine.finish(ms(40_000), &mut findings);
+
+        let forwards = 2 * u64::from(ROUNDS);
+        // The first report, then the final one with every query of the loop counted: the
+        // client's and every forward.
+        let unanswered: Vec<u64> = findings
+            .iter()
+            .filter_map(|finding| match finding {
+                Finding::Loop(found) => Some(found.unanswered),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(unanswered, [0, forwards + 1]);
+        let timeouts: Vec<(&str, SystemTime)> = findings
+            .iter()
+            .filter_map(|finding| match finding {
+                Finding::Timeout(found) => Some((found.qname.as_str(), found.ts)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(timeouts, [("other.test.", ms(3_500)), (NAME, ms(32_000))]);
+        assert_eq!(
+            summary.timeouts,
+            TimeoutCounts {
+                queries: forwards + 3,
+                in_loops: forwards + 1,
+                in_repeats: 0
+            }
+        );
     }
 
     /// A little xorshift generator: the same "random" stream on every run.

@@ -22,6 +22,8 @@ pub struct Repeats<K, F> {
 struct Seen<F> {
     count: u64,
     reported_count: u64,
+    /// The finding was amended since it was last reported.
+    amended: bool,
     reported_at: SystemTime,
     last: SystemTime,
     finding: F,
@@ -67,6 +69,7 @@ impl<K: Hash + Eq, F: Repeated + Clone> Repeats<K, F> {
             }
             seen.reported_at = at;
             seen.reported_count = seen.count;
+            seen.amended = false;
             seen.finding.repeated(seen.count, at);
             return Some(seen.finding.clone());
         }
@@ -77,6 +80,7 @@ impl<K: Hash + Eq, F: Repeated + Clone> Repeats<K, F> {
             Seen {
                 count,
                 reported_count: count,
+                amended: false,
                 reported_at: at,
                 last: at,
                 finding: finding.clone(),
@@ -85,10 +89,25 @@ impl<K: Hash + Eq, F: Repeated + Clone> Repeats<K, F> {
         Some(finding)
     }
 
-    /// The final count of every finding that occurred again since it was last reported.
+    /// When `key` last occurred, if it is held.
+    pub fn last_occurred(&self, key: &K) -> Option<SystemTime> {
+        self.seen.get(key).map(|seen| seen.last)
+    }
+
+    /// Changes what the next report of `key`, if it is held, says; `unreported` reports the
+    /// change even if `key` does not occur again.
+    pub fn amend(&mut self, key: &K, change: impl FnOnce(&mut F)) {
+        if let Some(seen) = self.seen.get_mut(key) {
+            change(&mut seen.finding);
+            seen.amended = true;
+        }
+    }
+
+    /// The final count of every finding that occurred again, or was amended, since it was last
+    /// reported.
     pub fn unreported(&mut self) -> impl Iterator<Item = F> + '_ {
         self.seen.drain().filter_map(|(_, mut seen)| {
-            (seen.count > seen.reported_count).then(|| {
+            (seen.count > seen.reported_count || seen.amended).then(|| {
                 seen.finding.repeated(seen.count, seen.last);
                 seen.finding
             })

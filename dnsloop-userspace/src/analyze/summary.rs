@@ -16,6 +16,7 @@ pub struct Summary {
     /// Observations that arrived more than `settle` behind later ones: analysed out of order.
     pub late_observations: u64,
     pub findings: FindingCounts,
+    pub timeouts: TimeoutCounts,
     /// Entries dropped from full tables, per stage: nonzero means `max_tracked` is too small
     /// for the traffic and some findings may have been missed.
     pub evictions: BTreeMap<&'static str, u64>,
@@ -43,6 +44,17 @@ impl FindingCounts {
             }
         }
     }
+}
+
+/// Every query that timed out, and how those not reported one by one were reported.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimeoutCounts {
+    /// Queries with no answer after `timeout` (a client's retries of one count once).
+    pub queries: u64,
+    /// Of those, the ones counted in the report of the loop their question was caught in.
+    pub in_loops: u64,
+    /// Of those, the ones counted in a repeated timeout's report (`TimeoutFinding::count`).
+    pub in_repeats: u64,
 }
 
 /// The replies one server sent, as its clients received them.

@@ -37,13 +37,17 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> Table<K, V, S> {
         }
     }
 
-    /// Inserts or replaces `key`'s value and makes it the freshest entry.
-    pub fn insert(&mut self, key: K, value: V) {
-        if !self.entries.contains_key(&key) && self.entries.len() >= self.capacity {
-            self.entries.pop_front();
+    /// Inserts or replaces `key`'s value and makes it the freshest entry; returns the entry
+    /// evicted to make room, if one was.
+    pub fn insert(&mut self, key: K, value: V) -> Option<(K, V)> {
+        let evicted = if !self.entries.contains_key(&key) && self.entries.len() >= self.capacity {
             self.evictions += 1;
-        }
+            self.entries.pop_front()
+        } else {
+            None
+        };
         self.entries.insert(key, value);
+        evicted
     }
 
     pub fn get(&self, key: &K) -> Option<&V> {

@@ -345,6 +345,7 @@ fn unenriched_loop(path: Vec<Hop>, summary: &str) -> LoopFinding {
         qname: "www.example.test.".to_string(),
         qtype: 1,
         count: 1,
+        unanswered: 0,
         servers: path.iter().map(|hop| hop.dst.ip()).collect(),
         path,
         off_node: Vec::new(),

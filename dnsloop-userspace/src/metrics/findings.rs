@@ -1,6 +1,11 @@
 //! Findings counted on their way to the output: the sink that writes them is wrapped, so
 //! detection does not know it is being counted.
-use std::{cell::RefCell, io, rc::Rc};
+//!
+//! Every query that timed out is counted, though a storm of them is reported in few findings:
+//! a timeout finding counts `count` queries, and a loop's report says how many of its queries
+//! went `unanswered` so far, of which the counter takes what is new since the loop's previous
+//! report.
+use std::{cell::RefCell, collections::HashMap, io, rc::Rc};
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -11,9 +16,20 @@ use serde_json::Value;
 
 use super::servers::ServerLabels;
 use crate::{
-    analyze::Summary, decode::MalformedSample, finding::Finding, observation::Observation,
+    analyze::Summary,
+    decode::MalformedSample,
+    finding::{Finding, LoopFinding},
+    observation::Observation,
     sink::Sink,
 };
+
+/// The `server` of the queries of questions caught in a reported loop: they went to the
+/// loop's servers in turn, and the loop's report counts them together.
+pub const IN_LOOPS: &str = "loop";
+
+/// The most loops whose reported `unanswered` is remembered. Beyond them, a loop's every
+/// report is counted in full: more than the queries, not fewer.
+const MAX_LOOPS_REMEMBERED: usize = 4096;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServerLabel {
@@ -46,16 +62,24 @@ impl FindingCounts {
         registry.register(
             "dnsloop_timeouts",
             "Queries with no answer after --timeout, by the server they were sent to (a \
-             client's retries of one query count once)",
+             client's retries of one query count once); those of a question caught in a \
+             reported loop as server=\"loop\"",
             counts.timeouts.clone(),
         );
         counts
     }
 
-    fn count(&self, finding: &Finding, servers: &mut ServerLabels) {
+    fn count(&self, finding: &Finding, servers: &mut ServerLabels, loops: &mut LoopsUnanswered) {
         match finding {
-            Finding::Loop(_) => {
+            Finding::Loop(found) => {
                 self.loops.inc();
+                let unanswered = loops.new_since_last_report(found);
+                if unanswered > 0 {
+                    let label = ServerLabel {
+                        server: IN_LOOPS.to_owned(),
+                    };
+                    self.timeouts.get_or_create(&label).inc_by(unanswered);
+                }
             }
             Finding::UnexpectedSource(_) => {
                 self.unexpected_sources.inc();
@@ -64,7 +88,34 @@ impl FindingCounts {
                 let label = ServerLabel {
                     server: servers.label(timeout.server),
                 };
-                self.timeouts.get_or_create(&label).inc();
+                self.timeouts.get_or_create(&label).inc_by(timeout.count);
+            }
+        }
+    }
+}
+
+/// Each loop's `unanswered` as last reported, by its question as written: a loop's reports all
+/// carry the question of its first.
+#[derive(Default)]
+struct LoopsUnanswered {
+    reported: HashMap<(String, u16), u64>,
+}
+
+impl LoopsUnanswered {
+    /// How many more queries `found` says went unanswered than its loop's previous report.
+    fn new_since_last_report(&mut self, found: &LoopFinding) -> u64 {
+        let key = (found.qname.clone(), found.qtype);
+        match self.reported.get_mut(&key) {
+            Some(reported) => {
+                let new = found.unanswered.saturating_sub(*reported);
+                *reported = (*reported).max(found.unanswered);
+                new
+            }
+            None => {
+                if self.reported.len() < MAX_LOOPS_REMEMBERED {
+                    self.reported.insert(key, found.unanswered);
+                }
+                found.unanswered
             }
         }
     }
@@ -75,6 +126,7 @@ pub struct CountingSink<'a> {
     inner: Box<dyn Sink + 'a>,
     counts: FindingCounts,
     servers: Rc<RefCell<ServerLabels>>,
+    loops: LoopsUnanswered,
 }
 
 impl<'a> CountingSink<'a> {
@@ -87,13 +139,15 @@ impl<'a> CountingSink<'a> {
             inner,
             counts,
             servers,
+            loops: LoopsUnanswered::default(),
         }
     }
 }
 
 impl Sink for CountingSink<'_> {
     fn finding(&mut self, finding: &Finding) -> io::Result<()> {
-        self.counts.count(finding, &mut self.servers.borrow_mut());
+        self.counts
+            .count(finding, &mut self.servers.borrow_mut(), &mut self.loops);
         self.inner.finding(finding)
     }
 

@@ -31,6 +31,7 @@ fn a_loop() -> Finding {
         qname: "www.example.test.".into(),
         qtype: 1,
         count: 1,
+        unanswered: 0,
         path: Vec::new(),
         off_node: Vec::new(),
         servers: Vec::new(),
@@ -46,6 +47,7 @@ fn a_timeout(server: &str) -> Finding {
         client: address("10.244.0.2:41234"),
         server: address(server),
         id: 7,
+        count: 1,
         qname: "www.example.test.".into(),
         qtype: 1,
         waited: Duration::from_secs(2),
@@ -134,7 +136,7 @@ dnsloop_loops_total 2
 # HELP dnsloop_unexpected_sources Replies from an unexpected source reported (dropped by the client's socket): once when found, then at most once per --report-interval while they go on.
 # TYPE dnsloop_unexpected_sources counter
 dnsloop_unexpected_sources_total 1
-# HELP dnsloop_timeouts Queries with no answer after --timeout, by the server they were sent to (a client's retries of one query count once).
+# HELP dnsloop_timeouts Queries with no answer after --timeout, by the server they were sent to (a client's retries of one query count once); those of a question caught in a reported loop as server="loop".
 # TYPE dnsloop_timeouts counter
 dnsloop_timeouts_total{server="10.96.0.10:53"} 1
 # HELP dnsloop_packets Packets the kernel programs saw on the node's interfaces.
@@ -335,4 +337,50 @@ fn a_port_in_use_is_a_clear_error_at_startup() {
             format!("cannot serve metrics on {address}: port in use; choose another with --metrics-addr")
         );
     });
+}
+
+#[test]
+fn every_timed_out_query_is_counted_though_a_storm_is_reported_in_few_findings() {
+    let (registry, findings, _) = registry();
+    let servers = Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS)));
+    let mut sink = CountingSink::new(Box::new(TextSink::new(io::sink())), findings, servers);
+    let repeated = |count| {
+        let Finding::Timeout(mut found) = a_timeout("10.96.0.10:53") else {
+            unreachable!("a timeout")
+        };
+        found.count = count;
+        Finding::Timeout(found)
+    };
+    let looping = |qname: &str, unanswered| {
+        let Finding::Loop(mut found) = a_loop() else {
+            unreachable!("a loop")
+        };
+        found.qname = qname.to_owned();
+        found.unanswered = unanswered;
+        Finding::Loop(found)
+    };
+    for finding in [
+        repeated(1),
+        repeated(37),
+        // A loop's reports carry its unanswered queries so far: 0, then 500 more, then 20.
+        looping("a.test.", 0),
+        looping("a.test.", 500),
+        looping("b.test.", 7),
+        looping("a.test.", 520),
+    ] {
+        sink.finding(&finding).unwrap();
+    }
+    let text = exposition(&registry);
+    let mut timeouts: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("dnsloop_timeouts_total"))
+        .collect();
+    timeouts.sort();
+    assert_eq!(
+        timeouts,
+        [
+            r#"dnsloop_timeouts_total{server="10.96.0.10:53"} 38"#,
+            r#"dnsloop_timeouts_total{server="loop"} 527"#,
+        ]
+    );
 }

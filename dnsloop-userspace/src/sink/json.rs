@@ -102,6 +102,7 @@ fn loop_json(found: &LoopFinding) -> Value {
         "qtype": mnemonic::qtype(found.qtype),
         "count": found.count,
         "rounds_per_s": found.rounds_per_second(),
+        "unanswered": found.unanswered,
         "path": found.path.iter().map(hop_json).collect::<Vec<_>>(),
         "off_node": found.off_node.iter().map(off_node_json).collect::<Vec<_>>(),
         "servers": found.servers.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -171,6 +172,7 @@ fn timeout_json(found: &TimeoutFinding) -> Value {
         "client": found.client.to_string(),
         "server": found.server.to_string(),
         "id": found.id,
+        "count": found.count,
         "qname": found.qname,
         "qtype": mnemonic::qtype(found.qtype),
         "waited_ms": u64::try_from(found.waited.as_millis()).unwrap_or(u64::MAX),
@@ -323,6 +325,14 @@ fn summary_json(summary: &Summary, extra: &Value) -> Value {
             "loop": summary.findings.loops,
             "unexpected_source": summary.findings.unexpected_sources,
             "timeout": summary.findings.timeouts,
+        }),
+    );
+    object.insert(
+        "timeouts".into(),
+        json!({
+            "queries": summary.timeouts.queries,
+            "in_loops": summary.timeouts.in_loops,
+            "in_repeats": summary.timeouts.in_repeats,
         }),
     );
     object.insert("evictions".into(), json!(summary.evictions));
@@ -506,6 +516,7 @@ mod tests {
                 "qname",
                 "qtype",
                 "count",
+                "unanswered",
                 "rounds_per_s",
                 "path",
                 "off_node",
@@ -526,6 +537,7 @@ mod tests {
         assert_eq!(value["node"], "node-a");
         assert_eq!(value["qtype"], "A");
         assert_eq!(value["count"], 3);
+        assert_eq!(value["unanswered"], 0);
         assert_eq!(value["probe"], Value::Null);
         assert_eq!(value["servers"], json!(["10.244.0.3", "169.254.25.10"]));
         assert_eq!(value["dnat"], json!([]));
@@ -640,6 +652,7 @@ mod tests {
                 "client",
                 "server",
                 "id",
+                "count",
                 "qname",
                 "qtype",
                 "waited_ms",
@@ -647,6 +660,7 @@ mod tests {
                 "node"
             ])
         );
+        assert_eq!(value["count"], 1);
         assert_eq!(value["kind"], "timeout");
         assert_eq!(value["ts"], "2025-01-01T12:00:03.000Z");
         assert_eq!(value["server"], "10.255.0.99:53");
@@ -666,6 +680,10 @@ mod tests {
             json!({"loop": 0, "unexpected_source": 0, "timeout": 0})
         );
         assert_eq!(value["evictions"], json!({"reorder": 0, "timeout": 5}));
+        assert_eq!(
+            value["timeouts"],
+            json!({"queries": 0, "in_loops": 0, "in_repeats": 0})
+        );
         assert_eq!(value["unanswered_at_end"], 1);
         assert_eq!(value["lost_events"], 3);
         assert_eq!(value["interfaces"][0]["ifname"], "cni0");

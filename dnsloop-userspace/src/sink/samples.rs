@@ -41,6 +41,7 @@ fn a_loop_finding(probe: Probe) -> LoopFinding {
         qtype: A,
         count: 3,
         off_node: Vec::new(),
+        unanswered: 0,
         path: vec![
             hop(1_001, "cni0", Direction::Egress, "10.244.0.1:50000", "10.244.0.3:53", 1000),
             hop(1_123, "cni0", Direction::Ingress, "10.244.0.3:40000", "169.254.25.10:53", 2000),
@@ -73,6 +74,7 @@ pub fn a_loop_through_a_cluster_ip() -> Finding {
     Finding::Loop(LoopFinding {
         count: 1,
         since: ms(1_123),
+        unanswered: 0,
         dnat: vec![Dnat {
             service: addr("10.96.0.10:53"),
             backend: addr("10.244.0.3:53"),
@@ -104,6 +106,7 @@ pub fn a_timeout() -> Finding {
         client: addr("10.244.0.3:5353"),
         server: addr("10.255.0.99:53"),
         id: 77,
+        count: 1,
         qname: "corp.example.".into(),
         qtype: A,
         waited: Duration::from_secs(2),
@@ -117,6 +120,7 @@ pub fn a_summary() -> Summary {
         observations: 1234,
         late_observations: 2,
         findings: Default::default(),
+        timeouts: Default::default(),
         evictions: BTreeMap::from([("reorder", 0), ("timeout", 5)]),
         unanswered_at_end: 1,
         servers: vec![ServerSummary {

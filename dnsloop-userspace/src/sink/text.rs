@@ -54,8 +54,12 @@ impl<W: Write> TextSink<W> {
         let rate = found
             .rounds_per_second()
             .map_or(String::new(), |rate| format!(" ({rate:.0}/s)"));
+        let unanswered = match found.unanswered {
+            0 => String::new(),
+            unanswered => format!(", {unanswered} unanswered"),
+        };
         self.line(&format!(
-            "{}  LOOP  x{}{rate}{probe}  {summary}  [loop_id {}]",
+            "{}  LOOP  x{}{rate}{unanswered}{probe}  {summary}  [loop_id {}]",
             time_of_day(found.ts),
             found.count,
             found.loop_id,
@@ -132,11 +136,17 @@ impl<W: Write> Sink for TextSink<W> {
         match finding {
             Finding::Loop(found) => self.loop_found(found)?,
             Finding::UnexpectedSource(found) => self.unexpected_source(found)?,
-            Finding::Timeout(found) => self.line(&format!(
-                "{}  TIMEOUT  {}",
-                time_of_day(found.ts),
-                found.summary
-            ))?,
+            Finding::Timeout(found) => {
+                let count = match found.count {
+                    1 => String::new(),
+                    count => format!(" x{count}"),
+                };
+                self.line(&format!(
+                    "{}  TIMEOUT{count}  {}",
+                    time_of_day(found.ts),
+                    found.summary
+                ))?
+            }
         }
         self.out.flush()
     }
@@ -180,8 +190,18 @@ impl<W: Write> Sink for TextSink<W> {
             "summary: {} observations ({} out of order), {} queries unanswered at the end",
             summary.observations, summary.late_observations, summary.unanswered_at_end
         ))?;
+        let timeouts = summary.timeouts;
+        // Said only when a storm was folded: otherwise every timeout is a line of its own.
+        let folded = if timeouts.in_loops + timeouts.in_repeats == 0 {
+            String::new()
+        } else {
+            format!(
+                " ({} queries timed out: {} counted in loops' reports, {} in repeated timeouts)",
+                timeouts.queries, timeouts.in_loops, timeouts.in_repeats
+            )
+        };
         self.line(&format!(
-            "findings: {} loop, {} unexpected source, {} timeout",
+            "findings: {} loop, {} unexpected source, {} timeout{folded}",
             findings.loops, findings.unexpected_sources, findings.timeouts
         ))?;
         let evicted: Vec<String> = summary
@@ -503,6 +523,49 @@ mod tests {
         assert_eq!(
             written(|sink| sink.finding(&a_timeout())),
             "12:00:03.000  TIMEOUT  no answer from 10.255.0.99:53 for corp.example. A (client 10.244.0.3:5353, id 77) after 2.0s\n"
+        );
+    }
+
+    #[test]
+    fn a_repeated_timeout_is_one_line_with_its_count() {
+        let Finding::Timeout(mut found) = a_timeout() else {
+            unreachable!("a timeout")
+        };
+        found.count = 37;
+        found.summary = "no answer from 10.255.0.99:53 for corp.example. A: 37 more queries".into();
+        assert_eq!(
+            written(|sink| sink.finding(&Finding::Timeout(found))),
+            "12:00:03.000  TIMEOUT x37  no answer from 10.255.0.99:53 for corp.example. A: 37 more queries\n"
+        );
+    }
+
+    #[test]
+    fn a_loop_with_unanswered_queries_counts_them_on_its_line() {
+        let Finding::Loop(mut found) = a_loop(Probe::None) else {
+            unreachable!("a loop")
+        };
+        found.unanswered = 4567;
+        let text = written(|sink| sink.finding(&Finding::Loop(found)));
+        assert!(
+            text.starts_with("12:00:01.123  LOOP  x3, 4567 unanswered  www.example.test. A"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_summary_says_how_many_timeouts_were_folded() {
+        let mut summary = a_summary();
+        summary.findings.timeouts = 2;
+        summary.timeouts.queries = 5012;
+        summary.timeouts.in_loops = 4980;
+        summary.timeouts.in_repeats = 30;
+        let text = written(|sink| sink.summary(&summary, &json!({})));
+        assert_eq!(
+            text.lines().nth(1),
+            Some(
+                "findings: 0 loop, 0 unexpected source, 2 timeout (5012 queries timed out: 4980 \
+                 counted in loops' reports, 30 in repeated timeouts)"
+            )
         );
     }
 

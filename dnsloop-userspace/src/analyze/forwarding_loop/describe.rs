@@ -70,6 +70,7 @@ pub fn loop_finding(cycle: &[&Flight], rounds: u64, at: SystemTime) -> Option<Lo
         qname,
         qtype: question.qtype,
         count: rounds,
+        unanswered: 0,
         path,
         off_node,
         servers,

@@ -445,6 +445,33 @@ impl ForwardingLoops {
             .is_some()
         {}
     }
+
+    /// Whether `question` is caught in a loop that was reported and still went round within
+    /// `retention` of `at`.
+    pub fn is_looping(&self, question: &QuestionKey, at: SystemTime) -> bool {
+        self.latest_report_of(question)
+            .is_some_and(|(_, last)| !has_waited(last, self.retention(), at))
+    }
+
+    /// Counts a query of `question` that went unanswered, for its loop's next report.
+    pub fn count_unanswered(&mut self, question: &QuestionKey) {
+        if let Some((key, _)) = self.latest_report_of(question) {
+            self.reports.amend(&key, |found| found.unanswered += 1);
+        }
+    }
+
+    /// The report of `question`'s loop that went round last (its rounds on the node alone and
+    /// through other nodes are reported apart), and when.
+    fn latest_report_of(&self, question: &QuestionKey) -> Option<(LoopKey, SystemTime)> {
+        [false, true]
+            .into_iter()
+            .filter_map(|through_other_nodes| {
+                let key = LoopKey::new(question.clone(), through_other_nodes);
+                let last = self.reports.last_occurred(&key)?;
+                Some((key, last))
+            })
+            .max_by_key(|(_, last)| *last)
+    }
 }
 
 /// `cycle::SentOut` for one question.
