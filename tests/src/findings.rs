@@ -380,7 +380,7 @@ mod tests {
     #[test]
     fn reads_every_kind_of_line_and_ignores_unknown_ones() {
         let lines = [
-            r#"{"kind":"loop","ts":"2025-01-01T12:00:01.500Z","qname":"www.example.test.","qtype":"A","count":3,"unanswered":0,"path":[{"ts":"2025-01-01T12:00:01.123Z","ifname":"cni0","dir":"ingress","src":"10.244.0.3:40000","dst":"169.254.25.10:53","id":2000}],"servers":["169.254.25.10"],"probe":null,"summary":"loop: ...","dnat":[{"service":"10.96.0.10:53","backend":"10.244.0.3:53"}]}"#,
+            r#"{"kind":"loop","ts":"2025-01-01T12:00:01.500Z","qname":"www.example.test.","qtype":"A","count":3,"unanswered":0,"path":[{"ts":"2025-01-01T12:00:01.123Z","ifname":"cni0","dir":"ingress","src":"10.244.0.3:40000","dst":"169.254.25.10:53","id":2000}],"servers":["169.254.25.10"],"probe":null,"summary":"loop: ...","dnat":[{"service":"10.96.0.10:53","backend":"10.244.0.3:53"}],"loop_id":"59fb06aa805f4f20","off_node":[{"left_via":"vxlan0","sent_to":"10.244.1.3:53","back_from":"10.244.1.0:48410","back_via":"vxlan0"}],"node":"node-a"}"#,
             r#"{"kind":"unexpected_source","ts":"2025-01-01T12:00:01.123Z","client":"10.244.0.2:41234","expected":"10.96.0.10:53","actual":"10.244.0.3:53","id":4242,"qname":"a.","qtype":"A","conntrack":{"original_dst":"10.96.0.10:53","reply_src":"10.244.0.3:53","unreplied":true},"cause":"bridge-nf-call-iptables=0","summary":"..."}"#,
             r#"{"kind":"timeout","ts":"2025-01-01T12:00:03.000Z","client":"[fd00::2]:5353","server":"10.255.0.99:53","id":1,"count":1,"qname":"a.","qtype":"A","waited_ms":2000,"summary":"...","new_field":1}"#,
             r#"{"kind":"packet","ts":"2025-01-01T12:00:03.000Z","proto":"udp"}"#,
