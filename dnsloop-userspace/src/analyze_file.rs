@@ -25,6 +25,7 @@ use crate::{
     pipeline::Pipeline,
     sink,
     source::capture_file::{
+        link_names,
         order::TimeOrder,
         placement::{Placement, Survey},
         CaptureFile, CaptureInterface, CapturedPacket, Format,
@@ -37,7 +38,19 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         "at most {MAX_DNS_PORTS} DNS ports can be given, {} were",
         args.dns_ports.len()
     );
-    let surveyed = survey(&args.file, &args.dns_ports)?;
+    let mut surveyed = survey(&args.file, &args.dns_ports)?;
+    if let Some(links) = &args.links {
+        let text = std::fs::read_to_string(links)
+            .with_context(|| format!("reading the interface names in {}", links.display()))?;
+        let names = link_names::parse_ip_link(&text);
+        ensure!(
+            !names.is_empty(),
+            "{} names no interface: give it the output of `ip -o link` taken on the node the \
+             capture comes from",
+            links.display()
+        );
+        name_interfaces(&mut surveyed.interfaces, &names);
+    }
     if let Some(stopped) = &surveyed.stopped {
         eprintln!("dnsloop: warning: {stopped}");
     }
@@ -115,6 +128,20 @@ fn survey(path: &Path, dns_ports: &[u16]) -> anyhow::Result<Surveyed> {
         survey,
         stopped: file.stopped().map(ToString::to_string),
     })
+}
+
+/// Gives the interfaces the file knows only by number the names `names` has for them.
+fn name_interfaces(
+    interfaces: &mut [CaptureInterface],
+    names: &std::collections::HashMap<u32, String>,
+) {
+    for interface in interfaces {
+        if interface.name.is_none() {
+            interface.name = interface
+                .ifindex
+                .and_then(|ifindex| names.get(&ifindex).cloned());
+        }
+    }
 }
 
 /// Places one packet, feeds it to the pipeline at its own time, and counts it; returns its

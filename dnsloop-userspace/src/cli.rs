@@ -224,6 +224,12 @@ pub struct AnalyzeArgs {
     #[arg(long)]
     pub packets: bool,
 
+    /// `ip -o link` as printed on the node the capture was taken on: names the interfaces of a
+    /// `tcpdump -i any` capture, which records only their numbers, so that each is placed by
+    /// its name (an overlay device such as vxlan0 leads to other nodes, a veth to a pod).
+    #[arg(long, value_name = "FILE")]
+    pub links: Option<PathBuf>,
+
     /// The node the capture was taken on, named in every JSON object (`node`). Default: the
     /// NODE_NAME environment variable, else this host's name.
     #[arg(long, value_name = "NAME")]

@@ -11,9 +11,12 @@ use std::{
 
 use dnsloop_tests::{
     findings::{fqdn, Timestamp, Trace},
-    lab::{self, Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_NAME, NODE_LOCAL_DNS, OVERLAY_DEVICE},
+    lab::{
+        self, Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_NAME, NODE_LOCAL_DNS, OVERLAY_DEVICE,
+        STUB_DOMAIN,
+    },
     privilege::{can_run, dnsloop_bin, Need},
-    tracer::Tracer,
+    tracer::{self, Tracer},
 };
 
 const CLUSTER_NAME: &str = "kubernetes.default.svc.cluster.local";
@@ -198,4 +201,113 @@ fn clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop() {
             "node {node}: no DNS crossed the overlay\n{trace}"
         );
     }
+}
+
+#[test]
+fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture() {
+    let test = "analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture";
+    if !can_run(
+        test,
+        &[Need::Root, Need::Tool("tcpdump"), Need::DnsloopBinary],
+    ) {
+        return;
+    }
+    let files = tempfile::tempdir().expect("a temporary directory");
+    let file = files.path().join("node0-any.pcap");
+    let links = files.path().join("node0-links.txt");
+    let live = {
+        let _alone = lab::one_lab_at_a_time();
+        let mut lab = Lab::up_nodes(Scenario::ClusterLoop, 2)
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        let node = lab.node_ns_of(0).expect("node 0").to_owned();
+        // As an operator on node A would take it: every interface, DNS only.
+        let capture = lab
+            .capture_pcap(&node, "any", "port 53", &file)
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        let tracer = Tracer::start(&dnsloop_bin(), &lab, &node, &["--output", "json"])
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        let _ = lab.dig_from(
+            1,
+            Pod::Client,
+            &NODE_LOCAL_DNS.to_string(),
+            &[EXTERNAL_NAME],
+        );
+        thread::sleep(Duration::from_millis(1_000));
+        lab.stop_servers();
+        capture.stop().expect("tcpdump stops");
+        let output = tracer.interrupt().expect("the tracer stops");
+        // A cooked v2 capture numbers its interfaces: `ip -o link` names them.
+        let ip_link = lab
+            .exec(&node, &["ip", "-o", "link"])
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        std::fs::write(&links, &ip_link.stdout).expect("writing the interface names");
+        Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"))
+    };
+    let links = links.to_str().expect("a UTF-8 path");
+    let analyzed = tracer::analyze(
+        &dnsloop_bin(),
+        &file,
+        &["--node", "node-a", "--links", links],
+    )
+    .and_then(Trace::from_output)
+    .unwrap_or_else(|error| panic!("dnsloop analyze: {error:#}"));
+    let qname = fqdn(EXTERNAL_NAME);
+    let through_other_nodes = |trace: &Trace| {
+        trace
+            .loops_for(&qname)
+            .into_iter()
+            .find(|found| !found.off_node.is_empty())
+            .cloned()
+            .unwrap_or_else(|| panic!("no loop through other nodes for {qname}\n{trace}"))
+    };
+    let (live, offline) = (through_other_nodes(&live), through_other_nodes(&analyzed));
+    assert_eq!(
+        offline.loop_id, live.loop_id,
+        "the same loop, live and offline"
+    );
+    assert_eq!(offline.node, "node-a");
+    assert_eq!(offline.off_node[0].left_via, OVERLAY_DEVICE);
+    assert_eq!(offline.off_node[0].back_via, OVERLAY_DEVICE);
+}
+
+#[test]
+fn other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop() {
+    // dead-upstream: CoreDNS forwards the stub domain to a server that never answers. The
+    // client on node 0 asks CoreDNS pod A a stub name; at the same moments clients on node 1
+    // ask pod A the same name over the overlay, retrying (dig's own retries, new ids), so pod A
+    // forwards it again and again while every forward is unanswered.
+    let name = format!("db.{STUB_DOMAIN}");
+    let coredns_a = Pod::CoreDnsA.ip().to_string();
+    let Some(traces) = traced_cluster(
+        "other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop",
+        Scenario::DeadUpstream,
+        2,
+        |lab| {
+            let lab = &*lab;
+            thread::scope(|scope| {
+                scope.spawn(|| {
+                    let _ = lab.dig_from(0, Pod::Client, &coredns_a, &[&name]);
+                });
+                for _ in 0..3 {
+                    scope.spawn(|| {
+                        let _ = lab.dig_from(1, Pod::Client, &coredns_a, &["+tries=3", &name]);
+                    });
+                }
+            });
+        },
+    ) else {
+        return;
+    };
+    for (node, trace) in traces.iter().enumerate() {
+        assert_eq!(
+            trace.loops().len(),
+            0,
+            "node {node}: a loop where there is none\n{trace}"
+        );
+    }
+    assert!(
+        !traces[0].timeouts().is_empty(),
+        "node 0 should report the dead upstream's timeouts\n{}",
+        traces[0]
+    );
 }

@@ -9,6 +9,7 @@
 //! A file is never trusted: a damaged or cut-short record ends the reading, and what came
 //! before it is still analysed ([`CaptureFile::stopped`]).
 mod cooked;
+pub mod link_names;
 pub mod order;
 pub mod placement;
 #[cfg(test)]
