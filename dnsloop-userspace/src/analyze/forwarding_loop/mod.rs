@@ -12,7 +12,7 @@
 //!    M forwarded that query: it becomes the new flight's parent.
 //! 3. A flight that comes onto the node from an unwatched side, soon after a query for the same
 //!    question left the node over that same device unanswered, is taken as that query coming
-//!    back from other nodes: it becomes the new flight's parent (see `returned_from`).
+//!    back from other nodes: it becomes the new flight's parent (see `returning`).
 //! 4. When a flight is delivered, its chain of parents is searched for a cycle ([`cycle::find`]).
 //!
 //! The analyzer sees only queries' paths, and replies only to learn that a namespace answered
@@ -171,21 +171,15 @@ impl ForwardingLoops {
         }
     }
 
+    /// `flight` was seen leaving for an unwatched side in `obs`: off the node, unless it is
+    /// seen again (a bridge's ports).
     fn note_departure(&mut self, question: &QuestionKey, obs: &Observation, flight: FlightId) {
         let departure = Departure {
             at: obs.ts,
             flight,
             ifname: Arc::clone(&obs.point.ifname),
         };
-        let Some(recent) = self.departures.refresh(question) else {
-            self.departures
-                .insert(question.clone(), VecDeque::from([departure]));
-            return;
-        };
-        if recent.len() == RECENT_DEPARTURES {
-            recent.pop_front();
-        }
-        recent.push_back(departure);
+        push_recent(&mut self.departures, question, departure, RECENT_DEPARTURES);
     }
 
     fn start_flight(
@@ -296,14 +290,7 @@ impl ForwardingLoops {
     }
 
     fn remember_delivery(&mut self, question: QuestionKey, delivery: Delivery) {
-        let Some(recent) = self.deliveries.refresh(&question) else {
-            self.deliveries.insert(question, VecDeque::from([delivery]));
-            return;
-        };
-        if recent.len() == RECENT_DELIVERIES {
-            recent.pop_front();
-        }
-        recent.push_back(delivery);
+        push_recent(&mut self.deliveries, &question, delivery, RECENT_DELIVERIES);
     }
 
     /// The query the sender of flight `id` was delivered within `forward_window` before it
@@ -472,6 +459,23 @@ impl ForwardingLoops {
             })
             .max_by_key(|(_, last)| *last)
     }
+}
+
+/// Appends `item` to `question`'s latest items in `table`, keeping at most `capacity`.
+fn push_recent<T>(
+    table: &mut Table<QuestionKey, VecDeque<T>, FastHash>,
+    question: &QuestionKey,
+    item: T,
+    capacity: usize,
+) {
+    let Some(recent) = table.refresh(question) else {
+        table.insert(question.clone(), VecDeque::from([item]));
+        return;
+    };
+    if recent.len() == capacity {
+        recent.pop_front();
+    }
+    recent.push_back(item);
 }
 
 /// `cycle::SentOut` for one question.
