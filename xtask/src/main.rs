@@ -58,6 +58,10 @@ enum Task {
         /// a table and leaves BENCHMARKS.md alone.
         #[arg(long, value_name = "OLD_DNSLOOP")]
         compare: Option<std::path::PathBuf>,
+        /// Instead, run only this piece of the bench on the lab and print its rows; leaves
+        /// BENCHMARKS.md alone.
+        #[arg(long, value_enum, value_name = "PIECE", conflicts_with = "compare")]
+        only: Option<bench::Piece>,
     },
 }
 
@@ -101,7 +105,7 @@ fn main() -> Result<()> {
         Task::Demo => demo::run(),
         Task::Kernels => kernels::run(),
         Task::Test => test::run(),
-        Task::Bench { compare } => bench::run(compare.as_deref()),
+        Task::Bench { compare, only } => bench::run(compare.as_deref(), only),
         Task::Fuzz { seconds } => fuzz::run(seconds),
     }
 }

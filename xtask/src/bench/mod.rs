@@ -11,10 +11,16 @@
 //! - Throughput at saturation with no program, dnsloop, the empty classifier and tcpdump, in
 //!   alternating rounds, and the kernel cost per run there.
 //! - A loop storm: how soon each of 20 CoreDNS probes is reported, what was lost, peak memory.
+//! - A CoreDNS-like loop storm across two nodes (see `cluster_storm`): DNS packets/s, findings
+//!   by kind, per second and per report interval, lost events, peak memory, and how soon the
+//!   first loop is reported.
 //! - Attach time on a namespace of 100 veths: TCX links (with and without `--expedite-attach`)
 //!   and, as kernels before 6.6 attach, filters on the clsact qdisc.
 //! - The programs on single packets of each kind (`BPF_PROG_TEST_RUN`), and the verifier's
 //!   instruction counts.
+//!
+//! `--only storm` runs the two storms alone and prints their rows (a minute or so).
+mod cluster_storm;
 mod compare;
 mod flood;
 mod floor;
@@ -90,12 +96,29 @@ const QUERIES: &str = "kubernetes.default.svc.cluster.local A\n\
     api.default.svc.cluster.local A\n\
     kube-dns.kube-system.svc.cluster.local A\n";
 
-/// The full bench, or with `compare`, the A/B of this build against that dnsloop binary.
-pub fn run(compare: Option<&Path>) -> Result<()> {
+/// A piece of the bench that runs alone (`--only`): it prints its rows and leaves
+/// BENCHMARKS.md alone.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Piece {
+    /// The loop storms: 20 CoreDNS probes on one node, and a CoreDNS-like loop across two.
+    Storm,
+}
+
+/// The full bench; with `compare`, the A/B of this build against that dnsloop binary; with
+/// `only`, that piece alone.
+pub fn run(compare: Option<&Path>, only: Option<Piece>) -> Result<()> {
     if let Some(baseline) = compare {
         compare::check_baseline(baseline)?;
     }
     let dnsloop = build_release()?;
+    if let Some(piece) = only {
+        let mut report = Report::new();
+        match piece {
+            Piece::Storm => storms(&dnsloop, &mut report)?,
+        }
+        print!("{}", report.table());
+        return Ok(());
+    }
     let floor_object = floor::build()?;
     let _stats = BpfStats::enable()?;
     let mut report = Report::new();
@@ -139,8 +162,7 @@ pub fn run(compare: Option<&Path>) -> Result<()> {
     saturation(&context, &node_cache, &mut report)?;
     drop(lab);
 
-    eprintln!("bench: a loop storm of {PROBES} CoreDNS probes");
-    storm(&dnsloop, &mut report)?;
+    storms(&dnsloop, &mut report)?;
     eprintln!("bench: attaching to {} veths", 2 * VETH_PAIRS);
     attach_time(&dnsloop, &mut report)?;
     eprintln!("bench: the programs on single packets (BPF_PROG_TEST_RUN, {REPEATS} runs)");
@@ -333,7 +355,9 @@ impl Process {
         if !status.success() {
             bail!("a watcher failed ({status}):\n{stderr}");
         }
-        Ok(self.lines.try_iter().collect())
+        // The reader thread may still be reading what the process wrote last (its summary): it
+        // ends, and so does this, at the end of the pipe, which came with the process's exit.
+        Ok(self.lines.iter().collect())
     }
 }
 
@@ -693,6 +717,14 @@ fn saturation(context: &Context, dns: &Dnsperf, report: &mut Report) -> Result<(
         ));
     }
     Ok(())
+}
+
+/// The single-node storm of CoreDNS probes, then the CoreDNS-like loop across two nodes.
+fn storms(dnsloop: &Path, report: &mut Report) -> Result<()> {
+    eprintln!("bench: a loop storm of {PROBES} CoreDNS probes");
+    storm(dnsloop, report)?;
+    eprintln!("bench: a CoreDNS-like loop storm across two nodes ({REPEATS} runs)");
+    cluster_storm::run(dnsloop, report)
 }
 
 fn storm(dnsloop: &Path, report: &mut Report) -> Result<()> {
