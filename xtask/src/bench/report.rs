@@ -221,6 +221,12 @@ reports as timeouts.
   client's first query; each name loops both within node 0 (its cache, the ClusterIP, its own
   CoreDNS pod) and through node 1, so the note says how often the first report already was of
   a loop through other nodes (`off_node`), and a row when the first such report came.
+  The peak memory is the analysis engine's tables at their bound: such a storm starts
+  thousands of new forwards a second, and each is followed for the forward window (5 s) as a
+  flight with its hops, up to `max_tracked` (65,536) flights and as many outstanding queries;
+  the single-node probe storm never fills them. Bounded, but above the 64 MiB target: flights
+  that hold their hops more compactly, or that a storm's known loop lets go sooner, are what
+  would bring it under.
 
 To measure a change: copy `target/release/dnsloop` aside before it, then run
 `cargo xtask bench --compare COPY` after it. Single runs of the full bench differ by more than
