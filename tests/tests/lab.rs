@@ -745,3 +745,346 @@ fn a_kept_cluster_lab_lists_every_node_and_goes_down_whole() {
     assert_eq!(namespaces_of(&prefix), Vec::<String>::new());
     assert_eq!(lab::status(&prefix).expect("status"), None);
 }
+
+/// The queries for `name` that crossed node 0's overlay into node 0's CoreDNS pod (from node
+/// 1) and out to node 1's (from node 0).
+fn crossing_queries(packets: &[String], name: &str) -> (usize, usize) {
+    let queries = queries_for(packets, name);
+    let into = |node: usize| {
+        let coredns = Pod::CoreDnsA.ip_on(node).to_string();
+        queries.iter().filter(|q| q.destination == coredns).count()
+    };
+    (into(0), into(1))
+}
+
+/// Stops every server and checks that no query for the looping name crosses the underlay
+/// afterwards, then that dropping the lab leaves no namespace behind.
+fn stop_and_check_quiet(mut lab: Lab) {
+    let stopping = std::time::Instant::now();
+    lab.stop_servers();
+    assert!(
+        stopping.elapsed() < std::time::Duration::from_secs(3),
+        "stopping the servers took {:?}",
+        stopping.elapsed()
+    );
+    let fabric = lab.fabric_ns().expect("fabric").to_owned();
+    let underlay = lab
+        .capture(&fabric, lab::UNDERLAY_BRIDGE, "udp")
+        .expect("tcpdump starts");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let after = underlay.stop().expect("tcpdump stops");
+    let queries = queries_for(&after, EXTERNAL_NAME);
+    assert!(
+        queries.is_empty(),
+        "no query should cross the underlay once the servers are gone:\n{}",
+        after.join("\n")
+    );
+    let prefix = lab.prefix().to_owned();
+    drop(lab);
+    assert_eq!(namespaces_of(&prefix), Vec::<String>::new());
+}
+
+#[test]
+fn cluster_tcp_loop_crosses_the_overlay_over_tcp_until_the_servers_are_stopped() {
+    let _alone = lab::one_lab_at_a_time();
+    let Some(lab) = cluster_up("cluster-tcp-loop", Scenario::ClusterTcpLoop, 2) else {
+        return;
+    };
+    assert_eq!(lab.nodes(), Scenario::ClusterTcpLoop.default_nodes());
+    let overlay = lab
+        .capture(lab.node_ns(), lab::OVERLAY_DEVICE, "port 53")
+        .expect("tcpdump starts");
+    let outcome = lab
+        .dig_from(
+            1,
+            Pod::Client,
+            &NODE_LOCAL_DNS.to_string(),
+            &[EXTERNAL_NAME],
+        )
+        .expect("dig runs");
+    assert_fails(&outcome);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let packets = overlay.stop().expect("tcpdump stops");
+
+    let (inbound, outbound) = crossing_queries(&packets, EXTERNAL_NAME);
+    assert!(
+        inbound >= 3 && outbound >= 3,
+        "the loop should cross vxlan0 both ways ({inbound} in, {outbound} out):\n{}",
+        packets[..packets.len().min(40)].join("\n")
+    );
+    // force_tcp: every query that crosses the overlay is on a TCP connection (tcpdump prints
+    // TCP's flags before the DNS message), none in a UDP datagram.
+    let over_udp: Vec<&String> = packets
+        .iter()
+        .filter(|line| line.contains(&format!("? {EXTERNAL_NAME}.")) && !line.contains("Flags ["))
+        .collect();
+    assert!(
+        over_udp.is_empty(),
+        "queries crossed the overlay over UDP:\n{}",
+        over_udp
+            .iter()
+            .map(|line| line.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    for node in 0..lab.nodes() {
+        assert!(
+            logged_queries(&lab, node, Server::NodeCache, EXTERNAL_NAME) > 3,
+            "the loop should pass through node {node}'s cache"
+        );
+    }
+    stop_and_check_quiet(lab);
+}
+
+#[test]
+fn cluster_healthy_routed_resolves_from_every_node_with_calico_style_pods() {
+    let _alone = lab::one_lab_at_a_time();
+    let Some(lab) = cluster_up("cluster-healthy-routed", Scenario::ClusterHealthyRouted, 2) else {
+        return;
+    };
+    assert_eq!(
+        Scenario::ClusterHealthyRouted.pod_network(),
+        lab::PodNetwork::Routed
+    );
+    for node in 0..lab.nodes() {
+        let node_ns = lab.node_ns_of(node).expect("node").to_owned();
+        let show = |argv: &[&str]| {
+            let output = lab.exec(&node_ns, argv).expect("runs");
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        };
+        let links = show(&["ip", "-o", "link", "show"]);
+        assert!(!links.contains(": cni0:"), "no bridge for pods:\n{links}");
+        let routes = show(&["ip", "-4", "route", "show"]);
+        assert!(
+            routes.contains(&format!("blackhole {}", lab::pod_cidr_on(node))),
+            "{routes}"
+        );
+        for pod in lab.pods_on(node) {
+            let veth = lab.pod_host_veth(node, pod).expect("veth");
+            assert!(veth.starts_with("cali") && veth.len() <= 15, "{veth}");
+            assert!(
+                routes.contains(&format!("{} dev {veth} scope link", pod.ip_on(node))),
+                "node {node} should route {} to {veth}:\n{routes}",
+                pod.ip_on(node)
+            );
+            let proxy_arp = show(&["sysctl", "-n", &format!("net.ipv4.conf.{veth}.proxy_arp")]);
+            assert_eq!(proxy_arp.trim(), "1", "proxy ARP on {veth}");
+            let pod_ns = lab.pod_ns_on(node, pod).expect("pod");
+            let pod_routes = lab
+                .exec(&pod_ns, &["ip", "-4", "route", "show"])
+                .expect("runs");
+            let pod_routes = String::from_utf8_lossy(&pod_routes.stdout).into_owned();
+            assert!(
+                pod_routes.contains(&format!(
+                    "default via {} dev eth0 onlink",
+                    lab::ROUTED_POD_GATEWAY
+                )),
+                "{pod_routes}"
+            );
+            let addresses = lab
+                .exec(&pod_ns, &["ip", "-4", "-o", "addr", "show", "dev", "eth0"])
+                .expect("runs");
+            let addresses = String::from_utf8_lossy(&addresses.stdout).into_owned();
+            assert!(
+                addresses.contains(&format!("{}/32", pod.ip_on(node))),
+                "{addresses}"
+            );
+        }
+    }
+    let node_cache = NODE_LOCAL_DNS.to_string();
+    let external_a = EXTERNAL_A.to_string();
+    for node in 0..lab.nodes() {
+        assert_answers_from(
+            &lab,
+            node,
+            &node_cache,
+            &[CLUSTER_NAME],
+            CLUSTER_NAME_ADDRESS,
+        );
+        assert_answers_from(&lab, node, &node_cache, &[EXTERNAL_NAME], &external_a);
+        assert_answers_from(
+            &lab,
+            node,
+            &NODE_LOCAL_DNS_V6.to_string(),
+            &[CLUSTER_NAME],
+            CLUSTER_NAME_ADDRESS,
+        );
+    }
+    // The ClusterIP, DNATed to both nodes' CoreDNS pods: a dozen queries reach node 0's but
+    // once in 4096 runs.
+    for _ in 0..12 {
+        assert_answers_from(
+            &lab,
+            1,
+            &CLUSTER_DNS.to_string(),
+            &[CLUSTER_NAME],
+            CLUSTER_NAME_ADDRESS,
+        );
+    }
+    let log = lab.server_log_on(0, Server::CoreDnsA).expect("server log");
+    assert!(
+        log.contains(&format!("Packet from {}:", Pod::Client.ip_on(1))),
+        "node 0's CoreDNS pod should have answered node 1's client over the overlay:\n{log}"
+    );
+}
+
+#[test]
+fn cluster_loop_routed_circulates_between_nodes_without_a_bridge() {
+    let _alone = lab::one_lab_at_a_time();
+    let Some(lab) = cluster_up("cluster-loop-routed", Scenario::ClusterLoopRouted, 2) else {
+        return;
+    };
+    let node_cache = NODE_LOCAL_DNS.to_string();
+    assert_answers_from(&lab, 1, &node_cache, &[CLUSTER_NAME], CLUSTER_NAME_ADDRESS);
+    let overlay = lab
+        .capture(lab.node_ns(), lab::OVERLAY_DEVICE, "udp dst port 53")
+        .expect("tcpdump starts");
+    let outcome = lab
+        .dig_from(1, Pod::Client, &node_cache, &[EXTERNAL_NAME])
+        .expect("dig runs");
+    assert_fails(&outcome);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let packets = overlay.stop().expect("tcpdump stops");
+
+    let (inbound, outbound) = crossing_queries(&packets, EXTERNAL_NAME);
+    assert!(
+        inbound >= 10 && outbound >= 10,
+        "the loop should cross vxlan0 both ways ({inbound} in, {outbound} out):\n{}",
+        packets[..packets.len().min(40)].join("\n")
+    );
+    for node in 0..lab.nodes() {
+        assert!(
+            logged_queries(&lab, node, Server::NodeCache, EXTERNAL_NAME) > 10,
+            "the loop should pass through node {node}'s cache"
+        );
+    }
+    // The CoreDNS pods reach their node's cache through their cali veth.
+    let veth = lab.pod_host_veth(0, Pod::CoreDnsA).expect("veth");
+    let pod_side = lab
+        .capture(lab.node_ns(), &veth, "udp dst port 53")
+        .expect("tcpdump starts");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let packets = pod_side.stop().expect("tcpdump stops");
+    let coredns = Pod::CoreDnsA.ip_on(0).to_string();
+    assert!(
+        queries_for(&packets, EXTERNAL_NAME)
+            .iter()
+            .any(|q| q.source == coredns && q.destination == node_cache),
+        "node 0's CoreDNS pod should forward to the node cache through {veth}:\n{}",
+        packets[..packets.len().min(40)].join("\n")
+    );
+    stop_and_check_quiet(lab);
+}
+
+#[test]
+fn cluster_loop_iptables_keeps_pods_on_their_own_cache_and_loops_through_kube_dns_upstream() {
+    let _alone = lab::one_lab_at_a_time();
+    let Some(lab) = cluster_up("cluster-loop-iptables", Scenario::ClusterLoopIptables, 2) else {
+        return;
+    };
+    let cluster_dns = CLUSTER_DNS.to_string();
+    // A pod asking the kube-dns ClusterIP is answered by its own node's cache (NOTRACK: no
+    // DNAT), which asks CoreDNS through kube-dns-upstream.
+    assert_answers_from(&lab, 1, &cluster_dns, &[CLUSTER_NAME], CLUSTER_NAME_ADDRESS);
+    let client = Pod::Client.ip_on(1);
+    let cache_log = lab.server_log_on(1, Server::NodeCache).expect("server log");
+    assert!(
+        cache_log.contains(&format!("Packet from {client}:")),
+        "node 1's cache should have received its client's query to {cluster_dns}:\n{cache_log}"
+    );
+    for node in 0..lab.nodes() {
+        let coredns_log = lab
+            .server_log_on(node, Server::CoreDnsA)
+            .expect("server log");
+        assert!(
+            !coredns_log.contains(&format!("Packet from {client}:")),
+            "no CoreDNS pod should get the client's query directly:\n{coredns_log}"
+        );
+    }
+    let conntrack = |destination: &str| {
+        let output = lab
+            .exec(
+                lab.node_ns_of(1).expect("node"),
+                &["conntrack", "-L", "-p", "udp", "--orig-dst", destination],
+            )
+            .expect("conntrack runs");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let untracked = conntrack(&cluster_dns);
+    assert!(
+        untracked.trim().is_empty(),
+        "NOTRACK: nothing to {cluster_dns} should be in conntrack:\n{untracked}"
+    );
+    let upstream_service = lab::CLUSTER_DNS_UPSTREAM.to_string();
+    let dnat = conntrack(&upstream_service);
+    assert!(
+        dnat.contains(&format!("dst={upstream_service} ")),
+        "the cache should reach CoreDNS through kube-dns-upstream:\n{dnat}"
+    );
+
+    let overlay = lab
+        .capture(lab.node_ns(), lab::OVERLAY_DEVICE, "udp dst port 53")
+        .expect("tcpdump starts");
+    let outcome = lab
+        .dig_from(1, Pod::Client, &cluster_dns, &[EXTERNAL_NAME])
+        .expect("dig runs");
+    assert_fails(&outcome);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let packets = overlay.stop().expect("tcpdump stops");
+    let (inbound, outbound) = crossing_queries(&packets, EXTERNAL_NAME);
+    assert!(
+        inbound >= 10 && outbound >= 10,
+        "the loop should cross vxlan0 both ways ({inbound} in, {outbound} out):\n{}",
+        packets[..packets.len().min(40)].join("\n")
+    );
+    for node in 0..lab.nodes() {
+        assert!(
+            logged_queries(&lab, node, Server::NodeCache, EXTERNAL_NAME) > 10,
+            "the loop should pass through node {node}'s cache"
+        );
+    }
+    stop_and_check_quiet(lab);
+}
+
+#[test]
+fn cluster_upstream_is_knot_resolver_answering_from_its_own_data() {
+    let _alone = lab::one_lab_at_a_time();
+    let Some(lab) = cluster_up("cluster-kresd", Scenario::ClusterHealthy, 2) else {
+        return;
+    };
+    let node_cache = NODE_LOCAL_DNS.to_string();
+    assert_answers_from(
+        &lab,
+        1,
+        &node_cache,
+        &[EXTERNAL_NAME],
+        &EXTERNAL_A.to_string(),
+    );
+    assert_answers_from(
+        &lab,
+        1,
+        &node_cache,
+        &[EXTERNAL_NAME, "AAAA"],
+        &EXTERNAL_AAAA.to_string(),
+    );
+    let missing = lab
+        .dig_from(1, Pod::Client, &node_cache, &["missing.example.test"])
+        .expect("dig runs");
+    assert_eq!(
+        missing.status.as_deref(),
+        Some("NXDOMAIN"),
+        "{}",
+        missing.stdout
+    );
+    let log = lab.server_log(Server::Upstream).expect("server log");
+    let asked = format!("query from {}#", lab::node_uplink_on(1));
+    assert!(
+        log.lines()
+            .any(|line| line.starts_with(&asked)
+                && line.ends_with(&format!(" for {EXTERNAL_NAME}. A"))),
+        "kresd should log node 1's cache asking {EXTERNAL_NAME}:\n{log}"
+    );
+    let process = lab.server_pid(Server::Upstream).expect("upstream runs");
+    let command = std::fs::read_to_string(format!("/proc/{process}/comm")).expect("comm");
+    assert_eq!(command.trim(), "kresd");
+}

@@ -1,9 +1,10 @@
-//! `cargo xtask demo`: dnsloop finding two real faults on the lab, as a person would see them.
+//! `cargo xtask demo`: dnsloop finding three real faults on the lab, as a person would see them:
+//! a loop on one node, answers from an unexpected source, and a loop through two nodes.
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
 use dnsloop_tests::{
-    lab::{Lab, Pod, Scenario},
+    lab::{Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
     tracer::Tracer,
 };
 
@@ -48,6 +49,40 @@ pub fn run() -> Result<()> {
     );
     std::thread::sleep(SETTLE);
     print_trace(tracer)?;
+    drop(lab);
+
+    two_node_loop(&dnsloop)
+}
+
+/// The kubespray loop across two nodes, seen by the tracer on node 0 while a client on node 1
+/// asks: the question leaves node 0 through vxlan0 and comes back from node 1.
+fn two_node_loop(dnsloop: &std::path::Path) -> Result<()> {
+    let scenario = Scenario::ClusterLoop;
+    let mut lab = Lab::up(scenario)?;
+    println!("== {scenario} ==\n{}\n", lab.describe());
+    let tracer = Tracer::start(dnsloop, &lab, lab.node_ns(), &[])?;
+    println!(
+        "the client on node 1 asks its node cache an external name: dig @{NODE_LOCAL_DNS} \
+         {EXTERNAL_NAME}"
+    );
+    let outcome = lab.dig_from(
+        1,
+        Pod::Client,
+        &NODE_LOCAL_DNS.to_string(),
+        &[EXTERNAL_NAME],
+    )?;
+    println!(
+        "  -> {}\n",
+        outcome.status.as_deref().unwrap_or("timed out")
+    );
+    std::thread::sleep(SETTLE);
+    // The storm would end by itself within seconds; stopping the servers ends it now, before
+    // the tracer's last report.
+    lab.stop_servers();
+    println!("(the lab's DNS servers are stopped: the storm is over)\n");
+    let output = tracer.interrupt()?;
+    println!("$ dnsloop trace   # in node 0's network namespace, stopped with Ctrl-C");
+    println!("{}", output.stdout);
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use crate::command::{self, output_contains};
 
 /// LLVM 22 for bpf-linker; real DNS servers (dnsdist forwards like CoreDNS in the cluster
-/// scenarios) and network tools for the lab (curl scrapes dnsloop's metrics); QEMU, busybox
+/// scenarios, Knot Resolver is their upstream) and network tools for the lab (curl scrapes dnsloop's metrics); QEMU, busybox
 /// and strip for the kernel matrix's guest.
 const DEBIAN_PACKAGES: &[&str] = &[
     "llvm-22-dev",
@@ -15,6 +15,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "dnsmasq-base",
     "unbound",
     "dnsdist",
+    "knot-resolver",
     "nftables",
     "iproute2",
     "tcpdump",

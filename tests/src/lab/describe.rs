@@ -13,11 +13,11 @@ use super::{
     state,
     topology::{
         node_underlay_on, node_uplink_on, overlay_address_on, pod_cidr_on, pod_gateway6_on,
-        pod_gateway_on, role_of_address, Namespaces, Pod, Server, CLUSTER_DNS, CLUSTER_DNS_V6,
-        NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_UPLINK, NODE_UPLINK_V6, OVERLAY_DEVICE,
-        POD_PREFIX_LEN, POD_PREFIX_LEN_V6, UNDERLAY_DEVICE, UNDERLAY_PREFIX_LEN, UPLINK_DEVICE,
-        UPLINK_PREFIX_LEN, UPLINK_PREFIX_LEN_V6, UPSTREAM_DNS, UPSTREAM_DNS_V6, VXLAN_ID,
-        VXLAN_PORT,
+        pod_gateway_on, role_of_address, Namespaces, Pod, PodNetwork, Server, CLUSTER_DNS,
+        CLUSTER_DNS_UPSTREAM, CLUSTER_DNS_V6, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_UPLINK,
+        NODE_UPLINK_V6, OVERLAY_DEVICE, POD_PREFIX_LEN, POD_PREFIX_LEN_V6, ROUTED_POD_GATEWAY,
+        UNDERLAY_DEVICE, UNDERLAY_PREFIX_LEN, UPLINK_DEVICE, UPLINK_PREFIX_LEN,
+        UPLINK_PREFIX_LEN_V6, UPSTREAM_DNS, UPSTREAM_DNS_V6, VXLAN_ID, VXLAN_PORT,
     },
 };
 
@@ -99,14 +99,28 @@ fn write_description(
                 overlay_address_on(node)
             )
         };
+        let pods = match settings.pod_network {
+            PodNetwork::Bridge => format!(
+                "cni0 {}/{POD_PREFIX_LEN} {}/{POD_PREFIX_LEN_V6} (pods {})",
+                pod_gateway_on(node),
+                pod_gateway6_on(node),
+                pod_cidr_on(node)
+            ),
+            PodNetwork::Routed => format!(
+                "no bridge: pods {} routed, a /32 per pod via its cali* veth (proxy ARP for \
+                 their gateway {ROUTED_POD_GATEWAY}), the rest blackholed",
+                pod_cidr_on(node)
+            ),
+        };
+        let node_cache_addresses = if settings.node_cache_takes_cluster_dns {
+            format!("{NODE_LOCAL_DNS} {CLUSTER_DNS} {NODE_LOCAL_DNS_V6}")
+        } else {
+            format!("{NODE_LOCAL_DNS} {NODE_LOCAL_DNS_V6}")
+        };
         writeln!(
             out,
-            "  {:<24} node {node}: cni0 {}/{POD_PREFIX_LEN} {}/{POD_PREFIX_LEN_V6} (pods {}); \
-             nodelocaldns {NODE_LOCAL_DNS} {NODE_LOCAL_DNS_V6}; {uplink}",
+            "  {:<24} node {node}: {pods}; nodelocaldns {node_cache_addresses}; {uplink}",
             node_names.node(),
-            pod_gateway_on(node),
-            pod_gateway6_on(node),
-            pod_cidr_on(node),
         )?;
         writeln!(
             out,
@@ -116,6 +130,16 @@ fn write_description(
             endpoints.join(" / "),
             u8::from(settings.bridge_nf_call_iptables)
         )?;
+        if settings.node_cache_takes_cluster_dns {
+            writeln!(
+                out,
+                "  {:<24} node-local-dns in iptables mode: NOTRACK for udp+tcp 53 to and from \
+                 {NODE_LOCAL_DNS} and {CLUSTER_DNS} (raw prerouting and output), so pods asking \
+                 {CLUSTER_DNS} reach this node's cache; ClusterIP {CLUSTER_DNS_UPSTREAM} \
+                 (kube-dns-upstream) -> DNAT to the same pods",
+                ""
+            )?;
+        }
         if nodes > 1 {
             let peers: Vec<String> = (0..nodes)
                 .filter(|&peer| peer != node)
@@ -131,15 +155,18 @@ fn write_description(
             writeln!(out, "  {:<24} routes: {}", "", peers.join("; "))?;
         }
         for pod in node_names.pods() {
+            let host_side = match settings.pod_network {
+                PodNetwork::Bridge => format!("{} on cni0", pod.host_veth()),
+                PodNetwork::Routed => format!("{}, routed", pod.cali_veth_on(node)),
+            };
             writeln!(
                 out,
-                "  {:<24} pod {} ({}): eth0 {} {} ({} on cni0)",
+                "  {:<24} pod {} ({}): eth0 {} {} ({host_side})",
                 node_names.pod(pod).unwrap_or_default(),
                 pod.name(),
                 pod.kubernetes_id_on(node),
                 pod.ip_on(node),
                 pod.ip6_on(node),
-                pod.host_veth()
             )?;
         }
     }

@@ -1,7 +1,8 @@
 //! The node lab: a Kubernetes node's DNS path rebuilt in network namespaces, with real DNS
-//! servers (dnsmasq, unbound and dnsdist playing node-local-dns, CoreDNS and the upstream
-//! resolver). A lab has one node, or up to [`MAX_NODES`] joined into a cluster by a VXLAN
-//! overlay ([`Lab::up_nodes`]).
+//! servers (dnsmasq, unbound, dnsdist and Knot Resolver playing node-local-dns, CoreDNS and the
+//! upstream resolver). A lab has one node, or up to [`MAX_NODES`] joined into a cluster by a
+//! VXLAN overlay ([`Lab::up_nodes`]), its pods on a `cni0` bridge or routed Calico-style
+//! ([`PodNetwork`]).
 //!
 //! ```text
 //!  pod namespaces            node namespace                                upstream namespace
@@ -63,10 +64,11 @@ pub use scenario::{Scenario, UnknownScenario};
 pub use serial::one_lab_at_a_time;
 pub use topology::{
     dns_server, node_underlay_on, node_uplink_on, overlay_address_on, pod_cidr_on, pod_gateway_on,
-    Pod, Server, CLUSTER_DNS, CLUSTER_DNS_V6, CLUSTER_DOMAIN, CLUSTER_POD_NETWORK, CLUSTER_RECORDS,
-    DEAD_DNS, DNS_PORT, EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, MAX_NODES, NODE_LOCAL_DNS,
-    NODE_LOCAL_DNS_V6, NODE_UPLINK, NODE_UPLINK_V6, OVERLAY_DEVICE, STUB_DOMAIN, UNDERLAY_DEVICE,
-    UPLINK_DEVICE, UPSTREAM_DNS, UPSTREAM_DNS_V6, VXLAN_PORT,
+    Pod, PodNetwork, Server, CLUSTER_DNS, CLUSTER_DNS_UPSTREAM, CLUSTER_DNS_V6, CLUSTER_DOMAIN,
+    CLUSTER_POD_NETWORK, CLUSTER_RECORDS, DEAD_DNS, DNS_PORT, EXTERNAL_A, EXTERNAL_AAAA,
+    EXTERNAL_NAME, MAX_NODES, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_UPLINK, NODE_UPLINK_V6,
+    OVERLAY_DEVICE, ROUTED_HOST_VETH_MAC, ROUTED_POD_GATEWAY, ROUTED_POD_GATEWAY_V6, STUB_DOMAIN,
+    UNDERLAY_DEVICE, UPLINK_DEVICE, UPSTREAM_DNS, UPSTREAM_DNS_V6, VXLAN_PORT,
 };
 
 use describe::ServerProcess;
@@ -253,6 +255,16 @@ impl Lab {
     /// The namespace of `pod` on node `node`; fails if that node does not run it.
     pub fn pod_ns_on(&self, node: usize, pod: Pod) -> Result<String> {
         self.names.pod_on(node, pod).map(str::to_owned)
+    }
+
+    /// The node side of `pod`'s veth on node `node`: `veth-<pod>` on the `cni0` bridge, or
+    /// `cali<hash>` when the scenario routes its pods ([`Scenario::pod_network`]).
+    pub fn pod_host_veth(&self, node: usize, pod: Pod) -> Result<String> {
+        self.names.pod_on(node, pod)?;
+        Ok(match self.scenario.pod_network() {
+            PodNetwork::Bridge => pod.host_veth(),
+            PodNetwork::Routed => pod.cali_veth_on(node),
+        })
     }
 
     /// The pods node `node` runs.

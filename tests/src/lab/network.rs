@@ -21,11 +21,12 @@ use super::{
     command, netns, nftables,
     topology::{
         node_underlay_on, node_uplink_on, overlay_address_on, overlay_mac_on, pod_cidr6_on,
-        pod_cidr_on, pod_gateway6_on, pod_gateway_on, Namespaces, NodeNamespaces, Pod,
-        NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_LOCAL_NET, NODE_LOCAL_NET_V6, NODE_UPLINK,
-        NODE_UPLINK_V6, OVERLAY_DEVICE, POD_PREFIX_LEN, POD_PREFIX_LEN_V6, UNDERLAY_DEVICE,
-        UNDERLAY_PREFIX_LEN, UPLINK_DEVICE, UPLINK_PREFIX_LEN, UPLINK_PREFIX_LEN_V6, UPSTREAM_DNS,
-        UPSTREAM_DNS_V6, VXLAN_ID, VXLAN_PORT,
+        pod_cidr_on, pod_gateway6_on, pod_gateway_on, Namespaces, NodeNamespaces, Pod, PodNetwork,
+        CLUSTER_DNS, CLUSTER_DNS_UPSTREAM, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_LOCAL_NET,
+        NODE_LOCAL_NET_V6, NODE_UPLINK, NODE_UPLINK_V6, OVERLAY_DEVICE, POD_PREFIX_LEN,
+        POD_PREFIX_LEN_V6, ROUTED_HOST_VETH_MAC, ROUTED_POD_GATEWAY, ROUTED_POD_GATEWAY_V6,
+        UNDERLAY_DEVICE, UNDERLAY_PREFIX_LEN, UPLINK_DEVICE, UPLINK_PREFIX_LEN,
+        UPLINK_PREFIX_LEN_V6, UPSTREAM_DNS, UPSTREAM_DNS_V6, VXLAN_ID, VXLAN_PORT,
     },
 };
 
@@ -35,6 +36,12 @@ pub(crate) struct NodeSettings {
     pub bridge_nf_call_iptables: bool,
     /// An address in the upstream namespace where every packet is dropped.
     pub dead_server: Option<Ipv4Addr>,
+    /// Pods on the `cni0` bridge, or routed (Calico-style).
+    pub pod_network: PodNetwork,
+    /// node-local-dns in iptables mode: the kube-dns ClusterIP is also the node cache's
+    /// address, NOTRACK keeps kube-proxy's DNAT away from it, and kube-dns-upstream is the
+    /// Service that still leads to CoreDNS.
+    pub node_cache_takes_cluster_dns: bool,
 }
 
 /// The fabric's bridges: one for the overlay's encapsulated packets, one for the network the
@@ -60,21 +67,38 @@ pub(crate) fn wire(names: &Namespaces, settings: &NodeSettings, state_dir: &Path
         !endpoints.is_empty(),
         "the scenario runs no CoreDNS pod: the cluster DNS Service would have no endpoint"
     );
+    // In iptables mode kube-proxy still programs kube-dns (NOTRACK bypasses it), and
+    // kube-dns-upstream with the same endpoints.
+    let services: &[Ipv4Addr] = if settings.node_cache_takes_cluster_dns {
+        &[CLUSTER_DNS, CLUSTER_DNS_UPSTREAM]
+    } else {
+        &[CLUSTER_DNS]
+    };
     for (node, node_names) in names.nodes().iter().enumerate() {
-        wire_node(node_names.node(), node, settings.bridge_nf_call_iptables)
+        wire_node(node_names.node(), node, settings)
             .with_context(|| format!("wiring node {node}"))?;
         for pod in node_names.pods() {
-            wire_pod(node_names, node, pod)
-                .with_context(|| format!("wiring pod {} on node {node}", pod.name()))?;
+            match settings.pod_network {
+                PodNetwork::Bridge => wire_pod(node_names, node, pod),
+                PodNetwork::Routed => wire_routed_pod(node_names, node, pod),
+            }
+            .with_context(|| format!("wiring pod {} on node {node}", pod.name()))?;
         }
         let endpoints_v6: Vec<Ipv6Addr> = coredns_pods(node_names)
             .map(|pod| pod.ip6_on(node))
             .collect();
         nftables::load(
             node_names.node(),
-            &nftables::cluster_dns_service(&endpoints, &endpoints_v6),
+            &nftables::cluster_dns_service(services, &endpoints, &endpoints_v6),
             &state_dir.join(node_file(node, "nft")),
         )?;
+        if settings.node_cache_takes_cluster_dns {
+            nftables::load(
+                node_names.node(),
+                &nftables::node_local_dns_notrack(&[NODE_LOCAL_DNS, CLUSTER_DNS]),
+                &state_dir.join(node_file(node, "notrack.nft")),
+            )?;
+        }
     }
     match names.fabric() {
         None => wire_uplink(names).context("wiring the node's uplink to the upstream namespace")?,
@@ -126,28 +150,47 @@ fn prepare(namespace: &str) -> Result<()> {
     )
 }
 
-fn wire_node(node: &str, index: usize, bridge_nf_call_iptables: bool) -> Result<()> {
-    add_bridge(node, "cni0")?;
-    add_address(
-        node,
-        "cni0",
-        &format!("{}/{POD_PREFIX_LEN}", pod_gateway_on(index)),
-    )?;
-    add_address(
-        node,
-        "cni0",
-        &format!("{}/{POD_PREFIX_LEN_V6}", pod_gateway6_on(index)),
-    )?;
+fn wire_node(node: &str, index: usize, settings: &NodeSettings) -> Result<()> {
+    match settings.pod_network {
+        PodNetwork::Bridge => {
+            add_bridge(node, "cni0")?;
+            add_address(
+                node,
+                "cni0",
+                &format!("{}/{POD_PREFIX_LEN}", pod_gateway_on(index)),
+            )?;
+            add_address(
+                node,
+                "cni0",
+                &format!("{}/{POD_PREFIX_LEN_V6}", pod_gateway6_on(index)),
+            )?;
+        }
+        // Calico's IPAM block route: the pods' /32 routes are more specific; an address of the
+        // block no pod has goes nowhere instead of out of the default route.
+        PodNetwork::Routed => {
+            netns::ip(
+                node,
+                &["-4", "route", "add", "blackhole", &pod_cidr_on(index)],
+            )?;
+            netns::ip(
+                node,
+                &["-6", "route", "add", "blackhole", &pod_cidr6_on(index)],
+            )?;
+        }
+    }
     // node-local-dns puts its address on a dummy device; this kernel has no dummy driver, and a
     // bridge without ports is just as good a place for a local address.
     add_bridge(node, "nodelocaldns")?;
     add_address(node, "nodelocaldns", &format!("{NODE_LOCAL_DNS}/32"))?;
     add_address(node, "nodelocaldns", &format!("{NODE_LOCAL_DNS_V6}/128"))?;
+    if settings.node_cache_takes_cluster_dns {
+        add_address(node, "nodelocaldns", &format!("{CLUSTER_DNS}/32"))?;
+    }
     netns::sysctl(
         node,
         &["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
     )?;
-    set_bridge_netfilter(node, bridge_nf_call_iptables)
+    set_bridge_netfilter(node, settings.bridge_nf_call_iptables)
 }
 
 /// Whether frames bridged between pods on `cni0` pass through netfilter (conntrack and NAT),
@@ -197,6 +240,101 @@ fn wire_pod(names: &NodeNamespaces, index: usize, pod: Pod) -> Result<()> {
     netns::ip(pod_ns, &["link", "set", "eth0", "up"])?;
     add_route(pod_ns, "default", &pod_gateway_on(index).to_string())?;
     add_route(pod_ns, "default", &pod_gateway6_on(index).to_string())
+}
+
+/// A pod as Calico wires it: its `eth0` has a /32 (and a /128) and a default route via
+/// [`ROUTED_POD_GATEWAY`], an address no device has; the host veth `cali...` has no address
+/// but answers ARP for everything by proxy (at once: proxy_delay 0), and the node routes the
+/// pod's /32 to it.
+fn wire_routed_pod(names: &NodeNamespaces, index: usize, pod: Pod) -> Result<()> {
+    let node = names.node();
+    let pod_ns = names
+        .pod(pod)
+        .with_context(|| format!("node {index} runs no pod {}", pod.name()))?;
+    let host_veth = pod.cali_veth_on(index);
+    netns::ip(
+        node,
+        &[
+            "link",
+            "add",
+            &host_veth,
+            "address",
+            ROUTED_HOST_VETH_MAC,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            pod_ns,
+        ],
+    )?;
+    netns::sysctl(
+        node,
+        &[
+            &format!("net.ipv4.conf.{host_veth}.proxy_arp=1"),
+            &format!("net.ipv4.neigh.{host_veth}.proxy_delay=0"),
+        ],
+    )?;
+    // The pods' IPv6 gateway is the link-local address the MAC gives; set it before the link
+    // is up, so it is there (and without DAD) the moment `up` returns.
+    netns::ip(node, &["link", "set", &host_veth, "addrgenmode", "none"])?;
+    add_address(node, &host_veth, &format!("{ROUTED_POD_GATEWAY_V6}/64"))?;
+    netns::ip(node, &["link", "set", &host_veth, "up"])?;
+    add_address(pod_ns, "eth0", &format!("{}/32", pod.ip_on(index)))?;
+    add_address(pod_ns, "eth0", &format!("{}/128", pod.ip6_on(index)))?;
+    netns::ip(pod_ns, &["link", "set", "eth0", "up"])?;
+    netns::ip(
+        pod_ns,
+        &[
+            "-4",
+            "route",
+            "add",
+            "default",
+            "via",
+            &ROUTED_POD_GATEWAY.to_string(),
+            "dev",
+            "eth0",
+            "onlink",
+        ],
+    )?;
+    netns::ip(
+        pod_ns,
+        &[
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            &ROUTED_POD_GATEWAY_V6.to_string(),
+            "dev",
+            "eth0",
+        ],
+    )?;
+    netns::ip(
+        node,
+        &[
+            "-4",
+            "route",
+            "add",
+            &format!("{}/32", pod.ip_on(index)),
+            "dev",
+            &host_veth,
+            "scope",
+            "link",
+        ],
+    )?;
+    netns::ip(
+        node,
+        &[
+            "-6",
+            "route",
+            "add",
+            &format!("{}/128", pod.ip6_on(index)),
+            "dev",
+            &host_veth,
+        ],
+    )
 }
 
 /// The node's `eth0` faces the upstream namespace's `eth0`. The node's default route points at

@@ -12,8 +12,7 @@ use anyhow::{Context as _, Result};
 use super::{
     command, netns,
     topology::{
-        CLUSTER_DNS, CLUSTER_DNS_V6, CLUSTER_POD_NETWORK, NODE_LOCAL_NET, OVERLAY_DEVICE,
-        UPLINK_DEVICE,
+        CLUSTER_DNS_V6, CLUSTER_POD_NETWORK, NODE_LOCAL_NET, OVERLAY_DEVICE, UPLINK_DEVICE,
     },
 };
 
@@ -22,9 +21,19 @@ use super::{
 /// node's own resolver), like kube-proxy. IPv6 goes to `endpoints_v6`, the CoreDNS pods the
 /// node reaches over IPv6 (none: no IPv6 Service). Nothing is masqueraded: pods see each
 /// other's real addresses.
-pub(crate) fn cluster_dns_service(endpoints: &[Ipv4Addr], endpoints_v6: &[Ipv6Addr]) -> String {
-    let mut matches_service =
-        format!("ip daddr {CLUSTER_DNS} meta l4proto {{ udp, tcp }} th dport 53 goto cluster-dns");
+///
+/// `services` are the ClusterIPs that lead to those endpoints: kube-dns
+/// ([`CLUSTER_DNS`](super::topology::CLUSTER_DNS)), and kube-dns-upstream where node-local-dns
+/// runs in iptables mode.
+pub(crate) fn cluster_dns_service(
+    services: &[Ipv4Addr],
+    endpoints: &[Ipv4Addr],
+    endpoints_v6: &[Ipv6Addr],
+) -> String {
+    let mut matches_service = format!(
+        "ip daddr {} meta l4proto {{ udp, tcp }} th dport 53 goto cluster-dns",
+        address_or_set(services)
+    );
     let mut dnat = format!(
         "meta nfproto ipv4 dnat ip to numgen random mod {} map {{ {} }}",
         endpoints.len(),
@@ -54,6 +63,47 @@ pub(crate) fn cluster_dns_service(endpoints: &[Ipv4Addr], endpoints_v6: &[Ipv6Ad
 \t\ttype nat hook output priority -100; policy accept;
 \t\t{matches_service}
 \t}}
+}}
+"
+    )
+}
+
+/// `a` for one address, `{ a, b }` for several.
+fn address_or_set(addresses: &[impl Display]) -> String {
+    match addresses {
+        [one] => one.to_string(),
+        several => format!(
+            "{{ {} }}",
+            several
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// node-local-dns's NOTRACK rules in iptables mode: DNS to and from `addresses` (its own and
+/// the kube-dns ClusterIP it took over) skips conntrack, so kube-proxy's DNAT of the ClusterIP
+/// never applies and a pod's query is delivered to the node's own cache. In the raw table,
+/// before conntrack, on prerouting (from pods) and output (the node's own, and the cache's
+/// answers).
+pub(crate) fn node_local_dns_notrack(addresses: &[Ipv4Addr]) -> String {
+    let addresses = address_or_set(addresses);
+    let rules = format!(
+        "ip daddr {addresses} meta l4proto {{ udp, tcp }} th dport 53 notrack
+		ip saddr {addresses} meta l4proto {{ udp, tcp }} th sport 53 notrack"
+    );
+    format!(
+        "table inet dnsloop-lab-nodelocaldns {{
+	chain prerouting {{
+		type filter hook prerouting priority raw; policy accept;
+		{rules}
+	}}
+	chain output {{
+		type filter hook output priority raw; policy accept;
+		{rules}
+	}}
 }}
 "
     )

@@ -9,6 +9,7 @@ const REQUIRED_PROGRAMS: &[(&str, &str)] = &[
     ("dnsmasq", "dnsmasq-base"),
     ("unbound", "unbound"),
     ("dnsdist", "dnsdist"),
+    ("kresd", "knot-resolver"),
     ("bridge", "iproute2"),
     ("dig", "bind9-dnsutils"),
     ("tcpdump", "tcpdump"),

@@ -9,9 +9,9 @@ use super::{
     network::NodeSettings,
     servers::{Forward, ServerConfig, Software, Transport, ROOT},
     topology::{
-        Pod, Server, CLUSTER_DNS, CLUSTER_DOMAIN, CLUSTER_RECORDS, DEAD_DNS, EXTERNAL_A,
-        EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, STUB_DOMAIN, UPSTREAM_DNS,
-        UPSTREAM_DNS_V6,
+        Pod, PodNetwork, Server, CLUSTER_DNS, CLUSTER_DNS_UPSTREAM, CLUSTER_DOMAIN,
+        CLUSTER_RECORDS, DEAD_DNS, EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS,
+        NODE_LOCAL_DNS_V6, STUB_DOMAIN, UPSTREAM_DNS, UPSTREAM_DNS_V6,
     },
 };
 
@@ -25,10 +25,14 @@ pub enum Scenario {
     TcpLoop,
     ClusterHealthy,
     ClusterLoop,
+    ClusterTcpLoop,
+    ClusterHealthyRouted,
+    ClusterLoopRouted,
+    ClusterLoopIptables,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::Healthy,
         Scenario::NodelocalLoop,
         Scenario::SelfLoop,
@@ -37,6 +41,10 @@ impl Scenario {
         Scenario::TcpLoop,
         Scenario::ClusterHealthy,
         Scenario::ClusterLoop,
+        Scenario::ClusterTcpLoop,
+        Scenario::ClusterHealthyRouted,
+        Scenario::ClusterLoopRouted,
+        Scenario::ClusterLoopIptables,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -49,6 +57,10 @@ impl Scenario {
             Scenario::TcpLoop => "tcp-loop",
             Scenario::ClusterHealthy => "cluster-healthy",
             Scenario::ClusterLoop => "cluster-loop",
+            Scenario::ClusterTcpLoop => "cluster-tcp-loop",
+            Scenario::ClusterHealthyRouted => "cluster-healthy-routed",
+            Scenario::ClusterLoopRouted => "cluster-loop-routed",
+            Scenario::ClusterLoopIptables => "cluster-loop-iptables",
         }
     }
 
@@ -65,7 +77,42 @@ impl Scenario {
     /// Whether this is one of the cluster scenarios, whose servers are dnsdist and whose every
     /// node runs a CoreDNS pod.
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Scenario::ClusterHealthy | Scenario::ClusterLoop)
+        matches!(
+            self,
+            Scenario::ClusterHealthy
+                | Scenario::ClusterLoop
+                | Scenario::ClusterTcpLoop
+                | Scenario::ClusterHealthyRouted
+                | Scenario::ClusterLoopRouted
+                | Scenario::ClusterLoopIptables
+        )
+    }
+
+    /// How the nodes connect their pods: routed, Calico-style, in the `-routed` scenarios; on
+    /// the `cni0` bridge everywhere else.
+    pub fn pod_network(&self) -> PodNetwork {
+        match self {
+            Scenario::ClusterHealthyRouted | Scenario::ClusterLoopRouted => PodNetwork::Routed,
+            _ => PodNetwork::Bridge,
+        }
+    }
+
+    /// Whether node-local-dns runs in iptables mode: the node cache also takes the kube-dns
+    /// ClusterIP ([`CLUSTER_DNS`]) for itself, with NOTRACK rules so kube-proxy's DNAT never
+    /// sees its queries, and reaches CoreDNS through kube-dns-upstream
+    /// ([`CLUSTER_DNS_UPSTREAM`]).
+    pub fn node_cache_takes_cluster_dns(&self) -> bool {
+        *self == Scenario::ClusterLoopIptables
+    }
+
+    /// The scenario whose DNS servers this one runs, for those that differ only in how the
+    /// nodes are wired.
+    fn servers_like(&self) -> Scenario {
+        match self {
+            Scenario::ClusterHealthyRouted => Scenario::ClusterHealthy,
+            Scenario::ClusterLoopRouted => Scenario::ClusterLoop,
+            other => *other,
+        }
     }
 
     /// The pods node `node` runs. The node scenarios keep both CoreDNS pods on node 0 (other
@@ -127,6 +174,23 @@ impl Scenario {
                  every CoreDNS pod to its own node's cache; external names circulate from node to \
                  node over the overlay"
             }
+            Scenario::ClusterTcpLoop => {
+                "cluster-loop with every node cache forwarding over TCP only (force_tcp): the \
+                 loop crosses the overlay over TCP"
+            }
+            Scenario::ClusterHealthyRouted => {
+                "cluster-healthy with routed pods, Calico-style: no cni0 bridge, a /32 per pod \
+                 behind a cali* veth with proxy ARP; every name resolves from every node"
+            }
+            Scenario::ClusterLoopRouted => {
+                "cluster-loop with routed pods, Calico-style: no cni0 bridge, a /32 per pod \
+                 behind a cali* veth with proxy ARP; external names circulate between nodes"
+            }
+            Scenario::ClusterLoopIptables => {
+                "node-local-dns in iptables mode: every node cache also holds the kube-dns \
+                 ClusterIP (NOTRACK, no DNAT) and forwards `.` to kube-dns-upstream, every CoreDNS \
+                 pod to its node's cache; external names circulate between nodes"
+            }
         }
     }
 
@@ -134,6 +198,8 @@ impl Scenario {
         NodeSettings {
             bridge_nf_call_iptables: *self != Scenario::UnexpectedSource,
             dead_server: (*self == Scenario::DeadUpstream).then_some(DEAD_DNS),
+            pod_network: self.pod_network(),
+            node_cache_takes_cluster_dns: self.node_cache_takes_cluster_dns(),
         }
     }
 
@@ -147,11 +213,14 @@ impl Scenario {
         };
         config.node = if server == Server::Upstream { 0 } else { node };
         if self.is_cluster() {
-            // dnsdist forwards like CoreDNS's `forward`: a new ID for every query it sends, and
-            // a query that comes back around a loop is just one more query.
-            if server != Server::Upstream {
-                config.software = Software::Dnsdist;
-            }
+            config.software = match server {
+                // dnsdist forwards like CoreDNS's `forward`: a new ID for every query it sends,
+                // and a query that comes back around a loop is just one more query.
+                Server::NodeCache | Server::CoreDnsA | Server::CoreDnsB => Software::Dnsdist,
+                // A resolver of another make than the cluster's own servers, as a datacenter's
+                // is; it answers from its own local data.
+                Server::Upstream => Software::KnotResolver,
+            };
         }
         config
     }
@@ -160,7 +229,7 @@ impl Scenario {
     fn node_cache(&self) -> ServerConfig {
         let cluster_dns = IpAddr::V4(CLUSTER_DNS);
         let upstream = IpAddr::V4(UPSTREAM_DNS);
-        let (software, transport, forwards) = match self {
+        let (software, transport, forwards) = match self.servers_like() {
             Scenario::Healthy
             | Scenario::SelfLoop
             | Scenario::UnexpectedSource
@@ -195,12 +264,35 @@ impl Scenario {
                 Transport::Tcp,
                 vec![forward(ROOT, cluster_dns)],
             ),
+            // dnsdist's `tcpOnly`, node-local-dns's force_tcp.
+            Scenario::ClusterTcpLoop => (
+                Software::Dnsdist,
+                Transport::Tcp,
+                vec![forward(ROOT, cluster_dns)],
+            ),
+            // In iptables mode the cache is the kube-dns ClusterIP; CoreDNS is behind
+            // kube-dns-upstream.
+            Scenario::ClusterLoopIptables => (
+                Software::Dnsdist,
+                Transport::Udp,
+                vec![forward(ROOT, CLUSTER_DNS_UPSTREAM.into())],
+            ),
+            // Wired differently, same servers: servers_like() never returns these.
+            Scenario::ClusterHealthyRouted | Scenario::ClusterLoopRouted => (
+                Software::Dnsdist,
+                Transport::Udp,
+                vec![forward(ROOT, cluster_dns)],
+            ),
         };
+        let mut listen = vec![IpAddr::V4(NODE_LOCAL_DNS), IpAddr::V6(NODE_LOCAL_DNS_V6)];
+        if self.node_cache_takes_cluster_dns() {
+            listen.push(cluster_dns);
+        }
         ServerConfig {
             server: Server::NodeCache,
             node: 0,
             software,
-            listen: vec![NODE_LOCAL_DNS.into(), NODE_LOCAL_DNS_V6.into()],
+            listen,
             local_zones: vec![],
             records: vec![],
             forwards,
@@ -212,8 +304,11 @@ impl Scenario {
     /// `/etc/resolv.conf` (`forward . /etc/resolv.conf`) would name.
     fn coredns(&self, server: Server, pod: Pod, node: usize) -> ServerConfig {
         let mut listen = vec![IpAddr::V4(pod.ip_on(node)), IpAddr::V6(pod.ip6_on(node))];
-        let (software, forwards) = match self {
-            Scenario::Healthy | Scenario::UnexpectedSource | Scenario::ClusterHealthy => {
+        let (software, forwards) = match self.servers_like() {
+            Scenario::Healthy
+            | Scenario::UnexpectedSource
+            | Scenario::ClusterHealthy
+            | Scenario::ClusterHealthyRouted => {
                 (Software::Dnsmasq, vec![forward(ROOT, UPSTREAM_DNS.into())])
             }
             Scenario::DeadUpstream => (
@@ -224,7 +319,12 @@ impl Scenario {
                 ],
             ),
             // The host's resolv.conf names the node-local cache.
-            Scenario::NodelocalLoop | Scenario::TcpLoop | Scenario::ClusterLoop => (
+            Scenario::NodelocalLoop
+            | Scenario::TcpLoop
+            | Scenario::ClusterLoop
+            | Scenario::ClusterTcpLoop
+            | Scenario::ClusterLoopIptables
+            | Scenario::ClusterLoopRouted => (
                 Software::Dnsmasq,
                 vec![forward(ROOT, NODE_LOCAL_DNS.into())],
             ),
@@ -282,8 +382,12 @@ impl fmt::Display for Scenario {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("unknown scenario `{0}`: expected one of healthy, nodelocal-loop, self-loop, unexpected-source, dead-upstream, tcp-loop, cluster-healthy, cluster-loop")]
+#[error("unknown scenario `{0}`: expected one of {names}", names = scenario_names())]
 pub struct UnknownScenario(String);
+
+fn scenario_names() -> String {
+    Scenario::ALL.map(|scenario| scenario.name()).join(", ")
+}
 
 impl FromStr for Scenario {
     type Err = UnknownScenario;
@@ -370,6 +474,91 @@ mod tests {
         let cache = render(Scenario::TcpLoop, Server::NodeCache);
         for line in ["tcp-upstream: yes", "forward-addr: 10.96.0.10@53"] {
             assert!(cache.contains(line), "{cache}");
+        }
+    }
+
+    #[test]
+    fn cluster_variants_forward_over_tcp_take_the_cluster_ip_or_route_their_pods() {
+        let dir = std::path::Path::new("/run/dnsloop-lab/example");
+        let render = |scenario: Scenario, server| {
+            scenario
+                .server_config(server, 1)
+                .render(dir)
+                .expect("renders")
+        };
+        let cache = render(Scenario::ClusterTcpLoop, Server::NodeCache);
+        assert!(
+            cache.contains("newServer({address=\"10.96.0.10:53\"")
+                && cache.contains("tcpOnly=true")
+                && cache.contains("AndRule({TCPRule(true), NotRule(MaxQPSRule(50, 1000))})"),
+            "{cache}"
+        );
+        assert!(!render(Scenario::ClusterLoop, Server::NodeCache).contains("tcpOnly"));
+        let cache = render(Scenario::ClusterLoopIptables, Server::NodeCache);
+        for line in [
+            "setLocal(\"169.254.25.10:53\")",
+            "addLocal(\"10.96.0.10:53\")",
+            "newServer({address=\"10.96.0.11:53\"",
+        ] {
+            assert!(cache.contains(line), "{cache}");
+        }
+        let coredns = render(Scenario::ClusterLoopIptables, Server::CoreDnsA);
+        assert!(
+            coredns.contains("newServer({address=\"169.254.25.10:53\""),
+            "{coredns}"
+        );
+        assert_eq!(
+            render(Scenario::ClusterLoopRouted, Server::NodeCache),
+            render(Scenario::ClusterLoop, Server::NodeCache)
+        );
+        let routed: Vec<Scenario> = Scenario::ALL
+            .into_iter()
+            .filter(|scenario| scenario.pod_network() == PodNetwork::Routed)
+            .collect();
+        assert_eq!(
+            routed,
+            [Scenario::ClusterHealthyRouted, Scenario::ClusterLoopRouted]
+        );
+        for scenario in Scenario::ALL {
+            assert_eq!(
+                scenario.node_settings().node_cache_takes_cluster_dns,
+                scenario == Scenario::ClusterLoopIptables
+            );
+        }
+    }
+
+    #[test]
+    fn the_cluster_upstream_is_knot_resolver_and_the_node_upstream_dnsmasq() {
+        let dir = std::path::Path::new("/run/dnsloop-lab/example");
+        let upstream = Scenario::ClusterHealthy.server_config(Server::Upstream, 0);
+        assert_eq!(upstream.software, Software::KnotResolver);
+        let conf = upstream.render(dir).expect("renders");
+        for line in [
+            "net.listen('10.255.0.53', 53, { kind = 'dns' })",
+            "[kres.type.A] = { rdata = { kres.str2ip('192.0.2.80') }, ttl = 0 }",
+            "[kres.type.AAAA] = { rdata = { kres.str2ip('2001:db8::80') }, ttl = 0 }",
+            "{ todname('www.example.test.') }",
+            "policy.add(policy.all(policy.DENY))",
+            "trust_anchors.remove('.')",
+        ] {
+            assert!(conf.contains(line), "{line}:\n{conf}");
+        }
+        assert_eq!(
+            Scenario::Healthy
+                .server_config(Server::Upstream, 0)
+                .software,
+            Software::Dnsmasq
+        );
+    }
+
+    #[test]
+    fn unknown_scenarios_are_told_every_name() {
+        let error = "cluster"
+            .parse::<Scenario>()
+            .expect_err("unknown")
+            .to_string();
+        for scenario in Scenario::ALL {
+            assert!(error.contains(scenario.name()), "{error}");
         }
     }
 

@@ -15,6 +15,10 @@ pub fn dns_server(address: impl Into<IpAddr>) -> SocketAddr {
 /// ClusterIP of the cluster DNS Service (kube-dns); nftables DNATs it to the CoreDNS pods.
 pub const CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 pub const CLUSTER_DNS_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0x96, 0, 0, 0, 0, 0xa);
+/// ClusterIP of the `kube-dns-upstream` Service, which node-local-dns in iptables mode creates
+/// to reach CoreDNS: it takes over [`CLUSTER_DNS`] itself (`cluster-loop-iptables`). Same
+/// endpoints as kube-dns.
+pub const CLUSTER_DNS_UPSTREAM: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 11);
 /// Address of the node-local DNS cache (node-local-dns's default link-local address).
 pub const NODE_LOCAL_DNS: Ipv4Addr = Ipv4Addr::new(169, 254, 25, 10);
 pub const NODE_LOCAL_DNS_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0xa9fe, 0x190a);
@@ -160,6 +164,13 @@ impl Pod {
         format!("veth-{}", self.name())
     }
 
+    /// The node side of the pod's veth pair on node `node` when pods are routed
+    /// ([`PodNetwork::Routed`]): `cali` and 11 hex digits of a hash of the pod's
+    /// `namespace/name`, as Calico names it (15 characters, the kernel's limit).
+    pub fn cali_veth_on(&self, node: usize) -> String {
+        format!("cali{:011x}", fnv1a(&self.kubernetes_id_on(node)) >> 20)
+    }
+
     fn host_number(&self) -> u8 {
         match self {
             Pod::Client => 2,
@@ -208,6 +219,36 @@ impl Server {
         }
     }
 }
+
+/// FNV-1a, 64 bits: a stable hash (unlike std's, which may change between releases), so the
+/// veth names are the same in every run.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// How a node connects its pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PodNetwork {
+    /// flannel's and the bridge plugin's way: every pod's host veth is a port of the `cni0`
+    /// bridge, which holds the pod CIDR's gateway; pods have a /24.
+    Bridge,
+    /// Calico's way: no bridge. A pod has a /32 (/128) and a default route via
+    /// [`ROUTED_POD_GATEWAY`] on its `eth0`, an address nobody has: its host veth
+    /// ([`Pod::cali_veth_on`]) answers every ARP request by proxy. The node routes each pod's
+    /// /32 to its veth and blackholes the rest of its pod CIDR.
+    Routed,
+}
+
+/// The default gateway of a routed pod (Calico's): no device has it; proxy ARP on the pod's
+/// host veth answers for it.
+pub const ROUTED_POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+/// The MAC address Calico gives every host veth; the link-local address derived from it is the
+/// routed pods' IPv6 default gateway ([`ROUTED_POD_GATEWAY_V6`]).
+pub const ROUTED_HOST_VETH_MAC: &str = "ee:ee:ee:ee:ee:ee";
+pub const ROUTED_POD_GATEWAY_V6: Ipv6Addr =
+    Ipv6Addr::new(0xfe80, 0, 0, 0, 0xecee, 0xeeff, 0xfeee, 0xeeee);
 
 /// Most nodes a lab builds.
 pub const MAX_NODES: usize = 3;
@@ -276,6 +317,7 @@ pub fn overlay_mac_on(node: usize) -> String {
 pub(crate) fn role_of_address(address: IpAddr) -> Option<&'static str> {
     let role = match address {
         IpAddr::V4(a) if a == CLUSTER_DNS => "cluster DNS ClusterIP",
+        IpAddr::V4(a) if a == CLUSTER_DNS_UPSTREAM => "kube-dns-upstream ClusterIP",
         IpAddr::V6(a) if a == CLUSTER_DNS_V6 => "cluster DNS ClusterIP",
         IpAddr::V4(a) if a == NODE_LOCAL_DNS => "node-local DNS cache",
         IpAddr::V6(a) if a == NODE_LOCAL_DNS_V6 => "node-local DNS cache",
@@ -471,5 +513,32 @@ impl Namespaces {
 
     pub fn contains(&self, namespace: &str) -> bool {
         self.all().contains(&namespace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cali_veths_are_named_like_calicos_and_fit_the_kernel() {
+        let mut names = Vec::new();
+        for node in 0..MAX_NODES {
+            for pod in Pod::ALL {
+                let name = pod.cali_veth_on(node);
+                assert!(
+                    name.len() == 15
+                        && name.starts_with("cali")
+                        && name[4..].chars().all(|c| c.is_ascii_hexdigit()),
+                    "{name}"
+                );
+                names.push(name);
+            }
+        }
+        let count = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), count, "every pod's veth has a name of its own");
+        assert_eq!(Pod::Client.cali_veth_on(1), Pod::Client.cali_veth_on(1));
     }
 }
