@@ -79,25 +79,57 @@ fn node_name(node: usize) -> String {
 
 #[test]
 fn a_loop_through_two_nodes_is_reported_by_each_nodes_tracer_with_one_loop_id() {
-    let mut asked = None;
-    let Some(traces) = traced_cluster(
+    loop_through_two_nodes(
         "a_loop_through_two_nodes_is_reported_by_each_nodes_tracer_with_one_loop_id",
         Scenario::ClusterLoop,
-        2,
-        |lab| {
-            asked = Some(Timestamp(SystemTime::now()));
-            // The client on node 1 asks its cache: the question goes round both nodes' caches
-            // and CoreDNS pods until the servers are stopped.
-            let _ = lab.dig_from(
-                1,
-                Pod::Client,
-                &NODE_LOCAL_DNS.to_string(),
-                &[EXTERNAL_NAME],
-            );
-            thread::sleep(Duration::from_millis(1_500));
-            lab.stop_servers();
-        },
-    ) else {
+    );
+}
+
+#[test]
+fn a_loop_through_two_nodes_over_tcp_is_reported_by_each_node() {
+    // node-local-dns with `force_tcp`: every forward of the caches is a TCP connection.
+    loop_through_two_nodes(
+        "a_loop_through_two_nodes_over_tcp_is_reported_by_each_node",
+        Scenario::ClusterTcpLoop,
+    );
+}
+
+#[test]
+fn a_loop_through_two_nodes_with_routed_pods_is_reported_by_each_node() {
+    // Calico-style: cali* veths, /32 routes, no bridge.
+    loop_through_two_nodes(
+        "a_loop_through_two_nodes_with_routed_pods_is_reported_by_each_node",
+        Scenario::ClusterLoopRouted,
+    );
+}
+
+#[test]
+fn a_loop_through_node_local_dns_in_iptables_mode_is_reported_by_each_node() {
+    // The caches also bind the kube-dns ClusterIP (NOTRACK) and forward to kube-dns-upstream.
+    loop_through_two_nodes(
+        "a_loop_through_node_local_dns_in_iptables_mode_is_reported_by_each_node",
+        Scenario::ClusterLoopIptables,
+    );
+}
+
+/// Starts `scenario`'s loop on two nodes (a client on node 1 asks its cache an external name)
+/// and checks that each node's tracer reports it as a loop through other nodes, in time, with
+/// one `loop_id` on both nodes and a few findings for the whole storm.
+fn loop_through_two_nodes(test: &str, scenario: Scenario) {
+    let mut asked = None;
+    let Some(traces) = traced_cluster(test, scenario, 2, |lab| {
+        asked = Some(Timestamp(SystemTime::now()));
+        // The client on node 1 asks its cache: the question goes round both nodes' caches
+        // and CoreDNS pods until the servers are stopped.
+        let _ = lab.dig_from(
+            1,
+            Pod::Client,
+            &NODE_LOCAL_DNS.to_string(),
+            &[EXTERNAL_NAME],
+        );
+        thread::sleep(Duration::from_millis(1_500));
+        lab.stop_servers();
+    }) else {
         return;
     };
     let asked = asked.expect("the traffic ran");
