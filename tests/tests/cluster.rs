@@ -29,6 +29,10 @@ const SEARCH_LIST: [&str; 3] = [
 /// A loop through other nodes is reported within 1 s of the question's second return; the lab's
 /// rounds take milliseconds.
 const LOOP_REPORTED_WITHIN: Duration = Duration::from_secs(1);
+/// How many times each no-false-loop case sends its traffic.
+const ROUNDS: usize = 3;
+/// How many clients on another node ask a pod the same name at once.
+const OTHER_NODE_CLIENTS: usize = 3;
 
 /// Brings up `scenario` on `nodes` nodes and traces every node while `traffic` runs; returns
 /// each node's trace, node 0 first. `None` when this host cannot run the test (it fails
@@ -330,7 +334,8 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop() {
     // dead-upstream: CoreDNS forwards the stub domain to a server that never answers. The
     // client on node 0 asks CoreDNS pod A a stub name; at the same moments clients on node 1
     // ask pod A the same name over the overlay, retrying (dig's own retries, new ids), so pod A
-    // forwards it again and again while every forward is unanswered.
+    // forwards it again and again while every forward is unanswered. Several rounds, as every
+    // no-false-loop case: a false loop may need a later round's forward to meet an earlier one.
     let name = format!("db.{STUB_DOMAIN}");
     let coredns_a = Pod::CoreDnsA.ip().to_string();
     let Some(traces) = traced_cluster(
@@ -339,16 +344,18 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop() {
         2,
         |lab| {
             let lab = &*lab;
-            thread::scope(|scope| {
-                scope.spawn(|| {
-                    let _ = lab.dig_from(0, Pod::Client, &coredns_a, &[&name]);
-                });
-                for _ in 0..3 {
+            for _ in 0..ROUNDS {
+                thread::scope(|scope| {
                     scope.spawn(|| {
-                        let _ = lab.dig_from(1, Pod::Client, &coredns_a, &["+tries=3", &name]);
+                        let _ = lab.dig_from(0, Pod::Client, &coredns_a, &[&name]);
                     });
-                }
-            });
+                    for _ in 0..OTHER_NODE_CLIENTS {
+                        scope.spawn(|| {
+                            let _ = lab.dig_from(1, Pod::Client, &coredns_a, &["+tries=3", &name]);
+                        });
+                    }
+                });
+            }
         },
     ) else {
         return;
@@ -365,4 +372,50 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop() {
         "node 0 should report the dead upstream's timeouts\n{}",
         traces[0]
     );
+}
+
+#[test]
+fn other_nodes_asking_a_pod_what_it_forwards_to_a_slow_upstream_is_no_loop() {
+    // cluster-slow-upstream: the upstream answers 150 ms late. The client on node 0 asks
+    // CoreDNS pod A an external name; at the same moments clients on node 1 ask pod A the same
+    // name over the overlay, so pod A forwards it upstream several times while its earlier
+    // forwards are still unanswered, and the answers come back late, out of step with the
+    // questions. Slow is not dead: every question gets its answer.
+    let coredns_a = Pod::CoreDnsA.ip().to_string();
+    let Some(traces) = traced_cluster(
+        "other_nodes_asking_a_pod_what_it_forwards_to_a_slow_upstream_is_no_loop",
+        Scenario::ClusterSlowUpstream,
+        2,
+        |lab| {
+            let lab = &*lab;
+            let ask = |node: usize| {
+                let outcome = lab
+                    .dig_from(node, Pod::Client, &coredns_a, &[EXTERNAL_NAME])
+                    .unwrap_or_else(|error| panic!("{error:#}"));
+                assert_eq!(
+                    outcome.status.as_deref(),
+                    Some("NOERROR"),
+                    "node {node} @{coredns_a} {EXTERNAL_NAME}:\n{}",
+                    outcome.stdout
+                );
+            };
+            for _ in 0..ROUNDS {
+                thread::scope(|scope| {
+                    scope.spawn(|| ask(0));
+                    for _ in 0..OTHER_NODE_CLIENTS {
+                        scope.spawn(|| ask(1));
+                    }
+                });
+            }
+        },
+    ) else {
+        return;
+    };
+    for (node, trace) in traces.iter().enumerate() {
+        assert_eq!(
+            trace.loops().len(),
+            0,
+            "node {node}: a loop where there is none\n{trace}"
+        );
+    }
 }

@@ -321,7 +321,7 @@ impl Lab {
         self.server_pid_on(0, server)
     }
 
-    /// PID of `server`'s process on node `node` (the shared upstream is node 0's).
+    /// PID of `server`'s process on node `node` (the shared upstream servers are node 0's).
     pub fn server_pid_on(&self, node: usize, server: Server) -> Option<u32> {
         self.running(node, server).map(|running| running.child.id())
     }
@@ -373,7 +373,7 @@ impl Lab {
     }
 
     fn running(&self, node: usize, server: Server) -> Option<&RunningServer> {
-        let node = if server == Server::Upstream { 0 } else { node };
+        let node = if server.is_upstream_side() { 0 } else { node };
         self.servers
             .iter()
             .find(|running| running.node == node && running.server == server)

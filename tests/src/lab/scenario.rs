@@ -1,8 +1,9 @@
 //! The scenarios: which server runs where and forwards what to whom, and how the node differs.
 use std::{
     fmt,
-    net::{IpAddr, Ipv4Addr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
     str::FromStr,
+    time::Duration,
 };
 
 use super::{
@@ -29,10 +30,11 @@ pub enum Scenario {
     ClusterHealthyRouted,
     ClusterLoopRouted,
     ClusterLoopIptables,
+    ClusterSlowUpstream,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::Healthy,
         Scenario::NodelocalLoop,
         Scenario::SelfLoop,
@@ -45,6 +47,7 @@ impl Scenario {
         Scenario::ClusterHealthyRouted,
         Scenario::ClusterLoopRouted,
         Scenario::ClusterLoopIptables,
+        Scenario::ClusterSlowUpstream,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -61,6 +64,7 @@ impl Scenario {
             Scenario::ClusterHealthyRouted => "cluster-healthy-routed",
             Scenario::ClusterLoopRouted => "cluster-loop-routed",
             Scenario::ClusterLoopIptables => "cluster-loop-iptables",
+            Scenario::ClusterSlowUpstream => "cluster-slow-upstream",
         }
     }
 
@@ -85,6 +89,7 @@ impl Scenario {
                 | Scenario::ClusterHealthyRouted
                 | Scenario::ClusterLoopRouted
                 | Scenario::ClusterLoopIptables
+                | Scenario::ClusterSlowUpstream
         )
     }
 
@@ -111,6 +116,8 @@ impl Scenario {
         match self {
             Scenario::ClusterHealthyRouted => Scenario::ClusterHealthy,
             Scenario::ClusterLoopRouted => Scenario::ClusterLoop,
+            // Its upstream is slower; the nodes' servers are cluster-healthy's.
+            Scenario::ClusterSlowUpstream => Scenario::ClusterHealthy,
             other => *other,
         }
     }
@@ -126,13 +133,20 @@ impl Scenario {
         }
     }
 
-    /// The servers node `node` runs; the upstream, shared by all nodes, is node 0's.
+    /// How long the upstream takes to answer: a dnsdist in front of it ([`Server::UpstreamDelay`])
+    /// holds every answer back this long in cluster-slow-upstream; the others answer at once.
+    pub fn upstream_answer_delay(&self) -> Option<Duration> {
+        (*self == Scenario::ClusterSlowUpstream).then_some(SLOW_UPSTREAM_DELAY)
+    }
+
+    /// The servers node `node` runs; the upstream side, shared by all nodes, is node 0's.
     pub fn servers_on(&self, node: usize) -> Vec<Server> {
         let pods = self.pods_on(node);
         Server::ALL
             .into_iter()
             .filter(|server| match (server, server.pod()) {
                 (Server::Upstream, _) => node == 0,
+                (Server::UpstreamDelay, _) => node == 0 && self.upstream_answer_delay().is_some(),
                 (_, Some(pod)) => pods.contains(&pod),
                 (_, None) => true,
             })
@@ -191,6 +205,11 @@ impl Scenario {
                  ClusterIP (NOTRACK, no DNAT) and forwards `.` to kube-dns-upstream, every CoreDNS \
                  pod to its node's cache; external names circulate between nodes"
             }
+            Scenario::ClusterSlowUpstream => {
+                "cluster-healthy with a slow upstream: a dnsdist in front of kresd holds every \
+                 answer 150 ms (UDP), so CoreDNS's forwards stay unanswered that long; every name \
+                 still resolves"
+            }
         }
     }
 
@@ -209,14 +228,19 @@ impl Scenario {
             Server::NodeCache => self.node_cache(),
             Server::CoreDnsA => self.coredns(server, Pod::CoreDnsA, node),
             Server::CoreDnsB => self.coredns(server, Pod::CoreDnsB, node),
-            Server::Upstream => upstream(),
+            Server::Upstream => self.upstream(),
+            Server::UpstreamDelay => {
+                upstream_delay(self.upstream_answer_delay().unwrap_or(SLOW_UPSTREAM_DELAY))
+            }
         };
-        config.node = if server == Server::Upstream { 0 } else { node };
+        config.node = if server.is_upstream_side() { 0 } else { node };
         if self.is_cluster() {
             config.software = match server {
                 // dnsdist forwards like CoreDNS's `forward`: a new ID for every query it sends,
                 // and a query that comes back around a loop is just one more query.
-                Server::NodeCache | Server::CoreDnsA | Server::CoreDnsB => Software::Dnsdist,
+                Server::NodeCache | Server::CoreDnsA | Server::CoreDnsB | Server::UpstreamDelay => {
+                    Software::Dnsdist
+                }
                 // A resolver of another make than the cluster's own servers, as a datacenter's
                 // is; it answers from its own local data.
                 Server::Upstream => Software::KnotResolver,
@@ -277,8 +301,11 @@ impl Scenario {
                 Transport::Udp,
                 vec![forward(ROOT, CLUSTER_DNS_UPSTREAM.into())],
             ),
-            // Wired differently, same servers: servers_like() never returns these.
-            Scenario::ClusterHealthyRouted | Scenario::ClusterLoopRouted => (
+            // Another scenario's servers, wired differently or with a slower upstream:
+            // servers_like() never returns these.
+            Scenario::ClusterHealthyRouted
+            | Scenario::ClusterLoopRouted
+            | Scenario::ClusterSlowUpstream => (
                 Software::Dnsdist,
                 Transport::Udp,
                 vec![forward(ROOT, cluster_dns)],
@@ -297,6 +324,7 @@ impl Scenario {
             records: vec![],
             forwards,
             transport,
+            answer_delay: None,
         }
     }
 
@@ -308,7 +336,8 @@ impl Scenario {
             Scenario::Healthy
             | Scenario::UnexpectedSource
             | Scenario::ClusterHealthy
-            | Scenario::ClusterHealthyRouted => {
+            | Scenario::ClusterHealthyRouted
+            | Scenario::ClusterSlowUpstream => {
                 (Software::Dnsmasq, vec![forward(ROOT, UPSTREAM_DNS.into())])
             }
             Scenario::DeadUpstream => (
@@ -350,17 +379,57 @@ impl Scenario {
                 .collect(),
             forwards,
             transport: Transport::Udp,
+            answer_delay: None,
         }
     }
 }
 
-/// The external resolver: answers every name itself and forwards nothing.
-fn upstream() -> ServerConfig {
+/// How long cluster-slow-upstream's upstream takes to answer: slower than the 100 ms the issue
+/// asks for, far below CoreDNS's and dig's timeouts.
+pub const SLOW_UPSTREAM_DELAY: Duration = Duration::from_millis(150);
+
+/// The loopback addresses the resolver listens on when a delaying dnsdist holds the upstream's
+/// addresses in front of it.
+const UPSTREAM_BEHIND_DELAY: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::LOCALHOST),
+    IpAddr::V6(Ipv6Addr::LOCALHOST),
+];
+
+/// The dnsdist in front of the upstream resolver: takes the upstream's addresses, forwards every
+/// name to the resolver behind it and holds each answer back `delay`.
+fn upstream_delay(delay: Duration) -> ServerConfig {
+    ServerConfig {
+        server: Server::UpstreamDelay,
+        node: 0,
+        software: Software::Dnsdist,
+        listen: vec![UPSTREAM_DNS.into(), UPSTREAM_DNS_V6.into()],
+        local_zones: vec![],
+        records: vec![],
+        forwards: vec![forward(ROOT, UPSTREAM_BEHIND_DELAY[0])],
+        transport: Transport::Udp,
+        answer_delay: Some(delay),
+    }
+}
+
+impl Scenario {
+    /// The external resolver: answers every name itself and forwards nothing. Behind the
+    /// delaying dnsdist, if the scenario has one, it listens on loopback only.
+    fn upstream(&self) -> ServerConfig {
+        let listen = if self.upstream_answer_delay().is_some() {
+            UPSTREAM_BEHIND_DELAY.to_vec()
+        } else {
+            vec![UPSTREAM_DNS.into(), UPSTREAM_DNS_V6.into()]
+        };
+        upstream_resolver(listen)
+    }
+}
+
+fn upstream_resolver(listen: Vec<IpAddr>) -> ServerConfig {
     ServerConfig {
         server: Server::Upstream,
         node: 0,
         software: Software::Dnsmasq,
-        listen: vec![UPSTREAM_DNS.into(), UPSTREAM_DNS_V6.into()],
+        listen,
         local_zones: vec![ROOT],
         records: vec![
             (EXTERNAL_NAME, EXTERNAL_A.into()),
@@ -368,6 +437,7 @@ fn upstream() -> ServerConfig {
         ],
         forwards: vec![],
         transport: Transport::Udp,
+        answer_delay: None,
     }
 }
 
@@ -423,7 +493,28 @@ mod tests {
             Scenario::ClusterHealthy.servers_on(1),
             [Server::NodeCache, Server::CoreDnsA]
         );
-        assert_eq!(Scenario::Healthy.servers_on(0), Server::ALL);
+        assert_eq!(
+            Scenario::Healthy.servers_on(0),
+            [
+                Server::NodeCache,
+                Server::CoreDnsA,
+                Server::CoreDnsB,
+                Server::Upstream
+            ]
+        );
+        assert_eq!(
+            Scenario::ClusterSlowUpstream.servers_on(0),
+            [
+                Server::NodeCache,
+                Server::CoreDnsA,
+                Server::Upstream,
+                Server::UpstreamDelay
+            ]
+        );
+        assert_eq!(
+            Scenario::ClusterSlowUpstream.servers_on(1),
+            [Server::NodeCache, Server::CoreDnsA]
+        );
         assert_eq!(Scenario::Healthy.servers_on(2), [Server::NodeCache]);
     }
 
@@ -549,6 +640,46 @@ mod tests {
                 .software,
             Software::Dnsmasq
         );
+    }
+
+    #[test]
+    fn the_slow_upstream_is_a_delaying_dnsdist_in_front_of_knot_resolver() {
+        let dir = std::path::Path::new("/run/dnsloop-lab/example");
+        let scenario = Scenario::ClusterSlowUpstream;
+        let front = scenario.server_config(Server::UpstreamDelay, 0);
+        assert_eq!(front.software, Software::Dnsdist);
+        let conf = front.render(dir).expect("renders");
+        for line in [
+            "setLocal(\"10.255.0.53:53\")",
+            "newServer({address=\"127.0.0.1:53\"",
+            "addResponseAction(AllRule(), DelayResponseAction(150))",
+        ] {
+            assert!(conf.contains(line), "{line}:\n{conf}");
+        }
+        let resolver = scenario.server_config(Server::Upstream, 0);
+        assert_eq!(resolver.software, Software::KnotResolver);
+        let conf = resolver.render(dir).expect("renders");
+        assert!(
+            conf.contains("net.listen('127.0.0.1', 53") && !conf.contains("10.255.0.53"),
+            "{conf}"
+        );
+        // The nodes' servers are cluster-healthy's.
+        for server in [Server::NodeCache, Server::CoreDnsA] {
+            assert_eq!(
+                scenario
+                    .server_config(server, 1)
+                    .render(dir)
+                    .expect("renders"),
+                Scenario::ClusterHealthy
+                    .server_config(server, 1)
+                    .render(dir)
+                    .expect("renders")
+            );
+        }
+        assert_eq!(Scenario::ClusterHealthy.upstream_answer_delay(), None);
+        let mut dnsmasq = Scenario::Healthy.server_config(Server::Upstream, 0);
+        dnsmasq.answer_delay = Some(SLOW_UPSTREAM_DELAY);
+        assert!(dnsmasq.render(dir).is_err(), "only dnsdist delays answers");
     }
 
     #[test]

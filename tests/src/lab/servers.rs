@@ -89,16 +89,28 @@ pub(crate) struct ServerConfig {
     /// Most specific zone first.
     pub forwards: Vec<Forward>,
     pub transport: Transport,
+    /// How long it holds every answer it forwards back before sending it on (dnsdist only, UDP
+    /// only: dnsdist's DelayResponseAction).
+    pub answer_delay: Option<Duration>,
 }
 
 impl ServerConfig {
     /// The configuration file for this server; `state_dir` is where it may keep files.
     pub(crate) fn render(&self, state_dir: &Path) -> Result<String> {
         match self.software {
-            Software::Dnsmasq => self.dnsmasq_conf(),
-            Software::Unbound => self.unbound_conf(state_dir),
+            Software::Dnsmasq => {
+                self.ensure_no_answer_delay()?;
+                self.dnsmasq_conf()
+            }
+            Software::Unbound => {
+                self.ensure_no_answer_delay()?;
+                self.unbound_conf(state_dir)
+            }
             Software::Dnsdist => self.dnsdist_conf(state_dir),
-            Software::KnotResolver => self.kresd_conf(),
+            Software::KnotResolver => {
+                self.ensure_no_answer_delay()?;
+                self.kresd_conf()
+            }
         }
     }
 
@@ -222,6 +234,16 @@ impl ServerConfig {
         Ok(conf)
     }
 
+    /// Refuses a setting the server's software is not rendered with, rather than ignore it.
+    fn ensure_no_answer_delay(&self) -> Result<()> {
+        ensure!(
+            self.answer_delay.is_none(),
+            "{}: only the lab's dnsdist delays answers",
+            self.server.name()
+        );
+        Ok(())
+    }
+
     fn dnsdist_conf(&self, state_dir: &Path) -> Result<String> {
         let log = self.log_path(state_dir);
         let mut conf = format!(
@@ -285,6 +307,15 @@ impl ServerConfig {
                  -- {STORM_BURST_TCP} at once for queries received over TCP, each of which holds a connection.\n\
                  addAction(NotRule(MaxQPSRule({STORM_REFILL_PER_SECOND}, {STORM_BURST})), DropAction())\n\
                  addAction(AndRule({{TCPRule(true), NotRule(MaxQPSRule({STORM_REFILL_PER_SECOND}, {STORM_BURST_TCP}))}}), DropAction())"
+            )?;
+        }
+        if let Some(delay) = self.answer_delay {
+            writeln!(
+                conf,
+                "-- A slow upstream: every answer from a forward target is held back {ms} ms\n\
+                 -- before it goes to the querier (over UDP; TCP answers are not delayed).\n\
+                 addResponseAction(AllRule(), DelayResponseAction({ms}))",
+                ms = delay.as_millis()
             )?;
         }
         // force_tcp: every forwarded query on a TCP connection of its own making, whatever

@@ -190,15 +190,19 @@ pub enum Server {
     CoreDnsB,
     /// The external resolver in the upstream namespace.
     Upstream,
+    /// A dnsdist in the upstream namespace in front of the resolver, holding back every answer
+    /// (cluster-slow-upstream only): the nodes see a slow upstream.
+    UpstreamDelay,
 }
 
 impl Server {
     /// In the order a pod's query meets them.
-    pub const ALL: [Server; 4] = [
+    pub const ALL: [Server; 5] = [
         Server::NodeCache,
         Server::CoreDnsA,
         Server::CoreDnsB,
         Server::Upstream,
+        Server::UpstreamDelay,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -207,7 +211,14 @@ impl Server {
             Server::CoreDnsA => "coredns-a",
             Server::CoreDnsB => "coredns-b",
             Server::Upstream => "upstream",
+            Server::UpstreamDelay => "upstream-delay",
         }
+    }
+
+    /// Whether it runs in the upstream namespace, once for the whole lab (as node 0's) rather
+    /// than on every node.
+    pub fn is_upstream_side(&self) -> bool {
+        matches!(self, Server::Upstream | Server::UpstreamDelay)
     }
 
     /// The pod the server runs in, if it is one of the node's pods on `cni0`.
@@ -215,7 +226,7 @@ impl Server {
         match self {
             Server::CoreDnsA => Some(Pod::CoreDnsA),
             Server::CoreDnsB => Some(Pod::CoreDnsB),
-            Server::NodeCache | Server::Upstream => None,
+            Server::NodeCache | Server::Upstream | Server::UpstreamDelay => None,
         }
     }
 }
@@ -492,7 +503,7 @@ impl Namespaces {
             Server::NodeCache => Some(names.node()),
             Server::CoreDnsA => names.pod(Pod::CoreDnsA),
             Server::CoreDnsB => names.pod(Pod::CoreDnsB),
-            Server::Upstream => Some(self.upstream()),
+            Server::Upstream | Server::UpstreamDelay => Some(self.upstream()),
         }
     }
 
