@@ -939,14 +939,20 @@ fn cluster_loop_routed_circulates_between_nodes_without_a_bridge() {
     let overlay = lab
         .capture(lab.node_ns(), lab::OVERLAY_DEVICE, "udp dst port 53")
         .expect("tcpdump starts");
+    // The CoreDNS pods reach their node's cache through their cali veth: captured during the
+    // same storm, which the servers' budget ends after about 3.5 s.
+    let veth = lab.pod_host_veth(0, Pod::CoreDnsA).expect("veth");
+    let pod_side = lab
+        .capture(lab.node_ns(), &veth, "udp dst port 53")
+        .expect("tcpdump starts");
     let outcome = lab
         .dig_from(1, Pod::Client, &node_cache, &[EXTERNAL_NAME])
         .expect("dig runs");
     assert_fails(&outcome);
-    // Room for the storm to get going on a loaded machine (CI runs beside other labs' work);
-    // it circulates for about 3.5 s before the servers' budget ends it.
-    std::thread::sleep(std::time::Duration::from_millis(1_000));
+    // Room for the storm to get going on a loaded machine.
+    std::thread::sleep(std::time::Duration::from_millis(500));
     let packets = overlay.stop().expect("tcpdump stops");
+    let pod_packets = pod_side.stop().expect("tcpdump stops");
 
     let (inbound, outbound) = crossing_queries(&packets, EXTERNAL_NAME);
     assert!(
@@ -960,20 +966,13 @@ fn cluster_loop_routed_circulates_between_nodes_without_a_bridge() {
             "the loop should pass through node {node}'s cache"
         );
     }
-    // The CoreDNS pods reach their node's cache through their cali veth.
-    let veth = lab.pod_host_veth(0, Pod::CoreDnsA).expect("veth");
-    let pod_side = lab
-        .capture(lab.node_ns(), &veth, "udp dst port 53")
-        .expect("tcpdump starts");
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let packets = pod_side.stop().expect("tcpdump stops");
     let coredns = Pod::CoreDnsA.ip_on(0).to_string();
     assert!(
-        queries_for(&packets, EXTERNAL_NAME)
+        queries_for(&pod_packets, EXTERNAL_NAME)
             .iter()
             .any(|q| q.source == coredns && q.destination == node_cache),
         "node 0's CoreDNS pod should forward to the node cache through {veth}:\n{}",
-        packets[..packets.len().min(40)].join("\n")
+        pod_packets[..pod_packets.len().min(40)].join("\n")
     );
     stop_and_check_quiet(lab);
 }
