@@ -77,6 +77,19 @@ fn traced_cluster(
     )
 }
 
+/// The client on `node` asks `server` for `name`, and gets an answer (NOERROR).
+fn client_gets_an_answer(lab: &Lab, node: usize, server: &str, name: &str) {
+    let outcome = lab
+        .dig_from(node, Pod::Client, server, &[name])
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    assert_eq!(
+        outcome.status.as_deref(),
+        Some("NOERROR"),
+        "node {node} @{server} {name}:\n{}",
+        outcome.stdout
+    );
+}
+
 fn node_name(node: usize) -> String {
     format!("lab-node-{node}")
 }
@@ -251,15 +264,7 @@ fn clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop() {
                                 (CLUSTER_DNS.to_string(), CLUSTER_NAME),
                                 (coredns_there, EXTERNAL_NAME),
                             ] {
-                                let outcome = lab
-                                    .dig_from(node, Pod::Client, &server, &[name])
-                                    .unwrap_or_else(|error| panic!("{error:#}"));
-                                assert_eq!(
-                                    outcome.status.as_deref(),
-                                    Some("NOERROR"),
-                                    "node {node} @{server} {name}:\n{}",
-                                    outcome.stdout
-                                );
+                                client_gets_an_answer(lab, node, &server, name);
                             }
                         });
                     }
@@ -411,17 +416,7 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_slow_upstream_is_no_loop() {
         2,
         |lab| {
             let lab = &*lab;
-            let ask = |node: usize| {
-                let outcome = lab
-                    .dig_from(node, Pod::Client, &coredns_a, &[EXTERNAL_NAME])
-                    .unwrap_or_else(|error| panic!("{error:#}"));
-                assert_eq!(
-                    outcome.status.as_deref(),
-                    Some("NOERROR"),
-                    "node {node} @{coredns_a} {EXTERNAL_NAME}:\n{}",
-                    outcome.stdout
-                );
-            };
+            let ask = |node: usize| client_gets_an_answer(lab, node, &coredns_a, EXTERNAL_NAME);
             for _ in 0..ROUNDS {
                 thread::scope(|scope| {
                     scope.spawn(|| ask(0));
