@@ -928,6 +928,23 @@ fn cluster_healthy_routed_resolves_from_every_node_with_calico_style_pods() {
     );
 }
 
+/// The loop of `EXTERNAL_NAME` crossed node 0's vxlan0 (captured as `packets`) both ways, and
+/// passed through every node's cache.
+fn assert_loop_crosses_both_nodes(lab: &Lab, packets: &[String]) {
+    let (inbound, outbound) = crossing_queries(packets, EXTERNAL_NAME);
+    assert!(
+        inbound >= 10 && outbound >= 10,
+        "the loop should cross vxlan0 both ways ({inbound} in, {outbound} out):\n{}",
+        packets[..packets.len().min(40)].join("\n")
+    );
+    for node in 0..lab.nodes() {
+        assert!(
+            logged_queries(lab, node, Server::NodeCache, EXTERNAL_NAME) > 10,
+            "the loop should pass through node {node}'s cache"
+        );
+    }
+}
+
 #[test]
 fn cluster_loop_routed_circulates_between_nodes_without_a_bridge() {
     let _alone = lab::one_lab_at_a_time();
@@ -954,18 +971,7 @@ fn cluster_loop_routed_circulates_between_nodes_without_a_bridge() {
     let packets = overlay.stop().expect("tcpdump stops");
     let pod_packets = pod_side.stop().expect("tcpdump stops");
 
-    let (inbound, outbound) = crossing_queries(&packets, EXTERNAL_NAME);
-    assert!(
-        inbound >= 10 && outbound >= 10,
-        "the loop should cross vxlan0 both ways ({inbound} in, {outbound} out):\n{}",
-        packets[..packets.len().min(40)].join("\n")
-    );
-    for node in 0..lab.nodes() {
-        assert!(
-            logged_queries(&lab, node, Server::NodeCache, EXTERNAL_NAME) > 10,
-            "the loop should pass through node {node}'s cache"
-        );
-    }
+    assert_loop_crosses_both_nodes(&lab, &packets);
     let coredns = Pod::CoreDnsA.ip_on(0).to_string();
     assert!(
         queries_for(&pod_packets, EXTERNAL_NAME)
@@ -1034,18 +1040,7 @@ fn cluster_loop_iptables_keeps_pods_on_their_own_cache_and_loops_through_kube_dn
     // it circulates for about 3.5 s before the servers' budget ends it.
     std::thread::sleep(std::time::Duration::from_millis(1_000));
     let packets = overlay.stop().expect("tcpdump stops");
-    let (inbound, outbound) = crossing_queries(&packets, EXTERNAL_NAME);
-    assert!(
-        inbound >= 10 && outbound >= 10,
-        "the loop should cross vxlan0 both ways ({inbound} in, {outbound} out):\n{}",
-        packets[..packets.len().min(40)].join("\n")
-    );
-    for node in 0..lab.nodes() {
-        assert!(
-            logged_queries(&lab, node, Server::NodeCache, EXTERNAL_NAME) > 10,
-            "the loop should pass through node {node}'s cache"
-        );
-    }
+    assert_loop_crosses_both_nodes(&lab, &packets);
     stop_and_check_quiet(lab);
 }
 
