@@ -1,60 +1,38 @@
 //! `dnsloop`: find DNS forwarding loops and broken DNS paths on a Kubernetes node while they happen.
 //!
-//! Data flow, readable from `trace`: the kernel programs (`programs`, attached by `attach` and
-//! kept current by `watch` on the links `topology` lists, pods' loopbacks found by `namespaces`
-//! and named by `pods`) stream packets to a `source`; the `pipeline` has the `decode`r turn them
-//! into `observation`s at `points`, the `analyze` engine turn those into `finding`s, `enrich`
-//! add the node's evidence, and a `sink` write them. `analyze` never learns which source a packet came from.
-//! `analyze_file` feeds the same pipeline from a capture file (`source::capture_file`).
+//! The layout is the architecture:
+//! - `cli` and `commands`: the command line, one module per subcommand with its arguments and
+//!   its flow;
+//! - `tracer`: loads and attaches the kernel programs and runs the event loop that `trace`,
+//!   `capture` and `probe --trace` drive;
+//! - `kernel`: the programs' lifecycle (preflight, load, pin, attach, detach) and what they
+//!   stream and count;
+//! - `node`: the node model (links, pods' namespaces and names, the watch that follows them);
+//! - `metrics`: the Prometheus exporter.
 //!
-//! The library is the `dnsloop` binary ([`run`]). Besides, it lends the end-to-end tests its
-//! DNS-name escaper ([`DnsName`]) and the CRI messages it asks the container runtime with
-//! ([`cri_messages`], for their stand-in runtime), and the fuzzer the decode path (`fuzzing`,
-//! behind the feature of that name).
-mod analyze;
-mod analyze_file;
-mod attach;
-mod capture;
+//! What happens to a packet once read (decode, analyzers, enrichment, sinks) is the analysis
+//! core, `dnsloop_core`, which builds without the BPF toolchain; `analyze` feeds it from a
+//! capture file, the tracer from the kernel, and it never learns which.
+//!
+//! The library is the `dnsloop` binary ([`run`]). Besides, it lends the end-to-end tests the
+//! CRI messages it asks the container runtime with ([`cri_messages`], for their stand-in
+//! runtime), and the bench the kernel programs' profile (`profiling`, behind its feature).
 mod cli;
-mod clsact;
-mod counters;
-mod decode;
-mod doctor;
-mod enrich;
-mod expedited_rcu;
-mod finding;
-#[cfg(any(test, feature = "fuzzing"))]
-pub mod fuzzing;
-#[cfg(test)]
-mod kernel_tests;
+mod commands;
+mod kernel;
 mod metrics;
-mod namespaces;
-mod netns;
-mod observation;
-mod orphans;
-mod pipeline;
-mod pods;
-mod points;
-mod preflight;
-mod probe;
+mod node;
 #[cfg(feature = "profiling")]
 pub mod profiling;
-mod programs;
-mod report;
-mod sink;
-mod source;
-mod topology;
-mod trace;
-mod watch;
+mod tracer;
 
-/// A DNS name as it was sent, and its presentation format (`\DDD` escapes, as dig writes it).
-pub use observation::DnsName;
-
-pub use pods::cri_messages;
+pub use node::pods::cri_messages;
 
 use std::process::ExitCode;
 
 use clap::Parser as _;
+
+use commands::{analyze, capture, doctor, probe, trace};
 
 /// Runs the `dnsloop` command line in this process's arguments, and returns its exit code: 0
 /// when it ran and found nothing wrong, 1 for a fault found (`doctor`, `probe`), 2 when it
@@ -69,7 +47,7 @@ pub fn run() -> ExitCode {
             probe::Verdict::Answered => ExitCode::SUCCESS,
             probe::Verdict::Fault => ExitCode::from(1),
         }),
-        cli::Command::Analyze(args) => analyze_file::run(args).map(|()| ExitCode::SUCCESS),
+        cli::Command::Analyze(args) => analyze::run(args).map(|()| ExitCode::SUCCESS),
         cli::Command::Capture(args) => capture::run(args).map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|error| {

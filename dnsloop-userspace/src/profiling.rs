@@ -12,15 +12,14 @@ use dnsloop_ebpf::{
     frames::{dns_query, dns_response, FrameSpec},
 };
 
+use dnsloop_core::points::LOOPBACK_INDEX;
+
 use crate::{
-    attach::LOOPBACK_INDEX,
-    cli::TraceArgs,
-    netns,
-    programs::{
-        self,
-        point_table::{KernelPoint, PointTable},
-        Settings, EGRESS_PROGRAM, INGRESS_PROGRAM,
+    kernel::{
+        point_table::{ethernet_point, PointTable},
+        programs::{self, Settings, EGRESS_PROGRAM, INGRESS_PROGRAM},
     },
+    node::netns,
 };
 
 /// Runs per call for the kinds of packet that can repeat, and distinct packets for the others.
@@ -123,22 +122,12 @@ pub fn verified() -> Result<Vec<Verified>> {
 }
 
 fn load() -> Result<Ebpf> {
-    let args = TraceArgs::defaults();
-    let settings = Settings {
-        dns_ports: args.dns_ports,
-        stream_every_packet: false,
-        snap_len: args.snap_len,
-        question_table_size: args.question_table_size,
-        query_table_size: args.query_table_size,
-        ring_buffer_mib: args.ring_buffer_mib,
-        xdp_ingress: false,
-    };
-    let mut ebpf = programs::load(&settings, None)?;
+    let mut ebpf = programs::load(&Settings::default(), None)?;
     // The frames run on this namespace's loopback: its points are registered, as `dnsloop
     // trace` registers every point it watches.
     let cookie = netns::current_cookie().context("reading this namespace's cookie")?;
     let points = [Direction::Ingress, Direction::Egress].map(|direction| {
-        KernelPoint::ethernet(ObservationPoint::new(
+        ethernet_point(ObservationPoint::new(
             cookie,
             LOOPBACK_INDEX,
             direction as u8,

@@ -5,7 +5,7 @@ use std::{
     process::{Command, Output},
 };
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/doctor");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/core/tests/fixtures/doctor");
 
 fn doctor(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_dnsloop"))

@@ -7,7 +7,7 @@ use std::{
 };
 
 use anyhow::{bail, Context as _, Result};
-use dnsloop_userspace::DnsName;
+use dnsloop_core::DnsName;
 
 use crate::lab::{dns_server, Lab, Pod};
 

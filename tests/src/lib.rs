@@ -2,10 +2,10 @@
 //! `cargo xtask lab` and `cargo xtask demo` use the same code.
 pub mod dead_upstream;
 pub mod dns_query;
-#[cfg(feature = "exchange")]
 pub mod exchange;
 pub mod findings;
 pub mod lab;
+pub mod netns;
 pub mod packet_lines;
 pub mod privilege;
 pub mod tracer;

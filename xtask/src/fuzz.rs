@@ -34,9 +34,9 @@ const TARGETS: [Target; 2] = [
     },
     Target {
         name: "decode_packets",
-        crate_dir: "dnsloop-userspace/fuzz",
+        crate_dir: "dnsloop-userspace/core/fuzz",
         regression_test: "copy it into the corpus under a name that says what it was: \
-                          `cargo test -p dnsloop-userspace` runs every input there",
+                          `cargo test -p dnsloop-core` runs every input there",
     },
 ];
 

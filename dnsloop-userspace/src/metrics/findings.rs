@@ -15,8 +15,8 @@ use prometheus_client::{
 use serde_json::Value;
 
 use super::servers::ServerLabels;
-use crate::{
-    analyze::Summary,
+use dnsloop_core::{
+    analyzers::Summary,
     decode::MalformedSample,
     finding::{Finding, LoopFinding},
     observation::Observation,

@@ -22,11 +22,13 @@ use prometheus_client::{
 
 use super::{latency, servers::ServerLabels};
 use crate::{
-    analyze::mnemonic,
-    counters::{self, GlobalCounts, PointCount},
-    programs,
+    kernel::counters::{self, GlobalCounts, PointCount},
+    kernel::programs,
+    node::watch::Watch,
+};
+use dnsloop_core::{
+    analyzers::mnemonic,
     source::{ip_family, socket_addr},
-    watch::Watch,
 };
 
 /// The kernel's counts as of one refresh.

@@ -26,7 +26,8 @@ use self::{
     kernel::{KernelSnapshot, SharedSnapshot},
     servers::{ServerLabels, MAX_SERVER_LABELS},
 };
-use crate::{sink::Sink, watch::Watch};
+use crate::node::watch::Watch;
+use dnsloop_core::sink::Sink;
 
 /// How often the kernel's counters are read for the scrapes: how stale they may be.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(1);

@@ -12,8 +12,8 @@ use prometheus_client::encoding::text;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::*;
-use crate::{
-    counters::{GlobalCounts, PointCount},
+use crate::kernel::counters::{GlobalCounts, PointCount};
+use dnsloop_core::{
     finding::{Finding, LoopFinding, LoopId, TimeoutFinding, UnexpectedSourceFinding},
     observation::Transport,
     sink::TextSink,
@@ -295,7 +295,7 @@ async fn get(address: SocketAddr, path: &str) -> String {
 
 #[test]
 fn metrics_are_served_at_slash_metrics_only() {
-    crate::trace::runtime().unwrap().block_on(async {
+    crate::tracer::runtime().unwrap().block_on(async {
         let exporter = Exporter::start(address("127.0.0.1:0")).await.unwrap();
         let served = exporter.address;
         assert_eq!(exporter.url(), format!("http://{served}/metrics"));
@@ -328,7 +328,7 @@ fn metrics_are_served_at_slash_metrics_only() {
 
 #[test]
 fn a_port_in_use_is_a_clear_error_at_startup() {
-    crate::trace::runtime().unwrap().block_on(async {
+    crate::tracer::runtime().unwrap().block_on(async {
         let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = taken.local_addr().unwrap();
         let error = Exporter::start(address).await.err().expect("the port is taken");

@@ -1,0 +1,249 @@
+//! One query message's trip across the node: where it came from, the hops it was seen at, and
+//! where it ended up.
+use std::{
+    net::SocketAddr,
+    time::{Duration, SystemTime},
+};
+
+use dnsloop_ebpf::parse::Probe;
+
+use crate::{
+    analyzers::{
+        packet::MessageKey,
+        table::{FastHash, Table},
+    },
+    finding::Hop,
+    observation::{Namespace, Observation, Question},
+};
+
+pub type FlightId = u64;
+
+/// Every flight followed, by id. Ids are handed out in sequence: see `FastHash`.
+pub type Flights = Table<FlightId, Flight, FastHash>;
+
+/// A trip seen at more points than this is a routing loop of one packet, not a DNS forward:
+/// its first hops are enough to show.
+const MAX_HOPS: usize = 16;
+
+/// Room a flight's hops start with: nearly every query is seen twice, on both sides of the veth
+/// or bridge it crosses. A node keeps tens of thousands of flights, and a `Vec`'s first growth
+/// would give each room for four.
+const USUAL_HOPS: usize = 2;
+
+/// Where a flight is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Position {
+    /// Last seen entering `namespace` from `from` at `since`, addressed to `at`. Whether the
+    /// namespace took it or routed it on is decided once `settle` has passed.
+    Entered {
+        namespace: Namespace,
+        from: Option<Namespace>,
+        since: SystemTime,
+        at: SocketAddr,
+    },
+    /// Last seen heading into an unwatched side at `since`: a bridge, or the network beyond an
+    /// uplink.
+    Outside { since: SystemTime },
+    /// Stayed in `namespace`, which it entered at `since` addressed to `at`: a server there
+    /// received it.
+    Delivered {
+        namespace: Namespace,
+        since: SystemTime,
+        at: SocketAddr,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct Flight {
+    pub message: MessageKey,
+    /// As sent, for the report.
+    pub question: Question,
+    pub probe: Probe,
+    /// The namespace it left without having entered it first: where its sender lives. `None`
+    /// when it first showed up coming from an unwatched side.
+    pub origin: Option<Namespace>,
+    /// Where it was addressed when first seen, before any DNAT.
+    pub server: SocketAddr,
+    pub started: SystemTime,
+    pub hops: Vec<Hop>,
+    pub position: Position,
+    /// The query that `origin` had received and forwarded as this one; for one that came onto
+    /// the node from an unwatched side, the query it came back as (see `came_back`).
+    pub parent: Option<FlightId>,
+    /// For one that came onto the node from an unwatched side, the query that had just left
+    /// the node that it may be coming back as.
+    pub returning: Option<FlightId>,
+    /// When the namespace it was delivered to answered it.
+    pub answered: Option<SystemTime>,
+    /// The last time anything about it was seen or used; it is forgotten some time after.
+    pub active: SystemTime,
+}
+
+impl Flight {
+    pub fn start(message: MessageKey, question: Question, obs: &Observation) -> Self {
+        let mut flight = Self {
+            message,
+            question,
+            probe: obs.probe,
+            origin: obs.point.leaves.clone(),
+            server: obs.dst,
+            started: obs.ts,
+            hops: Vec::with_capacity(USUAL_HOPS),
+            position: Position::Outside { since: obs.ts },
+            parent: None,
+            returning: None,
+            answered: None,
+            active: obs.ts,
+        };
+        flight.advance(obs);
+        flight
+    }
+
+    /// Whether `obs`, a sighting of the same message, is this flight moving on. It is not when
+    /// the flight has come to rest, or when the sighting leaves a namespace other than the one
+    /// the flight just entered: then the message was sent anew (a client's retry), unless it
+    /// is the same crossing seen at a second point.
+    pub fn continues_with(&self, obs: &Observation, settle: Duration) -> bool {
+        let moving_since = |since: SystemTime| {
+            obs.ts
+                .duration_since(since)
+                .map_or(true, |elapsed| elapsed < settle)
+        };
+        match &self.position {
+            Position::Delivered { .. } => false,
+            Position::Outside { since } => moving_since(*since),
+            Position::Entered {
+                namespace,
+                from,
+                since,
+                ..
+            } => {
+                // A sighting that leaves no watched namespace (a bridge port seen from the
+                // bridge) cannot contradict where the flight is, and neither can the crossing it
+                // just made seen again (a capture that places a bridge port and the bridge alike,
+                // by the packet's addresses).
+                let same_crossing =
+                    obs.point.leaves == *from && obs.point.enters.as_ref() == Some(namespace);
+                moving_since(*since)
+                    && (same_crossing
+                        || obs
+                            .point
+                            .leaves
+                            .as_ref()
+                            .is_none_or(|leaves| leaves == namespace))
+            }
+        }
+    }
+
+    /// Records the sighting `obs` of this flight.
+    pub fn advance(&mut self, obs: &Observation) {
+        if self.hops.len() < MAX_HOPS {
+            self.hops.push(Hop {
+                ts: obs.ts,
+                ifname: obs.point.ifname.clone(),
+                direction: obs.point.direction,
+                leaves: obs.point.leaves.clone(),
+                enters: obs.point.enters.clone(),
+                src: obs.src,
+                dst: obs.dst,
+                id: obs.id,
+                transport: obs.transport,
+            });
+        }
+        self.position = match &obs.point.enters {
+            Some(namespace) => Position::Entered {
+                namespace: namespace.clone(),
+                from: obs.point.leaves.clone(),
+                since: obs.ts,
+                at: obs.dst,
+            },
+            None => Position::Outside { since: obs.ts },
+        };
+        self.active = self.active.max(obs.ts);
+    }
+
+    /// The flight has not left the namespace it entered at `since`: it was delivered there.
+    /// Returns whether that changed anything (it had not moved on since).
+    pub fn settle(&mut self, entered_at: SystemTime) -> bool {
+        match &self.position {
+            Position::Entered {
+                namespace,
+                since,
+                at,
+                ..
+            } if *since == entered_at => {
+                self.position = Position::Delivered {
+                    namespace: namespace.clone(),
+                    since: *since,
+                    at: *at,
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The namespace and address it was delivered to.
+    pub fn delivered_to(&self) -> Option<(&Namespace, SocketAddr)> {
+        match &self.position {
+            Position::Delivered { namespace, at, .. } => Some((namespace, *at)),
+            _ => None,
+        }
+    }
+
+    /// Whether it was sent no later than `delay` after `parent` was delivered.
+    pub fn sent_within(&self, delay: Duration, parent: &Flight) -> bool {
+        let Position::Delivered { since, .. } = parent.position else {
+            return false;
+        };
+        self.started
+            .duration_since(since)
+            .is_ok_and(|gap| gap <= delay)
+    }
+
+    /// Whether the namespace it sits in, delivered or not yet decided, is `namespace`.
+    pub fn is_in(&self, namespace: &Namespace) -> bool {
+        match &self.position {
+            Position::Entered {
+                namespace: inside, ..
+            }
+            | Position::Delivered {
+                namespace: inside, ..
+            } => inside == namespace,
+            Position::Outside { .. } => false,
+        }
+    }
+
+    /// Whether it never left `namespace`: every hop was on that namespace's loopback.
+    pub fn stayed_in(&self, namespace: &Namespace) -> bool {
+        self.origin.as_ref() == Some(namespace)
+            && self
+                .hops
+                .iter()
+                .all(|hop| hop.enters.as_ref() == Some(namespace))
+    }
+
+    /// Whether its sender meant to send it on: a forward of a query it received, or a loop
+    /// probe. Only such a query going round proves a loop; a client asking again does not.
+    pub fn is_forward_or_probe(&self) -> bool {
+        self.parent.is_some() || self.probe != Probe::None
+    }
+
+    /// The hop where it left the watched namespaces for good, if it did: its last sighting
+    /// went from a namespace into an unwatched side and nothing saw it again. Off the node,
+    /// unless it is a bridge transit whose next sighting is still to come.
+    pub fn departure(&self) -> Option<&Hop> {
+        let Position::Outside { .. } = self.position else {
+            return None;
+        };
+        self.hops
+            .last()
+            .filter(|hop| hop.leaves.is_some() && hop.enters.is_none())
+    }
+
+    /// Whether it came onto the node from an unwatched side as the return of a question this
+    /// node sent off (see `ForwardingLoops::returning`): its parent is that query.
+    pub fn came_back(&self) -> bool {
+        self.origin.is_none() && self.parent.is_some()
+    }
+}

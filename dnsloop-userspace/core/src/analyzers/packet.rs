@@ -1,0 +1,130 @@
+//! How the analyzers recognise one question, and one DNS message, at every hop it crosses.
+//!
+//! Each packet is looked up by these keys in a dozen tables, so a key is hashed once, when
+//! made, and the tables use that hash (`table::FastHash`). The keys come off the wire: the hash
+//! is SipHash with a random key of this process's, as the tables' own hashing would be. Each
+//! key's fields go to SipHash in as few pieces as they can: it costs by the piece.
+use std::{
+    hash::{BuildHasher, Hash, Hasher, RandomState},
+    sync::LazyLock,
+};
+
+use crate::observation::{FoldedName, Observation, Question, Transport};
+
+/// The key of every key's hash, drawn once per process.
+static KEY_HASHER: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+
+/// A question as resolvers compare them: the name without regard to ASCII case, type and class.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuestionKey {
+    // First, so that keys that differ are told apart by it.
+    hash: u64,
+    folded_name: FoldedName,
+    qtype: u16,
+    qclass: u16,
+}
+
+impl QuestionKey {
+    pub fn of(question: &Question) -> Self {
+        let folded_name = question.name.folded().clone();
+        let mut hasher = KEY_HASHER.build_hasher();
+        // A name in wire format ends with its root label, so none is the start of another: its
+        // bytes need no length before them.
+        hasher.write(folded_name.as_bytes());
+        hasher.write_u32(u32::from(question.qtype) << 16 | u32::from(question.qclass));
+        Self {
+            hash: hasher.finish(),
+            folded_name,
+            qtype: question.qtype,
+            qclass: question.qclass,
+        }
+    }
+}
+
+impl Hash for QuestionKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// What stays the same about one query, and the replies to it, as it crosses the node: DNAT
+/// rewrites the destination and SNAT the source address, but the question, the id, the client's
+/// port and the transport survive every routing and NAT hop. A forwarder's own query to its
+/// upstream has a new id and port, so it is a different message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessageKey {
+    // First, so that keys that differ are told apart by it.
+    hash: u64,
+    pub question: QuestionKey,
+    pub id: u16,
+    pub client_port: u16,
+    pub transport: Transport,
+}
+
+impl Hash for MessageKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl MessageKey {
+    /// The key of a query, or of the reply to it; `None` for a message without a question.
+    pub fn of(obs: &Observation) -> Option<Self> {
+        let question = obs.question.as_ref()?;
+        let client = if obs.is_response { obs.dst } else { obs.src };
+        let question = QuestionKey::of(question);
+        // Hashed as one number: SipHash costs by the piece written to it.
+        let fields = u128::from(question.hash) << 64
+            | u128::from(obs.id) << 32
+            | u128::from(client.port()) << 16
+            | u128::from(obs.transport == Transport::Tcp);
+        Some(Self {
+            hash: KEY_HASHER.hash_one(fields),
+            question,
+            id: obs.id,
+            client_port: client.port(),
+            transport: obs.transport,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasher;
+
+    use super::*;
+    use crate::analyzers::{table::FastHash, testkit::*};
+
+    fn key(obs: &Observation) -> MessageKey {
+        MessageKey::of(obs).expect("a question")
+    }
+
+    #[test]
+    fn a_query_and_its_reply_in_any_case_share_a_key_and_its_hash() {
+        let asked = key(&query("Www.Example.TEST.").id(7).seen(CLIENT_OUT));
+        let answered = key(&reply("www.example.test.")
+            .id(7)
+            .from("169.254.25.10:53")
+            .to("10.244.0.2:41234")
+            .seen(CLIENT_IN));
+        assert_eq!(asked, answered);
+        let hash = |key: &MessageKey| FastHash::default().hash_one(key);
+        assert_eq!(hash(&asked), hash(&answered));
+    }
+
+    #[test]
+    fn type_id_port_and_transport_each_make_another_message() {
+        let base = query("a.test.").id(7);
+        let asked = key(&base.clone().seen(CLIENT_OUT));
+        for other in [
+            base.clone().qtype(TXT),
+            base.clone().id(8),
+            base.clone().from("10.244.0.2:41235"),
+            base.clone().tcp(),
+        ] {
+            assert_ne!(key(&other.seen(CLIENT_OUT)), asked);
+        }
+        let other_name = key(&query("b.test.").id(7).seen(CLIENT_OUT));
+        assert_ne!(other_name.question, asked.question);
+    }
+}

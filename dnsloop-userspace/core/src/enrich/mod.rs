@@ -1,0 +1,149 @@
+//! Evidence enrichment: what the node's conntrack table and bridge settings say about a finding,
+//! and the cause they establish (for an unexpected source) or the services behind the DNAT'ed
+//! forwards (for a loop).
+//!
+//! Best effort throughout: evidence that cannot be had (no entry, no permission, a timeout) is
+//! left out and logged at debug level, and the cause claims no more than the evidence shows.
+mod bridge_netfilter;
+mod cause;
+pub mod conntrack;
+mod dnat;
+
+use std::{collections::HashMap, path::Path};
+
+use self::{
+    bridge_netfilter::{BridgeNetfilter, BridgeSysctl},
+    conntrack::{ConntrackTable, QueryFlow},
+};
+use crate::{
+    finding::{ConntrackEvidence, Dnat, Hop, LoopFinding, UnexpectedSourceFinding},
+    observation::Transport,
+};
+
+/// One per tracer. Its conntrack socket is opened on first use and stays in the network
+/// namespace of the thread that first used it, and the bridge sysctls are read in the calling
+/// thread's namespace: call it from a thread in the node's namespace.
+#[derive(Debug, Default)]
+pub struct Enricher {
+    conntrack: ConntrackTable,
+    /// The DNATs conntrack established for loop flows. A loop's repeat reports carry its first
+    /// path, whose conntrack entries expire (UDP: ~30 s) while the loop goes on: they read the
+    /// same as the first report from here.
+    translated: HashMap<QueryFlow, Dnat>,
+}
+
+/// Loop flows whose translation is remembered; the table starts over when full.
+const REMEMBERED_TRANSLATIONS: usize = 1024;
+
+impl Enricher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fills `finding.conntrack` and `finding.cause`, and rewrites `finding.summary` when a
+    /// cause is established.
+    pub fn enrich(&mut self, finding: &mut UnexpectedSourceFinding) {
+        finding.conntrack = self.conntrack_evidence(finding, finding.transport);
+        let bridge = bridge_netfilter(BridgeSysctl::for_address(finding.client.ip()));
+        if let Some(explanation) = cause::explain(finding, bridge) {
+            finding.cause = Some(explanation.cause);
+            if let Some(summary) = explanation.summary {
+                finding.summary = summary;
+            }
+        }
+    }
+
+    /// Fills `finding.dnat` with the DNATs conntrack recorded for the path's flows, and names
+    /// their services in `finding.summary`. Each report of a loop is enriched anew: repeats
+    /// come from the analyzer's unenriched copy.
+    pub fn enrich_loop(&mut self, finding: &mut LoopFinding) {
+        finding.dnat = self.translations(&finding.path);
+        finding.summary = dnat::name_services(&finding.summary, &finding.dnat);
+    }
+
+    /// The distinct DNATs conntrack recorded for the flows of `path`, first seen first.
+    fn translations(&mut self, path: &[Hop]) -> Vec<Dnat> {
+        let mut translations = Vec::new();
+        for flow in dnat::flows_to_look_up(path) {
+            if let Some(&known) = self.translated.get(&flow) {
+                if !translations.contains(&known) {
+                    translations.push(known);
+                }
+                continue;
+            }
+            match self.conntrack.lookup_delivered(&flow) {
+                Ok(Some(entry)) => {
+                    let Some(found) = dnat::translation(&flow, &entry) else {
+                        continue;
+                    };
+                    if self.translated.len() >= REMEMBERED_TRANSLATIONS {
+                        self.translated.clear();
+                    }
+                    self.translated.insert(flow, found);
+                    if !translations.contains(&found) {
+                        translations.push(found);
+                    }
+                }
+                Ok(None) => tracing::debug!("conntrack has no entry delivering {flow:?}"),
+                Err(error) => {
+                    tracing::debug!(
+                        "no conntrack evidence for the loop's {flow:?}: {}",
+                        error_chain(&error)
+                    );
+                    // A failed lookup may have waited the whole timeout, and the next one
+                    // would most likely fail the same way.
+                    break;
+                }
+            }
+        }
+        translations
+    }
+
+    fn conntrack_evidence(
+        &mut self,
+        finding: &UnexpectedSourceFinding,
+        transport: Transport,
+    ) -> Option<ConntrackEvidence> {
+        let flow = QueryFlow {
+            transport,
+            client: finding.client,
+            server: finding.expected,
+        };
+        match self.conntrack.lookup(&flow) {
+            Ok(Some(evidence)) => Some(evidence),
+            Ok(None) => {
+                tracing::debug!("conntrack has no entry for {flow:?}");
+                None
+            }
+            Err(error) => {
+                tracing::debug!(
+                    "no conntrack evidence for {flow:?}: {}",
+                    error_chain(&error)
+                );
+                None
+            }
+        }
+    }
+}
+
+/// The bridge netfilter state of the calling thread's namespace; `None` when it cannot be read.
+fn bridge_netfilter(sysctl: BridgeSysctl) -> Option<BridgeNetfilter> {
+    sysctl
+        .read(Path::new("/"))
+        .inspect_err(|error| {
+            tracing::debug!("bridge netfilter state unknown: {}", error_chain(error));
+        })
+        .ok()
+}
+
+/// `error: its source: ...`, since debug logs are read without a backtrace.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,25 @@
+//! dnsloop's analysis core: everything between a packet and a finding on the page, with no
+//! kernel in sight. It builds and tests without the BPF toolchain.
+//!
+//! The pipeline, in data-flow order: a [`source`] yields raw packets (a capture file here; the
+//! kernel's ring buffer in `dnsloop-userspace`), [`points`] places each on an observation point,
+//! the [`decode`]r turns it into an [`observation`], the [`analyzers`] turn observations into
+//! [`finding`]s, [`enrich`] adds the node's evidence, and a [`sink`] writes them; [`pipeline`]
+//! drives the whole. The analyzers never learn which source a packet came from, so live
+//! tracing and a capture agree by construction. [`doctor`] checks a node's DNS configuration
+//! from its files.
+pub mod analyzers;
+pub mod decode;
+pub mod doctor;
+pub mod enrich;
+pub mod finding;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
+pub mod observation;
+pub mod pipeline;
+pub mod points;
+pub mod sink;
+pub mod source;
+
+/// A DNS name as it was sent, and its presentation format (`\DDD` escapes, as dig writes it).
+pub use observation::DnsName;

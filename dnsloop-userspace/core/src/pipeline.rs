@@ -1,0 +1,263 @@
+//! From captured packets to written findings: decoder -> analyzers -> the node's evidence ->
+//! sink. It takes packets from any source; `trace` feeds it from the kernel's ring buffer,
+//! `analyze` from a capture file, whose packets were seen on another node, or long ago: there
+//! the node's evidence is not looked for.
+use std::{
+    collections::HashMap,
+    time::{Duration, SystemTime},
+};
+
+use anyhow::Context as _;
+use dnsloop_ebpf::{event::Direction, parse::Malformed};
+
+use crate::{
+    analyzers::{Engine, ServerSummary},
+    decode::{Decoder, NotDecoded},
+    enrich::Enricher,
+    finding::Finding,
+    observation::{Observation, Point},
+    points::PointMap,
+    sink::Sink,
+    source::{InterfaceRef, RawPacket, UnansweredQuery},
+};
+
+pub struct Pipeline<'s> {
+    decoder: Decoder,
+    engine: Engine,
+    /// `None`: the packets were not seen here and now, so this node's conntrack table and
+    /// bridge settings say nothing about them.
+    enricher: Option<Enricher>,
+    sink: Box<dyn Sink + 's>,
+    /// `--packets`: every observation is written too.
+    print_packets: bool,
+    observations: Vec<Observation>,
+    findings: Vec<Finding>,
+    /// Packets seen on an interface `points` could not place (it had just gone away).
+    unplaced_records: u64,
+    malformed_samples: SampleRate,
+}
+
+/// Malformed packets are shown at most once per reason per this long of packet time (every one
+/// is counted): enough to see what they look like, never a flood.
+const MALFORMED_SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// When a sample of each malformed reason was last shown.
+#[derive(Default)]
+struct SampleRate {
+    last: HashMap<Malformed, SystemTime>,
+}
+
+impl SampleRate {
+    /// Whether a packet malformed for `reason` at `ts` is to be shown; if so, it counts as shown.
+    fn due(&mut self, reason: Malformed, ts: SystemTime) -> bool {
+        let due = self.last.get(&reason).is_none_or(|&last| {
+            ts.duration_since(last)
+                .is_ok_and(|since| since >= MALFORMED_SAMPLE_EVERY)
+        });
+        if due {
+            self.last.insert(reason, ts);
+        }
+        due
+    }
+}
+
+impl<'s> Pipeline<'s> {
+    pub fn new(
+        decoder: Decoder,
+        engine: Engine,
+        enricher: Enricher,
+        sink: Box<dyn Sink + 's>,
+        print_packets: bool,
+    ) -> Self {
+        Self {
+            decoder,
+            engine,
+            enricher: Some(enricher),
+            sink,
+            print_packets,
+            observations: Vec::new(),
+            findings: Vec::new(),
+            unplaced_records: 0,
+            malformed_samples: SampleRate::default(),
+        }
+    }
+
+    /// A pipeline for packets captured elsewhere or earlier: its findings get no evidence
+    /// from the machine it runs on.
+    pub fn without_enrichment(
+        decoder: Decoder,
+        engine: Engine,
+        sink: Box<dyn Sink + 's>,
+        print_packets: bool,
+    ) -> Self {
+        Self {
+            enricher: None,
+            ..Self::new(decoder, engine, Enricher::default(), sink, print_packets)
+        }
+    }
+
+    /// Decodes `packet`, which its source placed itself with `place` (see
+    /// `source::capture_file::placement`), analyses it, and writes what it proves. Returns why
+    /// it yielded no observation, if it did not.
+    pub fn ingest_placed<'p>(
+        &mut self,
+        packet: &RawPacket,
+        place: impl Fn(InterfaceRef, Direction) -> Option<&'p Point>,
+    ) -> anyhow::Result<Result<(), NotDecoded>> {
+        let decoded = self.decode(packet, place)?;
+        self.analyze()?;
+        Ok(decoded)
+    }
+
+    /// Decodes `packets` (placed by `points`), analyses them, and writes what they prove.
+    pub fn ingest(
+        &mut self,
+        packets: &mut Vec<RawPacket>,
+        points: &PointMap,
+    ) -> anyhow::Result<()> {
+        for packet in packets.drain(..) {
+            let place = |interface, direction| points.get(interface, direction);
+            if let Err(NotDecoded::Unplaced) = self.decode(&packet, place)? {
+                self.unplaced_records += 1;
+            }
+        }
+        self.analyze()
+    }
+
+    /// Decodes `packet`, placed by `place`, into `observations`; shows a sample of it if it is
+    /// malformed. Packets that are not DNS were counted by the kernel (or the capture reader).
+    fn decode<'p>(
+        &mut self,
+        packet: &RawPacket,
+        place: impl Fn(InterfaceRef, Direction) -> Option<&'p Point>,
+    ) -> anyhow::Result<Result<(), NotDecoded>> {
+        let decoded = self.decoder.decode(packet, &place, &mut self.observations);
+        if let Err(NotDecoded::Malformed(reason)) = decoded {
+            if let Some(point) = place(packet.interface, packet.direction) {
+                if self.malformed_samples.due(reason, packet.ts) {
+                    let sample = self.decoder.malformed_sample(packet, point, reason);
+                    self.sink.malformed(&sample).context("writing to stdout")?;
+                }
+            }
+        }
+        Ok(decoded)
+    }
+
+    /// Analyses the decoded observations and writes what they prove.
+    fn analyze(&mut self) -> anyhow::Result<()> {
+        for observation in self.observations.drain(..) {
+            if self.print_packets {
+                self.sink
+                    .packet(&observation)
+                    .context("writing to stdout")?;
+            }
+            self.engine.observe(observation, &mut self.findings);
+        }
+        self.emit()
+    }
+
+    /// Analyses queries the kernel counted, did not stream, and saw no answer to (placed by
+    /// `points`): the timeout analyzer reports them. They are not packets seen now, so
+    /// `--packets` does not print them.
+    pub fn ingest_unanswered(
+        &mut self,
+        queries: &mut Vec<UnansweredQuery>,
+        points: &PointMap,
+    ) -> anyhow::Result<()> {
+        for query in queries.drain(..) {
+            let place = |interface, direction| points.get(interface, direction);
+            match self.decoder.decode_unanswered(&query, place) {
+                Some(observation) => self.engine.observe(observation, &mut self.findings),
+                None => self.unplaced_records += 1,
+            }
+        }
+        self.emit()
+    }
+
+    /// Time has reached `now`: writes what waited for it (deadlines, settled packets).
+    pub fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
+        self.advance(now)?;
+        self.sink.flush().context("writing to stdout")
+    }
+
+    /// As `tick`, but leaves packet lines in the sink's buffer (findings are always flushed):
+    /// for a capture file, read as fast as it can be, where nobody waits on each line.
+    pub fn advance(&mut self, now: SystemTime) -> anyhow::Result<()> {
+        self.engine.tick(now, &mut self.findings);
+        self.emit()
+    }
+
+    /// The input ended at `now`: writes the last findings and the summary, with the caller's
+    /// `extra` fields (given the count of unplaced packets). The servers' answer statistics are
+    /// taken from `servers` when given (the kernel counts every answer; the analyzers see only
+    /// what was streamed).
+    pub fn finish(
+        self,
+        now: SystemTime,
+        servers: Option<Vec<ServerSummary>>,
+        extra: impl FnOnce(u64) -> serde_json::Value,
+    ) -> anyhow::Result<()> {
+        let Self {
+            engine,
+            mut enricher,
+            mut sink,
+            mut findings,
+            unplaced_records,
+            ..
+        } = self;
+        let mut summary = engine.finish(now, &mut findings);
+        if let Some(servers) = servers {
+            summary.servers = servers;
+        }
+        emit(&mut findings, enricher.as_mut(), sink.as_mut())?;
+        sink.summary(&summary, &extra(unplaced_records))
+            .context("writing to stdout")
+    }
+
+    fn emit(&mut self) -> anyhow::Result<()> {
+        emit(
+            &mut self.findings,
+            self.enricher.as_mut(),
+            self.sink.as_mut(),
+        )
+    }
+}
+
+/// Adds the node's evidence, if it is to be had, to each finding and writes it out.
+fn emit(
+    findings: &mut Vec<Finding>,
+    mut enricher: Option<&mut Enricher>,
+    sink: &mut dyn Sink,
+) -> anyhow::Result<()> {
+    for mut finding in findings.drain(..) {
+        match (&mut finding, enricher.as_deref_mut()) {
+            (Finding::UnexpectedSource(unexpected), Some(enricher)) => enricher.enrich(unexpected),
+            (Finding::Loop(found), Some(enricher)) => enricher.enrich_loop(found),
+            _ => {}
+        }
+        sink.finding(&finding).context("writing to stdout")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_packets_are_shown_once_per_reason_per_second() {
+        let at = |millis| SystemTime::UNIX_EPOCH + Duration::from_millis(millis);
+        let mut rate = SampleRate::default();
+        assert!(rate.due(Malformed::DnsCompressionPointer, at(0)));
+        assert!(!rate.due(Malformed::DnsCompressionPointer, at(999)));
+        assert!(
+            rate.due(Malformed::BadIhl, at(999)),
+            "each reason has its own"
+        );
+        assert!(rate.due(Malformed::DnsCompressionPointer, at(1_000)));
+        assert!(
+            !rate.due(Malformed::DnsCompressionPointer, at(10)),
+            "an older packet is not due"
+        );
+    }
+}

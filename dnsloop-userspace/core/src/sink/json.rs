@@ -1,0 +1,752 @@
+//! One JSON object per line, for log shippers and `jq`. Every object has `kind`, `ts` and
+//! `node` (the node it was seen on, last); addresses are `ip:port` (`[v6]:port`), codes are names (`A`, `NXDOMAIN`), durations are
+//! milliseconds.
+use std::{
+    io::{self, Write},
+    net::SocketAddr,
+    time::Duration,
+};
+
+use serde_json::{json, Map, Value};
+
+use super::{
+    ipv4_pieces, probe_name,
+    time::{rfc3339, Rfc3339Writer},
+    NodeName, Sink,
+};
+use crate::{
+    analyzers::{mnemonic, ServerSummary, Summary},
+    decode::MalformedSample,
+    finding::{
+        ConntrackEvidence, Dnat, Finding, Hop, LoopFinding, OffNode, TimeoutFinding,
+        UnexpectedSourceFinding,
+    },
+    observation::{Namespace, Observation},
+};
+
+pub struct JsonSink<W> {
+    out: W,
+    node: NodeName,
+    packet_lines: PacketLines,
+}
+
+impl<W: Write> JsonSink<W> {
+    pub fn new(out: W, node: &NodeName) -> Self {
+        Self {
+            out,
+            node: node.clone(),
+            packet_lines: PacketLines::for_node(node),
+        }
+    }
+
+    fn line(&mut self, mut value: Value) -> io::Result<()> {
+        if let Value::Object(object) = &mut value {
+            object.insert("node".to_owned(), self.node.as_str().into());
+        }
+        serde_json::to_writer(&mut self.out, &value)?;
+        self.out.write_all(b"\n")
+    }
+}
+
+impl<W: Write> Sink for JsonSink<W> {
+    fn finding(&mut self, finding: &Finding) -> io::Result<()> {
+        let value = match finding {
+            Finding::Loop(found) => loop_json(found),
+            Finding::UnexpectedSource(found) => unexpected_source_json(found),
+            Finding::Timeout(found) => timeout_json(found),
+        };
+        self.line(value)?;
+        // Findings are rare and someone may be waiting on them.
+        self.out.flush()
+    }
+
+    fn packet(&mut self, obs: &Observation) -> io::Result<()> {
+        let line = self.packet_lines.line(obs)?;
+        self.out.write_all(line)
+    }
+
+    fn malformed(&mut self, sample: &MalformedSample) -> io::Result<()> {
+        let (src, dst) = match sample.addresses {
+            Some((src, dst)) => (Value::from(src.to_string()), Value::from(dst.to_string())),
+            None => (Value::Null, Value::Null),
+        };
+        self.line(json!({
+            "kind": "malformed",
+            "ts": rfc3339(sample.ts),
+            "ifname": sample.ifname.as_ref(),
+            "dir": sample.direction.as_str(),
+            "reason": sample.reason.as_str(),
+            "src": src,
+            "dst": dst,
+            "head": super::hex(&sample.head),
+        }))
+    }
+
+    fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
+        self.line(summary_json(summary, extra))?;
+        self.out.flush()
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+fn loop_json(found: &LoopFinding) -> Value {
+    json!({
+        "kind": "loop",
+        "ts": rfc3339(found.ts),
+        "loop_id": found.loop_id.to_string(),
+        "since": rfc3339(found.since),
+        "qname": found.qname,
+        "qtype": mnemonic::qtype(found.qtype),
+        "count": found.count,
+        "rounds_per_s": found.rounds_per_second(),
+        "unanswered": found.unanswered,
+        "path": found.path.iter().map(hop_json).collect::<Vec<_>>(),
+        "off_node": found.off_node.iter().map(off_node_json).collect::<Vec<_>>(),
+        "servers": found.servers.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "probe": probe_name(found.probe),
+        "summary": found.summary,
+        "dnat": found.dnat.iter().map(dnat_json).collect::<Vec<_>>(),
+    })
+}
+
+fn off_node_json(off_node: &OffNode) -> Value {
+    json!({
+        "left_via": off_node.left_via.as_ref(),
+        "sent_to": off_node.sent_to.to_string(),
+        "back_from": off_node.back_from.to_string(),
+        "back_via": off_node.back_via.as_ref(),
+    })
+}
+
+fn dnat_json(dnat: &Dnat) -> Value {
+    json!({
+        "service": dnat.service.to_string(),
+        "backend": dnat.backend.to_string(),
+    })
+}
+
+fn hop_json(hop: &Hop) -> Value {
+    json!({
+        "ts": rfc3339(hop.ts),
+        "ifname": hop.ifname.as_ref(),
+        "dir": hop.direction.as_str(),
+        "src": hop.src.to_string(),
+        "dst": hop.dst.to_string(),
+        "id": hop.id,
+        "leaves": hop.leaves.as_ref().map(ToString::to_string),
+        "enters": hop.enters.as_ref().map(ToString::to_string),
+    })
+}
+
+fn unexpected_source_json(found: &UnexpectedSourceFinding) -> Value {
+    json!({
+        "kind": "unexpected_source",
+        "ts": rfc3339(found.ts),
+        "client": found.client.to_string(),
+        "expected": found.expected.to_string(),
+        "actual": found.actual.to_string(),
+        "id": found.id,
+        "qname": found.qname,
+        "qtype": mnemonic::qtype(found.qtype),
+        "conntrack": found.conntrack.as_ref().map(conntrack_json),
+        "cause": found.cause,
+        "summary": found.summary,
+    })
+}
+
+fn conntrack_json(evidence: &ConntrackEvidence) -> Value {
+    json!({
+        "original_dst": evidence.original_dst.to_string(),
+        "reply_src": evidence.reply_src.to_string(),
+        "unreplied": evidence.unreplied,
+    })
+}
+
+fn timeout_json(found: &TimeoutFinding) -> Value {
+    json!({
+        "kind": "timeout",
+        "ts": rfc3339(found.ts),
+        "client": found.client.to_string(),
+        "server": found.server.to_string(),
+        "id": found.id,
+        "count": found.count,
+        "qname": found.qname,
+        "qtype": mnemonic::qtype(found.qtype),
+        "waited_ms": u64::try_from(found.waited.as_millis()).unwrap_or(u64::MAX),
+        "summary": found.summary,
+    })
+}
+
+/// Writes `--packets` lines. A node's every DNS packet goes through here, so a line is built by
+/// hand in a reused buffer, field by field in a fixed order, rather than through serde: only
+/// the strings that come from the network or the node (names, interfaces, namespaces) go
+/// through JSON escaping, and the timestamp's date and time of day are formatted once a second.
+struct PacketLines {
+    line: Vec<u8>,
+    qname: String,
+    ts: Rfc3339Writer,
+    /// `,"node":"<name>"}` and the newline: the same at the end of every line.
+    end: Vec<u8>,
+}
+
+impl PacketLines {
+    fn for_node(node: &NodeName) -> Self {
+        let mut end = br#","node":"#.to_vec();
+        // Writing a string to memory cannot fail.
+        let _ = string(&mut end, node.as_str());
+        end.extend_from_slice(b"}\n");
+        Self {
+            line: Vec::new(),
+            qname: String::new(),
+            ts: Rfc3339Writer::default(),
+            end,
+        }
+    }
+
+    /// The line for `obs`, newline included, with the keys `kind`, `ts`, `ifname`, `dir`,
+    /// `proto`, `src`, `dst`, `id`, `qr`, `opcode`, `rcode`, `qname`, `qtype`, `size`,
+    /// `leaves`, `enters` and `node`.
+    fn line(&mut self, obs: &Observation) -> io::Result<&[u8]> {
+        let line = &mut self.line;
+        line.clear();
+        line.extend_from_slice(br#"{"kind":"packet","ts":""#);
+        self.ts.write(obs.ts, line);
+        line.extend_from_slice(br#"","ifname":"#);
+        string(line, &obs.point.ifname)?;
+        line.extend_from_slice(br#","dir":"#);
+        mnemonic_string(line, obs.point.direction.as_str());
+        line.extend_from_slice(br#","proto":"#);
+        mnemonic_string(line, obs.transport.as_str());
+        line.extend_from_slice(br#","src":"#);
+        socket_addr(line, &obs.src)?;
+        line.extend_from_slice(br#","dst":"#);
+        socket_addr(line, &obs.dst)?;
+        line.extend_from_slice(br#","id":"#);
+        decimal(line, u64::from(obs.id));
+        line.extend_from_slice(if obs.is_response {
+            br#","qr":true,"opcode":"#
+        } else {
+            br#","qr":false,"opcode":"#
+        });
+        mnemonic_string(line, &mnemonic::opcode(obs.opcode));
+        line.extend_from_slice(br#","rcode":"#);
+        mnemonic_string(line, &mnemonic::rcode(obs.rcode));
+        line.extend_from_slice(br#","qname":"#);
+        match &obs.question {
+            Some(question) => {
+                self.qname.clear();
+                question.name.write_presentation(&mut self.qname);
+                string(line, &self.qname)?;
+                line.extend_from_slice(br#","qtype":"#);
+                mnemonic_string(line, &mnemonic::qtype(question.qtype));
+            }
+            None => line.extend_from_slice(br#"null,"qtype":null"#),
+        }
+        line.extend_from_slice(br#","size":"#);
+        decimal(line, obs.size as u64);
+        line.extend_from_slice(br#","leaves":"#);
+        namespace(line, obs.point.leaves.as_ref())?;
+        line.extend_from_slice(br#","enters":"#);
+        namespace(line, obs.point.enters.as_ref())?;
+        line.extend_from_slice(&self.end);
+        Ok(&self.line)
+    }
+}
+
+/// `text` as a JSON string. Nearly every one (an interface, a namespace, a name) has no byte
+/// JSON escapes, which a scan without a branch per byte shows faster than serde_json's own
+/// byte-by-byte scan: it is quoted as it is. serde_json writes the others.
+fn string(out: &mut Vec<u8>, text: &str) -> io::Result<()> {
+    let escapes = text.as_bytes().chunks(32).any(|block| {
+        block.iter().fold(false, |found, &byte| {
+            found | (byte < 0x20) | (byte == b'"') | (byte == b'\\')
+        })
+    });
+    if escapes {
+        return serde_json::to_writer(out, text).map_err(io::Error::from);
+    }
+    quoted(out, text);
+    Ok(())
+}
+
+/// A mnemonic (`egress`, `udp`, `QUERY`, `NOERROR`, `A`, `TYPE65280`) as a JSON string. None
+/// has a byte JSON escapes (a test goes through them all), so it is quoted as it is, without
+/// even the scan for those bytes: five of a packet line's strings are mnemonics.
+fn mnemonic_string(out: &mut Vec<u8>, mnemonic: &str) {
+    quoted(out, mnemonic);
+}
+
+/// `text`, which has no byte JSON escapes, as a JSON string.
+fn quoted(out: &mut Vec<u8>, text: &str) {
+    out.push(b'"');
+    out.extend_from_slice(text.as_bytes());
+    out.push(b'"');
+}
+
+fn namespace(out: &mut Vec<u8>, namespace: Option<&Namespace>) -> io::Result<()> {
+    match namespace {
+        Some(namespace) => string(out, &namespace.0),
+        None => {
+            out.extend_from_slice(b"null");
+            Ok(())
+        }
+    }
+}
+
+/// `addr` as the JSON string of its `Display` form (`ip:port`, `[v6]:port`).
+fn socket_addr(out: &mut Vec<u8>, addr: &SocketAddr) -> io::Result<()> {
+    out.push(b'"');
+    match addr {
+        SocketAddr::V4(addr) => ipv4_pieces(addr, |piece| out.extend_from_slice(piece.as_bytes())),
+        SocketAddr::V6(addr) => write!(out, "{addr}")?,
+    }
+    out.push(b'"');
+    Ok(())
+}
+
+fn decimal(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// The engine's numbers, with `extra`'s fields added (those it shares with them are the
+/// engine's to say).
+fn summary_json(summary: &Summary, extra: &Value) -> Value {
+    let mut object = Map::new();
+    object.insert("kind".into(), "summary".into());
+    object.insert("ts".into(), rfc3339(summary.at).into());
+    object.insert("observations".into(), summary.observations.into());
+    object.insert("late_observations".into(), summary.late_observations.into());
+    object.insert(
+        "findings".into(),
+        json!({
+            "loop": summary.findings.loops,
+            "unexpected_source": summary.findings.unexpected_sources,
+            "timeout": summary.findings.timeouts,
+        }),
+    );
+    object.insert(
+        "timeouts".into(),
+        json!({
+            "queries": summary.timeouts.queries,
+            "in_loops": summary.timeouts.in_loops,
+            "in_repeats": summary.timeouts.in_repeats,
+        }),
+    );
+    object.insert("evictions".into(), json!(summary.evictions));
+    object.insert("unanswered_at_end".into(), summary.unanswered_at_end.into());
+    object.insert(
+        "servers".into(),
+        summary
+            .servers
+            .iter()
+            .map(server_json)
+            .collect::<Vec<_>>()
+            .into(),
+    );
+    if let Value::Object(extra) = extra {
+        for (key, value) in extra {
+            object.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+    }
+    Value::Object(object)
+}
+
+fn server_json(server: &ServerSummary) -> Value {
+    let rcodes: Map<String, Value> = server
+        .rcodes
+        .iter()
+        .map(|(&rcode, &count)| (mnemonic::rcode(rcode).into_owned(), count.into()))
+        .collect();
+    json!({
+        "server": server.server.to_string(),
+        "count": server.answered,
+        "p50_ms": millis(server.p50),
+        "p90_ms": millis(server.p90),
+        "p99_ms": millis(server.p99),
+        "max_ms": millis(server.max),
+        "rcodes": rcodes,
+    })
+}
+
+fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use dnsloop_ebpf::parse::Probe;
+
+    use super::*;
+    use crate::{analyzers::testkit::*, observation::DnsName, sink::samples::*};
+
+    /// Writes with `write`, and parses each line back.
+    fn lines(write: impl FnOnce(&mut JsonSink<&mut Vec<u8>>) -> io::Result<()>) -> Vec<Value> {
+        let mut out = Vec::new();
+        write(&mut JsonSink::new(&mut out, &NodeName::new("node-a"))).expect("writing to memory");
+        String::from_utf8(out)
+            .expect("JSON is UTF-8")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("each line is one JSON object"))
+            .collect()
+    }
+
+    #[test]
+    fn a_malformed_sample_says_why_where_and_what_it_held() {
+        let [sample] = lines(|sink| sink.malformed(&malformed_sample()))
+            .try_into()
+            .expect("one line");
+        assert_eq!(
+            sample,
+            serde_json::json!({
+                "kind": "malformed",
+                "ts": "1970-01-01T12:00:01.500Z",
+                "ifname": "cni0",
+                "dir": "ingress",
+                "reason": "dns_compression_pointer",
+                "src": "10.244.0.2:41234",
+                "dst": "10.96.0.10:53",
+                "head": "12340100c00c",
+                "node": "node-a",
+            })
+        );
+    }
+
+    fn one(write: impl FnOnce(&mut JsonSink<&mut Vec<u8>>) -> io::Result<()>) -> Value {
+        let mut lines = lines(write);
+        assert_eq!(lines.len(), 1);
+        lines.remove(0)
+    }
+
+    fn keys(value: &Value) -> BTreeSet<&str> {
+        value
+            .as_object()
+            .expect("an object")
+            .keys()
+            .map(String::as_str)
+            .collect()
+    }
+
+    fn set<'a>(names: &[&'a str]) -> BTreeSet<&'a str> {
+        names.iter().copied().collect()
+    }
+
+    #[test]
+    fn packet_fields() {
+        let obs = reply("www.example.test.")
+            .id(4242)
+            .rcode(3)
+            .at_ms(1_123)
+            .seen(CLIENT_IN);
+        let value = one(|sink| sink.packet(&obs));
+        assert_eq!(
+            keys(&value),
+            set(&[
+                "kind", "ts", "ifname", "dir", "proto", "src", "dst", "id", "qr", "opcode",
+                "rcode", "qname", "qtype", "size", "leaves", "enters", "node"
+            ])
+        );
+        assert_eq!(value["kind"], "packet");
+        assert_eq!(value["ts"], "2025-01-01T12:00:01.123Z");
+        assert_eq!(value["ifname"], "veth-client");
+        assert_eq!(value["dir"], "egress");
+        assert_eq!(value["proto"], "udp");
+        assert_eq!(value["src"], "10.244.0.2:41234");
+        assert_eq!(value["dst"], "169.254.25.10:53");
+        assert_eq!(value["id"], 4242);
+        assert_eq!(value["qr"], true);
+        assert_eq!(value["opcode"], "QUERY");
+        assert_eq!(value["rcode"], "NXDOMAIN");
+        assert_eq!(value["qname"], "www.example.test.");
+        assert_eq!(value["qtype"], "A");
+        assert_eq!(value["size"], 40);
+        // The namespaces the packet left and entered, as in a loop's path.
+        assert_eq!(value["leaves"], Value::Null);
+        assert_eq!(value["enters"], "pod 10.244.0.2");
+        assert_eq!(value["node"], "node-a");
+    }
+
+    #[test]
+    fn packet_edge_cases_stay_valid_and_typed() {
+        let mut odd = query("x.test.")
+            .qtype(65280)
+            .from("[fd00::2]:5353")
+            .to("[fd00::1]:53")
+            .tcp()
+            .seen(CLIENT_OUT);
+        odd.opcode = 3;
+        odd.rcode = 4000;
+        odd.question = DnsName::from_wire(b"\x05a\"\x07\xff\x00\x04test\x00").map(|name| {
+            crate::observation::Question {
+                name,
+                qtype: 65280,
+                qclass: 1,
+            }
+        });
+        let mut bare = query("x.test.").seen(CLIENT_OUT);
+        bare.question = None;
+        let values = lines(|sink| {
+            sink.packet(&odd)?;
+            sink.packet(&bare)
+        });
+        assert_eq!(values[0]["src"], "[fd00::2]:5353");
+        assert_eq!(values[0]["proto"], "tcp");
+        assert_eq!(values[0]["qtype"], "TYPE65280");
+        assert_eq!(values[0]["opcode"], "3");
+        assert_eq!(values[0]["rcode"], "RCODE4000");
+        assert_eq!(values[0]["qname"], "a\\\"\\007\\255\\000.test.");
+        assert_eq!(values[1]["qname"], Value::Null);
+        assert_eq!(values[1]["qtype"], Value::Null);
+    }
+
+    #[test]
+    fn loop_fields() {
+        let value = one(|sink| sink.finding(&a_loop(Probe::None)));
+        assert_eq!(
+            keys(&value),
+            set(&[
+                "kind",
+                "ts",
+                "loop_id",
+                "since",
+                "qname",
+                "qtype",
+                "count",
+                "unanswered",
+                "rounds_per_s",
+                "path",
+                "off_node",
+                "servers",
+                "probe",
+                "summary",
+                "dnat",
+                "node"
+            ])
+        );
+        assert_eq!(value["kind"], "loop");
+        assert_eq!(value["ts"], "2025-01-01T12:00:01.123Z");
+        assert_eq!(value["loop_id"], "0123456789abcdef");
+        assert_eq!(value["since"], "2025-01-01T12:00:01.001Z");
+        // Less than a second of it: no rate yet.
+        assert_eq!(value["rounds_per_s"], Value::Null);
+        assert_eq!(value["off_node"], json!([]));
+        assert_eq!(value["node"], "node-a");
+        assert_eq!(value["qtype"], "A");
+        assert_eq!(value["count"], 3);
+        assert_eq!(value["unanswered"], 0);
+        assert_eq!(value["probe"], Value::Null);
+        assert_eq!(value["servers"], json!(["10.244.0.3", "169.254.25.10"]));
+        assert_eq!(value["dnat"], json!([]));
+        let path = value["path"].as_array().expect("path is an array");
+        assert_eq!(path.len(), 2);
+        assert_eq!(
+            keys(&path[0]),
+            set(&["ts", "ifname", "dir", "src", "dst", "id", "leaves", "enters"])
+        );
+        assert_eq!(
+            path[1],
+            json!({
+                "ts": "2025-01-01T12:00:01.123Z",
+                "ifname": "cni0",
+                "dir": "ingress",
+                "src": "10.244.0.3:40000",
+                "dst": "169.254.25.10:53",
+                "id": 2000,
+                "leaves": null,
+                "enters": "node",
+            })
+        );
+        assert!(value["summary"]
+            .as_str()
+            .expect("a string")
+            .starts_with("loop: www.example.test. A"));
+        assert_eq!(
+            one(|sink| sink.finding(&a_loop(Probe::CoreDns)))["probe"],
+            "coredns"
+        );
+        assert_eq!(
+            one(|sink| sink.finding(&a_loop(Probe::Dnsmasq)))["probe"],
+            "dnsmasq"
+        );
+    }
+
+    #[test]
+    fn a_loop_through_other_nodes_says_where_it_left_and_came_back() {
+        let value = one(|sink| sink.finding(&a_loop_through_other_nodes()));
+        assert_eq!(
+            value["off_node"],
+            json!([{
+                "left_via": "vxlan0",
+                "sent_to": "10.244.1.3:53",
+                "back_from": "10.244.1.0:41000",
+                "back_via": "vxlan0",
+            }])
+        );
+        assert_eq!(value["count"], 40);
+        assert_eq!(value["rounds_per_s"], 20.0);
+    }
+
+    #[test]
+    fn a_loop_through_a_cluster_ip_lists_its_dnat_and_keeps_the_servers_seen() {
+        let value = one(|sink| sink.finding(&a_loop_through_a_cluster_ip()));
+        assert_eq!(
+            value["dnat"],
+            json!([{"service": "10.96.0.10:53", "backend": "10.244.0.3:53"}])
+        );
+        assert_eq!(value["servers"], json!(["10.244.0.3", "169.254.25.10"]));
+    }
+
+    #[test]
+    fn unexpected_source_fields() {
+        let value = one(|sink| sink.finding(&an_unexpected_source(None)));
+        assert_eq!(
+            keys(&value),
+            set(&[
+                "kind",
+                "ts",
+                "client",
+                "expected",
+                "actual",
+                "id",
+                "qname",
+                "qtype",
+                "conntrack",
+                "cause",
+                "summary",
+                "node"
+            ])
+        );
+        assert_eq!(value["kind"], "unexpected_source");
+        assert_eq!(value["client"], "10.244.0.2:41234");
+        assert_eq!(value["expected"], "10.96.0.10:53");
+        assert_eq!(value["actual"], "10.244.0.3:53");
+        assert_eq!(value["id"], 4242);
+        assert_eq!(value["conntrack"], Value::Null);
+        assert_eq!(value["cause"], Value::Null);
+
+        let evidence = ConntrackEvidence {
+            original_dst: addr("10.96.0.10:53"),
+            reply_src: addr("10.244.0.3:53"),
+            unreplied: true,
+        };
+        let value = one(|sink| sink.finding(&an_unexpected_source(Some(evidence))));
+        assert_eq!(
+            value["conntrack"],
+            json!({"original_dst": "10.96.0.10:53", "reply_src": "10.244.0.3:53", "unreplied": true})
+        );
+        assert_eq!(value["cause"], "br_netfilter is off");
+    }
+
+    #[test]
+    fn timeout_fields() {
+        let value = one(|sink| sink.finding(&a_timeout()));
+        assert_eq!(
+            keys(&value),
+            set(&[
+                "kind",
+                "ts",
+                "client",
+                "server",
+                "id",
+                "count",
+                "qname",
+                "qtype",
+                "waited_ms",
+                "summary",
+                "node"
+            ])
+        );
+        assert_eq!(value["count"], 1);
+        assert_eq!(value["kind"], "timeout");
+        assert_eq!(value["ts"], "2025-01-01T12:00:03.000Z");
+        assert_eq!(value["server"], "10.255.0.99:53");
+        assert_eq!(value["waited_ms"], 2000);
+    }
+
+    #[test]
+    fn summary_fields_with_the_callers_merged_in() {
+        let extra = json!({"interfaces": [{"ifname": "cni0", "dir": "ingress", "packets": 10}], "lost_events": 3, "kind": "not mine"});
+        let value = one(|sink| sink.summary(&a_summary(), &extra));
+        assert_eq!(value["kind"], "summary");
+        assert_eq!(value["ts"], "2025-01-01T12:01:00.000Z");
+        assert_eq!(value["observations"], 1234);
+        assert_eq!(value["late_observations"], 2);
+        assert_eq!(
+            value["findings"],
+            json!({"loop": 0, "unexpected_source": 0, "timeout": 0})
+        );
+        assert_eq!(value["evictions"], json!({"reorder": 0, "timeout": 5}));
+        assert_eq!(
+            value["timeouts"],
+            json!({"queries": 0, "in_loops": 0, "in_repeats": 0})
+        );
+        assert_eq!(value["unanswered_at_end"], 1);
+        assert_eq!(value["lost_events"], 3);
+        assert_eq!(value["interfaces"][0]["ifname"], "cni0");
+        let server = &value["servers"][0];
+        assert_eq!(
+            keys(server),
+            set(&["server", "count", "p50_ms", "p90_ms", "p99_ms", "max_ms", "rcodes"])
+        );
+        assert_eq!(server["server"], "169.254.25.10:53");
+        assert_eq!(server["count"], 30);
+        assert_eq!(server["p50_ms"], 1.2);
+        assert_eq!(server["max_ms"], 12.0);
+        assert_eq!(server["rcodes"], json!({"NOERROR": 28, "NXDOMAIN": 2}));
+    }
+
+    #[test]
+    fn strings_are_written_as_serde_json_writes_them() {
+        let ascii = (0..=0x7f_u8).map(|byte| char::from(byte).to_string());
+        let others = [
+            "",
+            "veth-client",
+            "pod 10.244.0.2",
+            "a\\\\b.",
+            "\\\"quoted\\\"",
+            "caf\u{e9} \u{85} \u{2028} \u{1f600}",
+            "tab\there",
+        ]
+        .map(String::from);
+        // Long enough for several of the scan's blocks, with the byte to escape in the last.
+        let long = format!("{}\u{1b}", "x".repeat(100));
+        for text in ascii.chain(others).chain([long]) {
+            let mut written = Vec::new();
+            string(&mut written, &text).expect("writing to memory");
+            assert_eq!(
+                String::from_utf8(written).expect("UTF-8"),
+                serde_json::to_string(&text).expect("a string"),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_mnemonic_is_a_json_string_as_it_is() {
+        use dnsloop_ebpf::event::Direction;
+
+        use crate::observation::Transport;
+
+        let mnemonics = (0..=u16::MAX)
+            .flat_map(|code| [mnemonic::qtype(code), mnemonic::rcode(code)])
+            .chain((0..=u8::MAX).map(mnemonic::opcode))
+            .chain(
+                [Direction::Ingress.as_str(), Direction::Egress.as_str()]
+                    .into_iter()
+                    .chain([Transport::Udp.as_str(), Transport::Tcp.as_str()])
+                    .map(Into::into),
+            );
+        for mnemonic in mnemonics {
+            let mut quoted = Vec::new();
+            mnemonic_string(&mut quoted, &mnemonic);
+            assert_eq!(
+                String::from_utf8(quoted).expect("UTF-8"),
+                serde_json::to_string(&mnemonic).expect("a string"),
+            );
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Findings and a summary to write in the sinks' tests.
+use std::{collections::BTreeMap, time::Duration};
+
+use dnsloop_ebpf::{event::Direction, parse::Probe};
+
+use crate::{
+    analyzers::{testkit::*, ServerSummary, Summary},
+    finding::{
+        ConntrackEvidence, Dnat, Finding, Hop, LoopFinding, LoopId, OffNode, TimeoutFinding,
+        UnexpectedSourceFinding,
+    },
+    observation::{Namespace, Transport},
+};
+
+fn hop(ms_at: u64, ifname: &str, direction: Direction, src: &str, dst: &str, id: u16) -> Hop {
+    Hop {
+        ts: ms(ms_at),
+        ifname: ifname.into(),
+        direction,
+        // The bridge's own interface: egress leaves the node's stack, ingress enters it.
+        leaves: (direction == Direction::Egress).then(|| Namespace::new("node")),
+        enters: (direction == Direction::Ingress).then(|| Namespace::new("node")),
+        src: addr(src),
+        dst: addr(dst),
+        id,
+        transport: Transport::Udp,
+    }
+}
+
+pub fn a_loop(probe: Probe) -> Finding {
+    Finding::Loop(a_loop_finding(probe))
+}
+
+fn a_loop_finding(probe: Probe) -> LoopFinding {
+    LoopFinding {
+        ts: ms(1_123),
+        // A repeat: the loop was first reported earlier.
+        since: ms(1_001),
+        loop_id: LoopId(0x0123_4567_89ab_cdef),
+        qname: "www.example.test.".into(),
+        qtype: A,
+        count: 3,
+        off_node: Vec::new(),
+        unanswered: 0,
+        path: vec![
+            hop(1_001, "cni0", Direction::Egress, "10.244.0.1:50000", "10.244.0.3:53", 1000),
+            hop(1_123, "cni0", Direction::Ingress, "10.244.0.3:40000", "169.254.25.10:53", 2000),
+        ],
+        servers: vec!["10.244.0.3".parse().expect("an address"), "169.254.25.10".parse().expect("an address")],
+        probe,
+        summary: "loop: www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream".into(),
+        dnat: Vec::new(),
+    }
+}
+
+/// A later report of a loop through another node, two seconds after the first.
+pub fn a_loop_through_other_nodes() -> Finding {
+    Finding::Loop(LoopFinding {
+        ts: ms(3_001),
+        count: 40,
+        off_node: vec![OffNode {
+            left_via: "vxlan0".into(),
+            sent_to: addr("10.244.1.3:53"),
+            back_from: addr("10.244.1.0:41000"),
+            back_via: "vxlan0".into(),
+        }],
+        ..a_loop_finding(Probe::None)
+    })
+}
+
+/// The first report of a loop whose forward to 10.244.0.3 an enricher found DNAT'ed from the
+/// ClusterIP, and named so in the summary.
+pub fn a_loop_through_a_cluster_ip() -> Finding {
+    Finding::Loop(LoopFinding {
+        count: 1,
+        since: ms(1_123),
+        unanswered: 0,
+        dnat: vec![Dnat {
+            service: addr("10.96.0.10:53"),
+            backend: addr("10.244.0.3:53"),
+        }],
+        summary: "loop: www.example.test. A: node -> 10.96.0.10 (DNAT -> 10.244.0.3) (pod 10.244.0.3) -> 169.254.25.10 (node) (2 hops): check the upstream".into(),
+        ..a_loop_finding(Probe::None)
+    })
+}
+
+pub fn an_unexpected_source(conntrack: Option<ConntrackEvidence>) -> Finding {
+    Finding::UnexpectedSource(UnexpectedSourceFinding {
+        ts: ms(2_000),
+        client: addr("10.244.0.2:41234"),
+        expected: addr("10.96.0.10:53"),
+        actual: addr("10.244.0.3:53"),
+        id: 4242,
+        qname: "www.example.test.".into(),
+        qtype: A,
+        transport: Transport::Udp,
+        cause: conntrack.as_ref().map(|_| "br_netfilter is off".to_owned()),
+        conntrack,
+        summary: "reply to 10.244.0.2:41234 id 4242 came from 10.244.0.3:53, but the query went to 10.96.0.10:53: the client's socket drops it".into(),
+    })
+}
+
+pub fn a_timeout() -> Finding {
+    Finding::Timeout(TimeoutFinding {
+        ts: ms(3_000),
+        client: addr("10.244.0.3:5353"),
+        server: addr("10.255.0.99:53"),
+        id: 77,
+        count: 1,
+        qname: "corp.example.".into(),
+        qtype: A,
+        waited: Duration::from_secs(2),
+        summary: "no answer from 10.255.0.99:53 for corp.example. A (client 10.244.0.3:5353, id 77) after 2.0s".into(),
+    })
+}
+
+pub fn a_summary() -> Summary {
+    Summary {
+        at: ms(60_000),
+        observations: 1234,
+        late_observations: 2,
+        findings: Default::default(),
+        timeouts: Default::default(),
+        evictions: BTreeMap::from([("reorder", 0), ("timeout", 5)]),
+        unanswered_at_end: 1,
+        servers: vec![ServerSummary {
+            server: addr("169.254.25.10:53"),
+            answered: 30,
+            p50: Duration::from_micros(1_200),
+            p90: Duration::from_millis(3),
+            p99: Duration::from_millis(10),
+            max: Duration::from_millis(12),
+            rcodes: BTreeMap::from([(0, 28), (3, 2)]),
+        }],
+    }
+}
+
+/// A DNS packet with a compression pointer where its question's name must be spelled out, seen
+/// on the bridge at 12:00:01.500.
+pub fn malformed_sample() -> crate::decode::MalformedSample {
+    crate::decode::MalformedSample {
+        ts: std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(43_201_500),
+        ifname: "cni0".into(),
+        direction: dnsloop_ebpf::event::Direction::Ingress,
+        reason: dnsloop_ebpf::parse::Malformed::DnsCompressionPointer,
+        addresses: Some((
+            "10.244.0.2:41234".parse().expect("an address"),
+            "10.96.0.10:53".parse().expect("an address"),
+        )),
+        head: bytes::Bytes::from_static(&[0x12, 0x34, 0x01, 0x00, 0xc0, 0x0c]),
+    }
+}

@@ -1,0 +1,664 @@
+//! Lines for a person at a terminal: one per finding (a loop's path indented below it), one per
+//! packet, and a small table at the end. Times are UTC time of day.
+//!
+//! Names, interface names and namespaces come from the network; every line goes through
+//! [`printable`] so that no control byte (an escape sequence, a newline) reaches the terminal.
+use std::{
+    borrow::Cow,
+    fmt::Write as _,
+    io::{self, Write},
+    net::SocketAddr,
+    time::Duration,
+};
+
+use serde_json::Value;
+
+use super::{
+    ipv4_pieces, probe_name,
+    time::{time_of_day, write_time_of_day},
+    Sink,
+};
+use crate::{
+    analyzers::{mnemonic, Summary},
+    decode::MalformedSample,
+    finding::{Finding, Hop, LoopFinding, UnexpectedSourceFinding},
+    observation::{Namespace, Observation},
+};
+
+pub struct TextSink<W> {
+    out: W,
+    /// The `--packets` line being written, its buffer kept from one packet to the next.
+    packet_line: String,
+}
+
+impl<W: Write> TextSink<W> {
+    pub fn new(out: W) -> Self {
+        Self {
+            out,
+            packet_line: String::new(),
+        }
+    }
+
+    fn line(&mut self, text: &str) -> io::Result<()> {
+        writeln!(self.out, "{}", printable(text))
+    }
+
+    fn loop_found(&mut self, found: &LoopFinding) -> io::Result<()> {
+        // The summary's own label repeats what the tag already says.
+        let summary = found
+            .summary
+            .strip_prefix("loop: ")
+            .unwrap_or(&found.summary);
+        let probe =
+            probe_name(found.probe).map_or(String::new(), |probe| format!(" [{probe} probe]"));
+        let rate = found
+            .rounds_per_second()
+            .map_or(String::new(), |rate| format!(" ({rate:.0}/s)"));
+        let unanswered = match found.unanswered {
+            0 => String::new(),
+            unanswered => format!(", {unanswered} unanswered"),
+        };
+        self.line(&format!(
+            "{}  LOOP  x{}{rate}{unanswered}{probe}  {summary}  [loop_id {}]",
+            time_of_day(found.ts),
+            found.count,
+            found.loop_id,
+        ))?;
+        // A repeat only updates the count: the path was drawn with the first report.
+        if found.ts == found.since {
+            for hop in &found.path {
+                self.line(&hop_line(hop, dnat_service(found, hop)))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn unexpected_source(&mut self, found: &UnexpectedSourceFinding) -> io::Result<()> {
+        self.line(&format!(
+            "{}  UNEXPECTED SOURCE  {} {}  {}",
+            time_of_day(found.ts),
+            found.qname,
+            mnemonic::qtype(found.qtype),
+            found.summary
+        ))?;
+        if let Some(cause) = &found.cause {
+            self.line(&format!("  cause: {cause}"))?;
+        }
+        if let Some(conntrack) = &found.conntrack {
+            self.line(&format!(
+                "  conntrack: sent to {}, reply expected from {}{}",
+                conntrack.original_dst,
+                conntrack.reply_src,
+                if conntrack.unreplied {
+                    ", never replied"
+                } else {
+                    ""
+                }
+            ))?;
+        }
+        Ok(())
+    }
+
+    /// One of the caller's summary fields: a list of records as a table, anything else on
+    /// one line.
+    fn extra(&mut self, key: &str, value: &Value) -> io::Result<()> {
+        let Some(rows) = value
+            .as_array()
+            .filter(|rows| rows.iter().all(Value::is_object))
+        else {
+            return self.line(&format!("{key}: {}", inline(value)));
+        };
+        self.line(&format!("{key}:"))?;
+        let columns: Vec<&String> = rows
+            .first()
+            .and_then(Value::as_object)
+            .map(|first| first.keys().collect())
+            .unwrap_or_default();
+        let row = |cells: Vec<String>| {
+            let padded: String = cells.iter().map(|cell| format!("{cell:<16}")).collect();
+            format!("  {}", padded.trim_end())
+        };
+        let header = columns.iter().map(|column| column.to_string()).collect();
+        self.line(&row(header))?;
+        for record in rows {
+            let cells = columns
+                .iter()
+                .map(|&column| record.get(column).map_or(String::new(), inline))
+                .collect();
+            self.line(&row(cells))?;
+        }
+        Ok(())
+    }
+}
+
+impl<W: Write> Sink for TextSink<W> {
+    fn finding(&mut self, finding: &Finding) -> io::Result<()> {
+        match finding {
+            Finding::Loop(found) => self.loop_found(found)?,
+            Finding::UnexpectedSource(found) => self.unexpected_source(found)?,
+            Finding::Timeout(found) => {
+                let count = match found.count {
+                    1 => String::new(),
+                    count => format!(" x{count}"),
+                };
+                self.line(&format!(
+                    "{}  TIMEOUT{count}  {}",
+                    time_of_day(found.ts),
+                    found.summary
+                ))?
+            }
+        }
+        self.out.flush()
+    }
+
+    fn packet(&mut self, obs: &Observation) -> io::Result<()> {
+        let text = &mut self.packet_line;
+        packet_line(obs, text);
+        let escaped = match printable(text) {
+            Cow::Owned(escaped) => Some(escaped),
+            Cow::Borrowed(_) => None,
+        };
+        if let Some(escaped) = escaped {
+            *text = escaped;
+        }
+        text.push('\n');
+        self.out.write_all(text.as_bytes())
+    }
+
+    fn malformed(&mut self, sample: &MalformedSample) -> io::Result<()> {
+        let mut text = format!(
+            "{}  MALFORMED  {} on {} {}",
+            time_of_day(sample.ts),
+            sample.reason.as_str(),
+            sample.ifname,
+            sample.direction.as_str()
+        );
+        if let Some((src, dst)) = sample.addresses {
+            let _ = write!(text, ", {src} -> {dst}");
+        }
+        let _ = write!(
+            text,
+            " (a sample; all are counted): {}",
+            super::hex(&sample.head)
+        );
+        self.line(&text)
+    }
+
+    fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
+        let findings = summary.findings;
+        self.line(&format!(
+            "summary: {} observations ({} out of order), {} queries unanswered at the end",
+            summary.observations, summary.late_observations, summary.unanswered_at_end
+        ))?;
+        let timeouts = summary.timeouts;
+        // Said only when a storm was folded: otherwise every timeout is a line of its own.
+        let folded = if timeouts.in_loops + timeouts.in_repeats == 0 {
+            String::new()
+        } else {
+            format!(
+                " ({} queries timed out: {} counted in loops' reports, {} in repeated timeouts)",
+                timeouts.queries, timeouts.in_loops, timeouts.in_repeats
+            )
+        };
+        self.line(&format!(
+            "findings: {} loop, {} unexpected source, {} timeout{folded}",
+            findings.loops, findings.unexpected_sources, findings.timeouts
+        ))?;
+        let evicted: Vec<String> = summary
+            .evictions
+            .iter()
+            .filter(|(_, &count)| count > 0)
+            .map(|(stage, count)| format!("{stage} {count}"))
+            .collect();
+        if !evicted.is_empty() {
+            self.line(&format!(
+                "evictions (tables full, findings may be missed): {}",
+                evicted.join(", ")
+            ))?;
+        }
+        if !summary.servers.is_empty() {
+            self.line(&format!(
+                "  {:<40} {:>8} {:>9} {:>9} {:>9} {:>9}  rcodes",
+                "server", "answered", "p50", "p90", "p99", "max"
+            ))?;
+            for server in &summary.servers {
+                let rcodes: Vec<String> = server
+                    .rcodes
+                    .iter()
+                    .map(|(&rcode, count)| format!("{} {count}", mnemonic::rcode(rcode)))
+                    .collect();
+                self.line(&format!(
+                    "  {:<40} {:>8} {:>9} {:>9} {:>9} {:>9}  {}",
+                    server.server.to_string(),
+                    server.answered,
+                    latency(server.p50),
+                    latency(server.p90),
+                    latency(server.p99),
+                    latency(server.max),
+                    rcodes.join(", ")
+                ))?;
+            }
+        }
+        if let Value::Object(extra) = extra {
+            for (key, value) in extra {
+                self.extra(key, value)?;
+            }
+        }
+        self.out.flush()
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// `service`: where the hop's packet was sent, when a DNAT sent it to `hop.dst` instead.
+fn hop_line(hop: &Hop, service: Option<SocketAddr>) -> String {
+    let via = service.map_or(String::new(), |service| format!(" ({service} via DNAT)"));
+    let crossing = crossing(&hop.leaves, &hop.enters)
+        .map_or(String::new(), |crossing| format!("  [{crossing}]"));
+    format!(
+        "  {}  {:<16} {:<7}  {} -> {}{via}  id {}{crossing}",
+        time_of_day(hop.ts),
+        hop.ifname,
+        hop.direction.as_str(),
+        hop.src,
+        hop.dst,
+        hop.id
+    )
+}
+
+/// The `--packets` line for `obs` (`12:00:01.123 cni0 ingress udp 10.244.0.2:41234 ->
+/// 169.254.25.10:53 id 4242 query A www.example.test.  [enters node]`), built in `text` a
+/// piece at a time: every DNS packet goes through here, and one `format!` of all the pieces
+/// was two fifths of what `analyze --packets` spent.
+fn packet_line(obs: &Observation, text: &mut String) {
+    text.clear();
+    write_time_of_day(obs.ts, text);
+    for part in [
+        &obs.point.ifname,
+        obs.point.direction.as_str(),
+        obs.transport.as_str(),
+    ] {
+        text.push(' ');
+        text.push_str(part);
+    }
+    text.push(' ');
+    push_socket_addr(text, &obs.src);
+    text.push_str(" -> ");
+    push_socket_addr(text, &obs.dst);
+    let _ = write!(text, " id {} ", obs.id);
+    if obs.is_response {
+        text.push_str("reply ");
+        text.push_str(&mnemonic::rcode(obs.rcode));
+    } else {
+        text.push_str("query");
+    }
+    if obs.opcode != 0 {
+        text.push_str(" opcode ");
+        text.push_str(&mnemonic::opcode(obs.opcode));
+    }
+    match &obs.question {
+        Some(question) => {
+            text.push(' ');
+            text.push_str(&mnemonic::qtype(question.qtype));
+            text.push(' ');
+            question.name.write_presentation(text);
+        }
+        None => text.push_str(" (no question)"),
+    }
+    if let Some(crossing) = crossing(&obs.point.leaves, &obs.point.enters) {
+        let _ = write!(text, "  [{crossing}]");
+    }
+}
+
+fn push_socket_addr(text: &mut String, addr: &SocketAddr) {
+    match addr {
+        SocketAddr::V4(addr) => ipv4_pieces(addr, |piece| text.push_str(piece)),
+        SocketAddr::V6(addr) => {
+            let _ = write!(text, "{addr}");
+        }
+    }
+}
+
+/// Where a packet went: `leaves pod 10.244.0.3`, `enters node`, `within pod ...` (a loopback),
+/// `pod A -> node`.
+enum Crossing<'a> {
+    Within(&'a Namespace),
+    Between(&'a Namespace, &'a Namespace),
+    Leaves(&'a Namespace),
+    Enters(&'a Namespace),
+}
+
+/// `None` between two unwatched sides.
+fn crossing<'a>(
+    leaves: &'a Option<Namespace>,
+    enters: &'a Option<Namespace>,
+) -> Option<Crossing<'a>> {
+    match (leaves, enters) {
+        (Some(left), Some(entered)) if left == entered => Some(Crossing::Within(left)),
+        (Some(left), Some(entered)) => Some(Crossing::Between(left, entered)),
+        (Some(left), None) => Some(Crossing::Leaves(left)),
+        (None, Some(entered)) => Some(Crossing::Enters(entered)),
+        (None, None) => None,
+    }
+}
+
+impl std::fmt::Display for Crossing<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Within(namespace) => write!(f, "within {namespace}"),
+            Self::Between(left, entered) => write!(f, "{left} -> {entered}"),
+            Self::Leaves(left) => write!(f, "leaves {left}"),
+            Self::Enters(entered) => write!(f, "enters {entered}"),
+        }
+    }
+}
+
+/// The service `found` records a DNAT from to `hop`'s destination; `None` unless exactly one.
+fn dnat_service(found: &LoopFinding, hop: &Hop) -> Option<SocketAddr> {
+    let mut services = found
+        .dnat
+        .iter()
+        .filter(|dnat| dnat.backend == hop.dst)
+        .map(|dnat| dnat.service);
+    let service = services.next()?;
+    services.next().is_none().then_some(service)
+}
+
+/// A value on one line: strings bare, objects as `key value, ...`, the rest as JSON.
+fn inline(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Object(fields) if fields.is_empty() => "none".to_owned(),
+        Value::Object(fields) => fields
+            .iter()
+            .map(|(key, value)| format!("{key} {}", inline(value)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
+}
+
+/// Whether `text` has a byte of a control character's UTF-8: a C0 control or DEL (one byte
+/// below 0x20, or 0x7f), or the lead byte 0xc2 that C1 controls (U+0080 to U+009F) share with
+/// a few printable characters. Decoding every character of every packet line to ask it was a
+/// tenth of what `analyze --packets --output text` spent; bytes are looked at 32 at once, each
+/// block without a branch per byte, which the compiler turns into vector instructions.
+fn may_hold_control(text: &str) -> bool {
+    text.as_bytes().chunks(32).any(|block| {
+        block.iter().fold(false, |found, &byte| {
+            found | (byte < 0x20) | (byte == 0x7f) | (byte == 0xc2)
+        })
+    })
+}
+
+fn latency(duration: Duration) -> String {
+    let millis = duration.as_secs_f64() * 1000.0;
+    if millis < 10.0 {
+        format!("{millis:.2}ms")
+    } else if millis < 1000.0 {
+        format!("{millis:.1}ms")
+    } else {
+        format!("{:.2}s", millis / 1000.0)
+    }
+}
+
+/// `text` with every control character escaped: `\DDD` (as dig escapes bytes in names) for
+/// ASCII ones, `\u{..}` for the rest.
+fn printable(text: &str) -> Cow<'_, str> {
+    if !may_hold_control(text) || !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if c.is_ascii_control() => {
+                let _ = write!(escaped, "\\{:03}", u32::from(c));
+            }
+            c if c.is_control() => {
+                let _ = write!(escaped, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => escaped.push(c),
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+#[cfg(test)]
+mod tests {
+    use dnsloop_ebpf::parse::Probe;
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        analyzers::testkit::*,
+        finding::ConntrackEvidence,
+        observation::{DnsName, Question},
+        sink::samples::*,
+    };
+
+    fn written(write: impl FnOnce(&mut TextSink<&mut Vec<u8>>) -> io::Result<()>) -> String {
+        let mut out = Vec::new();
+        write(&mut TextSink::new(&mut out)).expect("writing to memory");
+        String::from_utf8(out).expect("text is UTF-8")
+    }
+
+    #[test]
+    fn a_malformed_sample_is_one_line() {
+        assert_eq!(
+            written(|sink| sink.malformed(&malformed_sample())),
+            "12:00:01.500  MALFORMED  dns_compression_pointer on cni0 ingress, \
+             10.244.0.2:41234 -> 10.96.0.10:53 (a sample; all are counted): 12340100c00c\n"
+        );
+    }
+
+    #[test]
+    fn a_loop_is_one_line_then_its_path() {
+        let mut first = a_loop(Probe::CoreDns);
+        if let Finding::Loop(found) = &mut first {
+            found.count = 1;
+            found.since = found.ts;
+        }
+        let text = written(|sink| sink.finding(&first));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "12:00:01.123  LOOP  x1 [coredns probe]  www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream  [loop_id 0123456789abcdef]",
+                "  12:00:01.001  cni0             egress   10.244.0.1:50000 -> 10.244.0.3:53  id 1000  [leaves node]",
+                "  12:00:01.123  cni0             ingress  10.244.0.3:40000 -> 169.254.25.10:53  id 2000  [enters node]",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_loop_is_one_line_with_its_count() {
+        let text = written(|sink| sink.finding(&a_loop(Probe::CoreDns)));
+        assert_eq!(
+            text.lines().collect::<Vec<_>>(),
+            ["12:00:01.123  LOOP  x3 [coredns probe]  www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream  [loop_id 0123456789abcdef]"]
+        );
+    }
+
+    #[test]
+    fn a_loop_through_a_cluster_ip_names_the_service_on_its_line_and_path() {
+        let text = written(|sink| sink.finding(&a_loop_through_a_cluster_ip()));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "12:00:01.123  LOOP  x1  www.example.test. A: node -> 10.96.0.10 (DNAT -> 10.244.0.3) (pod 10.244.0.3) -> 169.254.25.10 (node) (2 hops): check the upstream  [loop_id 0123456789abcdef]",
+                "  12:00:01.001  cni0             egress   10.244.0.1:50000 -> 10.244.0.3:53 (10.96.0.10:53 via DNAT)  id 1000  [leaves node]",
+                "  12:00:01.123  cni0             ingress  10.244.0.3:40000 -> 169.254.25.10:53  id 2000  [enters node]",
+            ]
+        );
+    }
+
+    #[test]
+    fn unexpected_sources_show_the_evidence_once_an_enricher_added_it() {
+        let bare = written(|sink| sink.finding(&an_unexpected_source(None)));
+        assert_eq!(bare.lines().count(), 1);
+        assert!(bare.starts_with(
+            "12:00:02.000  UNEXPECTED SOURCE  www.example.test. A  reply to 10.244.0.2:41234"
+        ));
+        let evidence = ConntrackEvidence {
+            original_dst: addr("10.96.0.10:53"),
+            reply_src: addr("10.244.0.3:53"),
+            unreplied: true,
+        };
+        let enriched = written(|sink| sink.finding(&an_unexpected_source(Some(evidence))));
+        let lines: Vec<&str> = enriched.lines().skip(1).collect();
+        assert_eq!(
+            lines,
+            [
+                "  cause: br_netfilter is off",
+                "  conntrack: sent to 10.96.0.10:53, reply expected from 10.244.0.3:53, never replied",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_timeout_is_one_line() {
+        assert_eq!(
+            written(|sink| sink.finding(&a_timeout())),
+            "12:00:03.000  TIMEOUT  no answer from 10.255.0.99:53 for corp.example. A (client 10.244.0.3:5353, id 77) after 2.0s\n"
+        );
+    }
+
+    #[test]
+    fn a_repeated_timeout_is_one_line_with_its_count() {
+        let Finding::Timeout(mut found) = a_timeout() else {
+            unreachable!("a timeout")
+        };
+        found.count = 37;
+        found.summary = "no answer from 10.255.0.99:53 for corp.example. A: 37 more queries".into();
+        assert_eq!(
+            written(|sink| sink.finding(&Finding::Timeout(found))),
+            "12:00:03.000  TIMEOUT x37  no answer from 10.255.0.99:53 for corp.example. A: 37 more queries\n"
+        );
+    }
+
+    #[test]
+    fn a_loop_with_unanswered_queries_counts_them_on_its_line() {
+        let Finding::Loop(mut found) = a_loop(Probe::None) else {
+            unreachable!("a loop")
+        };
+        found.unanswered = 4567;
+        let text = written(|sink| sink.finding(&Finding::Loop(found)));
+        assert!(
+            text.starts_with("12:00:01.123  LOOP  x3, 4567 unanswered  www.example.test. A"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_summary_says_how_many_timeouts_were_folded() {
+        let mut summary = a_summary();
+        summary.findings.timeouts = 2;
+        summary.timeouts.queries = 5012;
+        summary.timeouts.in_loops = 4980;
+        summary.timeouts.in_repeats = 30;
+        let text = written(|sink| sink.summary(&summary, &json!({})));
+        assert_eq!(
+            text.lines().nth(1),
+            Some(
+                "findings: 0 loop, 0 unexpected source, 2 timeout (5012 queries timed out: 4980 \
+                 counted in loops' reports, 30 in repeated timeouts)"
+            )
+        );
+    }
+
+    #[test]
+    fn packets_are_one_line_each() {
+        let asked = query("www.example.test.")
+            .id(4242)
+            .at_ms(1_123)
+            .seen(NODE_FROM_BRIDGE);
+        let answered = reply("www.example.test.")
+            .id(4242)
+            .rcode(3)
+            .tcp()
+            .at_ms(1_124)
+            .seen(CLIENT_IN);
+        let text = written(|sink| {
+            sink.packet(&asked)?;
+            sink.packet(&answered)
+        });
+        assert_eq!(
+            text,
+            "12:00:01.123 cni0 ingress udp 10.244.0.2:41234 -> 169.254.25.10:53 id 4242 query A www.example.test.  [enters node]\n\
+             12:00:01.124 veth-client egress tcp 10.244.0.2:41234 -> 169.254.25.10:53 id 4242 reply NXDOMAIN A www.example.test.  [enters pod 10.244.0.2]\n"
+        );
+    }
+
+    #[test]
+    fn control_bytes_never_reach_the_terminal() {
+        let mut obs = query("x.test.").seen(CLIENT_OUT);
+        obs.question = DnsName::from_wire(b"\x09\x1b[31mred\x07\x00").map(|name| Question {
+            name,
+            qtype: A,
+            qclass: 1,
+        });
+        obs.point.ifname = "eth\u{1b}]0;owned\u{7}\u{85}".into();
+        let text = written(|sink| sink.packet(&obs));
+        assert!(
+            !text.trim_end_matches('\n').chars().any(char::is_control),
+            "{text:?}"
+        );
+        assert!(text.contains("eth\\027]0;owned\\007\\u{85} "), "{text}");
+        assert!(text.contains(" A \\027[31mred\\007."), "{text}");
+    }
+
+    #[test]
+    fn the_byte_scan_misses_no_control_character() {
+        let mut utf8 = [0; 4];
+        for c in (0..=char::MAX as u32).filter_map(char::from_u32) {
+            if c.is_control() {
+                assert!(may_hold_control(c.encode_utf8(&mut utf8)), "{c:?}");
+            }
+        }
+        assert!(!may_hold_control(
+            "12:00:01.123456 veth-client ingress udp é ü"
+        ));
+    }
+
+    #[test]
+    fn summary_table_with_the_callers_numbers() {
+        let extra = json!({
+            "interfaces": [{"ifname": "cni0", "dir": "ingress", "dns_packets": 4}],
+            "lost_events": 3,
+            "kernel": {"packets": 10},
+        });
+        let text = written(|sink| sink.summary(&a_summary(), &extra));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "summary: 1234 observations (2 out of order), 1 queries unanswered at the end"
+        );
+        assert_eq!(lines[1], "findings: 0 loop, 0 unexpected source, 0 timeout");
+        assert_eq!(
+            lines[2],
+            "evictions (tables full, findings may be missed): timeout 5"
+        );
+        assert!(
+            lines[3].contains("server") && lines[3].contains("p99"),
+            "{text}"
+        );
+        assert!(lines[4].starts_with("  169.254.25.10:53 "), "{text}");
+        assert!(
+            lines[4]
+                .ends_with(" 30    1.20ms    3.00ms    10.0ms    12.0ms  NOERROR 28, NXDOMAIN 2"),
+            "{text}"
+        );
+        assert!(!text.lines().any(|line| line.ends_with(' ')), "{text}");
+        assert!(lines.contains(&"lost_events: 3"), "{text}");
+        assert!(lines.contains(&"kernel: packets 10"), "{text}");
+        assert!(
+            lines
+                .iter()
+                .any(|line| line.contains("cni0") && line.contains("ingress")),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,332 @@
+//! `dnsloop analyze FILE`: the findings of `trace`, from a capture file.
+//!
+//! capture file -> placement -> pipeline (decoder -> analyzers -> sink on stdout), with no
+//! evidence from this machine: the packets were seen elsewhere, or earlier. Time is the
+//! capture's: the engine's clock is each packet's timestamp.
+//!
+//! The file is read twice. The first reading lists its interfaces, learns from MAC addresses
+//! which side of a link is the node's (see `source::capture_file::placement`) and measures how
+//! far out of timestamp order the file is; the second places each packet and feeds it, in
+//! timestamp order, to the pipeline.
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::{Duration, SystemTime},
+};
+
+use anyhow::{ensure, Context as _};
+use dnsloop_ebpf::{
+    event::Direction,
+    parse::{DnsPorts, MAX_DNS_PORTS},
+};
+use serde_json::{json, Map, Value};
+
+use clap::Args;
+use dnsloop_core::sink::OutputFormat;
+use dnsloop_core::{
+    analyzers::{Engine, EngineConfig},
+    decode::{Decoder, NotDecoded},
+    observation::Point,
+    pipeline::Pipeline,
+    sink,
+    source::capture_file::{
+        link_names,
+        order::TimeOrder,
+        placement::{Placement, Survey},
+        CaptureFile, CaptureInterface, CapturedPacket, Format,
+    },
+};
+
+use crate::cli;
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tcpdump -i any -w node.pcap port 53       # on the node, then elsewhere:\n  \
+    dnsloop analyze node.pcap\n  \
+    dnsloop analyze --output json --packets bundle.pcapng\n\n\
+    Captures of several interfaces (tcpdump -i any, or pcapng with interface names) show a \
+    loop's path hop by hop; a capture of one interface shows what crossed it.")]
+pub struct AnalyzeArgs {
+    /// The capture to analyse: pcap or pcapng, as tcpdump, dumpcap/Wireshark or dnsloop write
+    /// them.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// Output format on stdout.
+    #[arg(long, value_parser = cli::output_format(), default_value = "text")]
+    pub output: OutputFormat,
+
+    /// A query with no answer after this long, in the capture's time, is reported as a timeout.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = cli::DEFAULT_TIMEOUT, value_name = "DURATION")]
+    pub timeout: Duration,
+
+    /// A loop or an unexpected source going on is reported again, with its count, at most
+    /// this often in the capture's time.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = cli::DEFAULT_REPORT_INTERVAL, value_name = "DURATION")]
+    pub report_interval: Duration,
+
+    /// Print every DNS packet of the capture, on every hop.
+    #[arg(long)]
+    pub packets: bool,
+
+    /// `ip -o link` as printed on the node the capture was taken on: names the interfaces of a
+    /// `tcpdump -i any` capture, which records only their numbers, so that each is placed by
+    /// its name (an overlay device such as vxlan0 leads to other nodes, a veth to a pod).
+    #[arg(long, value_name = "FILE")]
+    pub links: Option<PathBuf>,
+
+    /// The node the capture was taken on, named in every JSON object (`node`). Default: the
+    /// NODE_NAME environment variable, else this host's name.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+
+    /// UDP/TCP port that carries DNS (repeatable, at most 8).
+    #[arg(long = "dns-port", value_name = "PORT", default_values_t = [cli::DEFAULT_DNS_PORT])]
+    pub dns_ports: Vec<u16>,
+}
+
+pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
+    ensure!(
+        args.dns_ports.len() <= MAX_DNS_PORTS,
+        "at most {MAX_DNS_PORTS} DNS ports can be given, {} were",
+        args.dns_ports.len()
+    );
+    let mut surveyed = survey(&args.file, &args.dns_ports)?;
+    if let Some(links) = &args.links {
+        let text = std::fs::read_to_string(links)
+            .with_context(|| format!("reading the interface names in {}", links.display()))?;
+        let names = link_names::parse_ip_link(&text);
+        ensure!(
+            !names.is_empty(),
+            "{} names no interface: give it the output of `ip -o link` taken on the node the \
+             capture comes from",
+            links.display()
+        );
+        name_interfaces(&mut surveyed.interfaces, &names);
+    }
+    if let Some(stopped) = &surveyed.stopped {
+        eprintln!("dnsloop: warning: {stopped}");
+    }
+    let mut placement = Placement::new(&surveyed.interfaces, &surveyed.survey, &args.dns_ports);
+
+    let node = args
+        .node
+        .as_deref()
+        .map_or_else(sink::NodeName::from_environment, sink::NodeName::new);
+    let engine = Engine::new(EngineConfig {
+        timeout: args.timeout,
+        loop_report_interval: args.report_interval,
+        ..EngineConfig::default()
+    });
+    // Buffered, and written as the buffer fills rather than per packet (see `Pipeline::advance`).
+    let stdout = std::io::BufWriter::with_capacity(sink::STDOUT_BUFFER, std::io::stdout().lock());
+    let mut pipeline = Pipeline::without_enrichment(
+        Decoder::new(&args.dns_ports),
+        engine,
+        sink::for_format(args.output, &node, stdout),
+        args.packets,
+    );
+    let mut file = CaptureFile::open(&args.file)?;
+    let mut order = TimeOrder::new(surveyed.survey.disorder);
+    let mut counts = Counts::default();
+    let mut clock = None;
+    let mut take = |captured, pipeline: &mut Pipeline| -> anyhow::Result<()> {
+        let ts = feed(captured, &mut placement, pipeline, &mut counts)?;
+        clock = Some(clock.map_or(ts, |clock: SystemTime| clock.max(ts)));
+        Ok(())
+    };
+    while let Some(captured) = file.next_packet() {
+        order.push(captured);
+        while let Some(captured) = order.pop_due() {
+            take(captured, &mut pipeline)?;
+        }
+    }
+    while let Some(captured) = order.pop() {
+        take(captured, &mut pipeline)?;
+    }
+
+    // The capture ran at least until its last packet, and until its statistics say.
+    let end = match (clock, file.end()) {
+        (Some(clock), Some(end)) => clock.max(end),
+        (clock, end) => clock.or(end).unwrap_or_else(SystemTime::now),
+    };
+    let capture = CaptureSummary {
+        file: &args.file,
+        format: file.format(),
+        read: file.packets(),
+        skipped: file.skipped(),
+        stopped: file.stopped().map(ToString::to_string),
+        interfaces: file.interfaces(),
+        placement: &placement,
+    };
+    pipeline.finish(end, None, |_| capture.extra(&counts))
+}
+
+/// What the first reading learnt.
+struct Surveyed {
+    interfaces: Vec<CaptureInterface>,
+    survey: Survey,
+    stopped: Option<String>,
+}
+
+fn survey(path: &Path, dns_ports: &[u16]) -> anyhow::Result<Surveyed> {
+    let mut file = CaptureFile::open(path)?;
+    let ports = DnsPorts::new(dns_ports);
+    let mut survey = Survey::default();
+    while let Some(captured) = file.next_packet() {
+        survey.observe(&captured, &ports);
+    }
+    Ok(Surveyed {
+        interfaces: file.interfaces().to_vec(),
+        survey,
+        stopped: file.stopped().map(ToString::to_string),
+    })
+}
+
+/// Gives the interfaces the file knows only by number the names `names` has for them.
+fn name_interfaces(
+    interfaces: &mut [CaptureInterface],
+    names: &std::collections::HashMap<u32, String>,
+) {
+    for interface in interfaces {
+        if interface.name.is_none() {
+            interface.name = interface
+                .ifindex
+                .and_then(|ifindex| names.get(&ifindex).cloned());
+        }
+    }
+}
+
+/// Places one packet, feeds it to the pipeline at its own time, and counts it; returns its
+/// timestamp.
+fn feed(
+    captured: CapturedPacket,
+    placement: &mut Placement,
+    pipeline: &mut Pipeline,
+    counts: &mut Counts,
+) -> anyhow::Result<SystemTime> {
+    let ts = captured.packet.ts;
+    let Some(point) = placement.place(&captured) else {
+        counts.unplaced += 1;
+        return Ok(ts);
+    };
+    let mut packet = captured.packet;
+    packet.direction = point.direction;
+    let decoded = pipeline
+        .ingest_placed(&packet, |_, _| Some(&point))
+        .context("analysing the capture")?;
+    counts.count(packet.interface.ifindex, &point, decoded);
+    pipeline.advance(ts)?;
+    Ok(ts)
+}
+
+/// What became of the packets, per interface and in all.
+#[derive(Default)]
+struct Counts {
+    /// By interface index and direction.
+    points: BTreeMap<(u32, u8), PointCount>,
+    dns: u64,
+    not_dns: u64,
+    malformed: BTreeMap<&'static str, u64>,
+    unplaced: u64,
+}
+
+struct PointCount {
+    ifname: String,
+    direction: Direction,
+    packets: u64,
+    dns_packets: u64,
+}
+
+impl Counts {
+    fn count(&mut self, interface: u32, point: &Point, decoded: Result<(), NotDecoded>) {
+        let count = self
+            .points
+            .entry((interface, point.direction as u8))
+            .or_insert_with(|| PointCount {
+                ifname: point.ifname.to_string(),
+                direction: point.direction,
+                packets: 0,
+                dns_packets: 0,
+            });
+        count.packets += 1;
+        match decoded {
+            Ok(()) => {
+                count.dns_packets += 1;
+                self.dns += 1;
+            }
+            Err(NotDecoded::NotDns) => self.not_dns += 1,
+            Err(NotDecoded::Malformed(reason)) => {
+                *self.malformed.entry(reason.as_str()).or_default() += 1
+            }
+            Err(NotDecoded::Unplaced) => self.unplaced += 1,
+        }
+    }
+}
+
+/// The capture's side of the summary.
+struct CaptureSummary<'a> {
+    file: &'a Path,
+    format: Format,
+    read: u64,
+    skipped: u64,
+    stopped: Option<String>,
+    interfaces: &'a [CaptureInterface],
+    placement: &'a Placement,
+}
+
+impl CaptureSummary<'_> {
+    /// The fields added to the summary: in place of the kernel's counters (which a file does
+    /// not have), what the file held and how its packets were placed.
+    fn extra(&self, counts: &Counts) -> Value {
+        let interfaces: Vec<Value> = counts
+            .points
+            .values()
+            .map(|count| {
+                json!({
+                    "ifname": count.ifname,
+                    "dir": count.direction.as_str(),
+                    "dns_packets": count.dns_packets,
+                    "packets": count.packets,
+                })
+            })
+            .collect();
+        let placed: Vec<Value> = self
+            .placement
+            .describe()
+            .zip(self.interfaces)
+            .map(|((ifname, how, node_mac), interface)| {
+                json!({
+                    "ifname": ifname,
+                    "linktype": interface.linktype,
+                    "placed_by": how,
+                    "node_mac": node_mac,
+                })
+            })
+            .collect();
+        let malformed: Map<String, Value> = counts
+            .malformed
+            .iter()
+            .map(|(reason, count)| ((*reason).into(), (*count).into()))
+            .collect();
+        json!({
+            "capture": {
+                "file": self.file.display().to_string(),
+                "format": self.format.as_str(),
+                "complete": self.stopped.is_none(),
+                "note": self.stopped,
+            },
+            "interfaces": interfaces,
+            "capture_interfaces": placed,
+            "packets": {
+                "read": self.read,
+                "dns": counts.dns,
+                "not_dns": counts.not_dns,
+                "malformed": counts.malformed.values().sum::<u64>(),
+                "unsupported_link": self.skipped,
+                "unplaced": counts.unplaced,
+            },
+            "malformed": malformed,
+        })
+    }
+}

@@ -1,0 +1,173 @@
+//! `dnsloop trace`: watch DNS live until the duration ends or a signal arrives.
+//!
+//! kernel programs -> ring buffer source -> pipeline (decoder -> analyzers -> sink on stdout).
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::Args;
+use dnsloop_core::sink::{self, OutputFormat};
+
+use crate::{
+    cli,
+    kernel::programs::{self, Settings},
+    metrics,
+    node::pods::{self, CriSocket},
+    tracer,
+};
+
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// Interface to watch (repeatable). Default: every interface of the current network
+    /// namespace, the loopback of every pod behind them, and new ones as they appear.
+    #[arg(short = 'i', long = "interface", value_name = "IFACE")]
+    pub interfaces: Vec<String>,
+
+    /// Stop after this long (e.g. 30s, 5m). Default: until SIGINT or SIGTERM.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub duration: Option<Duration>,
+
+    /// Output format on stdout.
+    #[arg(long, value_parser = cli::output_format(), default_value = "text")]
+    pub output: OutputFormat,
+
+    /// A query with no answer after this long is reported as a timeout.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = cli::DEFAULT_TIMEOUT, value_name = "DURATION")]
+    pub timeout: Duration,
+
+    /// A loop or an unexpected source still happening is reported again, with its count, at
+    /// most this often.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = cli::DEFAULT_REPORT_INTERVAL, value_name = "DURATION")]
+    pub report_interval: Duration,
+
+    /// Print every DNS packet seen, on every hop (one line, or one JSON object, per packet).
+    #[arg(long)]
+    pub packets: bool,
+
+    /// Bytes of each streamed packet to keep, from the start of the frame (64-2048).
+    #[arg(long, value_name = "BYTES", default_value_t = dnsloop_ebpf::event::PACKET_SNAP_MAX)]
+    pub snap_len: usize,
+
+    /// Questions the kernel remembers to see one come back into a namespace that forwarded it
+    /// (LRU). Each entry takes about 460 bytes of kernel memory: the default 32768 is about
+    /// 15 MiB.
+    #[arg(long, value_name = "ENTRIES", default_value_t = programs::DEFAULT_QUESTION_TABLE_SIZE)]
+    pub question_table_size: u32,
+
+    /// Queries in flight the kernel remembers, with their question, to check and time their
+    /// replies and to report those never answered (LRU). Each entry takes about 380 bytes of
+    /// kernel memory: the default 32768 is about 12 MiB.
+    #[arg(long, value_name = "ENTRIES", default_value_t = programs::DEFAULT_QUERY_TABLE_SIZE)]
+    pub query_table_size: u32,
+
+    /// Size of the ring buffer that carries packets to dnsloop, in MiB (a power of two). Each
+    /// packet takes about 2 KiB: the default 4 MiB holds about 2000 before any is lost.
+    #[arg(long, value_name = "MIB", default_value_t = programs::DEFAULT_RING_BUFFER_MIB)]
+    pub ring_buffer_mib: u32,
+
+    /// Watch ingress at XDP instead of TC on every interface but loopback and bridges: cheaper,
+    /// as it runs before the kernel builds a socket buffer. An interface already holding an XDP
+    /// program, or whose driver cannot run one, makes dnsloop stop with an error.
+    #[arg(long)]
+    pub xdp: bool,
+
+    /// Attach and detach at full speed on a node with many pods, by switching the kernel to
+    /// expedited RCU grace periods (/sys/kernel/rcu_expedited) meanwhile. Each TCX link waits
+    /// out a grace period, one link after another: 100 veths take about 2.5 s at the normal
+    /// pace and a tenth of a second expedited. Expedited grace periods interrupt every CPU,
+    /// node-wide, while the setting holds; it is restored at once, but a SIGKILL in that
+    /// moment leaves it set.
+    #[arg(long)]
+    pub expedite_attach: bool,
+
+    /// UDP/TCP port that carries DNS (repeatable, at most 8).
+    #[arg(long = "dns-port", value_name = "PORT", default_values_t = [cli::DEFAULT_DNS_PORT])]
+    pub dns_ports: Vec<u16>,
+
+    /// Serve Prometheus metrics over HTTP at /metrics on this address while tracing. A port
+    /// alone (9553 or :9553) listens on 127.0.0.1 only; give an address to listen elsewhere
+    /// (0.0.0.0:9553, [::]:9553). A port already in use stops dnsloop at startup.
+    #[arg(long, value_name = "[IP]:PORT", value_parser = metrics::parse_listen_address)]
+    pub metrics_addr: Option<SocketAddr>,
+
+    /// The kubelet's pod log directory, whose `<namespace>_<pod>_<uid>` directories name the
+    /// pods behind the node's veths (`pod kube-system/coredns-5d78c9869d-abcde`); pods it does
+    /// not name are shown by address (`pod 10.244.0.3`). In a container, mount the node's.
+    #[arg(long, value_name = "DIR", default_value = pods::POD_LOGS)]
+    pub pod_logs: PathBuf,
+
+    /// The container runtime's CRI socket, which names the pods behind the node's veths before
+    /// the pod log directory does: its ready pod sandboxes are listed at start and again when
+    /// a pod it has not listed appears. `none`: do not ask the runtime. Default: the first of
+    /// /run/containerd/containerd.sock and /run/crio/crio.sock that exists, if any. A socket
+    /// given that does not exist stops dnsloop at start; a runtime that fails to answer later
+    /// is reported and asked again. In a container, mount the node's socket.
+    #[arg(long, value_name = "PATH|none", value_parser = CriSocket::parse)]
+    pub cri_socket: Option<CriSocket>,
+
+    /// Keep the kernel's counters, per-server answer statistics and queries in flight in DIR,
+    /// on a BPF filesystem (e.g. /sys/fs/bpf/dnsloop), and carry on from them when started
+    /// again with the same DIR: counters continue, and answers to queries asked before the
+    /// restart are still matched. Give the same table sizes each time; `rm -r DIR` starts from
+    /// zero.
+    #[arg(long, value_name = "DIR")]
+    pub pin: Option<PathBuf>,
+}
+
+impl TraceArgs {
+    /// What the tracer is to do; the duration and the output format are the command's.
+    pub fn config(&self) -> tracer::Config {
+        tracer::Config {
+            programs: Settings {
+                dns_ports: self.dns_ports.clone(),
+                stream_every_packet: self.packets,
+                snap_len: self.snap_len,
+                question_table_size: self.question_table_size,
+                query_table_size: self.query_table_size,
+                ring_buffer_mib: self.ring_buffer_mib,
+                xdp_ingress: self.xdp,
+            },
+            interfaces: self.interfaces.clone(),
+            timeout: self.timeout,
+            report_interval: self.report_interval,
+            expedite_attach: self.expedite_attach,
+            metrics_addr: self.metrics_addr,
+            pod_logs: self.pod_logs.clone(),
+            cri_socket: self.cri_socket.clone(),
+            pin: self.pin.clone(),
+        }
+    }
+}
+
+pub fn run(args: TraceArgs) -> anyhow::Result<()> {
+    let config = args.config();
+    tracer::runtime()?.block_on(async {
+        let end = tracer::end_of_run(args.duration)?;
+        // Buffered: each batch is written at once (see `Sink::flush`), not line by line.
+        let stdout =
+            std::io::BufWriter::with_capacity(sink::STDOUT_BUFFER, std::io::stdout().lock());
+        let node = sink::NodeName::from_environment();
+        tracer::trace(
+            &config,
+            sink::for_format(args.output, &node, stdout),
+            None,
+            end,
+        )
+        .await
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[test]
+    fn trace_without_options_is_the_tracers_default() {
+        let cli = cli::Cli::try_parse_from(["dnsloop", "trace"]).expect("trace parses");
+        let cli::Command::Trace(args) = cli.command else {
+            panic!("not trace: {:?}", cli.command);
+        };
+        assert_eq!(args.config(), tracer::Config::default());
+        assert_eq!(args.output, OutputFormat::Text);
+    }
+}

@@ -1,0 +1,21 @@
+//! The kernel side of tracing: checking the node can run the programs (`preflight`), loading
+//! them with their maps (`programs`, `pinning`), telling them which points to watch
+//! (`point_table`), attaching them (`attach`, with `clsact` on kernels without TCX, `orphans`
+//! for what a killed run left, `expedited_rcu` to attach fast), and reading what they stream and
+//! count (`ringbuf`, `unanswered`, `counters`, `summary`) on their clock (`clock`).
+pub mod attach;
+pub mod clock;
+pub mod clsact;
+pub mod counters;
+pub mod expedited_rcu;
+mod map_batch;
+pub mod orphans;
+pub mod pinning;
+pub mod point_table;
+pub mod preflight;
+pub mod programs;
+pub mod ringbuf;
+pub mod summary;
+#[cfg(test)]
+mod tests;
+pub mod unanswered;

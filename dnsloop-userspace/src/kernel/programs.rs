@@ -1,0 +1,559 @@
+//! Loading the embedded kernel programs with this run's settings.
+
+use aya::{
+    maps::{HashMap, MapData, RingBuf},
+    programs::{ProgramError, ProgramType, SchedClassifier, Xdp},
+    sys::{is_helper_supported, BpfHelper},
+    util::KernelVersion,
+    Ebpf, EbpfLoader,
+};
+use std::{net::IpAddr, sync::OnceLock};
+
+use dnsloop_ebpf::{
+    event::{
+        ForwarderKey, ProgramConfig, QueryEntry, QueryKey, ServerKey, ServerStats, PACKET_SNAP_MAX,
+    },
+    parse::MAX_DNS_PORTS,
+};
+use thiserror::Error;
+
+use super::pinning::{PinDir, PinError, Shape, PINNED_MAPS};
+use crate::{
+    kernel::preflight::{self, PreflightError},
+    node::netns,
+};
+
+/// The BPF object built by build.rs from the dnsloop-ebpf crate.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dnsloop"));
+
+pub const INGRESS_PROGRAM: &str = "dnsloop_ingress";
+pub const EGRESS_PROGRAM: &str = "dnsloop_egress";
+pub const XDP_INGRESS_PROGRAM: &str = "dnsloop_xdp_ingress";
+pub const POINT_COUNTERS_MAP: &str = "POINT_COUNTERS";
+pub const COUNTERS_MAP: &str = "COUNTERS";
+const RECORDS_MAP: &str = "RECORDS";
+const QUESTIONS_MAP: &str = "QUESTIONS";
+pub const QUERIES_MAP: &str = "QUERIES";
+pub const POINTS_MAP: &str = "POINTS";
+const FORWARDERS_MAP: &str = "FORWARDERS";
+pub const SERVERS_MAP: &str = "SERVERS";
+
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
+    #[error("at most {MAX_DNS_PORTS} DNS ports can be watched, {0} were given")]
+    TooManyPorts(usize),
+    #[error("DNS port 0 is not a port")]
+    ZeroPort,
+    #[error("the snap length must be between 64 and {PACKET_SNAP_MAX} bytes, not {0}")]
+    SnapLength(usize),
+    #[error("the ring buffer size must be a power of two between 1 and 1024 MiB, not {0}")]
+    RingBufferSize(u32),
+    #[error("the {table} table must hold between 1024 and 16777216 entries, not {entries}")]
+    TableSize { table: &'static str, entries: u32 },
+    #[error("loading the BPF object failed (its maps could not be created): see the error below")]
+    Object(#[source] aya::EbpfError),
+    #[error("the BPF object has no {0}: the build is broken, rebuild with `cargo xtask build`")]
+    Missing(&'static str),
+    #[error("the kernel verifier rejected program {name}: please report it with the verifier's log below and `uname -a`")]
+    Verifier {
+        name: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("the kernel verifier rejected program {name}: Linux {kernel} is older than {needed}, the first with {feature}, which the program uses; run dnsloop on a newer kernel")]
+    KernelTooOld {
+        name: &'static str,
+        kernel: KernelVersion,
+        needed: KernelVersion,
+        feature: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("reading this network namespace's cookie failed (SO_NETNS_COOKIE needs Linux 5.14)")]
+    NetnsCookie(#[source] std::io::Error),
+    #[error(transparent)]
+    Pin(#[from] PinError),
+    #[error("the BPF object cannot be read to check the pinned maps against it: the build is broken, rebuild with `cargo xtask build`")]
+    ObjectDefinitions(#[source] aya_obj::ParseError),
+    #[error("setting up map {name} failed")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+}
+
+/// What this run asks of the kernel programs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub dns_ports: Vec<u16>,
+    /// Stream every DNS packet (`--packets`), not only the ones that matter.
+    pub stream_every_packet: bool,
+    pub snap_len: usize,
+    pub question_table_size: u32,
+    pub query_table_size: u32,
+    pub ring_buffer_mib: u32,
+    /// Watch ingress at XDP instead of TC (`--xdp`).
+    pub xdp_ingress: bool,
+}
+
+/// Questions the kernel remembers by default: about 460 bytes each, 15 MiB in all.
+pub const DEFAULT_QUESTION_TABLE_SIZE: u32 = 32768;
+/// Queries in flight the kernel remembers by default: about 380 bytes each, 12 MiB in all.
+pub const DEFAULT_QUERY_TABLE_SIZE: u32 = 32768;
+/// The ring buffer's size by default, in MiB: about 2000 packets.
+pub const DEFAULT_RING_BUFFER_MIB: u32 = 4;
+
+impl Default for Settings {
+    /// DNS on port 53, only what matters streamed, whole packets, TC on ingress.
+    fn default() -> Self {
+        Self {
+            dns_ports: vec![53],
+            stream_every_packet: false,
+            snap_len: PACKET_SNAP_MAX,
+            question_table_size: DEFAULT_QUESTION_TABLE_SIZE,
+            query_table_size: DEFAULT_QUERY_TABLE_SIZE,
+            ring_buffer_mib: DEFAULT_RING_BUFFER_MIB,
+            xdp_ingress: false,
+        }
+    }
+}
+
+/// Loads the programs into the kernel with `settings` patched in, ready to attach. With `pins`
+/// the maps it keeps are taken from there, or created and pinned there.
+pub fn load(settings: &Settings, pins: Option<&PinDir>) -> Result<Ebpf, LoadError> {
+    for note in preflight::check()? {
+        tracing::info!("{note}");
+    }
+    let ports = port_table(&settings.dns_ports)?;
+    let loopback_cookie = if tc_knows_netns_cookie() {
+        0
+    } else {
+        netns::current_cookie().map_err(LoadError::NetnsCookie)?
+    };
+    let config = program_config(settings, loopback_cookie)?;
+    let MapSizes {
+        questions,
+        queries,
+        ring_bytes,
+    } = map_sizes(settings)?;
+    let mut loader = EbpfLoader::new();
+    loader
+        .override_global("DNS_PORTS", &ports, true)
+        .override_global("CONFIG", &config, true)
+        .map_max_entries(QUESTIONS_MAP, questions)
+        .map_max_entries(QUERIES_MAP, queries)
+        .map_max_entries(RECORDS_MAP, ring_bytes);
+    if let Some(pins) = pins {
+        for (name, shape) in pinned_shapes(&[(QUERIES_MAP, queries)])? {
+            pins.check(name, shape)?;
+            // Only the maps named here are pinned: none is declared pinned in the object, so
+            // aya's default of pinning those under /sys/fs/bpf never applies.
+            loader.map_pin_path(name, pins.map_path(name));
+        }
+    }
+    let mut ebpf = loader.load(OBJECT).map_err(LoadError::Object)?;
+    let kernel = KernelVersion::current().ok();
+    for name in [INGRESS_PROGRAM, EGRESS_PROGRAM] {
+        classifier(&mut ebpf, name)?
+            .load()
+            .map_err(|source| rejected(name, kernel, source))?;
+    }
+    if settings.xdp_ingress {
+        xdp(&mut ebpf)?
+            .load()
+            .map_err(|source| rejected(XDP_INGRESS_PROGRAM, kernel, source))?;
+    }
+    Ok(ebpf)
+}
+
+/// The shape of each map `--pin` keeps, as the object defines it and with `max_entries` applied.
+fn pinned_shapes(max_entries: &[(&str, u32)]) -> Result<Vec<(&'static str, Shape)>, LoadError> {
+    let object = aya_obj::Object::parse(OBJECT).map_err(LoadError::ObjectDefinitions)?;
+    PINNED_MAPS
+        .iter()
+        .map(|&name| {
+            let map = object.maps.get(name).ok_or(LoadError::Missing(name))?;
+            let entries = max_entries
+                .iter()
+                .find(|(sized, _)| *sized == name)
+                .map_or(map.max_entries(), |&(_, entries)| entries);
+            let shape = Shape {
+                map_type: map.map_type(),
+                key_size: map.key_size(),
+                value_size: map.value_size(),
+                max_entries: entries,
+                flags: map.map_flags(),
+            };
+            Ok((name, shape))
+        })
+        .collect()
+}
+
+/// The oldest kernel with every helper program `name` calls, and the newest of those helpers.
+fn requirement(name: &str) -> (KernelVersion, &'static str) {
+    if name == XDP_INGRESS_PROGRAM {
+        (KernelVersion::new(5, 18, 0), "bpf_xdp_load_bytes")
+    } else {
+        (KernelVersion::new(5, 17, 0), "bpf_loop")
+    }
+}
+
+/// Why the verifier rejected program `name` on `kernel`: a kernel too old for it, or a bug.
+fn rejected(name: &'static str, kernel: Option<KernelVersion>, source: ProgramError) -> LoadError {
+    let (needed, feature) = requirement(name);
+    match kernel {
+        Some(kernel) if kernel < needed => LoadError::KernelTooOld {
+            name,
+            kernel,
+            needed,
+            feature,
+            source,
+        },
+        _ => LoadError::Verifier { name, source },
+    }
+}
+
+pub fn classifier<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut SchedClassifier, LoadError> {
+    ebpf.program_mut(name)
+        .and_then(|program| program.try_into().ok())
+        .ok_or(LoadError::Missing(name))
+}
+
+pub fn xdp(ebpf: &mut Ebpf) -> Result<&mut Xdp, LoadError> {
+    ebpf.program_mut(XDP_INGRESS_PROGRAM)
+        .and_then(|program| program.try_into().ok())
+        .ok_or(LoadError::Missing(XDP_INGRESS_PROGRAM))
+}
+
+/// Tells the programs that `addresses` forward DNS: the node's own, from which node-local-dns
+/// forwards (it listens on a link-local address, but sends from the node's).
+pub fn register_forwarders(ebpf: &mut Ebpf, addresses: &[IpAddr]) -> Result<(), LoadError> {
+    let map_error = |source| LoadError::Map {
+        name: FORWARDERS_MAP,
+        source,
+    };
+    let mut forwarders: HashMap<_, ForwarderKey, u8> = HashMap::try_from(
+        ebpf.map_mut(FORWARDERS_MAP)
+            .ok_or(LoadError::Missing(FORWARDERS_MAP))?,
+    )
+    .map_err(map_error)?;
+    for address in addresses {
+        let mut key = ForwarderKey { address: [0; 16] };
+        match address {
+            IpAddr::V4(v4) => key.address[..4].copy_from_slice(&v4.octets()),
+            IpAddr::V6(v6) => key.address = v6.octets(),
+        }
+        forwarders.insert(key, 1, 0).map_err(map_error)?;
+    }
+    Ok(())
+}
+
+/// Takes the ring buffer the programs stream packets through.
+pub fn take_records(ebpf: &mut Ebpf) -> Result<RingBuf<MapData>, LoadError> {
+    let map = ebpf
+        .take_map(RECORDS_MAP)
+        .ok_or(LoadError::Missing(RECORDS_MAP))?;
+    RingBuf::try_from(map).map_err(|source| LoadError::Map {
+        name: RECORDS_MAP,
+        source,
+    })
+}
+
+/// Takes the query table, whose unanswered queries userspace collects once they expire.
+pub fn take_queries(ebpf: &mut Ebpf) -> Result<HashMap<MapData, QueryKey, QueryEntry>, LoadError> {
+    let map = ebpf
+        .take_map(QUERIES_MAP)
+        .ok_or(LoadError::Missing(QUERIES_MAP))?;
+    HashMap::try_from(map).map_err(|source| LoadError::Map {
+        name: QUERIES_MAP,
+        source,
+    })
+}
+
+/// Every server's answer statistics, as the kernel counted them.
+pub fn read_servers(ebpf: &Ebpf) -> Result<Vec<(ServerKey, ServerStats)>, LoadError> {
+    let map_error = |source| LoadError::Map {
+        name: SERVERS_MAP,
+        source,
+    };
+    let map = ebpf
+        .map(SERVERS_MAP)
+        .ok_or(LoadError::Missing(SERVERS_MAP))?;
+    let servers: HashMap<_, ServerKey, ServerStats> = HashMap::try_from(map).map_err(map_error)?;
+    servers.iter().collect::<Result<_, _>>().map_err(map_error)
+}
+
+/// Whether TC programs may ask the kernel which network namespace a packet's socket is in
+/// (`bpf_get_netns_cookie`, Linux 6.13+). Without it the programs tag loopback packets with a
+/// cookie patched in at load time, so only the calling namespace's loopback can be watched.
+pub fn tc_knows_netns_cookie() -> bool {
+    static KNOWN: OnceLock<bool> = OnceLock::new();
+    *KNOWN.get_or_init(|| {
+        let probed = is_helper_supported(
+            ProgramType::SchedClassifier,
+            BpfHelper::BPF_FUNC_get_netns_cookie,
+        );
+        probed.unwrap_or_else(|error| {
+            tracing::warn!("probing TC programs for bpf_get_netns_cookie failed ({error}): watching this namespace's loopback alone");
+            false
+        })
+    })
+}
+
+/// `loopback_cookie`: see [`ProgramConfig::loopback_cookie`].
+fn program_config(settings: &Settings, loopback_cookie: u64) -> Result<ProgramConfig, LoadError> {
+    if !(64..=PACKET_SNAP_MAX).contains(&settings.snap_len) {
+        return Err(LoadError::SnapLength(settings.snap_len));
+    }
+    Ok(ProgramConfig {
+        snap_len: settings.snap_len as u32,
+        stream_every_packet: u8::from(settings.stream_every_packet),
+        loopback_cookie,
+        ..ProgramConfig::DEFAULT
+    })
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct MapSizes {
+    questions: u32,
+    queries: u32,
+    ring_bytes: u32,
+}
+
+fn map_sizes(settings: &Settings) -> Result<MapSizes, LoadError> {
+    let table = |table: &'static str, entries: u32| {
+        if (1024..=16_777_216).contains(&entries) {
+            Ok(entries)
+        } else {
+            Err(LoadError::TableSize { table, entries })
+        }
+    };
+    let mib = settings.ring_buffer_mib;
+    if !(1..=1024).contains(&mib) || !mib.is_power_of_two() {
+        return Err(LoadError::RingBufferSize(mib));
+    }
+    Ok(MapSizes {
+        questions: table("question", settings.question_table_size)?,
+        queries: table("query", settings.query_table_size)?,
+        ring_bytes: mib * 1024 * 1024,
+    })
+}
+
+fn port_table(dns_ports: &[u16]) -> Result<[u16; MAX_DNS_PORTS], LoadError> {
+    if dns_ports.len() > MAX_DNS_PORTS {
+        return Err(LoadError::TooManyPorts(dns_ports.len()));
+    }
+    if dns_ports.contains(&0) {
+        return Err(LoadError::ZeroPort);
+    }
+    let mut table = [0u16; MAX_DNS_PORTS];
+    table[..dns_ports.len()].copy_from_slice(dns_ports);
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// aya pins a map the object declares pinned under /sys/fs/bpf when no path is given:
+    /// without `--pin` nothing may outlive the run.
+    #[test]
+    fn no_map_is_declared_pinned_in_the_object() {
+        let object = aya_obj::Object::parse(OBJECT).expect("the object parses");
+        for (name, map) in &object.maps {
+            assert_eq!(
+                map.pinning(),
+                aya_obj::maps::PinningType::None,
+                "map {name} is declared pinned"
+            );
+        }
+    }
+
+    #[test]
+    fn pinned_maps_are_checked_against_the_object_with_this_runs_sizes() {
+        let shapes = pinned_shapes(&[(QUERIES_MAP, 4096)]).expect("the object has every map");
+        let names: Vec<&str> = shapes.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, PINNED_MAPS);
+        let (_, queries) = shapes
+            .iter()
+            .find(|(name, _)| *name == QUERIES_MAP)
+            .expect("the query table is pinned");
+        assert_eq!(queries.max_entries, 4096);
+        assert_eq!(queries.key_size as usize, std::mem::size_of::<QueryKey>());
+        assert_eq!(
+            queries.value_size as usize,
+            std::mem::size_of::<QueryEntry>()
+        );
+    }
+
+    #[test]
+    fn port_table_pads_with_zeros() {
+        assert_eq!(
+            port_table(&[53, 5353]).unwrap(),
+            [53, 5353, 0, 0, 0, 0, 0, 0]
+        );
+    }
+
+    #[test]
+    fn port_table_rejects_nine_ports_and_port_zero() {
+        assert!(matches!(
+            port_table(&[1; 9]),
+            Err(LoadError::TooManyPorts(9))
+        ));
+        assert!(matches!(port_table(&[53, 0]), Err(LoadError::ZeroPort)));
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            dns_ports: vec![53],
+            stream_every_packet: true,
+            snap_len: 2048,
+            question_table_size: 65536,
+            query_table_size: 65536,
+            ring_buffer_mib: 4,
+            xdp_ingress: false,
+        }
+    }
+
+    #[test]
+    fn map_sizes_are_bounded_and_the_ring_a_power_of_two() {
+        assert_eq!(
+            map_sizes(&settings()).unwrap(),
+            MapSizes {
+                questions: 65536,
+                queries: 65536,
+                ring_bytes: 4 << 20
+            }
+        );
+        let ring = |ring_buffer_mib| Settings {
+            ring_buffer_mib,
+            ..settings()
+        };
+        assert!(matches!(
+            map_sizes(&ring(3)),
+            Err(LoadError::RingBufferSize(3))
+        ));
+        assert!(matches!(
+            map_sizes(&ring(0)),
+            Err(LoadError::RingBufferSize(0))
+        ));
+        let questions = |question_table_size| Settings {
+            question_table_size,
+            ..settings()
+        };
+        assert!(matches!(
+            map_sizes(&questions(10)),
+            Err(LoadError::TableSize {
+                table: "question",
+                entries: 10
+            })
+        ));
+    }
+
+    #[test]
+    fn a_kernel_too_old_for_a_helper_is_named_as_the_cause() {
+        let error = rejected(
+            EGRESS_PROGRAM,
+            Some(KernelVersion::new(5, 15, 0)),
+            ProgramError::NotLoaded,
+        );
+        assert_eq!(
+            error.to_string(),
+            "the kernel verifier rejected program dnsloop_egress: Linux 5.15.0 is older than 5.17.0, the first with bpf_loop, which the program uses; run dnsloop on a newer kernel"
+        );
+        let xdp = rejected(
+            XDP_INGRESS_PROGRAM,
+            Some(KernelVersion::new(5, 17, 3)),
+            ProgramError::NotLoaded,
+        );
+        assert!(matches!(
+            xdp,
+            LoadError::KernelTooOld {
+                feature: "bpf_xdp_load_bytes",
+                ..
+            }
+        ));
+        // On a recent kernel a rejection is a bug to report.
+        for kernel in [Some(KernelVersion::new(6, 1, 0)), None] {
+            assert!(matches!(
+                rejected(INGRESS_PROGRAM, kernel, ProgramError::NotLoaded),
+                LoadError::Verifier { .. }
+            ));
+        }
+    }
+
+    /// The preflight lets a kernel without BTF through: that holds while the object asks for
+    /// no CO-RE relocation, which only the kernel's BTF could resolve.
+    #[test]
+    fn the_programs_need_no_kernel_btf() {
+        use object::{Object as _, ObjectSection as _};
+        let file = object::File::parse(OBJECT).expect("the BPF object is ELF");
+        let ext = file
+            .section_by_name(".BTF.ext")
+            .expect("the BPF object has .BTF.ext")
+            .data()
+            .expect(".BTF.ext is readable");
+        // struct btf_ext_header: magic, version, flags, hdr_len, then func_info, line_info
+        // and (when hdr_len allows) core_relo offset/length pairs.
+        let word = |at: usize| u32::from_le_bytes(ext[at..at + 4].try_into().unwrap());
+        assert_eq!(u16::from_le_bytes([ext[0], ext[1]]), 0xeb9f);
+        let header_len = word(4) as usize;
+        let core_relo_len = if header_len >= 32 { word(28) } else { 0 };
+        assert_eq!(core_relo_len, 0, "the programs now need the kernel's BTF");
+    }
+
+    /// LLVM turns a whole-struct or array copy in BPF into a call to bpf-linker's `memmove`,
+    /// `memcpy` or `memset`, which copy one byte per loop iteration (hundreds of instructions on
+    /// every packet that takes the path): the programs copy field by field instead (`stores`).
+    #[test]
+    fn the_programs_call_no_byte_at_a_time_copies() {
+        use object::{Object as _, ObjectSection as _, ObjectSymbol as _, RelocationTarget};
+        let file = object::File::parse(OBJECT).expect("the BPF object is ELF");
+        let mut calls = Vec::new();
+        for section in file.sections() {
+            for (_, relocation) in section.relocations() {
+                let RelocationTarget::Symbol(index) = relocation.target() else {
+                    continue;
+                };
+                let Ok(name) = file.symbol_by_index(index).and_then(|symbol| symbol.name()) else {
+                    continue;
+                };
+                if ["memmove", "memcpy", "memset", "bcmp", "memcmp"].contains(&name) {
+                    calls.push(format!("{} calls {name}", section.name().unwrap_or("?")));
+                }
+            }
+        }
+        assert!(calls.is_empty(), "{calls:?}");
+    }
+
+    #[test]
+    fn snap_length_is_bounded() {
+        let settings = |snap_len| Settings {
+            snap_len,
+            ..settings()
+        };
+        assert!(matches!(
+            program_config(&settings(63), 0),
+            Err(LoadError::SnapLength(63))
+        ));
+        assert!(matches!(
+            program_config(&settings(PACKET_SNAP_MAX + 1), 0),
+            Err(LoadError::SnapLength(_))
+        ));
+        let config = program_config(&settings(512), 42).unwrap();
+        assert_eq!(
+            (
+                config.snap_len,
+                config.stream_every_packet,
+                config.loopback_cookie
+            ),
+            (512, 1, 42)
+        );
+    }
+}

@@ -1,0 +1,225 @@
+//! The kernel programs' ring buffer as a packet source.
+use std::{
+    borrow::Cow,
+    io,
+    time::{Duration, SystemTime},
+};
+
+use aya::maps::{MapData, RingBuf};
+use bytes::BytesMut;
+use dnsloop_ebpf::{
+    event::{Direction, PacketRecord, Sighting, StreamReason, PACKET_SNAP_MAX},
+    parse::Transport,
+};
+use tokio::io::unix::AsyncFd;
+
+use dnsloop_core::source::{
+    ip_family, link_layer, socket_addr, InterfaceRef, MatchedQuery, PriorSighting, RawPacket,
+};
+
+use super::clock::MonotonicClock;
+
+/// The programs wake us only once plenty is waiting (see the kernel's `WAKEUP_BYTES`); this poll
+/// bounds how long a lone record can wait.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Packets' bytes are copied out of the ring into shared chunks of this size, each packet's
+/// `Bytes` a slice of one: one allocation per few hundred packets rather than one per packet.
+const BYTES_CHUNK: usize = 64 * 1024;
+
+pub struct RingBufSource {
+    ring: AsyncFd<RingBuf<MapData>>,
+    clock: MonotonicClock,
+    poll: tokio::time::Interval,
+    /// Where the next packets' bytes are copied to (see `BYTES_CHUNK`).
+    chunk: BytesMut,
+    /// Records whose bytes made no sense (a version mismatch between the programs and us).
+    pub undecodable_records: u64,
+}
+
+impl RingBufSource {
+    pub fn new(ring: RingBuf<MapData>, clock: MonotonicClock) -> io::Result<Self> {
+        let mut poll = tokio::time::interval(POLL_INTERVAL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Ok(Self {
+            // SAFETY: the ring buffer owns its map descriptor, which stays open and unchanged
+            // for as long as the AsyncFd owns the ring.
+            ring: unsafe { AsyncFd::register(ring)? },
+            clock,
+            poll,
+            chunk: BytesMut::new(),
+            undecodable_records: 0,
+        })
+    }
+
+    /// Waits until records may be available, then appends every available one to `out`.
+    pub async fn next_batch(&mut self, out: &mut Vec<RawPacket>) -> io::Result<()> {
+        tokio::select! {
+            guard = self.ring.readable_mut() => guard?.clear_ready(),
+            _ = self.poll.tick() => {}
+        }
+        self.drain(out);
+        Ok(())
+    }
+
+    /// A time no record still to come can be older than, on the records' clock: the programs
+    /// wake us late by up to one poll interval, so now minus that (and a margin for the batch
+    /// being handled).
+    pub fn watermark(&self) -> SystemTime {
+        self.clock.now() - 2 * POLL_INTERVAL
+    }
+
+    /// Appends every record already in the ring to `out`, without waiting.
+    pub fn drain(&mut self, out: &mut Vec<RawPacket>) {
+        let ring = self.ring.get_mut();
+        while let Some(item) = ring.next() {
+            match raw_packet(&item, &self.clock, &mut self.chunk) {
+                Some(packet) => out.push(packet),
+                None => self.undecodable_records += 1,
+            }
+        }
+    }
+}
+
+/// The packet a ring record holds, its bytes copied into `chunk`.
+fn raw_packet(item: &[u8], clock: &MonotonicClock, chunk: &mut BytesMut) -> Option<RawPacket> {
+    if item.len() < std::mem::size_of::<PacketRecord>() {
+        return None;
+    }
+    let start = item.as_ptr().cast::<PacketRecord>();
+    // Read in place when aligned (the kernel aligns ring records to 8 bytes): a copy of the
+    // whole record, `PACKET_SNAP_MAX` bytes of packet included, for every packet was most of
+    // what `--packets` spent copying.
+    let record: Cow<'_, PacketRecord> = if start.is_aligned() {
+        // SAFETY: the item holds a whole PacketRecord (checked above), aligned; it is plain
+        // data, valid whatever its bytes, and the ring keeps the item until after this call.
+        Cow::Borrowed(unsafe { &*start })
+    } else {
+        // SAFETY: as above, read unaligned into a copy.
+        Cow::Owned(unsafe { std::ptr::read_unaligned(start) })
+    };
+    let captured = usize::from(record.captured_len).min(PACKET_SNAP_MAX);
+    Some(RawPacket {
+        ts: clock.wall_time(record.ts_ns),
+        interface: InterfaceRef {
+            netns_cookie: record.netns_cookie,
+            ifindex: record.ifindex,
+        },
+        direction: Direction::from_u8(record.direction)?,
+        link_layer: link_layer(record.link_layer)?,
+        bytes: copy_into(chunk, &record.bytes[..captured]),
+        matched_query: matched_query(&record, clock),
+        priors: record
+            .priors
+            .iter()
+            .filter_map(|prior| prior_sighting(prior, clock))
+            .collect(),
+    })
+}
+
+/// `bytes`, copied to the end of `chunk`, as a `Bytes` of their own that shares its allocation.
+/// A chunk without room for them is left to the packets that hold parts of it, and a new one
+/// started.
+fn copy_into(chunk: &mut BytesMut, bytes: &[u8]) -> bytes::Bytes {
+    if chunk.capacity() < bytes.len() {
+        *chunk = BytesMut::with_capacity(BYTES_CHUNK.max(bytes.len()));
+    }
+    chunk.extend_from_slice(bytes);
+    chunk.split().freeze()
+}
+
+/// The first sending of the query the record's packet answers (a reply from an unexpected
+/// source) or repeats (a retry), when the record carries one.
+fn matched_query(record: &PacketRecord, clock: &MonotonicClock) -> Option<MatchedQuery> {
+    let carries_one = matches!(
+        StreamReason::from_u8(record.reason),
+        Some(StreamReason::UnexpectedSource | StreamReason::Retried)
+    );
+    let query = &record.matched_query;
+    if !carries_one || query.first_ns == 0 {
+        return None;
+    }
+    Some(MatchedQuery {
+        at: clock.wall_time(query.first_ns),
+        direction: Direction::from_u8(query.direction)?,
+        server: query.server,
+        server_port: query.server_port,
+    })
+}
+
+/// One of the sightings before the one that made its question hot, if the slot holds one.
+fn prior_sighting(prior: &Sighting, clock: &MonotonicClock) -> Option<PriorSighting> {
+    let family = ip_family(prior.family)?;
+    Some(PriorSighting {
+        at: clock.wall_time(prior.ts_ns),
+        interface: InterfaceRef {
+            netns_cookie: prior.netns_cookie,
+            ifindex: prior.ifindex,
+        },
+        direction: Direction::from_u8(prior.direction)?,
+        src: socket_addr(family, &prior.src, prior.sport),
+        dst: socket_addr(family, &prior.dst, prior.dport),
+        id: prior.id,
+        tcp: prior.transport == Transport::Tcp as u8,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> PacketRecord {
+        // SAFETY: plain data, valid whatever its bytes.
+        let mut record: PacketRecord = unsafe { std::mem::zeroed() };
+        record.ts_ns = 1_000_000;
+        record.ifindex = 7;
+        record.direction = Direction::Egress as u8;
+        record.captured_len = 3;
+        record.bytes[..3].copy_from_slice(b"abc");
+        record
+    }
+
+    fn as_bytes(record: &PacketRecord) -> &[u8] {
+        // SAFETY: plain data, read as its bytes.
+        unsafe {
+            std::slice::from_raw_parts(
+                (record as *const PacketRecord).cast(),
+                size_of::<PacketRecord>(),
+            )
+        }
+    }
+
+    #[test]
+    fn a_record_reads_the_same_in_place_and_when_unaligned() {
+        let clock = MonotonicClock::anchored_now();
+        let aligned = record();
+        let mut unaligned = vec![0u8; 1];
+        unaligned.extend_from_slice(as_bytes(&aligned));
+        let mut chunk = BytesMut::new();
+        for item in [as_bytes(&aligned), &unaligned[1..]] {
+            let packet = raw_packet(item, &clock, &mut chunk).expect("a whole record");
+            assert_eq!(&packet.bytes[..], b"abc");
+            assert_eq!(packet.interface.ifindex, 7);
+            assert_eq!(packet.direction, Direction::Egress);
+            assert_eq!(packet.ts, clock.wall_time(1_000_000));
+        }
+        assert!(raw_packet(&as_bytes(&aligned)[1..], &clock, &mut chunk).is_none());
+    }
+
+    #[test]
+    fn packets_copied_into_one_chunk_keep_their_own_bytes() {
+        let mut chunk = BytesMut::with_capacity(8);
+        let first = copy_into(&mut chunk, b"abc");
+        let second = copy_into(&mut chunk, b"defg");
+        // No room left for these: a new chunk, the old one still held by the first two.
+        let third = copy_into(&mut chunk, b"hi");
+        let large = copy_into(&mut chunk, &[7; 2 * BYTES_CHUNK]);
+        let after = copy_into(&mut chunk, b"j");
+        assert_eq!(&first[..], b"abc");
+        assert_eq!(&second[..], b"defg");
+        assert_eq!(&third[..], b"hi");
+        assert_eq!(&large[..], &[7; 2 * BYTES_CHUNK][..]);
+        assert_eq!(&after[..], b"j");
+        assert!(chunk.is_empty());
+    }
+}

@@ -1,0 +1,194 @@
+//! Queries the kernel counted but no answer reached: collected from its query table once they
+//! are older than the timeout, so that a query that was never streamed is still reported.
+//!
+//! The kernel removes a query from the table when its answer reaches the client, so what is left
+//! past the timeout is unanswered. Each is taken out once, and the reply that may still come
+//! later finds no entry: by then the client has given up on it anyway.
+use std::time::Duration;
+
+use aya::maps::{HashMap, MapData, MapError};
+use dnsloop_ebpf::{
+    event::{Direction, QueryEntry, QueryKey},
+    parse::Transport,
+};
+
+use dnsloop_core::{
+    observation::DnsName,
+    source::{ip_family, socket_addr, InterfaceRef, UnansweredQuery},
+};
+
+use super::{
+    clock::{monotonic_now_ns, MonotonicClock},
+    map_batch,
+};
+
+pub struct UnansweredQueries {
+    table: HashMap<MapData, QueryKey, QueryEntry>,
+    clock: MonotonicClock,
+    /// When this run started, on the kernel's clock: a query first seen before then is in the
+    /// table an earlier run pinned (`--pin`).
+    run_started_ns: u64,
+    /// Entries that could not be read back as a query (never expected: counted, not hidden).
+    pub unreadable: u64,
+    /// Queries from before this run that expired. They are not reported: between the runs no
+    /// program watched, so their answers may have come unseen.
+    pub expired_from_before: u64,
+}
+
+impl UnansweredQueries {
+    /// `run_started_ns`: when this run started, on the kernel's monotonic clock.
+    pub fn new(
+        table: HashMap<MapData, QueryKey, QueryEntry>,
+        clock: MonotonicClock,
+        run_started_ns: u64,
+    ) -> Self {
+        Self {
+            table,
+            clock,
+            run_started_ns,
+            unreadable: 0,
+            expired_from_before: 0,
+        }
+    }
+
+    /// Takes every query sent more than `timeout` ago out of the table, appending them to `out`
+    /// in the order they were sent.
+    pub fn take_expired(
+        &mut self,
+        timeout: Duration,
+        out: &mut Vec<UnansweredQuery>,
+    ) -> Result<(), MapError> {
+        let timeout_ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        let expired_before = monotonic_now_ns().saturating_sub(timeout_ns);
+        let mut expired: Vec<(QueryKey, QueryEntry)> =
+            map_batch::read_all(&self.table).map_err(|io_error| {
+                MapError::SyscallError(aya::sys::SyscallError {
+                    call: "bpf_map_lookup_batch",
+                    io_error,
+                })
+            })?;
+        expired.retain(|(_, entry)| entry.state.first_ns < expired_before);
+        expired.sort_by_key(|(_, entry)| entry.state.first_ns);
+        for (key, entry) in expired {
+            match self.table.remove(&key) {
+                // Answered just now, between the read and the removal.
+                Err(error) if is_gone(&error) => continue,
+                result => result?,
+            }
+            if entry.state.first_ns < self.run_started_ns {
+                self.expired_from_before += 1;
+                continue;
+            }
+            match unanswered(&key, &entry, &self.clock) {
+                Some(query) => out.push(query),
+                None => self.unreadable += 1,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `error` says the entry is no longer in the table: the kernel removed it (its answer
+/// arrived) or evicted it while userspace was looking. aya reports a lookup's miss as
+/// `KeyNotFound` and a deletion's as the syscall's ENOENT.
+fn is_gone(error: &MapError) -> bool {
+    match error {
+        MapError::KeyNotFound => true,
+        MapError::SyscallError(failed) => failed.io_error.raw_os_error() == Some(libc::ENOENT),
+        _ => false,
+    }
+}
+
+fn unanswered(
+    key: &QueryKey,
+    entry: &QueryEntry,
+    clock: &MonotonicClock,
+) -> Option<UnansweredQuery> {
+    let family = ip_family(entry.family)?;
+    let state = &entry.state;
+    Some(UnansweredQuery {
+        at: clock.wall_time(state.first_ns),
+        interface: InterfaceRef {
+            netns_cookie: entry.netns_cookie,
+            ifindex: state.ifindex,
+        },
+        direction: Direction::from_u8(state.direction)?,
+        tcp: key.transport == Transport::Tcp as u8,
+        client: socket_addr(family, &key.client, key.client_port),
+        server: socket_addr(family, &state.server, state.server_port),
+        id: key.id,
+        name: DnsName::from_wire(entry.name()?)?,
+        qtype: entry.qtype,
+        qclass: entry.qclass,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dnsloop_ebpf::{event::QueryState, parse::IpFamily};
+
+    #[test]
+    fn an_entry_becomes_the_query_it_holds() {
+        let mut name = [0u8; 256];
+        let wire = b"\x03www\x07example\x04test\x00";
+        name[..wire.len()].copy_from_slice(wire);
+        let entry = QueryEntry {
+            state: QueryState {
+                first_ns: 1_000_000_000,
+                server: [10, 96, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                server_port: 53,
+                direction: Direction::Ingress as u8,
+                retried: 0,
+                ifindex: 7,
+            },
+            netns_cookie: 0,
+            qtype: 1,
+            qclass: 1,
+            name_len: wire.len() as u16,
+            family: IpFamily::V4 as u8,
+            _pad: [0],
+            name,
+        };
+        let key = QueryKey::new(
+            [10, 244, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            40000,
+            0x1234,
+            Transport::Udp as u8,
+        );
+        let clock = MonotonicClock::anchored_now();
+        let query = unanswered(&key, &entry, &clock).expect("a readable entry");
+        assert_eq!(query.client, "10.244.0.2:40000".parse().unwrap());
+        assert_eq!(query.server, "10.96.0.10:53".parse().unwrap());
+        assert_eq!(query.name.presentation(), "www.example.test.");
+        assert_eq!(query.interface.ifindex, 7);
+        assert!(!query.tcp);
+        assert_eq!(query.at, clock.wall_time(1_000_000_000));
+
+        let corrupt = QueryEntry {
+            name_len: 300,
+            ..entry
+        };
+        assert_eq!(unanswered(&key, &corrupt, &clock), None);
+        let not_a_name = QueryEntry {
+            name_len: 3,
+            ..entry
+        };
+        assert_eq!(unanswered(&key, &not_a_name, &clock), None);
+    }
+
+    #[test]
+    fn an_entry_gone_while_looking_is_not_an_error() {
+        let deleted_meanwhile = MapError::SyscallError(aya::sys::SyscallError {
+            call: "bpf_map_delete_elem",
+            io_error: std::io::Error::from_raw_os_error(libc::ENOENT),
+        });
+        assert!(is_gone(&deleted_meanwhile));
+        assert!(is_gone(&MapError::KeyNotFound));
+        let refused = MapError::SyscallError(aya::sys::SyscallError {
+            call: "bpf_map_delete_elem",
+            io_error: std::io::Error::from_raw_os_error(libc::EPERM),
+        });
+        assert!(!is_gone(&refused));
+    }
+}
