@@ -67,7 +67,7 @@ pub struct DnsName {
 
 /// A name folded to ASCII lower case: the key under which case variants of one name meet.
 ///
-/// Folded once, when decoded: the analyzers' keys (`analyze::packet`) are made of it.
+/// Folded once, when decoded: the analyzers' keys (`analyzers::packet`) are made of it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FoldedName {
     bytes: Arc<[u8]>,

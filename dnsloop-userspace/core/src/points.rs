@@ -73,7 +73,7 @@ impl PointMap {
     }
 
     /// Registers the loopback of the namespace with `netns_cookie`, named `namespace`; it is
-    /// watched on egress only (see `attach::watched_directions`).
+    /// watched on egress only, where the tracer attaches to a loopback.
     pub fn insert_loopback(&mut self, netns_cookie: u64, namespace: Namespace) {
         let interface = InterfaceRef {
             netns_cookie,

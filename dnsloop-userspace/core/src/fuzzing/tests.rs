@@ -3,7 +3,7 @@
 //!
 //! Regenerate the corpus with
 //! `cargo test -p dnsloop-core --lib -- --ignored write_decode_packets_corpus`.
-//! A crash the fuzzer finds (`dnsloop-userspace/fuzz/artifacts/decode_packets/crash-*`) joins
+//! A crash the fuzzer finds (`dnsloop-userspace/core/fuzz/artifacts/decode_packets/crash-*`) joins
 //! the corpus once fixed, under a name that says what it was: from then on it is a regression
 //! test here, as every input of the corpus is.
 use std::{net::IpAddr, path::Path};
