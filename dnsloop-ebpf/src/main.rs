@@ -14,7 +14,10 @@
 // Atomic adds to shared map values: the BPF target has no compare-and-swap, so core offers no
 // `fetch_add`, but the kernel has an atomic add instruction, which this intrinsic compiles to.
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
-#![cfg_attr(target_arch = "bpf", allow(internal_features))]
+#![cfg_attr(
+    target_arch = "bpf",
+    expect(internal_features, reason = "core_intrinsics, for the atomic add")
+)]
 
 #[cfg(target_arch = "bpf")]
 mod programs;
