@@ -763,21 +763,33 @@ impl ProgramConfig {
 
 #[cfg(feature = "user")]
 mod user {
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::ObservationPoint {}
-    unsafe impl aya::Pod for super::PointCounters {}
-    unsafe impl aya::Pod for super::QuestionKey {}
-    unsafe impl aya::Pod for super::QuestionState {}
-    unsafe impl aya::Pod for super::PointNamespaces {}
-    unsafe impl aya::Pod for super::ProgramConfig {}
-    unsafe impl aya::Pod for super::QueryKey {}
-    unsafe impl aya::Pod for super::QueryState {}
-    unsafe impl aya::Pod for super::QueryEntry {}
-    unsafe impl aya::Pod for super::ServerKey {}
-    unsafe impl aya::Pod for super::ServerStats {}
-    unsafe impl aya::Pod for super::Sighting {}
-    unsafe impl aya::Pod for super::ForwarderKey {}
-    unsafe impl aya::Pod for super::PointSlot {}
+    /// `aya::Pod` for the types userspace reads from and writes to the maps.
+    macro_rules! pod {
+        ($($ty:ident),* $(,)?) => {
+            $(
+                // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is
+                // initialised.
+                unsafe impl aya::Pod for super::$ty {}
+            )*
+        };
+    }
+
+    pod!(
+        ObservationPoint,
+        PointCounters,
+        QuestionKey,
+        QuestionState,
+        PointNamespaces,
+        ProgramConfig,
+        QueryKey,
+        QueryState,
+        QueryEntry,
+        ServerKey,
+        ServerStats,
+        Sighting,
+        ForwarderKey,
+        PointSlot,
+    );
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! `cargo xtask test`: every test, from a fresh machine to a verdict.
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use crate::{command, fuzz, kernels, setup};
 
@@ -10,7 +10,12 @@ use crate::{command, fuzz, kernels, setup};
 const FUZZ_FOR: Duration = Duration::from_secs(120);
 
 pub fn run() -> Result<()> {
+    // Formatting first: it needs nothing installed and takes a second.
+    check_formatting()?;
+    // Clippy runs dnsloop-userspace's build script, which builds the kernel programs: setup
+    // installs what that takes.
     setup::run()?;
+    check_lints()?;
     // The end-to-end tests run this binary inside the lab's namespaces.
     command::cargo(&["build", "--bin", "dnsloop"])?;
     let dnsloop = command::workspace_root().join("target/debug/dnsloop");
@@ -27,4 +32,29 @@ pub fn run() -> Result<()> {
     kernels::check(&dnsloop)?;
     // The parser and the decode path under libFuzzer.
     fuzz::run(FUZZ_FOR)
+}
+
+/// Fails unless every crate is formatted as `cargo fmt` would.
+fn check_formatting() -> Result<()> {
+    command::cargo(&["fmt", "--all", "--check"]).context(
+        "the code is not formatted as rustfmt formats it (the diff is above): \
+         run `cargo fmt --all` to format it",
+    )
+}
+
+/// Fails on any clippy or compiler warning, in every target of every crate (the kernel
+/// programs' binary is a stub on the host; its library, the shared parser, is checked in full).
+fn check_lints() -> Result<()> {
+    command::cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])
+    .context(
+        "clippy found errors or warnings (listed above): fix them, then check again with \
+         `cargo clippy --workspace --all-targets -- -D warnings`",
+    )
 }

@@ -7,8 +7,10 @@ use super::Malformed;
 /// The BPF side implements it over the skb (`bpf_skb_load_bytes`, which also reaches non-linear
 /// data) or XDP data; the host implements it over a slice ([`SlicePacket`]). Every read is a
 /// fixed-size copy so that BPF can load it into a stack buffer of known size.
-// A packet is never "empty" in a meaningful way for the parser, so no `is_empty` companion.
-#[allow(clippy::len_without_is_empty)]
+#[expect(
+    clippy::len_without_is_empty,
+    reason = "a packet is never \"empty\" in a meaningful way for the parser"
+)]
 pub trait PacketBytes {
     /// Bytes in the packet, counted from the start of the link-layer header.
     fn len(&self) -> usize;
