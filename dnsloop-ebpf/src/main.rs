@@ -18,7 +18,7 @@ use aya_ebpf::{
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
-use dnsloop_ebpf::event::Direction;
+use dnsloop_ebpf::point::Direction;
 
 use programs::{Skb, Xdp};
 

@@ -12,8 +12,8 @@ use std::{collections::BTreeMap, path::Path, time::SystemTime};
 
 use anyhow::{ensure, Context as _};
 use dnsloop_ebpf::{
-    event::Direction,
     parse::{DnsPorts, MAX_DNS_PORTS},
+    point::Direction,
 };
 use serde_json::{json, Map, Value};
 

@@ -5,7 +5,7 @@
 use std::io;
 
 use aya::programs::tc::{self, TcError};
-use dnsloop_ebpf::event::Direction;
+use dnsloop_ebpf::point::Direction;
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
 };

@@ -15,12 +15,11 @@ use aya::{
     Ebpf, TestRun as _, TestRunOptions,
 };
 use dnsloop_ebpf::{
-    event::{
-        Counter, Direction, ObservationPoint, PacketRecord, PointCounters, PointNamespaces,
-        PointSlot, StreamReason, PACKET_SNAP_MAX, POINT_SLOTS,
-    },
+    counter::Counter,
     frames::*,
     parse::{LinkLayer, Malformed, Transport},
+    point::{Direction, ObservationPoint, PointCounters, PointNamespaces, PointSlot, POINT_SLOTS},
+    record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
 };
 
 use dnsloop_tests::privilege::{self, Need};

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use aya::{programs::SchedClassifier, Ebpf, TestRun as _, TestRunOptions};
 use dnsloop_ebpf::{
-    event::{Direction, ObservationPoint},
     frames::{dns_query, dns_response, FrameSpec},
+    point::{Direction, ObservationPoint},
 };
 
 use crate::{

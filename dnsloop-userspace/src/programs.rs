@@ -12,10 +12,12 @@ use aya::{
 use std::{net::IpAddr, sync::OnceLock};
 
 use dnsloop_ebpf::{
-    event::{
-        ForwarderKey, ProgramConfig, QueryEntry, QueryKey, ServerKey, ServerStats, PACKET_SNAP_MAX,
-    },
+    config::ProgramConfig,
+    forwarder::ForwarderKey,
     parse::MAX_DNS_PORTS,
+    query::{QueryEntry, QueryKey},
+    record::PACKET_SNAP_MAX,
+    server::{ServerKey, ServerStats},
 };
 use thiserror::Error;
 

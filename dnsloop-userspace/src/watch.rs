@@ -5,7 +5,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use aya::Ebpf;
 
-use dnsloop_ebpf::event::{Direction, ObservationPoint, POINT_PROBES, POINT_SLOTS};
+use dnsloop_ebpf::point::{Direction, ObservationPoint, POINT_PROBES, POINT_SLOTS};
 
 use crate::{
     attach::{AttachError, Attachments},

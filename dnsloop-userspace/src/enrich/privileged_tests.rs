@@ -8,7 +8,7 @@ use std::{
     time::SystemTime,
 };
 
-use dnsloop_ebpf::{event::Direction, parse::Probe};
+use dnsloop_ebpf::{parse::Probe, point::Direction};
 
 use dnsloop_tests::privilege::{self, Need};
 

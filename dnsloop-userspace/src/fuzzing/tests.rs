@@ -9,11 +9,11 @@
 use std::{net::IpAddr, path::Path};
 
 use dnsloop_ebpf::{
-    event::Direction,
     frames::{
         address_slot, dns_query, dns_query_wire, dns_response, tcp_stream, v6, FrameSpec, QTYPE_A,
         QTYPE_HINFO, QTYPE_TXT,
     },
+    point::Direction,
 };
 
 use super::*;

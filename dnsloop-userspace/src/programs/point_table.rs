@@ -5,10 +5,10 @@ use aya::{
     Ebpf,
 };
 use dnsloop_ebpf::{
-    event::{
+    parse::LinkLayer,
+    point::{
         ObservationPoint, PointCounters, PointNamespaces, PointSlot, POINT_PROBES, POINT_SLOTS,
     },
-    parse::LinkLayer,
 };
 
 use super::{LoadError, POINTS_MAP, POINT_COUNTERS_MAP};

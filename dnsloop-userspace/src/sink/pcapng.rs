@@ -22,11 +22,11 @@ use std::{
 };
 
 use dnsloop_ebpf::{
-    event::Direction,
     parse::{
         classify, tcp_framing, udp_message, DnsPorts, IpFamily, LinkLayer, PacketClass,
         SlicePacket, Transport,
     },
+    point::Direction,
 };
 use pcap_file::{
     pcapng::{

@@ -11,8 +11,8 @@ use std::time::SystemTime;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use dnsloop_ebpf::{
-    event::Direction,
     parse::{IpFamily, LinkLayer},
+    point::Direction,
 };
 
 /// The interface a packet was seen on, as its source identifies it.

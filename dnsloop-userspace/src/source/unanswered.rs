@@ -11,8 +11,9 @@ use std::{
 
 use aya::maps::{HashMap, MapData, MapError};
 use dnsloop_ebpf::{
-    event::{Direction, QueryEntry, QueryKey},
     parse::Transport,
+    point::Direction,
+    query::{QueryEntry, QueryKey},
 };
 
 use crate::observation::DnsName;
@@ -142,7 +143,7 @@ fn unanswered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dnsloop_ebpf::{event::QueryState, parse::IpFamily};
+    use dnsloop_ebpf::{parse::IpFamily, query::QueryState};
 
     #[test]
     fn an_entry_becomes_the_query_it_holds() {

@@ -8,9 +8,9 @@ use std::{
 };
 
 use dnsloop_ebpf::{
-    event::Direction,
     frames::{dns_query, FrameSpec, QTYPE_A},
     parse::{DnsPorts, LinkLayer},
+    point::Direction,
 };
 use pcap_file::{
     pcap::{PcapHeader, PcapPacket, PcapWriter},
