@@ -1,6 +1,6 @@
 //! Everything the kernel programs and userspace must agree on: the `no_std` packet/DNS parser,
-//! and the `#[repr(C)]` records and map keys that cross the kernel boundary (one module per table
-//! or record).
+//! the `#[repr(C)]` records and map keys that cross the kernel boundary (one module per table or
+//! record), and the names the programs and maps have in the BPF object.
 //!
 //! The same source compiles for `bpfel-unknown-none` (inside the programs) and for the host
 //! (userspace decoding, unit/property tests, fuzzing), so there is exactly one parser.
@@ -16,6 +16,7 @@ pub mod forwarder;
 #[cfg(any(test, feature = "frames"))]
 pub mod frames;
 pub mod latency;
+pub mod names;
 pub mod parse;
 pub mod point;
 pub mod query;

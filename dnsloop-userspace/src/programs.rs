@@ -14,6 +14,7 @@ use std::{net::IpAddr, sync::OnceLock};
 use dnsloop_ebpf::{
     config::ProgramConfig,
     forwarder::ForwarderKey,
+    names::{FORWARDERS_MAP, QUERIES_MAP, QUESTIONS_MAP, RECORDS_MAP, SERVERS_MAP},
     parse::MAX_DNS_PORTS,
     query::{QueryEntry, QueryKey},
     record::PACKET_SNAP_MAX,
@@ -30,17 +31,10 @@ use pinning::{PinDir, PinError, Shape, PINNED_MAPS};
 /// The BPF object built by build.rs from the dnsloop-ebpf crate.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dnsloop"));
 
-pub const INGRESS_PROGRAM: &str = "dnsloop_ingress";
-pub const EGRESS_PROGRAM: &str = "dnsloop_egress";
-pub const XDP_INGRESS_PROGRAM: &str = "dnsloop_xdp_ingress";
-pub const POINT_COUNTERS_MAP: &str = "POINT_COUNTERS";
-pub const COUNTERS_MAP: &str = "COUNTERS";
-const RECORDS_MAP: &str = "RECORDS";
-const QUESTIONS_MAP: &str = "QUESTIONS";
-const QUERIES_MAP: &str = "QUERIES";
-pub const POINTS_MAP: &str = "POINTS";
-const FORWARDERS_MAP: &str = "FORWARDERS";
-const SERVERS_MAP: &str = "SERVERS";
+pub use dnsloop_ebpf::names::{
+    COUNTERS_MAP, EGRESS_PROGRAM, INGRESS_PROGRAM, POINTS_MAP, POINT_COUNTERS_MAP,
+    XDP_INGRESS_PROGRAM,
+};
 
 #[derive(Debug, Error)]
 pub enum LoadError {
@@ -355,6 +349,31 @@ mod tests {
                 "map {name} is declared pinned"
             );
         }
+    }
+
+    /// aya names the programs and maps after the kernel side's functions and statics: they must
+    /// be the names userspace and xtask know them by.
+    #[test]
+    fn the_object_has_exactly_the_named_programs_and_maps() {
+        use std::collections::BTreeSet;
+
+        use aya_obj::EbpfSectionKind;
+        let object = aya_obj::Object::parse(OBJECT).expect("the object parses");
+        let programs: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
+        assert_eq!(programs, BTreeSet::from(dnsloop_ebpf::names::PROGRAMS));
+        // Not the globals' sections (.rodata...), which aya also loads as maps.
+        let maps: BTreeSet<&str> = object
+            .maps
+            .iter()
+            .filter(|(_, map)| {
+                matches!(
+                    map.section_kind(),
+                    EbpfSectionKind::Maps | EbpfSectionKind::BtfMaps
+                )
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        assert_eq!(maps, BTreeSet::from(dnsloop_ebpf::names::MAPS));
     }
 
     #[test]
