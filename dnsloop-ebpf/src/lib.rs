@@ -10,11 +10,13 @@
 //! an `aya::Pod`.
 #![cfg_attr(not(test), no_std)]
 
+// For dnsloop-frames' source, compiled into the parser's tests (see Cargo.toml).
+#[cfg(test)]
+extern crate self as dnsloop_ebpf;
+
 pub mod config;
 pub mod counter;
 pub mod forwarder;
-#[cfg(any(test, feature = "frames"))]
-pub mod frames;
 pub mod latency;
 pub mod names;
 pub mod parse;

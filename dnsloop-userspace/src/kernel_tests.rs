@@ -16,11 +16,11 @@ use aya::{
 };
 use dnsloop_ebpf::{
     counter::Counter,
-    frames::*,
     parse::{LinkLayer, Malformed, Transport},
     point::{Direction, ObservationPoint, PointCounters, PointNamespaces, PointSlot, POINT_SLOTS},
     record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
 };
+use dnsloop_frames::*;
 
 use dnsloop_tests::privilege::{self, Need};
 

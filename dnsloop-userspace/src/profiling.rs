@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use aya::{programs::SchedClassifier, Ebpf, TestRun as _, TestRunOptions};
-use dnsloop_ebpf::{
-    frames::{dns_query, dns_response, FrameSpec},
-    point::{Direction, ObservationPoint},
-};
+use dnsloop_ebpf::point::{Direction, ObservationPoint};
+use dnsloop_frames::{dns_query, dns_response, FrameSpec};
 
 use crate::{
     attach::LOOPBACK_INDEX,

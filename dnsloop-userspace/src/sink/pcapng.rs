@@ -402,10 +402,8 @@ fn io_error(error: PcapError) -> io::Error {
 mod tests {
     use std::{net::SocketAddr, process::Command};
 
-    use dnsloop_ebpf::{
-        frames::{dns_query, FrameSpec, QTYPE_A},
-        parse::Probe,
-    };
+    use dnsloop_ebpf::parse::Probe;
+    use dnsloop_frames::{dns_query, FrameSpec, QTYPE_A};
     use pcap_file::pcapng::{Block, PcapNgReader};
 
     use super::*;
