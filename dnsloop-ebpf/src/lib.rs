@@ -1,13 +1,28 @@
-//! Everything the kernel programs and userspace must agree on: the `no_std` packet/DNS parser and
-//! the `#[repr(C)]` records and map keys that cross the kernel boundary.
+//! Everything the kernel programs and userspace must agree on: the `no_std` packet/DNS parser,
+//! the `#[repr(C)]` records and map keys that cross the kernel boundary (one module per table or
+//! record), and the names the programs and maps have in the BPF object.
 //!
 //! The same source compiles for `bpfel-unknown-none` (inside the programs) and for the host
 //! (userspace decoding, unit/property tests, fuzzing), so there is exactly one parser.
+//!
+//! Every shared record is `#[repr(C)]` with explicit padding, so that its layout is the same on
+//! both sides and no uninitialised byte ever reaches userspace; with feature `user` each is also
+//! an `aya::Pod`.
 #![cfg_attr(not(test), no_std)]
 
-pub mod event;
-#[cfg(any(test, feature = "frames"))]
-pub mod frames;
+// For dnsloop-frames' source, compiled into the parser's tests (see Cargo.toml).
+#[cfg(test)]
+extern crate self as dnsloop_ebpf;
+
+pub mod config;
+pub mod counter;
+pub mod forwarder;
 pub mod latency;
+pub mod names;
 pub mod parse;
+pub mod point;
+pub mod query;
+pub mod question;
+pub mod record;
+pub mod server;
 pub mod stores;

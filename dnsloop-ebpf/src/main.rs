@@ -29,7 +29,7 @@ use aya_ebpf::{
     programs::{TcContext, XdpContext},
 };
 #[cfg(target_arch = "bpf")]
-use dnsloop_ebpf::event::Direction;
+use dnsloop_ebpf::point::Direction;
 
 #[cfg(target_arch = "bpf")]
 use programs::{Skb, Xdp};

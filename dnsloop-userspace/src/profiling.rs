@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use aya::{programs::SchedClassifier, Ebpf, TestRun as _, TestRunOptions};
-use dnsloop_ebpf::{
-    event::{Direction, ObservationPoint},
-    frames::{dns_query, dns_response, FrameSpec},
-};
+use dnsloop_ebpf::point::{Direction, ObservationPoint};
+use dnsloop_frames::{dns_query, dns_response, FrameSpec};
 
 use dnsloop_core::points::LOOPBACK_INDEX;
 

@@ -1,6 +1,6 @@
 //! Per-CPU counters: no atomics needed, userspace sums the CPUs.
 use dnsloop_ebpf::{
-    event::{malformed_counter_slot, Counter},
+    counter::{malformed_counter_slot, Counter},
     parse::Malformed,
 };
 

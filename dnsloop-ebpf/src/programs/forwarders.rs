@@ -6,7 +6,7 @@
 //! and forwards from the node's). Loopback always is: only local resolvers ask over it twice.
 use aya_ebpf::bindings::BPF_NOEXIST;
 use dnsloop_ebpf::{
-    event::ForwarderKey,
+    forwarder::ForwarderKey,
     parse::{IpFamily, Segment},
 };
 

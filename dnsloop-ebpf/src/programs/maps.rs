@@ -5,15 +5,20 @@ use aya_ebpf::{
     maps::{Array, LruHashMap, PerCpuArray, RingBuf},
 };
 use dnsloop_ebpf::{
-    event::{
-        ForwarderKey, ObservationPoint, PointCounters, PointNamespaces, PointSlot, ProgramConfig,
-        QueryEntry, QueryKey, QueryState, QuestionKey, QuestionState, ServerKey, ServerStats,
-        Sighting, StreamReason, COUNTER_SLOTS, POINT_PROBES, POINT_SLOTS, PRIOR_SIGHTINGS,
-    },
+    config::ProgramConfig,
+    counter::COUNTER_SLOTS,
+    forwarder::ForwarderKey,
     parse::{
         DnsHeader, DnsPorts, DnsSummary, LinkLayer, NameWalk, Probe, Question, Segment, TcpFraming,
         DNS_BUF_LEN,
     },
+    point::{
+        ObservationPoint, PointCounters, PointNamespaces, PointSlot, POINT_PROBES, POINT_SLOTS,
+    },
+    query::{QueryEntry, QueryKey, QueryState},
+    question::{QuestionKey, QuestionState, Sighting, PRIOR_SIGHTINGS},
+    record::StreamReason,
+    server::{ServerKey, ServerStats},
     stores,
 };
 

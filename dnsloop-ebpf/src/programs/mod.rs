@@ -10,14 +10,14 @@ mod stream;
 
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use dnsloop_ebpf::{
-    event::{
-        Counter, Direction, Heat, ObservationPoint, PointNamespaces, StreamReason,
-        MALFORMED_SAMPLE_INTERVAL_NS,
-    },
+    counter::Counter,
     parse::{
         classify, parse_dns_with, tcp_framing, udp_message, DnsMessageRef, DnsSummary, LinkLayer,
         PacketBytes, PacketClass, Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
     },
+    point::{Direction, ObservationPoint, PointNamespaces},
+    question::Heat,
+    record::{StreamReason, MALFORMED_SAMPLE_INTERVAL_NS},
 };
 
 use core::ops::ControlFlow;

@@ -5,9 +5,10 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 use dnsloop_ebpf::{
-    event::{QueryKey, QueryState, ServerKey, ServerStats},
     latency,
     parse::{Question, Segment},
+    query::{QueryKey, QueryState},
+    server::{ServerKey, ServerStats},
 };
 
 use super::{

@@ -2,8 +2,8 @@
 //! (see `QuestionState`).
 use aya_ebpf::bindings::BPF_NOEXIST;
 use dnsloop_ebpf::{
-    event::{Heat, QuerySighting, QuestionKey, Sighting, PRIOR_SIGHTINGS},
     parse::Question,
+    question::{Heat, QuerySighting, QuestionKey, Sighting, PRIOR_SIGHTINGS},
     stores,
 };
 

@@ -4,10 +4,11 @@ use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
 };
 use dnsloop_ebpf::{
-    event::{
-        copy_sightings, Counter, ObservationPoint, PacketRecord, StreamReason, PACKET_SNAP_MAX,
-    },
+    counter::Counter,
     parse::LinkLayer,
+    point::ObservationPoint,
+    question::copy_sightings,
+    record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
     stores,
 };
 

@@ -6,11 +6,11 @@
 //! the shared parser's reading of the header and first question is used instead.
 use std::{net::SocketAddr, sync::Arc, time::SystemTime};
 
-use dnsloop_ebpf::event::Direction;
 use dnsloop_ebpf::parse::{
     classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, IpFamily, Malformed,
     PacketClass, Segment, SlicePacket, Transport as WireTransport, DNS_BUF_LEN,
 };
+use dnsloop_ebpf::point::Direction;
 use hickory_proto::{op::Message, serialize::binary::BinDecodable};
 
 use crate::{

@@ -5,7 +5,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::{event::Direction, parse::Probe};
+use dnsloop_ebpf::{parse::Probe, point::Direction};
 
 use crate::observation::{Namespace, Transport};
 

@@ -32,8 +32,8 @@
 use std::time::{Duration, SystemTime};
 
 use dnsloop_ebpf::{
-    event::Direction,
     parse::{IpFamily, LinkLayer},
+    point::Direction,
 };
 use serde_json::json;
 

@@ -10,7 +10,7 @@ use std::{
     time::SystemTime,
 };
 
-use dnsloop_ebpf::{event::Direction, parse::Probe};
+use dnsloop_ebpf::{parse::Probe, point::Direction};
 
 /// A network namespace as the analyzers see it, named for people: `node`, `pod 10.244.0.3`,
 /// `upstream`. Two observations are in the same namespace exactly when their names are equal.

@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use dnsloop_ebpf::{event::Direction, parse::Malformed};
+use dnsloop_ebpf::{parse::Malformed, point::Direction};
 
 use crate::{
     analyzers::{Engine, ServerSummary},

@@ -5,8 +5,8 @@
 use std::{collections::HashMap, fmt, str::FromStr, sync::Arc};
 
 use dnsloop_ebpf::{
-    event::{Direction, ObservationPoint, PointNamespaces},
     parse::LinkLayer,
+    point::{Direction, ObservationPoint, PointNamespaces},
 };
 
 use crate::{

@@ -16,8 +16,8 @@ use std::{
 
 use anyhow::{ensure, Context as _};
 use dnsloop_ebpf::{
-    event::Direction,
     parse::{DnsPorts, MAX_DNS_PORTS},
+    point::Direction,
 };
 use serde_json::{json, Map, Value};
 

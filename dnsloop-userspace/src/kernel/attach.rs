@@ -21,7 +21,7 @@ use aya::{
     util::KernelVersion,
     Ebpf,
 };
-use dnsloop_ebpf::event::Direction;
+use dnsloop_ebpf::point::Direction;
 use thiserror::Error;
 
 use crate::{

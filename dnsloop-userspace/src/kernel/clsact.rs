@@ -5,7 +5,7 @@
 use std::io;
 
 use aya::programs::tc::{self, TcError};
-use dnsloop_ebpf::event::Direction;
+use dnsloop_ebpf::point::Direction;
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
 };
@@ -259,6 +259,8 @@ fn tc_message(index: u32) -> TcMessage {
 
 #[cfg(test)]
 mod tests {
+    use dnsloop_ebpf::names::{EGRESS_PROGRAM, INGRESS_PROGRAM};
+
     use super::*;
 
     /// A filter as the kernel dumps it: `options` under kind `bpf`, priority 49152 for all
@@ -278,10 +280,10 @@ mod tests {
     fn a_dumped_bpf_filter_gives_its_program_and_what_names_it_for_removal() {
         let message = dumped(vec![
             TcOption::Bpf(TcFilterBpfOption::ProgId(2803)),
-            TcOption::Bpf(TcFilterBpfOption::ProgName("dnsloop_ingress".to_owned())),
+            TcOption::Bpf(TcFilterBpfOption::ProgName(INGRESS_PROGRAM.to_owned())),
         ]);
         let filter = BpfFilter::of(&message).expect("a BPF filter");
-        assert_eq!(filter.name, "dnsloop_ingress");
+        assert_eq!(filter.name, INGRESS_PROGRAM);
         assert_eq!(filter.program_id, 2803);
         assert_eq!(filter.priority, 49152);
         assert_eq!(
@@ -296,7 +298,7 @@ mod tests {
         assert_eq!(BpfFilter::of(&dumped(Vec::new())), None);
         let mut other_kind = dumped(vec![
             TcOption::Bpf(TcFilterBpfOption::ProgId(7)),
-            TcOption::Bpf(TcFilterBpfOption::ProgName("dnsloop_egress".to_owned())),
+            TcOption::Bpf(TcFilterBpfOption::ProgName(EGRESS_PROGRAM.to_owned())),
         ]);
         other_kind.attributes[0] = TcAttribute::Kind("u32".to_owned());
         assert_eq!(BpfFilter::of(&other_kind), None);

@@ -4,8 +4,9 @@ use aya::{
     Ebpf,
 };
 use dnsloop_ebpf::{
-    event::{malformed_counter_slot, Counter, Direction, ObservationPoint, PointCounters},
+    counter::{malformed_counter_slot, Counter},
     parse::Malformed,
+    point::{Direction, ObservationPoint, PointCounters},
 };
 
 use std::time::Duration;

@@ -13,7 +13,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use dnsloop_ebpf::event::Direction;
+use dnsloop_ebpf::point::Direction;
 
 use crate::{
     kernel::clsact::{self, BpfFilter},

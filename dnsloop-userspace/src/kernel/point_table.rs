@@ -4,9 +4,9 @@ use aya::{
     maps::{Array, MapData, MapError, PerCpuArray, PerCpuValues},
     Ebpf,
 };
-use dnsloop_ebpf::event::{ObservationPoint, PointCounters, PointSlot, POINT_PROBES, POINT_SLOTS};
+use dnsloop_ebpf::point::{ObservationPoint, PointCounters, PointSlot, POINT_PROBES, POINT_SLOTS};
 #[cfg(any(test, feature = "profiling"))]
-use dnsloop_ebpf::{event::PointNamespaces, parse::LinkLayer};
+use dnsloop_ebpf::{parse::LinkLayer, point::PointNamespaces};
 
 use dnsloop_core::points::KernelPoint;
 

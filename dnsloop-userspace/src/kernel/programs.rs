@@ -10,10 +10,13 @@ use aya::{
 use std::{net::IpAddr, sync::OnceLock};
 
 use dnsloop_ebpf::{
-    event::{
-        ForwarderKey, ProgramConfig, QueryEntry, QueryKey, ServerKey, ServerStats, PACKET_SNAP_MAX,
-    },
+    config::ProgramConfig,
+    forwarder::ForwarderKey,
+    names::{FORWARDERS_MAP, QUESTIONS_MAP, RECORDS_MAP},
     parse::MAX_DNS_PORTS,
+    query::{QueryEntry, QueryKey},
+    record::PACKET_SNAP_MAX,
+    server::{ServerKey, ServerStats},
 };
 use thiserror::Error;
 
@@ -26,17 +29,10 @@ use crate::{
 /// The BPF object built by build.rs from the dnsloop-ebpf crate.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dnsloop"));
 
-pub const INGRESS_PROGRAM: &str = "dnsloop_ingress";
-pub const EGRESS_PROGRAM: &str = "dnsloop_egress";
-pub const XDP_INGRESS_PROGRAM: &str = "dnsloop_xdp_ingress";
-pub const POINT_COUNTERS_MAP: &str = "POINT_COUNTERS";
-pub const COUNTERS_MAP: &str = "COUNTERS";
-const RECORDS_MAP: &str = "RECORDS";
-const QUESTIONS_MAP: &str = "QUESTIONS";
-pub const QUERIES_MAP: &str = "QUERIES";
-pub const POINTS_MAP: &str = "POINTS";
-const FORWARDERS_MAP: &str = "FORWARDERS";
-pub const SERVERS_MAP: &str = "SERVERS";
+pub use dnsloop_ebpf::names::{
+    COUNTERS_MAP, EGRESS_PROGRAM, INGRESS_PROGRAM, POINTS_MAP, POINT_COUNTERS_MAP, QUERIES_MAP,
+    SERVERS_MAP, XDP_INGRESS_PROGRAM,
+};
 
 #[derive(Debug, Error)]
 pub enum LoadError {
@@ -373,6 +369,31 @@ mod tests {
                 "map {name} is declared pinned"
             );
         }
+    }
+
+    /// aya names the programs and maps after the kernel side's functions and statics: they must
+    /// be the names userspace and xtask know them by.
+    #[test]
+    fn the_object_has_exactly_the_named_programs_and_maps() {
+        use std::collections::BTreeSet;
+
+        use aya_obj::EbpfSectionKind;
+        let object = aya_obj::Object::parse(OBJECT).expect("the object parses");
+        let programs: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
+        assert_eq!(programs, BTreeSet::from(dnsloop_ebpf::names::PROGRAMS));
+        // Not the globals' sections (.rodata...), which aya also loads as maps.
+        let maps: BTreeSet<&str> = object
+            .maps
+            .iter()
+            .filter(|(_, map)| {
+                matches!(
+                    map.section_kind(),
+                    EbpfSectionKind::Maps | EbpfSectionKind::BtfMaps
+                )
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        assert_eq!(maps, BTreeSet::from(dnsloop_ebpf::names::MAPS));
     }
 
     #[test]

@@ -8,8 +8,10 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use bytes::BytesMut;
 use dnsloop_ebpf::{
-    event::{Direction, PacketRecord, Sighting, StreamReason, PACKET_SNAP_MAX},
     parse::Transport,
+    point::Direction,
+    question::Sighting,
+    record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
 };
 use tokio::io::unix::AsyncFd;
 

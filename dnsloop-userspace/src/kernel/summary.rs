@@ -3,7 +3,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::kernel::counters::{GlobalCounts, PointCount};
-use dnsloop_ebpf::event::Counter;
+use dnsloop_ebpf::counter::Counter;
 
 /// Fields the sink merges into the `summary` object.
 pub fn summary_extra(
@@ -44,7 +44,7 @@ pub fn summary_extra(
 
 #[cfg(test)]
 mod tests {
-    use dnsloop_ebpf::{event::Direction, parse::Malformed};
+    use dnsloop_ebpf::{parse::Malformed, point::Direction};
 
     use super::*;
 

@@ -15,13 +15,12 @@ use aya::{
     Ebpf, TestRun as _, TestRunOptions,
 };
 use dnsloop_ebpf::{
-    event::{
-        Counter, Direction, ObservationPoint, PacketRecord, PointCounters, PointNamespaces,
-        PointSlot, StreamReason, PACKET_SNAP_MAX, POINT_SLOTS,
-    },
-    frames::*,
+    counter::Counter,
     parse::{LinkLayer, Malformed, Transport},
+    point::{Direction, ObservationPoint, PointCounters, PointNamespaces, PointSlot, POINT_SLOTS},
+    record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
 };
+use dnsloop_frames::*;
 
 use dnsloop_tests::privilege::{self, Need};
 

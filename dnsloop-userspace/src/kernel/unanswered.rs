@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use aya::maps::{HashMap, MapData, MapError};
 use dnsloop_ebpf::{
-    event::{Direction, QueryEntry, QueryKey},
     parse::Transport,
+    point::Direction,
+    query::{QueryEntry, QueryKey},
 };
 
 use dnsloop_core::{
@@ -126,7 +127,7 @@ fn unanswered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dnsloop_ebpf::{event::QueryState, parse::IpFamily};
+    use dnsloop_ebpf::{parse::IpFamily, query::QueryState};
 
     #[test]
     fn an_entry_becomes_the_query_it_holds() {

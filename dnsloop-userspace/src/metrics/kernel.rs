@@ -9,9 +9,7 @@ use std::{
 
 use anyhow::Context as _;
 use dnsloop_ebpf::{
-    event::{Counter, ServerStats},
-    latency::LATENCY_BUCKETS,
-    parse::Malformed,
+    counter::Counter, latency::LATENCY_BUCKETS, parse::Malformed, server::ServerStats,
 };
 use prometheus_client::{
     collector::Collector,

@@ -4,9 +4,11 @@ use std::{
 };
 
 use dnsloop_ebpf::{
-    event::{Counter, Direction, ServerStats},
+    counter::Counter,
     latency::bucket,
     parse::{Malformed, Probe},
+    point::Direction,
+    server::ServerStats,
 };
 use prometheus_client::encoding::text;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};

@@ -5,7 +5,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use aya::Ebpf;
 
-use dnsloop_ebpf::event::{Direction, ObservationPoint, POINT_PROBES, POINT_SLOTS};
+use dnsloop_ebpf::point::{Direction, ObservationPoint, POINT_PROBES, POINT_SLOTS};
 
 use crate::{
     kernel::attach::{AttachError, Attachments},
@@ -303,7 +303,7 @@ fn link_layer(link: &Link) -> LinkLayer {
 #[cfg(test)]
 mod tests {
     use dnsloop_core::source::InterfaceRef;
-    use dnsloop_ebpf::event::Direction;
+    use dnsloop_ebpf::point::Direction;
 
     use super::*;
     use crate::node::topology::LinkRole;

@@ -39,6 +39,7 @@ use std::{
 };
 
 use anyhow::{bail, Context as _, Result};
+use dnsloop_ebpf::names::{kernel_name, EGRESS_PROGRAM, INGRESS_PROGRAM, XDP_INGRESS_PROGRAM};
 use dnsloop_tests::{
     findings::parse_rfc3339_millis,
     lab::{Lab, Pod, Scenario, NODE_LOCAL_DNS},
@@ -86,9 +87,13 @@ const PROBE_SPACING: Duration = Duration::from_millis(500);
 /// veth pairs of the attach-time namespace (two interfaces each).
 const VETH_PAIRS: usize = 50;
 
-const DNSLOOP_PROGRAMS: [&str; 2] = ["dnsloop_ingress", "dnsloop_egress"];
-/// The kernel keeps 15 characters of a program's name.
-const DNSLOOP_XDP_PROGRAMS: [&str; 3] = ["dnsloop_ingress", "dnsloop_egress", "dnsloop_xdp_ing"];
+/// The programs as the kernel names them (it keeps 15 characters of a name).
+const DNSLOOP_PROGRAMS: [&str; 2] = [kernel_name(INGRESS_PROGRAM), kernel_name(EGRESS_PROGRAM)];
+const DNSLOOP_XDP_PROGRAMS: [&str; 3] = [
+    kernel_name(INGRESS_PROGRAM),
+    kernel_name(EGRESS_PROGRAM),
+    kernel_name(XDP_INGRESS_PROGRAM),
+];
 
 /// Names the CoreDNS pods answer themselves, so that every query crosses nodelocal ->
 /// ClusterIP -> DNS pod and back.

@@ -20,6 +20,7 @@ use std::{
 };
 
 use anyhow::{bail, ensure, Context as _, Result};
+use dnsloop_ebpf::names::{kernel_name, EGRESS_PROGRAM};
 use serde_json::Value;
 
 use crate::{command, setup};
@@ -370,11 +371,10 @@ impl Report {
                     "dnsloop did not report the clsact fallback on {kernel}:\n{}",
                     self.stderr
                 );
+                let egress = format!("clsact/egress {}", kernel_name(EGRESS_PROGRAM));
                 ensure!(
-                    self.attached
-                        .lines()
-                        .any(|line| line.contains("clsact/egress dnsloop_egress")),
-                    "bpftool shows no dnsloop_egress on lo's clsact egress:\n{}",
+                    self.attached.lines().any(|line| line.contains(&egress)),
+                    "bpftool shows no {EGRESS_PROGRAM} on lo's clsact egress:\n{}",
                     self.attached
                 );
             }

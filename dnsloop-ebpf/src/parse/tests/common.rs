@@ -1,7 +1,7 @@
 //! The full parse pipeline, shared by the parser's tests, with the frame builders they are fed
-//! (from [`crate::frames`], shared with userspace's tests of the kernel programs).
+//! (dnsloop-frames', shared with userspace's tests of the kernel programs).
 
-pub use crate::frames::*;
+pub use super::frames::*;
 use crate::parse::{
     classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, DnsSummary, LinkLayer,
     Malformed, PacketClass, Segment, Skip, SlicePacket, Transport, DNS_BUF_LEN,

@@ -7,6 +7,9 @@ mod classify;
 mod common;
 mod dns;
 mod framing;
+// The frame builder of dnsloop-frames, on this build's types (see `dnsloop-ebpf/Cargo.toml`).
+#[path = "../../../frames/src/lib.rs"]
+mod frames;
 mod fuzz_seeds;
 mod icmp;
 mod properties;

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::{event::Direction, parse::Probe};
+use dnsloop_ebpf::{parse::Probe, point::Direction};
 
 use super::{packet::MessageKey, Analyzer};
 use crate::{

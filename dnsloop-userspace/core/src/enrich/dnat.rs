@@ -82,7 +82,7 @@ fn has_one_service(backend: IpAddr, translations: &[Dnat]) -> bool {
 mod tests {
     use std::{net::SocketAddr, sync::Arc, time::SystemTime};
 
-    use dnsloop_ebpf::event::Direction;
+    use dnsloop_ebpf::point::Direction;
 
     use super::*;
     use crate::observation::Transport;

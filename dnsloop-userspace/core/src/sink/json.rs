@@ -727,7 +727,7 @@ mod tests {
 
     #[test]
     fn every_mnemonic_is_a_json_string_as_it_is() {
-        use dnsloop_ebpf::event::Direction;
+        use dnsloop_ebpf::point::Direction;
 
         use crate::observation::Transport;
 

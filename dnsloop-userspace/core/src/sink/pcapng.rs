@@ -22,11 +22,11 @@ use std::{
 };
 
 use dnsloop_ebpf::{
-    event::Direction,
     parse::{
         classify, tcp_framing, udp_message, DnsPorts, IpFamily, LinkLayer, PacketClass,
         SlicePacket, Transport,
     },
+    point::Direction,
 };
 use pcap_file::{
     pcapng::{
@@ -402,10 +402,8 @@ fn io_error(error: PcapError) -> io::Error {
 mod tests {
     use std::{net::SocketAddr, process::Command};
 
-    use dnsloop_ebpf::{
-        frames::{dns_query, FrameSpec, QTYPE_A},
-        parse::Probe,
-    };
+    use dnsloop_ebpf::parse::Probe;
+    use dnsloop_frames::{dns_query, FrameSpec, QTYPE_A};
     use pcap_file::pcapng::{Block, PcapNgReader};
 
     use super::*;

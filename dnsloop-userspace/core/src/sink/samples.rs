@@ -1,7 +1,7 @@
 //! Findings and a summary to write in the sinks' tests.
 use std::{collections::BTreeMap, time::Duration};
 
-use dnsloop_ebpf::{event::Direction, parse::Probe};
+use dnsloop_ebpf::{parse::Probe, point::Direction};
 
 use crate::{
     analyzers::{testkit::*, ServerSummary, Summary},
@@ -141,7 +141,7 @@ pub fn malformed_sample() -> crate::decode::MalformedSample {
     crate::decode::MalformedSample {
         ts: std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(43_201_500),
         ifname: "cni0".into(),
-        direction: dnsloop_ebpf::event::Direction::Ingress,
+        direction: dnsloop_ebpf::point::Direction::Ingress,
         reason: dnsloop_ebpf::parse::Malformed::DnsCompressionPointer,
         addresses: Some((
             "10.244.0.2:41234".parse().expect("an address"),

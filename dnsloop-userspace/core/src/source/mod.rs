@@ -9,8 +9,8 @@ use std::{
 
 use crate::observation::DnsName;
 use dnsloop_ebpf::{
-    event::Direction,
     parse::{IpFamily, LinkLayer},
+    point::Direction,
 };
 
 /// The interface a packet was seen on, as its source identifies it.

@@ -33,8 +33,8 @@ use std::{
 };
 
 use dnsloop_ebpf::{
-    event::Direction,
     parse::{classify, DnsPorts, IpFamily, LinkLayer, PacketClass, SlicePacket},
+    point::Direction,
 };
 
 use super::{cooked::LOOPBACK_NAME, CaptureInterface, CapturedPacket};

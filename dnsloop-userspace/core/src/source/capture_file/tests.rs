@@ -8,10 +8,10 @@ use std::{
 };
 
 use dnsloop_ebpf::{
-    event::Direction,
-    frames::{dns_query, FrameSpec, QTYPE_A},
     parse::{DnsPorts, LinkLayer},
+    point::Direction,
 };
+use dnsloop_frames::{dns_query, FrameSpec, QTYPE_A};
 use pcap_file::{
     pcap::{PcapHeader, PcapPacket, PcapWriter},
     pcapng::{

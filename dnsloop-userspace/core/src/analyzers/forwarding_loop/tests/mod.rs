@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use dnsloop_ebpf::{event::Direction, parse::Probe};
+use dnsloop_ebpf::{parse::Probe, point::Direction};
 
 use super::ForwardingLoops;
 use crate::{

@@ -1,0 +1,14 @@
+//! The forwarder table: the addresses known to forward DNS.
+
+/// An address that forwards DNS, as the forwarder table keys it (IPv4 in the first 4 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ForwarderKey {
+    pub address: [u8; 16],
+}
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
+    unsafe impl aya::Pod for super::ForwarderKey {}
+}

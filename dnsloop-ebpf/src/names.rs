@@ -1,0 +1,94 @@
+//! The names the kernel programs and their maps have in the BPF object, by which userspace (and
+//! `cargo xtask`) finds them.
+//!
+//! The kernel side cannot use these constants: aya's `#[classifier]`, `#[xdp]` and `#[map]`
+//! name a program or map after its function or static (`dnsloop_ingress` in `main.rs`, `POINTS`
+//! in `programs/maps.rs`). A userspace test reads the built object and checks that its programs
+//! and maps are exactly [`PROGRAMS`] and [`MAPS`], so renaming either side alone fails there.
+
+/// The TC/TCX classifier on ingress.
+pub const INGRESS_PROGRAM: &str = "dnsloop_ingress";
+/// The TC/TCX classifier on egress.
+pub const EGRESS_PROGRAM: &str = "dnsloop_egress";
+/// Ingress at XDP (`trace --xdp`), in place of [`INGRESS_PROGRAM`].
+pub const XDP_INGRESS_PROGRAM: &str = "dnsloop_xdp_ingress";
+
+/// Every program in the object.
+pub const PROGRAMS: [&str; 3] = [INGRESS_PROGRAM, EGRESS_PROGRAM, XDP_INGRESS_PROGRAM];
+
+/// The point table (`point::PointSlot`).
+pub const POINTS_MAP: &str = "POINTS";
+/// Each point's counters (`point::PointCounters`), at its slot of [`POINTS_MAP`].
+pub const POINT_COUNTERS_MAP: &str = "POINT_COUNTERS";
+/// The global counters (`counter::Counter`, then the malformed reasons).
+pub const COUNTERS_MAP: &str = "COUNTERS";
+/// The question table (`question::QuestionState`).
+pub const QUESTIONS_MAP: &str = "QUESTIONS";
+/// The query table (`query::QueryEntry`).
+pub const QUERIES_MAP: &str = "QUERIES";
+/// Answer statistics per server (`server::ServerStats`).
+pub const SERVERS_MAP: &str = "SERVERS";
+/// The addresses that forward DNS (`forwarder::ForwarderKey`).
+pub const FORWARDERS_MAP: &str = "FORWARDERS";
+/// The ring buffer of streamed packets (`record::PacketRecord`).
+pub const RECORDS_MAP: &str = "RECORDS";
+
+/// Scratch space of the programs alone, which userspace never opens.
+pub const NEW_QUESTION_MAP: &str = "NEW_QUESTION";
+pub const ZERO_SERVER_STATS_MAP: &str = "ZERO_SERVER_STATS";
+pub const DNS_BUFFER_MAP: &str = "DNS_BUFFER";
+pub const VERDICT_MAP: &str = "VERDICT";
+
+/// Every map in the object.
+pub const MAPS: [&str; 12] = [
+    POINTS_MAP,
+    POINT_COUNTERS_MAP,
+    COUNTERS_MAP,
+    QUESTIONS_MAP,
+    QUERIES_MAP,
+    SERVERS_MAP,
+    FORWARDERS_MAP,
+    RECORDS_MAP,
+    NEW_QUESTION_MAP,
+    ZERO_SERVER_STATS_MAP,
+    DNS_BUFFER_MAP,
+    VERDICT_MAP,
+];
+
+/// The longest name the kernel keeps for a program or map (`BPF_OBJ_NAME_LEN` less its NUL):
+/// what `bpftool` and `bpf_prog_info` show.
+pub const KERNEL_NAME_MAX: usize = 15;
+
+/// `name` as the kernel keeps it: its first [`KERNEL_NAME_MAX`] bytes.
+pub const fn kernel_name(name: &str) -> &str {
+    if name.len() <= KERNEL_NAME_MAX {
+        name
+    } else {
+        name.split_at(KERNEL_NAME_MAX).0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_keeps_fifteen_bytes_of_a_name() {
+        assert_eq!(kernel_name(INGRESS_PROGRAM), "dnsloop_ingress");
+        assert_eq!(kernel_name(EGRESS_PROGRAM), "dnsloop_egress");
+        assert_eq!(kernel_name(XDP_INGRESS_PROGRAM), "dnsloop_xdp_ing");
+    }
+
+    #[test]
+    fn names_are_distinct_as_the_kernel_keeps_them() {
+        for names in [&PROGRAMS[..], &MAPS[..]] {
+            for (index, name) in names.iter().enumerate() {
+                let kept = kernel_name(name);
+                let twice = names[..index]
+                    .iter()
+                    .any(|other| kernel_name(other) == kept);
+                assert!(!twice, "{kept} twice");
+            }
+        }
+    }
+}

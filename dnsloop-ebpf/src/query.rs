@@ -1,0 +1,147 @@
+//! The query table: queries in flight, keyed by their client, with where they went and what
+//! they asked.
+
+use crate::stores;
+
+/// A query in flight, as the query table keys it: by its client and id, which its reply
+/// carries back (the server side may be rewritten by DNAT on the way).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QueryKey {
+    /// IPv4 in the first 4 bytes.
+    pub client: [u8; 16],
+    pub client_port: u16,
+    pub id: u16,
+    /// `parse::Transport as u8`.
+    pub transport: u8,
+    // Scalars, as in `ObservationPoint`.
+    _pad1: u8,
+    _pad2: u16,
+}
+
+impl QueryKey {
+    #[inline(always)]
+    pub const fn new(client: [u8; 16], client_port: u16, id: u16, transport: u8) -> Self {
+        Self {
+            client,
+            client_port,
+            id,
+            transport,
+            _pad1: 0,
+            _pad2: 0,
+        }
+    }
+}
+
+/// Where and when a query was first seen, and where it was sent from there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueryState {
+    pub first_ns: u64,
+    /// The query's destination at its first sighting, before any DNAT. IPv4 in the first 4 bytes.
+    pub server: [u8; 16],
+    pub server_port: u16,
+    /// Direction of the first sighting; the reply reaches the client at the same interface in
+    /// the other direction.
+    pub direction: u8,
+    /// Non-zero once the client sent the query again without an answer (it was streamed then,
+    /// and its reply will be).
+    pub retried: u8,
+    pub ifindex: u32,
+}
+
+impl QueryState {
+    /// `*self = *other`, field by field (see [`stores`]).
+    #[inline(always)]
+    pub fn copy_from(&mut self, other: &Self) {
+        self.first_ns = other.first_ns;
+        stores::copy(&mut self.server, &other.server);
+        self.server_port = other.server_port;
+        self.direction = other.direction;
+        self.retried = other.retried;
+        self.ifindex = other.ifindex;
+    }
+
+    /// Clears every field in place (see [`stores`]).
+    #[inline(always)]
+    pub fn clear(&mut self) {
+        self.first_ns = 0;
+        stores::fill(&mut self.server, 0);
+        self.server_port = 0;
+        self.direction = 0;
+        self.retried = 0;
+        self.ifindex = 0;
+    }
+}
+
+/// Room for a question's name in wire format: the longest legal name (255 bytes), rounded up to a
+/// power of two so that a copy length can be bounded by a mask.
+pub const NAME_WIRE_MAX: usize = 256;
+
+/// A query in flight as the query table holds it: where it went, and what it asked, so that
+/// userspace can report it by name if no answer ever reaches its client.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueryEntry {
+    pub state: QueryState,
+    /// Of the first sighting, as in [`ObservationPoint`](crate::point::ObservationPoint).
+    pub netns_cookie: u64,
+    pub qtype: u16,
+    pub qclass: u16,
+    /// Bytes of `name` that hold the question's name (wire format, root label included).
+    pub name_len: u16,
+    /// `parse::IpFamily as u8` of the key's and `state`'s addresses.
+    pub family: u8,
+    pub _pad: [u8; 1],
+    pub name: [u8; NAME_WIRE_MAX],
+}
+
+impl QueryEntry {
+    pub const EMPTY: Self = Self {
+        state: QueryState {
+            first_ns: 0,
+            server: [0; 16],
+            server_port: 0,
+            direction: 0,
+            retried: 0,
+            ifindex: 0,
+        },
+        netns_cookie: 0,
+        qtype: 0,
+        qclass: 0,
+        name_len: 0,
+        family: 0,
+        _pad: [0; 1],
+        name: [0; NAME_WIRE_MAX],
+    };
+
+    /// The question's name as held, or `None` if the length is out of range.
+    pub fn name(&self) -> Option<&[u8]> {
+        self.name.get(..usize::from(self.name_len))
+    }
+}
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
+    unsafe impl aya::Pod for super::QueryKey {}
+    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
+    unsafe impl aya::Pod for super::QueryState {}
+    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
+    unsafe impl aya::Pod for super::QueryEntry {}
+}
+
+#[cfg(test)]
+mod tests {
+    use core::mem::size_of;
+
+    use super::*;
+
+    /// The layouts are a contract with the kernel programs: no implicit padding anywhere.
+    #[test]
+    fn query_types_have_no_implicit_padding() {
+        assert_eq!(size_of::<QueryKey>(), 24);
+        assert_eq!(size_of::<QueryState>(), 32);
+        assert_eq!(size_of::<QueryEntry>(), 32 + 8 + 8 + NAME_WIRE_MAX);
+    }
+}

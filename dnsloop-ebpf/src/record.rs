@@ -1,0 +1,113 @@
+//! The ring record: a packet the programs streamed to userspace, and why.
+
+use crate::{
+    query::QueryState,
+    question::{Sighting, PRIOR_SIGHTINGS},
+};
+
+/// Most bytes of one packet a [`PacketRecord`] carries (from the start of the frame): a 1232-byte
+/// EDNS answer with its headers fits.
+pub const PACKET_SNAP_MAX: usize = 2048;
+
+/// Why the kernel streamed a packet to userspace. Everything else is only counted.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StreamReason {
+    /// Every DNS packet was asked for (`trace --packets`, `capture`).
+    EveryPacket = 0,
+    /// A query for a question that was asked with another ID within the window: the question is
+    /// being forwarded (or re-asked), which is what a loop is made of.
+    HotQuestion = 1,
+    /// A CoreDNS or dnsmasq loop probe.
+    Probe = 2,
+    /// A TCP segment whose last DNS message continues in the next segment.
+    TcpSplit = 3,
+    /// A reply reaching its client from another address than the query went to; the record's
+    /// `matched_query` says where and when that query went.
+    UnexpectedSource = 4,
+    /// A query its client sent again (same socket, same ID) with no answer yet, with the first
+    /// sending in `matched_query`; or the reply that finally answers such a query.
+    Retried = 5,
+    /// A malformed packet on a DNS port, as a sample: every one is counted by reason, at most
+    /// one per CPU per `MALFORMED_SAMPLE_INTERVAL_NS` is streamed.
+    Malformed = 6,
+}
+
+/// Malformed packets are streamed at most this often per CPU (every one is counted): enough to
+/// show what they look like, never enough for a flood of junk to crowd out what matters.
+pub const MALFORMED_SAMPLE_INTERVAL_NS: u64 = 100_000_000;
+
+impl StreamReason {
+    pub fn from_u8(raw: u8) -> Option<Self> {
+        match raw {
+            0 => Some(Self::EveryPacket),
+            1 => Some(Self::HotQuestion),
+            2 => Some(Self::Probe),
+            3 => Some(Self::TcpSplit),
+            4 => Some(Self::UnexpectedSource),
+            5 => Some(Self::Retried),
+            6 => Some(Self::Malformed),
+            _ => None,
+        }
+    }
+}
+
+/// One packet streamed through the ring buffer: where and when it was seen, and its first bytes
+/// from the start of the frame, exactly as the program saw them.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PacketRecord {
+    /// `bpf_ktime_get_ns`: CLOCK_MONOTONIC.
+    pub ts_ns: u64,
+    /// As in [`ObservationPoint`](crate::point::ObservationPoint).
+    pub netns_cookie: u64,
+    pub ifindex: u32,
+    /// Length of the whole packet at the hook.
+    pub wire_len: u32,
+    /// Bytes of `bytes` that hold packet data.
+    pub captured_len: u16,
+    pub direction: u8,
+    /// A [`StreamReason`].
+    pub reason: u8,
+    /// The `parse::LinkLayer` of `bytes`.
+    pub link_layer: u8,
+    pub _pad: [u8; 3],
+    /// For `StreamReason::UnexpectedSource`: the query the reply answers. Zero otherwise.
+    pub matched_query: QueryState,
+    /// For the query that made its question hot: the sightings before it, oldest first, that
+    /// were not streamed (`family` 0 in unused ones): the round of forwards that brought it back.
+    pub priors: [Sighting; PRIOR_SIGHTINGS],
+    pub bytes: [u8; PACKET_SNAP_MAX],
+}
+
+#[cfg(test)]
+mod tests {
+    use core::mem::size_of;
+
+    use super::*;
+
+    /// The layout is a contract with the kernel programs: no implicit padding anywhere.
+    #[test]
+    fn the_record_has_no_implicit_padding() {
+        assert_eq!(
+            size_of::<PacketRecord>(),
+            32 + 32 + 64 * PRIOR_SIGHTINGS + PACKET_SNAP_MAX
+        );
+    }
+
+    #[test]
+    fn stream_reasons_round_trip() {
+        for reason in [
+            StreamReason::EveryPacket,
+            StreamReason::HotQuestion,
+            StreamReason::Probe,
+            StreamReason::TcpSplit,
+            StreamReason::UnexpectedSource,
+            StreamReason::Retried,
+            StreamReason::Malformed,
+        ] {
+            assert_eq!(StreamReason::from_u8(reason as u8), Some(reason));
+        }
+        assert_eq!(StreamReason::from_u8(7), None);
+    }
+}
