@@ -17,7 +17,7 @@ extern crate self as dnsloop_ebpf;
 pub mod config;
 pub mod counter;
 pub mod forwarder;
-pub mod latency;
+pub mod latency_buckets;
 pub mod names;
 pub mod parse;
 pub mod point;

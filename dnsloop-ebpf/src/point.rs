@@ -69,17 +69,17 @@ pub struct PointCounters {
 /// per-point counters have as many slots. 4096 covers a node with ~1000 pods (2 points on each
 /// veth, 1 on each pod's loopback).
 pub const POINT_SLOTS: u32 = 4096;
-pub const POINT_PROBES: u32 = 16;
-/// How far apart a point's probes are: coprime with `POINT_SLOTS`, so they are all distinct, and
+pub const POINT_CANDIDATES: u32 = 16;
+/// How far apart a point's candidate slots are: coprime with `POINT_SLOTS`, so they are all distinct, and
 /// far enough to leave a run of taken slots (the node's interfaces, numbered in a row).
-const POINT_PROBE_STRIDE: u32 = 1031;
+const POINT_CANDIDATE_STRIDE: u32 = 1031;
 
-const _: () = assert!(POINT_SLOTS.is_power_of_two() && POINT_PROBE_STRIDE % 2 == 1);
+const _: () = assert!(POINT_SLOTS.is_power_of_two() && POINT_CANDIDATE_STRIDE % 2 == 1);
 
 /// A watched observation point in the point table, at slot [`PointSlot::index`] of one of its
-/// probes, with what the programs need to know about it. Userspace registers every point before
+/// candidate slots, with what the programs need to know about it. Userspace registers every point before
 /// attaching there. A slot whose point has `ifindex` 0, which no interface has, is free; the
-/// programs look at every probe of a point, so a point is removed by zeroing its slot alone.
+/// programs look at every candidate slot of a point, so a point is removed by zeroing its slot alone.
 ///
 /// An array searched by index rather than a hash map: every packet asks, and an array lookup is
 /// a few instructions where a hash lookup is a helper call, a hash and a bucket walk (on a busy
@@ -113,21 +113,21 @@ impl PointSlot {
         }
     }
 
-    /// The slot of `point`'s probe number `probe` (0 to `POINT_PROBES - 1`).
+    /// The slot of `point`'s candidate number `candidate` (0 to `POINT_CANDIDATES - 1`).
     ///
     /// The node's own interfaces (cookie 0) are numbered in a row by the kernel: each has its
     /// home at twice its index, one slot a direction, so they do not collide until the indices
     /// wrap around the table. A pod's loopback (ifindex 1, its namespace's cookie) has its home
     /// wherever its cookie scatters it.
     #[inline(always)]
-    pub fn index(point: &ObservationPoint, probe: u32) -> u32 {
+    pub fn index(point: &ObservationPoint, candidate: u32) -> u32 {
         let cookie = (point.netns_cookie ^ (point.netns_cookie >> 32)) as u32;
         let home = point
             .ifindex
             .wrapping_mul(2)
             .wrapping_add(u32::from(point.direction))
             ^ cookie.wrapping_mul(0x9e37_79b9);
-        home.wrapping_add(probe.wrapping_mul(POINT_PROBE_STRIDE)) % POINT_SLOTS
+        home.wrapping_add(candidate.wrapping_mul(POINT_CANDIDATE_STRIDE)) % POINT_SLOTS
     }
 
     pub fn is_free(&self) -> bool {

@@ -22,8 +22,8 @@ pub struct ServerStats {
     pub max_ns: u64,
     /// Answers per 4-bit header rcode.
     pub rcodes: [u64; 16],
-    /// Answers per latency bucket (see `latency::bucket`), from the query's first sighting.
-    pub latency: [u64; crate::latency::LATENCY_BUCKETS],
+    /// Answers per latency bucket (see `latency_buckets::bucket`), from the query's first sighting.
+    pub latency: [u64; crate::latency_buckets::LATENCY_BUCKETS],
 }
 
 impl ServerStats {
@@ -31,7 +31,7 @@ impl ServerStats {
         answered: 0,
         max_ns: 0,
         rcodes: [0; 16],
-        latency: [0; crate::latency::LATENCY_BUCKETS],
+        latency: [0; crate::latency_buckets::LATENCY_BUCKETS],
     };
 }
 
@@ -55,7 +55,7 @@ mod tests {
         assert_eq!(size_of::<ServerKey>(), 20);
         assert_eq!(
             size_of::<ServerStats>(),
-            8 * (2 + 16 + crate::latency::LATENCY_BUCKETS)
+            8 * (2 + 16 + crate::latency_buckets::LATENCY_BUCKETS)
         );
     }
 }

@@ -17,7 +17,7 @@ use crate::{
         point_table::{ethernet_point, PointTable},
         programs::{self, Settings, EGRESS_PROGRAM, INGRESS_PROGRAM},
     },
-    node::netns,
+    node::namespaces,
 };
 
 /// Runs per call for the kinds of packet that can repeat, and distinct packets for the others.
@@ -123,7 +123,7 @@ fn load() -> Result<Ebpf> {
     let mut ebpf = programs::load(&Settings::default(), None)?;
     // The frames run on this namespace's loopback: its points are registered, as `dnsloop
     // trace` registers every point it watches.
-    let cookie = netns::current_cookie().context("reading this namespace's cookie")?;
+    let cookie = namespaces::current_cookie().context("reading this namespace's cookie")?;
     let points = [Direction::Ingress, Direction::Egress].map(|direction| {
         ethernet_point(ObservationPoint::new(
             cookie,

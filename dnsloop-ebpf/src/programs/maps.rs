@@ -13,7 +13,7 @@ use dnsloop_ebpf::{
         DNS_BUF_LEN,
     },
     point::{
-        ObservationPoint, PointCounters, PointNamespaces, PointSlot, POINT_PROBES, POINT_SLOTS,
+        ObservationPoint, PointCounters, PointNamespaces, PointSlot, POINT_CANDIDATES, POINT_SLOTS,
     },
     query::{QueryEntry, QueryKey, QueryState},
     question::{QuestionKey, QuestionState, Sighting, PRIOR_SIGHTINGS},
@@ -347,8 +347,8 @@ pub struct Placed {
 /// `point` in the point table; `None` for a point userspace did not register.
 #[inline(always)]
 pub fn place(point: &ObservationPoint) -> Option<Placed> {
-    for probe in 0..POINT_PROBES {
-        let index = PointSlot::index(point, probe);
+    for candidate in 0..POINT_CANDIDATES {
+        let index = PointSlot::index(point, candidate);
         let Some(slot) = POINTS.get(index) else {
             continue;
         };

@@ -5,7 +5,7 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 use dnsloop_ebpf::{
-    latency,
+    latency_buckets,
     parse::{Question, Segment},
     query::{QueryKey, QueryState},
     server::{ServerKey, ServerStats},
@@ -162,7 +162,10 @@ fn count_answer(query: &QueryState, family: u8, rcode: u8, now_ns: u64) {
     if let Some(count) = stats.rcodes.get_mut(usize::from(rcode & 0x0f)) {
         add(count);
     }
-    if let Some(count) = stats.latency.get_mut(latency::bucket(waited_ns / 1000)) {
+    if let Some(count) = stats
+        .latency
+        .get_mut(latency_buckets::bucket(waited_ns / 1000))
+    {
         add(count);
     }
     if waited_ns > stats.max_ns {

@@ -29,7 +29,6 @@ use crate::{
     kernel::orphans::Orphans,
     kernel::programs::{self, EGRESS_PROGRAM, INGRESS_PROGRAM},
     node::namespaces::{self, NamespaceError},
-    node::netns,
     node::topology::{Link, LinkRole},
 };
 
@@ -272,7 +271,7 @@ impl Attachments {
             }
             let removed = namespaces::in_namespace(&namespace, move || {
                 // Another namespace at the same path has none of our filters.
-                if netns::current_cookie().ok() != Some(cookie) {
+                if namespaces::current_cookie().ok() != Some(cookie) {
                     return Vec::new();
                 }
                 let mut problems = classifier.detach().err().into_iter().collect::<Vec<_>>();

@@ -4,7 +4,9 @@ use aya::{
     maps::{Array, MapData, MapError, PerCpuArray, PerCpuValues},
     Ebpf,
 };
-use dnsloop_ebpf::point::{ObservationPoint, PointCounters, PointSlot, POINT_PROBES, POINT_SLOTS};
+use dnsloop_ebpf::point::{
+    ObservationPoint, PointCounters, PointSlot, POINT_CANDIDATES, POINT_SLOTS,
+};
 #[cfg(any(test, feature = "profiling"))]
 use dnsloop_ebpf::{parse::LinkLayer, point::PointNamespaces};
 
@@ -46,7 +48,7 @@ impl PointTable {
 
     /// Makes the kernel's table hold `points` and no other. A point already there keeps its slot,
     /// and so its counters; a new one takes a free slot, its counters zeroed first. Returns the
-    /// points for which no slot among their probes was free.
+    /// points for which none of their candidate slots was free.
     pub fn sync(
         &mut self,
         ebpf: &mut Ebpf,
@@ -84,7 +86,7 @@ pub fn find_in_kernel(ebpf: &Ebpf, point: &ObservationPoint) -> Result<Option<u3
         name: POINTS_MAP.into(),
     })?;
     let array: Array<&MapData, PointSlot> = Array::try_from(map)?;
-    for index in probes(point) {
+    for index in candidate_slots(point) {
         if array.get(&index, 0)?.point == *point {
             return Ok(Some(index));
         }
@@ -93,8 +95,8 @@ pub fn find_in_kernel(ebpf: &Ebpf, point: &ObservationPoint) -> Result<Option<u3
 }
 
 /// The slots `point` may take, in the order the programs search them.
-fn probes(point: &ObservationPoint) -> impl Iterator<Item = u32> + Clone + '_ {
-    (0..POINT_PROBES).map(move |probe| PointSlot::index(point, probe))
+fn candidate_slots(point: &ObservationPoint) -> impl Iterator<Item = u32> + Clone + '_ {
+    (0..POINT_CANDIDATES).map(move |candidate| PointSlot::index(point, candidate))
 }
 
 fn cpus() -> Result<usize, LoadError> {
@@ -137,13 +139,14 @@ fn plan(current: &[PointSlot], points: &[KernelPoint]) -> Plan {
         }
     }
     for wanted in points {
-        let probes = (0..POINT_PROBES).map(|probe| PointSlot::index(&wanted.point, probe));
-        let own = probes
+        let candidates =
+            (0..POINT_CANDIDATES).map(|candidate| PointSlot::index(&wanted.point, candidate));
+        let own = candidates
             .clone()
             .find(|&index| slots[index as usize].point == wanted.point);
         let (index, fresh) = match own {
             Some(index) => (index, false),
-            None => match probes
+            None => match candidates
                 .clone()
                 .find(|&index| slots[index as usize].is_free())
             {
@@ -190,7 +193,7 @@ mod tests {
     }
 
     fn search(slots: &[PointSlot], point: &ObservationPoint) -> Option<u32> {
-        probes(point).find(|&index| slots[index as usize].point == *point)
+        candidate_slots(point).find(|&index| slots[index as usize].point == *point)
     }
 
     #[test]
@@ -247,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn pod_loopbacks_probe_past_collisions_and_are_found_as_the_programs_search() {
+    fn pod_loopbacks_pass_collisions_and_are_found_as_the_programs_search() {
         let mut slots = empty();
         let node: Vec<KernelPoint> = (1..=1000)
             .flat_map(|ifindex| [at(ifindex, 0, 1), at(ifindex, 1, 1)])
@@ -269,12 +272,12 @@ mod tests {
     }
 
     #[test]
-    fn a_loopback_whose_probes_the_node_interfaces_hold_is_left_unplaced() {
+    fn a_loopback_whose_candidate_slots_the_node_interfaces_hold_is_left_unplaced() {
         let loopback = ObservationPoint::new(77, 1, 1);
         // The node's point whose home is slot `index`.
         let homed_at = |index: u32| at(index / 2, (index % 2) as u8, 1);
-        let mut points: Vec<KernelPoint> = (0..POINT_PROBES)
-            .map(|probe| homed_at(PointSlot::index(&loopback, probe)))
+        let mut points: Vec<KernelPoint> = (0..POINT_CANDIDATES)
+            .map(|candidate| homed_at(PointSlot::index(&loopback, candidate)))
             .collect();
         points.push(ethernet_point(loopback));
 

@@ -23,7 +23,7 @@ use thiserror::Error;
 use super::pinning::{PinDir, PinError, Shape, PINNED_MAPS};
 use crate::{
     kernel::preflight::{self, PreflightError},
-    node::netns,
+    node::namespaces,
 };
 
 /// The BPF object built by build.rs from the dnsloop-ebpf crate.
@@ -127,7 +127,7 @@ pub fn load(settings: &Settings, pins: Option<&PinDir>) -> Result<Ebpf, LoadErro
     let loopback_cookie = if tc_knows_netns_cookie() {
         0
     } else {
-        netns::current_cookie().map_err(LoadError::NetnsCookie)?
+        namespaces::current_cookie().map_err(LoadError::NetnsCookie)?
     };
     let config = program_config(settings, loopback_cookie)?;
     let MapSizes {

@@ -34,7 +34,7 @@ use crate::{
         programs::{self, Settings, EGRESS_PROGRAM, INGRESS_PROGRAM, POINT_COUNTERS_MAP},
         unanswered::UnansweredQueries,
     },
-    node::netns,
+    node::namespaces,
 };
 
 /// `TC_ACT_UNSPEC` (-1) as the kernel reports a program's return value: "carry on", the only
@@ -1300,7 +1300,7 @@ impl Kernel {
 }
 
 fn this_namespace_cookie() -> u64 {
-    netns::current_cookie().expect("reading this namespace's cookie")
+    namespaces::current_cookie().expect("reading this namespace's cookie")
 }
 
 /// Where the test runs' frames are seen in `direction`.

@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::Context as _;
 use dnsloop_ebpf::{
-    counter::Counter, latency::LATENCY_BUCKETS, parse::Malformed, server::ServerStats,
+    counter::Counter, latency_buckets::LATENCY_BUCKETS, parse::Malformed, server::ServerStats,
 };
 use prometheus_client::{
     collector::Collector,
@@ -18,7 +18,7 @@ use prometheus_client::{
     registry::Unit,
 };
 
-use super::{latency, servers::ServerLabels};
+use super::{latency_histogram, servers::ServerLabels};
 use crate::{
     kernel::counters::{self, GlobalCounts, PointCount},
     kernel::programs,
@@ -165,7 +165,7 @@ impl KernelSnapshot {
             MetricType::Histogram,
         )?;
         for (server, answers) in &self.servers {
-            let histogram = latency::coarse(&answers.latency);
+            let histogram = latency_histogram::coarse(&answers.latency);
             latencies
                 .encode_family(&[("server", server.as_str())])?
                 .encode_histogram::<NoLabelSet>(

@@ -10,7 +10,7 @@ mod address;
 mod findings;
 mod http;
 mod kernel;
-mod latency;
+mod latency_histogram;
 mod servers;
 
 use std::{cell::RefCell, io, net::SocketAddr, rc::Rc, sync::Arc, time::Duration};

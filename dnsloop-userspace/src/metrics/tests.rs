@@ -5,7 +5,7 @@ use std::{
 
 use dnsloop_ebpf::{
     counter::Counter,
-    latency::bucket,
+    latency_buckets::bucket,
     parse::{Malformed, Probe},
     point::Direction,
     server::ServerStats,

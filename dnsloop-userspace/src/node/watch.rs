@@ -5,14 +5,13 @@ use std::time::Instant;
 use anyhow::Context as _;
 use aya::Ebpf;
 
-use dnsloop_ebpf::point::{Direction, ObservationPoint, POINT_PROBES, POINT_SLOTS};
+use dnsloop_ebpf::point::{Direction, ObservationPoint, POINT_CANDIDATES, POINT_SLOTS};
 
 use crate::{
     kernel::attach::{AttachError, Attachments},
     kernel::point_table::PointTable,
     kernel::programs,
     node::namespaces::{self, AwaitingNames, PodNamespace},
-    node::netns,
     node::pods::PodNames,
     node::topology::{Link, LinkEvent},
 };
@@ -50,7 +49,7 @@ impl Watch {
         pod_names: PodNames,
         xdp_ingress: bool,
     ) -> anyhow::Result<Self> {
-        let node_cookie = netns::current_cookie().context(
+        let node_cookie = namespaces::current_cookie().context(
             "reading this network namespace's cookie (SO_NETNS_COOKIE needs Linux 5.14)",
         )?;
         let point_table = PointTable::read(&ebpf)?;
@@ -257,7 +256,7 @@ fn check_unplaced(links: &[Link], unplaced: &[ObservationPoint]) -> anyhow::Resu
             .find(|link| point.netns_cookie == 0 && link.index == point.ifindex);
         if let Some(link) = link.filter(|link| !link.ethernet) {
             anyhow::bail!(
-                "interface {} carries no Ethernet header, and the point table has no room for it where the programs look ({POINT_SLOTS} slots, {POINT_PROBES} searched a point): its packets would be misread, so name the interfaces to watch with -i, leaving it out",
+                "interface {} carries no Ethernet header, and the point table has no room for it where the programs look ({POINT_SLOTS} slots, {POINT_CANDIDATES} searched a point): its packets would be misread, so name the interfaces to watch with -i, leaving it out",
                 link.name
             );
         }

@@ -9,9 +9,9 @@
 use std::time::{Duration, SystemTime};
 
 use super::{
-    latency::Latency,
     outstanding::{Outstanding, Reply},
     packet::MessageKey,
+    server_answers::ServerAnswers,
     summary::TimeoutCounts,
     timeout::{Loops, Timeouts},
     unexpected_source::UnexpectedSources,
@@ -23,7 +23,7 @@ pub struct ClientView {
     waiting: Outstanding,
     unexpected_sources: UnexpectedSources,
     timeouts: Timeouts,
-    latency: Latency,
+    answers: ServerAnswers,
 }
 
 impl ClientView {
@@ -34,7 +34,7 @@ impl ClientView {
             waiting: Outstanding::new(timeout, capacity),
             unexpected_sources: UnexpectedSources::new(report_interval, capacity),
             timeouts: Timeouts::new(timeout, report_interval, capacity),
-            latency: Latency::new(capacity),
+            answers: ServerAnswers::new(capacity),
         }
     }
 
@@ -53,7 +53,7 @@ impl ClientView {
 
     /// Every server that answered, in address order.
     pub fn servers(&self) -> Vec<ServerSummary> {
-        self.latency.servers()
+        self.answers.servers()
     }
 
     /// Entries dropped from each analysis's full tables so far, by its name: the queries
@@ -66,7 +66,7 @@ impl ClientView {
                 waiting + self.unexpected_sources.evictions(),
             ),
             ("timeout", waiting + self.timeouts.evictions()),
-            ("latency", waiting + self.latency.evictions()),
+            ("latency", waiting + self.answers.evictions()),
         ]
     }
 
@@ -89,7 +89,7 @@ impl ClientView {
             return;
         }
         match self.waiting.reply(key, obs) {
-            Some(Reply::Answer(query)) => self.latency.answered(&query, obs),
+            Some(Reply::Answer(query)) => self.answers.answered(&query, obs),
             Some(Reply::FromElsewhere(query)) => {
                 if let Some(found) = self.unexpected_sources.misdelivered(query, obs) {
                     // A misdelivery goes ahead of the timeouts its moment made due, as

@@ -13,12 +13,12 @@ mod client_view;
 mod engine;
 mod forwarding_loop;
 mod histogram;
-mod latency;
 pub mod mnemonic;
 mod outstanding;
 mod packet;
 mod reorder;
 mod repeats;
+mod server_answers;
 mod summary;
 mod table;
 #[cfg(test)]

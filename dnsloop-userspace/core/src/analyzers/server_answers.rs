@@ -10,7 +10,7 @@ const MAX_SERVERS: usize = 1024;
 
 /// Counts the answers the shared table of outstanding queries (`client_view`) matches to their
 /// queries; replies later than its wait are not counted (they are timeouts).
-pub struct Latency {
+pub struct ServerAnswers {
     servers: Table<SocketAddr, ServerStats>,
 }
 
@@ -19,7 +19,7 @@ struct ServerStats {
     rcodes: BTreeMap<u16, u64>,
 }
 
-impl Latency {
+impl ServerAnswers {
     pub fn new(capacity: usize) -> Self {
         Self {
             servers: Table::new(MAX_SERVERS.min(capacity)),
