@@ -28,7 +28,7 @@ pub enum PreflightError {
 pub enum Note {
     /// No kernel BTF: fine, the programs use no CO-RE relocations.
     NoKernelBtf,
-    /// No BPF filesystem: fine, dnsloop pins nothing.
+    /// No BPF filesystem: fine unless `--pin` is given.
     NoBpffs,
 }
 
@@ -36,7 +36,7 @@ impl std::fmt::Display for Note {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Note::NoKernelBtf => write!(f, "this kernel publishes no BTF ({KERNEL_BTF}): not needed, dnsloop's programs use no CO-RE relocations"),
-            Note::NoBpffs => write!(f, "no BPF filesystem at {BPFFS}: not needed, dnsloop pins nothing"),
+            Note::NoBpffs => write!(f, "no BPF filesystem at {BPFFS}: not needed, unless --pin keeps the maps on one"),
         }
     }
 }
@@ -146,7 +146,12 @@ mod tests {
     #[test]
     fn missing_btf_and_bpffs_are_notes_not_errors() {
         assert!(Note::NoKernelBtf.to_string().contains("not needed"));
-        assert!(Note::NoBpffs.to_string().contains("not needed"));
+        let no_bpffs = Note::NoBpffs.to_string();
+        assert!(no_bpffs.contains("not needed"), "{no_bpffs}");
+        assert!(
+            no_bpffs.contains("--pin") && !no_bpffs.contains("pins nothing"),
+            "--pin needs one: {no_bpffs}"
+        );
     }
 
     #[test]
