@@ -11,7 +11,7 @@ use crate::{
     kernel::programs::{self, Settings},
     metrics,
     node::pods::{self, CriSocket},
-    tracer,
+    tracer::{self, Tracer},
 };
 
 #[derive(Args, Debug)]
@@ -145,13 +145,11 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
         let stdout =
             std::io::BufWriter::with_capacity(sink::STDOUT_BUFFER, std::io::stdout().lock());
         let node = sink::NodeName::from_environment();
-        tracer::trace(
-            &config,
-            sink::for_format(args.output, &node, stdout),
-            None,
-            end,
-        )
-        .await
+        let mut tracer = Tracer::start(&config).await?;
+        let mut pipeline =
+            tracer.pipeline(tracer.counted(sink::for_format(args.output, &node, stdout)));
+        tracer.run(&mut pipeline, end).await?;
+        tracer.finish(pipeline)
     })
 }
 
