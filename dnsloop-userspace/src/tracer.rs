@@ -121,7 +121,7 @@ pub trait Consumer {
     fn tick(&mut self, now: SystemTime) -> anyhow::Result<()>;
 }
 
-impl Consumer for Pipeline<'_> {
+impl<S: Sink + ?Sized> Consumer for Pipeline<'_, S> {
     fn packets(&mut self, packets: &mut Vec<RawPacket>, points: &PointMap) -> anyhow::Result<()> {
         self.ingest(packets, points)
     }
@@ -206,7 +206,7 @@ impl Tracer {
     }
 
     /// The pipeline that judges what the programs stream, as configured, writing to `sink`.
-    pub fn pipeline<'s>(&self, sink: Box<dyn Sink + 's>) -> Pipeline<'s> {
+    pub fn pipeline<'s, S: Sink + ?Sized + 's>(&self, sink: Box<S>) -> Pipeline<'s, S> {
         let engine = Engine::new(EngineConfig {
             timeout: self.config.timeout,
             loop_report_interval: self.config.report_interval,
@@ -257,7 +257,7 @@ impl Tracer {
 
     /// Ends the run: `pipeline` writes its last findings and the summary, with what the kernel
     /// counted; then the programs are detached.
-    pub fn finish(self, pipeline: Pipeline<'_>) -> anyhow::Result<()> {
+    pub fn finish<S: Sink + ?Sized>(self, pipeline: Pipeline<'_, S>) -> anyhow::Result<()> {
         let (watch, source) = (&self.watch, &self.source);
         let interfaces = counters::read_points(watch.ebpf(), watch.node_cookie(), watch.links())
             .context("reading the per-interface counters")?;

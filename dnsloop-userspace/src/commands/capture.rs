@@ -12,7 +12,6 @@
 //! Findings are printed on stdout as `trace` prints them while the capture runs. Ctrl-C ends the
 //! capture early and still writes the bundle of what was captured.
 use std::{
-    cell::RefCell,
     fs::{self, File},
     io::{self, BufWriter, IsTerminal as _},
     path::{Path, PathBuf},
@@ -125,7 +124,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     )
     .with_context(|| format!("starting {}", pcapng_path.display()))?;
     let started = SystemTime::now();
-    let bundle = RefCell::new(Bundle::new(pcapng));
+    let mut bundle = Bundle::new(pcapng);
     let node = sink::NodeName::from_environment();
     let progress = io::stderr().is_terminal().then(Progress::new);
     tracer::runtime()?.block_on(async {
@@ -134,11 +133,10 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         let sink = BundleSink {
             out: tracer.counted(sink::for_format(args.output, &node, io::stdout().lock())),
             node: &node,
-            bundle: &bundle,
+            bundle: &mut bundle,
         };
         let mut recording = Recording {
             pipeline: tracer.pipeline(Box::new(sink)),
-            bundle: &bundle,
             progress,
         };
         tracer.run(&mut recording, end).await?;
@@ -148,7 +146,6 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })?;
-    let bundle = bundle.into_inner();
     let written = bundle.write(&dir, &args, started)?;
     eprintln!("dnsloop: bundle written to {}: {written}", dir.display());
     Ok(())
@@ -315,16 +312,15 @@ fn write_file(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
 
 /// The capture while it runs: every packet goes to the bundle's packet file, then to the
 /// pipeline, whose findings its sink puts in the same bundle, as comments on the packets they
-/// name.
+/// name. The bundle is reached through that sink, its one holder while the capture runs.
 struct Recording<'a> {
-    pipeline: Pipeline<'a>,
-    bundle: &'a RefCell<Bundle>,
+    pipeline: Pipeline<'a, BundleSink<'a>>,
     progress: Option<Progress>,
 }
 
 impl Consumer for Recording<'_> {
     fn packets(&mut self, packets: &mut Vec<RawPacket>, points: &PointMap) -> anyhow::Result<()> {
-        self.bundle.borrow_mut().record(packets, points)?;
+        self.pipeline.sink_mut().bundle.record(packets, points)?;
         self.pipeline.ingest(packets, points)
     }
 
@@ -338,7 +334,7 @@ impl Consumer for Recording<'_> {
 
     fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
         self.pipeline.tick(now)?;
-        let mut bundle = self.bundle.borrow_mut();
+        let bundle = &mut *self.pipeline.sink_mut().bundle;
         bundle.advance(now)?;
         if let Some(progress) = &mut self.progress {
             progress.show(bundle.packets, bundle.findings);
@@ -352,19 +348,16 @@ impl Consumer for Recording<'_> {
 struct BundleSink<'a> {
     out: Box<dyn Sink + 'a>,
     node: &'a sink::NodeName,
-    bundle: &'a RefCell<Bundle>,
+    bundle: &'a mut Bundle,
 }
 
 impl Sink for BundleSink<'_> {
     fn finding(&mut self, finding: &Finding) -> io::Result<()> {
-        {
-            let mut bundle = self.bundle.borrow_mut();
-            bundle.findings += 1;
-            bundle.pcapng.finding(finding);
-            let Bundle { json, text, .. } = &mut *bundle;
-            JsonSink::new(json, self.node).finding(finding)?;
-            TextSink::new(text).finding(finding)?;
-        }
+        self.bundle.findings += 1;
+        self.bundle.pcapng.finding(finding);
+        let Bundle { json, text, .. } = &mut *self.bundle;
+        JsonSink::new(json, self.node).finding(finding)?;
+        TextSink::new(text).finding(finding)?;
         self.out.finding(finding)
     }
 
@@ -378,12 +371,9 @@ impl Sink for BundleSink<'_> {
     }
 
     fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
-        {
-            let mut bundle = self.bundle.borrow_mut();
-            let Bundle { json, text, .. } = &mut *bundle;
-            JsonSink::new(json, self.node).summary(summary, extra)?;
-            TextSink::new(text).summary(summary, extra)?;
-        }
+        let Bundle { json, text, .. } = &mut *self.bundle;
+        JsonSink::new(json, self.node).summary(summary, extra)?;
+        TextSink::new(text).summary(summary, extra)?;
         self.out.summary(summary, extra)
     }
 
