@@ -23,6 +23,7 @@ use dnsloop_core::{
     sink::Sink,
     source::{RawPacket, UnansweredQuery},
 };
+use dnsloop_ebpf::parse::DnsPorts;
 use futures::{Stream, StreamExt as _};
 use tokio::{
     signal::unix::{signal, SignalKind},
@@ -143,6 +144,8 @@ impl<S: Sink + ?Sized> Consumer for Pipeline<'_, S> {
 pub struct Tracer {
     /// What it was started with.
     config: Config,
+    /// The ports the programs were loaded with, for the decoder.
+    dns_ports: DnsPorts,
     // Fields drop in this order: the watch detaches before the pins and the metrics go.
     source: RingBufSource,
     watch: Watch,
@@ -174,6 +177,8 @@ impl Tracer {
         let links = attach::select(topology::list_links().await?, &config.interfaces)?;
         let pins = config.pin.as_deref().map(PinDir::open).transpose()?;
         let loaded = load(config, pins.as_ref()).await?;
+        // The programs took these ports, so they fit the decoder too.
+        let dns_ports = DnsPorts::from_list(&config.programs.dns_ports)?;
         // Without -i the whole node is watched, including pods that appear while we run.
         let whole_node = config.interfaces.is_empty();
         let link_events = Box::pin(topology::link_events()?);
@@ -187,6 +192,7 @@ impl Tracer {
             RingBufSource::new(loaded.records, loaded.clock).context("watching the ring buffer")?;
         Ok(Self {
             config: config.clone(),
+            dns_ports,
             source,
             watch,
             link_events,
@@ -215,7 +221,7 @@ impl Tracer {
         // The enricher is built here, on the node's namespace thread: its conntrack socket
         // stays in that namespace.
         Pipeline::new(
-            Decoder::new(&self.config.programs.dns_ports),
+            Decoder::new(self.dns_ports),
             engine,
             Enricher::new(),
             sink,

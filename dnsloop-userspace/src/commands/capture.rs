@@ -119,7 +119,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         PcapngOptions {
             hold: PcapngOptions::hold_for(&config),
             max_bytes: args.max_bytes,
-            dns_ports: DnsPorts::new(&tracer_config.programs.dns_ports),
+            dns_ports: DnsPorts::from_list(&tracer_config.programs.dns_ports)?,
         },
     )
     .with_context(|| format!("starting {}", pcapng_path.display()))?;
