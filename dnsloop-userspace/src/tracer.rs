@@ -1,11 +1,19 @@
 //! The tracer: loads the kernel programs, attaches them to the node's links and pods as they
-//! come and go, and runs the event loop that feeds what they stream through the pipeline.
-//! `trace`, `capture` and `probe --trace` drive it, each with its own sink and end.
+//! come and go, and runs the event loop that hands what they stream to the command driving it.
+//! `trace`, `capture` and `probe --trace` each drive one through their own flow:
+//!
+//! ```text
+//! let mut tracer = Tracer::start(&config).await?;           // bind, load, attach
+//! let mut pipeline = tracer.pipeline(tracer.counted(sink)); // the command's sink
+//! let ended = tracer.run(&mut pipeline, end).await?;       // until `end` resolves
+//! tracer.finish(pipeline)?;                                // the summary, then detach
+//! ```
 //!
 //! kernel programs -> ring buffer source -> pipeline (decoder -> analyzers -> sink).
-use std::{net::SocketAddr, path::PathBuf, time::SystemTime};
+use std::{future::Future, net::SocketAddr, path::PathBuf, pin::Pin, time::SystemTime};
 
 use anyhow::Context as _;
+use aya::{maps::MapData, maps::RingBuf, Ebpf};
 use dnsloop_core::{
     analyzers::{Engine, EngineConfig},
     decode::Decoder,
@@ -13,10 +21,14 @@ use dnsloop_core::{
     pipeline::Pipeline,
     points::PointMap,
     sink::Sink,
-    source::RawPacket,
+    source::{RawPacket, UnansweredQuery},
 };
-use futures::StreamExt as _;
-use tokio::signal::unix::{signal, SignalKind};
+use dnsloop_ebpf::parse::DnsPorts;
+use futures::{Stream, StreamExt as _};
+use tokio::{
+    signal::unix::{signal, SignalKind},
+    time::Interval,
+};
 
 use crate::{
     kernel::{
@@ -33,7 +45,7 @@ use crate::{
     metrics,
     node::{
         pods::{self, CriSocket, PodNames, RuntimePods},
-        topology,
+        topology::{self, Link, LinkEvent},
         watch::Watch,
     },
 };
@@ -93,39 +105,231 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-/// Sees every packet the kernel streams before the pipeline does (`capture` keeps them).
-pub trait PacketTap {
-    /// `packets` were streamed; `points` places them.
-    fn packets(&mut self, packets: &[RawPacket], points: &PointMap) -> anyhow::Result<()>;
+/// What the command driving a tracer does with what it streams: `trace` and `probe --trace`
+/// feed their pipeline (see the impl below); `capture` also writes every packet to its file.
+pub trait Consumer {
+    /// `packets` were streamed, and `points` places them; they are taken out of the Vec.
+    fn packets(&mut self, packets: &mut Vec<RawPacket>, points: &PointMap) -> anyhow::Result<()>;
+
+    /// `queries` the kernel counted got no answer within the timeout; taken out too.
+    fn unanswered(
+        &mut self,
+        queries: &mut Vec<UnansweredQuery>,
+        points: &PointMap,
+    ) -> anyhow::Result<()>;
 
     /// No packet up to `now` is still to come.
     fn tick(&mut self, now: SystemTime) -> anyhow::Result<()>;
 }
 
-/// Traces with `config`, writing to `sink` and showing every packet to `tap`, until `end`
-/// resolves; returns what `end` resolved to. `end` is first polled once the programs are
-/// attached, so it may also drive what is to be watched (`dnsloop probe --trace` sends its
-/// probes from it).
-pub async fn trace<T>(
-    config: &Config,
-    sink: Box<dyn Sink + '_>,
-    mut tap: Option<&mut dyn PacketTap>,
-    end: impl std::future::Future<Output = T>,
-) -> anyhow::Result<T> {
-    // Bound first: a port in use stops dnsloop before anything is loaded.
-    let exporter = match config.metrics_addr {
+impl<S: Sink + ?Sized> Consumer for Pipeline<'_, S> {
+    fn packets(&mut self, packets: &mut Vec<RawPacket>, points: &PointMap) -> anyhow::Result<()> {
+        self.ingest(packets, points)
+    }
+
+    fn unanswered(
+        &mut self,
+        queries: &mut Vec<UnansweredQuery>,
+        points: &PointMap,
+    ) -> anyhow::Result<()> {
+        self.ingest_unanswered(queries, points)
+    }
+
+    fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
+        Pipeline::tick(self, now)
+    }
+}
+
+/// The programs loaded and attached, and what they stream. Dropping it detaches them.
+pub struct Tracer {
+    /// What it was started with.
+    config: Config,
+    /// The ports the programs were loaded with, for the decoder.
+    dns_ports: DnsPorts,
+    // Fields drop in this order: the watch detaches before the pins and the metrics go.
+    source: RingBufSource,
+    watch: Watch,
+    link_events: Pin<Box<dyn Stream<Item = LinkEvent>>>,
+    /// The kernel's queries in flight, `None` when every packet is streamed.
+    unanswered: Option<UnansweredQueries>,
+    /// Held until the run ends: a second dnsloop cannot count into the same maps meanwhile.
+    _pins: Option<PinDir>,
+    exporter: Option<metrics::Exporter>,
+}
+
+/// The programs as loaded, with the maps the tracer reads taken out.
+struct Loaded {
+    ebpf: Ebpf,
+    records: RingBuf<MapData>,
+    clock: MonotonicClock,
+    unanswered: Option<UnansweredQueries>,
+}
+
+impl Tracer {
+    /// Sets up what `config` asks for: the metrics port and the CRI socket first, so that a
+    /// mistake in either stops dnsloop before anything is loaded; then the programs, loaded,
+    /// and attached to what is to be watched.
+    pub async fn start(config: &Config) -> anyhow::Result<Self> {
+        // Bound first: a port in use stops dnsloop before anything is loaded.
+        let exporter = start_exporter(config.metrics_addr).await?;
+        // A --cri-socket that is not there stops dnsloop before anything is loaded, too.
+        let cri_socket = CriSocket::resolve(config.cri_socket.as_ref())?;
+        let links = attach::select(topology::list_links().await?, &config.interfaces)?;
+        let pins = config.pin.as_deref().map(PinDir::open).transpose()?;
+        let loaded = load(config, pins.as_ref()).await?;
+        // The programs took these ports, so they fit the decoder too.
+        let dns_ports = DnsPorts::from_list(&config.programs.dns_ports)?;
+        // Without -i the whole node is watched, including pods that appear while we run.
+        let whole_node = config.interfaces.is_empty();
+        let link_events = Box::pin(topology::link_events()?);
+        let pod_names = pod_names(config, cri_socket, whole_node).await;
+        let watch = attach(config, loaded.ebpf, links, whole_node, pod_names)?;
+        if let Some(exporter) = &exporter {
+            eprintln!("dnsloop: serving metrics at {}", exporter.url());
+        }
+        eprintln!("dnsloop: {}", watch.describe());
+        let source =
+            RingBufSource::new(loaded.records, loaded.clock).context("watching the ring buffer")?;
+        Ok(Self {
+            config: config.clone(),
+            dns_ports,
+            source,
+            watch,
+            link_events,
+            unanswered: loaded.unanswered,
+            _pins: pins,
+            exporter,
+        })
+    }
+
+    /// `sink`, with every finding written to it counted when metrics are served: each command
+    /// passes the sink that writes its output through this, whatever it wraps it in.
+    pub fn counted<'s>(&self, sink: Box<dyn Sink + 's>) -> Box<dyn Sink + 's> {
+        match &self.exporter {
+            Some(exporter) => exporter.count_findings(sink),
+            None => sink,
+        }
+    }
+
+    /// The pipeline that judges what the programs stream, as configured, writing to `sink`.
+    pub fn pipeline<'s, S: Sink + ?Sized + 's>(&self, sink: Box<S>) -> Pipeline<'s, S> {
+        let engine = Engine::new(EngineConfig {
+            timeout: self.config.timeout,
+            loop_report_interval: self.config.report_interval,
+            ..EngineConfig::default()
+        });
+        // The enricher is built here, on the node's namespace thread: its conntrack socket
+        // stays in that namespace.
+        Pipeline::new(
+            Decoder::new(self.dns_ports),
+            engine,
+            Enricher::new(),
+            sink,
+            self.config.programs.stream_every_packet,
+        )
+    }
+
+    /// Hands what the programs stream to `consumer`, batch by batch, and follows the node's
+    /// links and pods, until `until` resolves; returns what it resolved to. `until` is first
+    /// polled here, with the programs attached, so it may also drive what is to be watched
+    /// (`probe --trace` sends its probes from it).
+    pub async fn run<T, C: Consumer + ?Sized>(
+        &mut self,
+        consumer: &mut C,
+        until: impl Future<Output = T>,
+    ) -> anyhow::Result<T> {
+        let mut timers = Timers::new();
+        let mut packets = Vec::new();
+        let mut expired = Vec::new();
+        let mut until = std::pin::pin!(until);
+        let ended = loop {
+            tokio::select! {
+                ended = &mut until => break ended,
+                batch = self.source.next_batch(&mut packets) => batch.context("reading the ring buffer")?,
+                Some(event) = self.link_events.next() => self.watch.apply(event),
+                _ = timers.pod_naming.tick(), if self.watch.awaits_pod_names() => self.watch.name_new_pods(),
+                _ = timers.sweep.tick(), if self.unanswered.is_some() => self.sweep_unanswered(&mut expired),
+                _ = timers.metrics_refresh.tick(), if self.exporter.is_some() => self.refresh_metrics(),
+            }
+            consumer.packets(&mut packets, self.watch.points())?;
+            consumer.unanswered(&mut expired, self.watch.points())?;
+            consumer.tick(self.source.watermark())?;
+        };
+        // What was streamed before the end is judged too.
+        self.source.drain(&mut packets);
+        consumer.packets(&mut packets, self.watch.points())?;
+        Ok(ended)
+    }
+
+    /// Ends the run: `pipeline` writes its last findings and the summary, with what the kernel
+    /// counted; then the programs are detached.
+    pub fn finish<S: Sink + ?Sized>(self, pipeline: Pipeline<'_, S>) -> anyhow::Result<()> {
+        let (watch, source) = (&self.watch, &self.source);
+        let interfaces = counters::read_points(watch.ebpf(), watch.node_cookie(), watch.links())
+            .context("reading the per-interface counters")?;
+        let kernel = counters::read_global(watch.ebpf()).context("reading the kernel counters")?;
+        let servers = counters::read_servers(watch.ebpf())
+            .context("reading the kernel's answer statistics")?;
+        pipeline.finish(source.watermark(), Some(servers), |unplaced_records| {
+            summary::summary_extra(
+                &interfaces,
+                &kernel,
+                source.undecodable_records,
+                unplaced_records,
+            )
+        })?;
+        self.detach();
+        Ok(())
+    }
+
+    /// Detaches the programs; at full speed with --expedite-attach, as they were attached.
+    fn detach(self) {
+        if self.config.expedite_attach {
+            let _expedited = ExpeditedRcu::begin();
+            drop(self.watch);
+        }
+    }
+
+    /// Takes the queries the kernel saw no answer to within the timeout out of its table,
+    /// into `expired`.
+    fn sweep_unanswered(&mut self, expired: &mut Vec<UnansweredQuery>) {
+        let Some(unanswered) = &mut self.unanswered else {
+            return;
+        };
+        // A failed sweep loses nothing: its queries stay for the next one.
+        let before = unanswered.expired_from_before;
+        if let Err(error) = unanswered.take_expired(self.config.timeout, expired) {
+            tracing::warn!("reading the kernel's query table: {error}");
+        }
+        let from_before = unanswered.expired_from_before - before;
+        if from_before > 0 {
+            eprintln!("dnsloop: {from_before} queries pinned by an earlier run got no answer within --timeout; not reported as timeouts, as answers that came between the runs went unseen");
+        }
+    }
+
+    /// Reads what the kernel counted for the next scrapes.
+    fn refresh_metrics(&self) {
+        if let Some(exporter) = &self.exporter {
+            exporter.refresh(&self.watch);
+        }
+    }
+}
+
+/// Serves metrics at `address`, if given.
+async fn start_exporter(address: Option<SocketAddr>) -> anyhow::Result<Option<metrics::Exporter>> {
+    Ok(match address {
         Some(address) => Some(metrics::Exporter::start(address).await?),
         None => None,
-    };
-    // A --cri-socket that is not there stops dnsloop before anything is loaded, too.
-    let cri_socket = CriSocket::resolve(config.cri_socket.as_ref())?;
-    let links = attach::select(topology::list_links().await?, &config.interfaces)?;
-    // Held until the run ends: a second dnsloop cannot count into the same maps meanwhile.
-    let pins = config.pin.as_deref().map(PinDir::open).transpose()?;
-    let reused = pins.as_ref().is_some_and(PinDir::holds_maps);
+    })
+}
+
+/// Loads the programs, carrying on from the maps in `pins` if it holds some, tells them the
+/// node's addresses, and takes out the maps the tracer reads.
+async fn load(config: &Config, pins: Option<&PinDir>) -> anyhow::Result<Loaded> {
+    let reused = pins.is_some_and(PinDir::holds_maps);
     let run_started_ns = monotonic_now_ns();
-    let mut ebpf = programs::load(&config.programs, pins.as_ref())?;
-    if let Some(pins) = &pins {
+    let mut ebpf = programs::load(&config.programs, pins)?;
+    if let Some(pins) = pins {
         let how = if reused {
             "continuing from the counters and queries in flight pinned in"
         } else {
@@ -136,16 +340,24 @@ pub async fn trace<T>(
     let records = programs::take_records(&mut ebpf)?;
     let clock = MonotonicClock::anchored_now();
     // With every packet streamed the analyzers have every query already.
-    let mut unanswered = (!config.programs.stream_every_packet)
+    let unanswered = (!config.programs.stream_every_packet)
         .then(|| programs::take_queries(&mut ebpf))
         .transpose()?
         .map(|queries| UnansweredQueries::new(queries, clock, run_started_ns));
     let node_addresses = topology::addresses(None).await?;
     programs::register_forwarders(&mut ebpf, &node_addresses)?;
-    // Without -i the whole node is watched, including pods that appear while we run.
-    let whole_node = config.interfaces.is_empty();
-    let mut link_events = Box::pin(topology::link_events()?);
-    // Only pods found behind the node's veths are named, which -i leaves out.
+    Ok(Loaded {
+        ebpf,
+        records,
+        clock,
+        unanswered,
+    })
+}
+
+/// What names the pods behind the node's veths: their log directories, and the container
+/// runtime at `cri_socket`. Only the whole node has pods found behind its veths, so only then
+/// is the runtime asked.
+async fn pod_names(config: &Config, cri_socket: Option<PathBuf>, whole_node: bool) -> PodNames {
     let runtime = match cri_socket.filter(|_| whole_node) {
         Some(socket) => {
             eprintln!(
@@ -156,109 +368,52 @@ pub async fn trace<T>(
         }
         None => None,
     };
-    let pod_names = PodNames::new(config.pod_logs.clone(), runtime);
-    let expedited = config.expedite_attach.then(ExpeditedRcu::begin).flatten();
-    let mut watch = Watch::start(
+    PodNames::new(config.pod_logs.clone(), runtime)
+}
+
+/// Attaches the programs to `links`, and with `whole_node` to the loopback of every pod behind
+/// them; with --expedite-attach at full speed.
+fn attach(
+    config: &Config,
+    ebpf: Ebpf,
+    links: Vec<Link>,
+    whole_node: bool,
+    pod_names: PodNames,
+) -> anyhow::Result<Watch> {
+    let _expedited = config.expedite_attach.then(ExpeditedRcu::begin).flatten();
+    Watch::start(
         ebpf,
         links,
         whole_node,
         pod_names,
         config.programs.xdp_ingress,
-    )?;
-    drop(expedited);
-    if let Some(exporter) = &exporter {
-        eprintln!("dnsloop: serving metrics at {}", exporter.url());
-    }
-    eprintln!("dnsloop: {}", watch.describe());
+    )
+}
 
-    let mut source = RingBufSource::new(records, clock).context("watching the ring buffer")?;
-    let engine = Engine::new(EngineConfig {
-        timeout: config.timeout,
-        loop_report_interval: config.report_interval,
-        ..EngineConfig::default()
-    });
-    let sink = match &exporter {
-        Some(exporter) => exporter.count_findings(sink),
-        None => sink,
-    };
-    // The enricher is built here, on the node's namespace thread: its conntrack socket stays in
-    // that namespace.
-    let mut pipeline = Pipeline::new(
-        Decoder::new(&config.programs.dns_ports),
-        engine,
-        Enricher::new(),
-        sink,
-        config.programs.stream_every_packet,
-    );
+/// The event loop's periodic work. A tick missed while a batch was handled is not caught up
+/// on: each one does all there is to do.
+struct Timers {
+    /// Queries past the timeout are looked for in the kernel's table.
+    sweep: Interval,
+    /// Pods found before their sandbox started are looked for again, to be named.
+    pod_naming: Interval,
+    /// The kernel's counters are read for the metrics' scrapes.
+    metrics_refresh: Interval,
+}
 
-    let mut packets = Vec::new();
-    let mut expired = Vec::new();
-    let mut sweep = tokio::time::interval(UNANSWERED_SWEEP_INTERVAL);
-    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut pod_naming = tokio::time::interval(POD_NAMING_INTERVAL);
-    pod_naming.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut metrics_refresh = tokio::time::interval(metrics::REFRESH_INTERVAL);
-    metrics_refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut end = std::pin::pin!(end);
-    let ended = loop {
-        tokio::select! {
-            ended = &mut end => break ended,
-            batch = source.next_batch(&mut packets) => batch.context("reading the ring buffer")?,
-            Some(event) = link_events.next() => watch.apply(event),
-            _ = pod_naming.tick(), if watch.awaits_pod_names() => watch.name_new_pods(),
-            _ = sweep.tick(), if unanswered.is_some() => {
-                if let Some(unanswered) = &mut unanswered {
-                    // A failed sweep loses nothing: its queries stay for the next one.
-                    let before = unanswered.expired_from_before;
-                    if let Err(error) = unanswered.take_expired(config.timeout, &mut expired) {
-                        tracing::warn!("reading the kernel's query table: {error}");
-                    }
-                    let from_before = unanswered.expired_from_before - before;
-                    if from_before > 0 {
-                        eprintln!("dnsloop: {from_before} queries pinned by an earlier run got no answer within --timeout; not reported as timeouts, as answers that came between the runs went unseen");
-                    }
-                }
-            }
-            _ = metrics_refresh.tick(), if exporter.is_some() => {
-                if let Some(exporter) = &exporter {
-                    exporter.refresh(&watch);
-                }
-            }
+impl Timers {
+    fn new() -> Self {
+        let every = |period| {
+            let mut interval = tokio::time::interval(period);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            interval
+        };
+        Self {
+            sweep: every(UNANSWERED_SWEEP_INTERVAL),
+            pod_naming: every(POD_NAMING_INTERVAL),
+            metrics_refresh: every(metrics::REFRESH_INTERVAL),
         }
-        if let Some(tap) = tap.as_deref_mut() {
-            tap.packets(&packets, &watch.points)?;
-        }
-        pipeline.ingest(&mut packets, &watch.points)?;
-        pipeline.ingest_unanswered(&mut expired, &watch.points)?;
-        pipeline.tick(source.watermark())?;
-        if let Some(tap) = tap.as_deref_mut() {
-            tap.tick(source.watermark())?;
-        }
-    };
-    source.drain(&mut packets);
-    if let Some(tap) = tap {
-        tap.packets(&packets, &watch.points)?;
     }
-    pipeline.ingest(&mut packets, &watch.points)?;
-
-    let interfaces = counters::read_points(&watch.ebpf, watch.node_cookie, &watch.links)
-        .context("reading the per-interface counters")?;
-    let kernel = counters::read_global(&watch.ebpf).context("reading the kernel counters")?;
-    let servers =
-        counters::read_servers(&watch.ebpf).context("reading the kernel's answer statistics")?;
-    pipeline.finish(source.watermark(), Some(servers), |unplaced_records| {
-        summary::summary_extra(
-            &interfaces,
-            &kernel,
-            source.undecodable_records,
-            unplaced_records,
-        )
-    })?;
-    if config.expedite_attach {
-        let _expedited = ExpeditedRcu::begin();
-        drop(watch);
-    }
-    Ok(ended)
 }
 
 /// Resolves when `duration` has elapsed or on SIGINT/SIGTERM, whichever comes first.

@@ -89,6 +89,48 @@ fn sigterm_ends_with_the_summary_and_exit_0() {
     assert_released(&programs);
 }
 
+/// The capabilities are what counts, not root: a user holding CAP_BPF, CAP_NET_ADMIN and
+/// CAP_PERFMON traces the node. `setpriv` makes them ambient, so that they stay effective
+/// across the exec of dnsloop by a user other than root.
+#[test]
+fn a_user_holding_the_capabilities_traces_without_root() {
+    let test = "a_user_holding_the_capabilities_traces_without_root";
+    if !can_run(test, &[Need::Tool("setpriv")]) {
+        return;
+    }
+    let Some(lab) = healthy_lab(test) else {
+        return;
+    };
+    let capabilities = "+bpf,+net_admin,+perfmon";
+    let dnsloop = dnsloop_bin();
+    let argv = [
+        "--regid=65534",
+        "--clear-groups",
+        &format!("--inh-caps={capabilities}"),
+        &format!("--ambient-caps={capabilities}"),
+        "--",
+        dnsloop.to_str().expect("a UTF-8 path"),
+        "trace",
+        "--output",
+        "json",
+    ];
+    // setpriv runs in dnsloop's place, and then runs dnsloop as nobody.
+    let tracer = Tracer::start_subcommand(
+        Path::new("setpriv"),
+        "--reuid=65534",
+        &lab,
+        lab.node_ns(),
+        &argv,
+    )
+    .expect("a user holding the capabilities starts tracing");
+    ask(&lab, QUERIES);
+
+    let output = tracer.terminate().expect("tracer ends on SIGTERM");
+    assert!(output.status.success(), "{}", output.stderr);
+    let summary = summary_of(&output);
+    assert!(client_queries(&summary) >= QUERIES, "{summary}");
+}
+
 /// The kernel's switch for expedited RCU grace periods, node-wide.
 const RCU_EXPEDITED: &str = "/sys/kernel/rcu_expedited";
 

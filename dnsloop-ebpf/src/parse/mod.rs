@@ -32,7 +32,7 @@ pub use link::LinkLayer;
 pub use message::DNS_BUF_LEN;
 pub use name_hash::{name_hash, name_hash_fold, NAME_HASH_SEED};
 pub use probe::Probe;
-pub use transport::{DnsPorts, Transport, MAX_DNS_PORTS};
+pub use transport::{DnsPorts, TooManyDnsPorts, Transport, MAX_DNS_PORTS};
 
 use class::Rejected;
 

@@ -38,10 +38,28 @@ pub struct DnsPorts {
 }
 
 impl DnsPorts {
-    /// Takes the first [`MAX_DNS_PORTS`] ports other than 0; callers validate longer lists
-    /// before this.
+    /// The ports of a list written in the source, which the compiler checks fits: a longer one
+    /// does not build. Zeros are left out.
     #[inline(always)]
-    pub fn new(ports: &[u16]) -> Self {
+    pub fn new<const N: usize>(ports: &[u16; N]) -> Self {
+        const { assert!(N <= MAX_DNS_PORTS, "DnsPorts has MAX_DNS_PORTS slots") };
+        Self::filled(ports)
+    }
+
+    /// The ports of a list given at run time (`--dns-port`), refused when there are more than
+    /// [`MAX_DNS_PORTS`] other than 0 rather than cut short: a port left out would hide its
+    /// traffic without a word.
+    pub fn from_list(ports: &[u16]) -> Result<Self, TooManyDnsPorts> {
+        let given = ports.iter().filter(|&&port| port != 0).count();
+        if given > MAX_DNS_PORTS {
+            return Err(TooManyDnsPorts { given });
+        }
+        Ok(Self::filled(ports))
+    }
+
+    /// The first [`MAX_DNS_PORTS`] ports other than 0: every one, as both callers checked.
+    #[inline(always)]
+    fn filled(ports: &[u16]) -> Self {
         let mut slots = [0; MAX_DNS_PORTS];
         let given = ports.iter().filter(|&&port| port != 0);
         for (slot, port) in slots.iter_mut().zip(given) {
@@ -75,6 +93,25 @@ impl DnsPorts {
         false
     }
 }
+
+/// More DNS ports than [`DnsPorts`] has slots for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooManyDnsPorts {
+    /// The ports given, zeros left out.
+    pub given: usize,
+}
+
+impl core::fmt::Display for TooManyDnsPorts {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "at most {MAX_DNS_PORTS} DNS ports can be given, {} were",
+            self.given
+        )
+    }
+}
+
+impl core::error::Error for TooManyDnsPorts {}
 
 /// Ports and payload location of a DNS segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

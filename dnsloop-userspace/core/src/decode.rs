@@ -52,10 +52,9 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    pub fn new(dns_ports: &[u16]) -> Self {
-        Self {
-            ports: DnsPorts::new(dns_ports),
-        }
+    /// A decoder of the packets on `ports`.
+    pub fn new(ports: DnsPorts) -> Self {
+        Self { ports }
     }
 
     /// Appends an observation to `out` for each DNS message in `packet`, at the point

@@ -32,7 +32,7 @@
 use std::time::{Duration, SystemTime};
 
 use dnsloop_ebpf::{
-    parse::{IpFamily, LinkLayer},
+    parse::{DnsPorts, IpFamily, LinkLayer},
     point::Direction,
 };
 use serde_json::json;
@@ -236,7 +236,7 @@ fn run(input: &[u8], format: OutputFormat) -> Vec<u8> {
     let points = points();
     let mut out = Vec::new();
     let mut pipeline = Pipeline::without_enrichment(
-        Decoder::new(&[53]),
+        Decoder::new(DnsPorts::new(&[53])),
         Engine::new(EngineConfig::default()),
         sink::for_format(format, &sink::NodeName::new("fuzz-node"), &mut out),
         true,

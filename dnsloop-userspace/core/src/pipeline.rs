@@ -4,6 +4,7 @@
 //! the node's evidence is not looked for.
 use std::{
     collections::HashMap,
+    marker::PhantomData,
     time::{Duration, SystemTime},
 };
 
@@ -21,13 +22,17 @@ use crate::{
     source::{InterfaceRef, RawPacket, UnansweredQuery},
 };
 
-pub struct Pipeline<'s> {
+/// `S`, the sink, is any sink by default; a caller that must reach its own sink while the
+/// pipeline runs (`capture` writes packets to the sink that comments them) names its type.
+pub struct Pipeline<'s, S: Sink + ?Sized + 's = dyn Sink + 's> {
     decoder: Decoder,
     engine: Engine,
     /// `None`: the packets were not seen here and now, so this node's conntrack table and
     /// bridge settings say nothing about them.
     enricher: Option<Enricher>,
-    sink: Box<dyn Sink + 's>,
+    sink: Box<S>,
+    /// What the sink may borrow.
+    sink_lifetime: PhantomData<&'s ()>,
     /// `--packets`: every observation is written too.
     print_packets: bool,
     observations: Vec<Observation>,
@@ -61,12 +66,12 @@ impl SampleRate {
     }
 }
 
-impl<'s> Pipeline<'s> {
+impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
     pub fn new(
         decoder: Decoder,
         engine: Engine,
         enricher: Enricher,
-        sink: Box<dyn Sink + 's>,
+        sink: Box<S>,
         print_packets: bool,
     ) -> Self {
         Self {
@@ -74,6 +79,7 @@ impl<'s> Pipeline<'s> {
             engine,
             enricher: Some(enricher),
             sink,
+            sink_lifetime: PhantomData,
             print_packets,
             observations: Vec::new(),
             findings: Vec::new(),
@@ -87,13 +93,18 @@ impl<'s> Pipeline<'s> {
     pub fn without_enrichment(
         decoder: Decoder,
         engine: Engine,
-        sink: Box<dyn Sink + 's>,
+        sink: Box<S>,
         print_packets: bool,
     ) -> Self {
         Self {
             enricher: None,
             ..Self::new(decoder, engine, Enricher::default(), sink, print_packets)
         }
+    }
+
+    /// The sink, for what its owner writes to it besides the pipeline's output.
+    pub fn sink_mut(&mut self) -> &mut S {
+        &mut self.sink
     }
 
     /// Decodes `packet`, which its source placed itself with `place` (see
@@ -227,7 +238,7 @@ impl<'s> Pipeline<'s> {
 fn emit(
     findings: &mut Vec<Finding>,
     mut enricher: Option<&mut Enricher>,
-    sink: &mut dyn Sink,
+    sink: &mut (impl Sink + ?Sized),
 ) -> anyhow::Result<()> {
     for mut finding in findings.drain(..) {
         match (&mut finding, enricher.as_deref_mut()) {

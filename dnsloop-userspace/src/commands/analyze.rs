@@ -15,10 +15,7 @@ use std::{
 };
 
 use anyhow::{ensure, Context as _};
-use dnsloop_ebpf::{
-    parse::{DnsPorts, MAX_DNS_PORTS},
-    point::Direction,
-};
+use dnsloop_ebpf::{parse::DnsPorts, point::Direction};
 use serde_json::{json, Map, Value};
 
 use clap::Args;
@@ -80,18 +77,13 @@ pub struct AnalyzeArgs {
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
 
-    /// UDP/TCP port that carries DNS (repeatable, at most 8).
-    #[arg(long = "dns-port", value_name = "PORT", default_values_t = [cli::DEFAULT_DNS_PORT])]
-    pub dns_ports: Vec<u16>,
+    #[command(flatten)]
+    pub dns_ports: cli::DnsPortArgs,
 }
 
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
-    ensure!(
-        args.dns_ports.len() <= MAX_DNS_PORTS,
-        "at most {MAX_DNS_PORTS} DNS ports can be given, {} were",
-        args.dns_ports.len()
-    );
-    let mut surveyed = survey(&args.file, &args.dns_ports)?;
+    let ports = DnsPorts::from_list(&args.dns_ports.ports)?;
+    let mut surveyed = survey(&args.file, &ports)?;
     if let Some(links) = &args.links {
         let text = std::fs::read_to_string(links)
             .with_context(|| format!("reading the interface names in {}", links.display()))?;
@@ -107,7 +99,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     if let Some(stopped) = &surveyed.stopped {
         eprintln!("dnsloop: warning: {stopped}");
     }
-    let mut placement = Placement::new(&surveyed.interfaces, &surveyed.survey, &args.dns_ports);
+    let mut placement = Placement::new(&surveyed.interfaces, &surveyed.survey, ports);
 
     let node = args
         .node
@@ -121,7 +113,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     // Buffered, and written as the buffer fills rather than per packet (see `Pipeline::advance`).
     let stdout = std::io::BufWriter::with_capacity(sink::STDOUT_BUFFER, std::io::stdout().lock());
     let mut pipeline = Pipeline::without_enrichment(
-        Decoder::new(&args.dns_ports),
+        Decoder::new(ports),
         engine,
         sink::for_format(args.output, &node, stdout),
         args.packets,
@@ -169,12 +161,11 @@ struct Surveyed {
     stopped: Option<String>,
 }
 
-fn survey(path: &Path, dns_ports: &[u16]) -> anyhow::Result<Surveyed> {
+fn survey(path: &Path, ports: &DnsPorts) -> anyhow::Result<Surveyed> {
     let mut file = CaptureFile::open(path)?;
-    let ports = DnsPorts::new(dns_ports);
     let mut survey = Survey::default();
     while let Some(captured) = file.next_packet() {
-        survey.observe(&captured, &ports);
+        survey.observe(&captured, ports);
     }
     Ok(Surveyed {
         interfaces: file.interfaces().to_vec(),

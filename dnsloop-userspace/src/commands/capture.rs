@@ -12,7 +12,6 @@
 //! Findings are printed on stdout as `trace` prints them while the capture runs. Ctrl-C ends the
 //! capture early and still writes the bundle of what was captured.
 use std::{
-    cell::RefCell,
     fs::{self, File},
     io::{self, BufWriter, IsTerminal as _},
     path::{Path, PathBuf},
@@ -31,18 +30,19 @@ use dnsloop_core::{
     doctor,
     finding::Finding,
     observation::Observation,
+    pipeline::Pipeline,
     points::PointMap,
     sink::{
         self,
         pcapng::{InterfaceRecord, PcapngOptions, PcapngReport, PcapngSink},
         JsonSink, Sink, TextSink,
     },
-    source::RawPacket,
+    source::{RawPacket, UnansweredQuery},
 };
 
 use crate::{
     cli,
-    tracer::{self, PacketTap},
+    tracer::{self, Consumer, Tracer},
 };
 
 const PCAPNG_FILE: &str = "capture.pcapng";
@@ -119,31 +119,33 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         PcapngOptions {
             hold: PcapngOptions::hold_for(&config),
             max_bytes: args.max_bytes,
-            dns_ports: DnsPorts::new(&tracer_config.programs.dns_ports),
+            dns_ports: DnsPorts::from_list(&tracer_config.programs.dns_ports)?,
         },
     )
     .with_context(|| format!("starting {}", pcapng_path.display()))?;
     let started = SystemTime::now();
-    let bundle = RefCell::new(Bundle::new(pcapng));
-    let stdout = io::stdout();
+    let mut bundle = Bundle::new(pcapng);
     let node = sink::NodeName::from_environment();
-    let sink = BundleSink {
-        out: sink::for_format(args.output, &node, stdout.lock()),
-        node: &node,
-        bundle: &bundle,
-    };
-    let mut tap = BundleTap {
-        bundle: &bundle,
-        progress: io::stderr().is_terminal().then(Progress::new),
-    };
+    let progress = io::stderr().is_terminal().then(Progress::new);
     tracer::runtime()?.block_on(async {
         let end = tracer::end_of_run(Some(args.duration))?;
-        tracer::trace(&tracer_config, Box::new(sink), Some(&mut tap), end).await
+        let mut tracer = Tracer::start(&tracer_config).await?;
+        let sink = BundleSink {
+            out: tracer.counted(sink::for_format(args.output, &node, io::stdout().lock())),
+            node: &node,
+            bundle: &mut bundle,
+        };
+        let mut recording = Recording {
+            pipeline: tracer.pipeline(Box::new(sink)),
+            progress,
+        };
+        tracer.run(&mut recording, end).await?;
+        tracer.finish(recording.pipeline)?;
+        if let Some(progress) = &recording.progress {
+            progress.clear();
+        }
+        anyhow::Ok(())
     })?;
-    if let Some(progress) = &tap.progress {
-        progress.clear();
-    }
-    let bundle = bundle.into_inner();
     let written = bundle.write(&dir, &args, started)?;
     eprintln!("dnsloop: bundle written to {}: {written}", dir.display());
     Ok(())
@@ -209,6 +211,31 @@ impl Bundle {
             interfaces: Vec::new(),
             unplaced: 0,
         }
+    }
+
+    /// Puts every packet of `packets` in the pcapng file, with its interface, which `points`
+    /// names.
+    fn record(&mut self, packets: &[RawPacket], points: &PointMap) -> anyhow::Result<()> {
+        for packet in packets {
+            let Some((name, description)) = points.link(packet.interface) else {
+                self.unplaced += 1;
+                continue;
+            };
+            let recorded = (name.to_string(), description.to_string());
+            if !self.interfaces.contains(&recorded) {
+                self.interfaces.push(recorded);
+            }
+            self.packets += 1;
+            self.pcapng
+                .packet(packet.clone(), InterfaceRecord { name, description })
+                .context("writing the capture file")?;
+        }
+        Ok(())
+    }
+
+    /// Writes the packets that have waited long enough for the findings that name them.
+    fn advance(&mut self, now: SystemTime) -> anyhow::Result<()> {
+        self.pcapng.advance(now).context("writing the capture file")
     }
 
     /// Finishes the pcapng file and writes the reports; returns what was written, in words.
@@ -283,24 +310,54 @@ fn write_file(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
     fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
 }
 
+/// The capture while it runs: every packet goes to the bundle's packet file, then to the
+/// pipeline, whose findings its sink puts in the same bundle, as comments on the packets they
+/// name. The bundle is reached through that sink, its one holder while the capture runs.
+struct Recording<'a> {
+    pipeline: Pipeline<'a, BundleSink<'a>>,
+    progress: Option<Progress>,
+}
+
+impl Consumer for Recording<'_> {
+    fn packets(&mut self, packets: &mut Vec<RawPacket>, points: &PointMap) -> anyhow::Result<()> {
+        self.pipeline.sink_mut().bundle.record(packets, points)?;
+        self.pipeline.ingest(packets, points)
+    }
+
+    fn unanswered(
+        &mut self,
+        queries: &mut Vec<UnansweredQuery>,
+        points: &PointMap,
+    ) -> anyhow::Result<()> {
+        self.pipeline.ingest_unanswered(queries, points)
+    }
+
+    fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
+        self.pipeline.tick(now)?;
+        let bundle = &mut *self.pipeline.sink_mut().bundle;
+        bundle.advance(now)?;
+        if let Some(progress) = &mut self.progress {
+            progress.show(bundle.packets, bundle.findings);
+        }
+        Ok(())
+    }
+}
+
 /// Passes findings on to the terminal (or log shipper), and keeps them for the bundle: in its
 /// reports, and as comments on their packets.
 struct BundleSink<'a> {
     out: Box<dyn Sink + 'a>,
     node: &'a sink::NodeName,
-    bundle: &'a RefCell<Bundle>,
+    bundle: &'a mut Bundle,
 }
 
 impl Sink for BundleSink<'_> {
     fn finding(&mut self, finding: &Finding) -> io::Result<()> {
-        {
-            let mut bundle = self.bundle.borrow_mut();
-            bundle.findings += 1;
-            bundle.pcapng.finding(finding);
-            let Bundle { json, text, .. } = &mut *bundle;
-            JsonSink::new(json, self.node).finding(finding)?;
-            TextSink::new(text).finding(finding)?;
-        }
+        self.bundle.findings += 1;
+        self.bundle.pcapng.finding(finding);
+        let Bundle { json, text, .. } = &mut *self.bundle;
+        JsonSink::new(json, self.node).finding(finding)?;
+        TextSink::new(text).finding(finding)?;
         self.out.finding(finding)
     }
 
@@ -314,57 +371,14 @@ impl Sink for BundleSink<'_> {
     }
 
     fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
-        {
-            let mut bundle = self.bundle.borrow_mut();
-            let Bundle { json, text, .. } = &mut *bundle;
-            JsonSink::new(json, self.node).summary(summary, extra)?;
-            TextSink::new(text).summary(summary, extra)?;
-        }
+        let Bundle { json, text, .. } = &mut *self.bundle;
+        JsonSink::new(json, self.node).summary(summary, extra)?;
+        TextSink::new(text).summary(summary, extra)?;
         self.out.summary(summary, extra)
     }
 
     fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
-    }
-}
-
-/// Puts every streamed packet in the pcapng file, with its interface.
-struct BundleTap<'a> {
-    bundle: &'a RefCell<Bundle>,
-    progress: Option<Progress>,
-}
-
-impl PacketTap for BundleTap<'_> {
-    fn packets(&mut self, packets: &[RawPacket], points: &PointMap) -> anyhow::Result<()> {
-        let mut bundle = self.bundle.borrow_mut();
-        for packet in packets {
-            let Some((name, description)) = points.link(packet.interface) else {
-                bundle.unplaced += 1;
-                continue;
-            };
-            let recorded = (name.to_string(), description.to_string());
-            if !bundle.interfaces.contains(&recorded) {
-                bundle.interfaces.push(recorded);
-            }
-            bundle.packets += 1;
-            bundle
-                .pcapng
-                .packet(packet.clone(), InterfaceRecord { name, description })
-                .context("writing the capture file")?;
-        }
-        Ok(())
-    }
-
-    fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
-        let mut bundle = self.bundle.borrow_mut();
-        bundle
-            .pcapng
-            .advance(now)
-            .context("writing the capture file")?;
-        if let Some(progress) = &mut self.progress {
-            progress.show(bundle.packets, bundle.findings);
-        }
-        Ok(())
     }
 }
 

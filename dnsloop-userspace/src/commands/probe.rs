@@ -35,7 +35,10 @@ use dnsloop_core::{
     sink::{self, Sink},
 };
 
-use crate::{cli, tracer};
+use crate::{
+    cli,
+    tracer::{self, Tracer},
+};
 
 /// With `--trace`, how long to keep watching after the last probe: a loop goes round in
 /// milliseconds, and the analyzer reports within a second.
@@ -122,13 +125,17 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<Verdict> {
                 Some(outcomes)
             };
             // The whole node, with tracing's defaults.
-            let ended = tracer::trace(&tracer::Config::default(), Box::new(sink), None, async {
-                tokio::select! {
-                    outcomes = probing => outcomes,
-                    () = end => None,
-                }
-            })
-            .await?;
+            let mut tracer = Tracer::start(&tracer::Config::default()).await?;
+            let mut pipeline = tracer.pipeline(tracer.counted(Box::new(sink)));
+            let ended = tracer
+                .run(&mut pipeline, async {
+                    tokio::select! {
+                        outcomes = probing => outcomes,
+                        () = end => None,
+                    }
+                })
+                .await?;
+            tracer.finish(pipeline)?;
             ended.context("interrupted before the probes were done")
         })?
     } else {

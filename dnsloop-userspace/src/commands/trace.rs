@@ -11,7 +11,7 @@ use crate::{
     kernel::programs::{self, Settings},
     metrics,
     node::pods::{self, CriSocket},
-    tracer,
+    tracer::{self, Tracer},
 };
 
 #[derive(Args, Debug)]
@@ -78,9 +78,8 @@ pub struct TraceArgs {
     #[arg(long)]
     pub expedite_attach: bool,
 
-    /// UDP/TCP port that carries DNS (repeatable, at most 8).
-    #[arg(long = "dns-port", value_name = "PORT", default_values_t = [cli::DEFAULT_DNS_PORT])]
-    pub dns_ports: Vec<u16>,
+    #[command(flatten)]
+    pub dns_ports: cli::DnsPortArgs,
 
     /// Serve Prometheus metrics over HTTP at /metrics on this address while tracing. A port
     /// alone (9553 or :9553) listens on 127.0.0.1 only; give an address to listen elsewhere
@@ -117,7 +116,7 @@ impl TraceArgs {
     pub fn config(&self) -> tracer::Config {
         tracer::Config {
             programs: Settings {
-                dns_ports: self.dns_ports.clone(),
+                dns_ports: self.dns_ports.ports.clone(),
                 stream_every_packet: self.packets,
                 snap_len: self.snap_len,
                 question_table_size: self.question_table_size,
@@ -145,13 +144,11 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
         let stdout =
             std::io::BufWriter::with_capacity(sink::STDOUT_BUFFER, std::io::stdout().lock());
         let node = sink::NodeName::from_environment();
-        tracer::trace(
-            &config,
-            sink::for_format(args.output, &node, stdout),
-            None,
-            end,
-        )
-        .await
+        let mut tracer = Tracer::start(&config).await?;
+        let mut pipeline =
+            tracer.pipeline(tracer.counted(sink::for_format(args.output, &node, stdout)));
+        tracer.run(&mut pipeline, end).await?;
+        tracer.finish(pipeline)
     })
 }
 

@@ -11,10 +11,25 @@ const BPFFS: &str = "/sys/fs/bpf";
 /// `BPF_FS_MAGIC` from linux/magic.h.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
+/// Capabilities, by their bit in `CapEff` (linux/capability.h).
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// What loading and attaching the programs needs: bpf() itself, the verifier's leave for the
+/// programs' pointer arithmetic, and TC/XDP programs. The kernel still takes CAP_SYS_ADMIN for
+/// each (before Linux 5.8 it was the only way), so it stands in for any of them.
+const NEEDED: [(u32, &str); 3] = [
+    (CAP_BPF, "CAP_BPF"),
+    (CAP_NET_ADMIN, "CAP_NET_ADMIN"),
+    (CAP_PERFMON, "CAP_PERFMON"),
+];
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum PreflightError {
-    #[error("loading BPF programs needs root (or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON): run it with sudo")]
-    NotRoot,
+    #[error("loading BPF programs needs root, or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON in the effective set (CAP_SYS_ADMIN stands in for each); this process lacks {}: run it with sudo, or grant it what it lacks (in a pod: securityContext.capabilities.add)", in_words(.0))]
+    MissingCapabilities(Vec<&'static str>),
     #[error("the kernel refuses the bpf() system call to this process ({0}): it needs CAP_BPF or CAP_SYS_ADMIN, which containers drop; run dnsloop as root on the host, or in a privileged pod (securityContext.privileged: true), and check that no seccomp profile blocks bpf()")]
     BpfDenied(String),
     #[error("this kernel has no bpf() system call: it was built without CONFIG_BPF_SYSCALL; dnsloop needs a kernel with BPF (any distribution kernel since Linux 5.17 has it)")]
@@ -28,7 +43,7 @@ pub enum PreflightError {
 pub enum Note {
     /// No kernel BTF: fine, the programs use no CO-RE relocations.
     NoKernelBtf,
-    /// No BPF filesystem: fine, dnsloop pins nothing.
+    /// No BPF filesystem: fine unless `--pin` is given.
     NoBpffs,
 }
 
@@ -36,16 +51,18 @@ impl std::fmt::Display for Note {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Note::NoKernelBtf => write!(f, "this kernel publishes no BTF ({KERNEL_BTF}): not needed, dnsloop's programs use no CO-RE relocations"),
-            Note::NoBpffs => write!(f, "no BPF filesystem at {BPFFS}: not needed, dnsloop pins nothing"),
+            Note::NoBpffs => write!(f, "no BPF filesystem at {BPFFS}: not needed, unless --pin keeps the maps on one"),
         }
     }
 }
 
 /// Checks that this process may load BPF programs; returns what is worth noting.
 pub fn check() -> Result<Vec<Note>, PreflightError> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(PreflightError::NotRoot);
+    // What the kernel checks is the capabilities, not who we are: root holds them all, and so
+    // may another user granted them. Unknown, the bpf() call below tells.
+    match effective_capabilities() {
+        Ok(effective) => check_capabilities(effective)?,
+        Err(error) => tracing::debug!("reading this process's capabilities: {error}"),
     }
     probe_bpf_syscall().map_err(bpf_error)?;
     let mut notes = Vec::new();
@@ -56,6 +73,53 @@ pub fn check() -> Result<Vec<Note>, PreflightError> {
         notes.push(Note::NoBpffs);
     }
     Ok(notes)
+}
+
+/// Refuses a process whose `effective` capability set lacks one of [`NEEDED`], naming those it
+/// lacks.
+fn check_capabilities(effective: u64) -> Result<(), PreflightError> {
+    let holds = |bit: u32| effective & (1 << bit) != 0;
+    if holds(CAP_SYS_ADMIN) {
+        return Ok(());
+    }
+    let missing: Vec<&str> = NEEDED
+        .iter()
+        .filter(|(bit, _)| !holds(*bit))
+        .map(|(_, name)| *name)
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(PreflightError::MissingCapabilities(missing))
+    }
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn in_words(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => (*one).to_string(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// This process's effective capabilities, as `/proc/self/status` shows them.
+fn effective_capabilities() -> io::Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    parse_cap_eff(&status).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "no CapEff line in /proc/self/status",
+        )
+    })
+}
+
+/// The `CapEff:` line of a `/proc/<pid>/status`: the set in hexadecimal.
+fn parse_cap_eff(status: &str) -> Option<u64> {
+    let hex = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
 }
 
 /// What the bpf() system call failing with `error` means for dnsloop.
@@ -146,7 +210,58 @@ mod tests {
     #[test]
     fn missing_btf_and_bpffs_are_notes_not_errors() {
         assert!(Note::NoKernelBtf.to_string().contains("not needed"));
-        assert!(Note::NoBpffs.to_string().contains("not needed"));
+        let no_bpffs = Note::NoBpffs.to_string();
+        assert!(no_bpffs.contains("not needed"), "{no_bpffs}");
+        assert!(
+            no_bpffs.contains("--pin") && !no_bpffs.contains("pins nothing"),
+            "--pin needs one: {no_bpffs}"
+        );
+    }
+
+    /// A capability set holding `bits`.
+    fn holding(bits: &[u32]) -> u64 {
+        bits.iter().fold(0, |set, bit| set | 1 << bit)
+    }
+
+    #[test]
+    fn the_three_capabilities_suffice_without_root() {
+        let three = holding(&[CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON]);
+        assert_eq!(check_capabilities(three), Ok(()));
+        // Root's set: every capability this kernel knows.
+        assert_eq!(check_capabilities(0x0000_01ff_ffff_ffff), Ok(()));
+        // CAP_SYS_ADMIN stands in for all three, as on kernels older than CAP_BPF.
+        assert_eq!(check_capabilities(holding(&[CAP_SYS_ADMIN])), Ok(()));
+    }
+
+    #[test]
+    fn a_missing_capability_is_named() {
+        assert_eq!(
+            check_capabilities(holding(&[CAP_BPF, CAP_NET_ADMIN])),
+            Err(PreflightError::MissingCapabilities(vec!["CAP_PERFMON"]))
+        );
+        let error = check_capabilities(0).unwrap_err();
+        assert_eq!(
+            error,
+            PreflightError::MissingCapabilities(vec!["CAP_BPF", "CAP_NET_ADMIN", "CAP_PERFMON"])
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("lacks CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON:"),
+            "{message}"
+        );
+        assert!(message.contains("sudo"), "{message}");
+    }
+
+    #[test]
+    fn the_effective_set_is_read_from_the_status_file() {
+        let status = "Name:\tdnsloop\nCapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\n\
+                      CapEff:\t000000c000001000\nCapBnd:\t000001ffffffffff\n";
+        let effective = parse_cap_eff(status).unwrap();
+        assert_eq!(effective, holding(&[CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON]));
+        assert_eq!(parse_cap_eff("Name:\tdnsloop\n"), None);
+        assert_eq!(parse_cap_eff("CapEff:\tnot hex\n"), None);
+        // This process's own set reads, whoever runs the tests.
+        assert!(effective_capabilities().is_ok());
     }
 
     #[test]

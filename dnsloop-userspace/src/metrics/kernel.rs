@@ -72,10 +72,10 @@ impl KernelSnapshot {
     /// Reads the counters of what `watch` watches; servers are labelled by `labels`, in
     /// address order.
     pub fn read(watch: &Watch, labels: &mut ServerLabels) -> anyhow::Result<Self> {
-        let interfaces = counters::read_points(&watch.ebpf, watch.node_cookie, &watch.links)
+        let interfaces = counters::read_points(watch.ebpf(), watch.node_cookie(), watch.links())
             .context("reading the per-interface counters")?;
-        let global = counters::read_global(&watch.ebpf).context("reading the kernel counters")?;
-        let answered = programs::read_servers(&watch.ebpf)
+        let global = counters::read_global(watch.ebpf()).context("reading the kernel counters")?;
+        let answered = programs::read_servers(watch.ebpf())
             .context("reading the kernel's answer statistics")?
             .into_iter()
             .filter_map(|(key, stats)| {

@@ -22,11 +22,11 @@ use dnsloop_core::{
 use dnsloop_ebpf::parse::LinkLayer;
 
 pub struct Watch {
-    pub ebpf: Ebpf,
-    pub links: Vec<Link>,
-    pub points: PointMap,
+    ebpf: Ebpf,
+    links: Vec<Link>,
+    points: PointMap,
     /// Cookie of the node's namespace, which tags its loopback's records.
-    pub node_cookie: u64,
+    node_cookie: u64,
     attachments: Attachments,
     /// Where the programs find each point of `points`.
     point_table: PointTable,
@@ -73,6 +73,26 @@ impl Watch {
         // Frees the slots of what went away while attaching.
         watch.sync_points()?;
         Ok(watch)
+    }
+
+    /// The loaded programs, whose maps hold what they counted.
+    pub fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+
+    /// The links watched.
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+
+    /// Where each watched point sits: what places the packets seen there.
+    pub fn points(&self) -> &PointMap {
+        &self.points
+    }
+
+    /// Cookie of the node's namespace, which tags its loopback's records.
+    pub fn node_cookie(&self) -> u64 {
+        self.node_cookie
     }
 
     /// `watching 7 interface(s): lo cni0 ...; lo of pod 10.244.0.3, ...`

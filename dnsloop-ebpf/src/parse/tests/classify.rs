@@ -2,7 +2,8 @@
 
 use super::common::*;
 use crate::parse::{
-    classify, DnsPorts, IpFamily, LinkLayer, Malformed, PacketClass, Skip, SlicePacket, Transport,
+    classify, DnsPorts, IpFamily, LinkLayer, Malformed, PacketClass, Skip, SlicePacket,
+    TooManyDnsPorts, Transport,
 };
 
 fn assert_parses_as_spec(spec: &FrameSpec) {
@@ -464,11 +465,24 @@ fn either_port_may_be_the_dns_port() {
 }
 
 #[test]
-fn dns_ports_keep_eight_and_never_match_port_zero() {
-    let ports = DnsPorts::new(&[1, 2, 3, 4, 5, 6, 7, 8, 9]);
+fn dns_ports_hold_eight_refuse_a_ninth_and_never_match_port_zero() {
+    let ports = DnsPorts::from_list(&[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
     assert!((1..=8).all(|port| ports.contains(port)));
     assert!(!ports.contains(9));
     assert!(!ports.contains(0));
+    // A ninth port is refused, not dropped; zeros are not ports and do not count.
+    assert_eq!(
+        DnsPorts::from_list(&[1, 2, 3, 4, 5, 6, 7, 8, 9]),
+        Err(TooManyDnsPorts { given: 9 })
+    );
+    assert_eq!(
+        TooManyDnsPorts { given: 9 }.to_string(),
+        "at most 8 DNS ports can be given, 9 were"
+    );
+    assert_eq!(
+        DnsPorts::from_list(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 0]),
+        Ok(ports)
+    );
     assert!(!DnsPorts::new(&[53]).contains(0));
     // A 0 in the list neither matches nor hides the ports after it.
     let with_zero = DnsPorts::new(&[0, 53, 0, 5353]);

@@ -139,7 +139,7 @@ proptest! {
         frame in prop::collection::vec(any::<u8>(), 0..600),
         ports in prop::collection::vec(any::<u16>(), 0..=8),
     ) {
-        let ports = DnsPorts::new(&ports);
+        let ports = DnsPorts::from_list(&ports).expect("at most 8 ports");
         for link in ALL_LINKS {
             run_pipeline(&frame, link, &ports);
         }

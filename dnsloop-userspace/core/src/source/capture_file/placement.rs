@@ -163,8 +163,9 @@ pub struct Placement {
 }
 
 impl Placement {
-    /// `interfaces`: every interface of the file, as it lists them once read through.
-    pub fn new(interfaces: &[CaptureInterface], survey: &Survey, dns_ports: &[u16]) -> Self {
+    /// `interfaces`: every interface of the file, as it lists them once read through; `ports`:
+    /// those that carry DNS.
+    pub fn new(interfaces: &[CaptureInterface], survey: &Survey, ports: DnsPorts) -> Self {
         let with_bridge = interfaces
             .iter()
             .any(|interface| interface.name.as_deref().is_some_and(is_bridge_name));
@@ -209,7 +210,7 @@ impl Placement {
             .collect();
         Self {
             interfaces,
-            ports: DnsPorts::new(dns_ports),
+            ports,
             node: Namespace::new(NODE),
             hosts: HashMap::new(),
         }
@@ -321,7 +322,7 @@ mod tests {
 
     #[test]
     fn addresses_past_the_memo_s_bound_are_still_named_and_memory_stays_bounded() {
-        let mut placement = Placement::new(&[], &Survey::default(), &[53]);
+        let mut placement = Placement::new(&[], &Survey::default(), DnsPorts::new(&[53]));
         for n in 0..MAX_HOSTS as u32 + 100 {
             let address = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n));
             assert_eq!(

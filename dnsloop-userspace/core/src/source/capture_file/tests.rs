@@ -132,7 +132,7 @@ fn placed(path: &Path) -> Vec<(CapturedPacket, crate::observation::Point)> {
     for packet in &packets {
         survey.observe(packet, &DnsPorts::new(&DNS));
     }
-    let mut placement = Placement::new(capture.interfaces(), &survey, &DNS);
+    let mut placement = Placement::new(capture.interfaces(), &survey, DnsPorts::new(&DNS));
     packets
         .into_iter()
         .map(|packet| {
@@ -189,7 +189,7 @@ fn every_link_type_reads_as_the_same_dns_packet() {
         (DataLink::NULL, loopback, LinkLayer::RawIp),
         (DataLink::LOOP, bsd_loop, LinkLayer::RawIp),
     ];
-    let decoder = crate::decode::Decoder::new(&DNS);
+    let decoder = crate::decode::Decoder::new(DnsPorts::new(&DNS));
     for (datalink, frame, layer) in cases {
         let capture = file(&pcap(datalink, TsResolution::MicroSecond, &[(5, frame)]));
         let placed = placed(capture.path());
