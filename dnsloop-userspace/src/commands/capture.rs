@@ -32,6 +32,7 @@ use dnsloop_core::{
     finding::Finding,
     observation::Observation,
     points::PointMap,
+    schema::SummarySource,
     sink::{
         self,
         pcapng::{InterfaceRecord, PcapngOptions, PcapngReport, PcapngSink},
@@ -313,14 +314,14 @@ impl Sink for BundleSink<'_> {
         self.out.malformed(sample)
     }
 
-    fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
+    fn summary(&mut self, summary: &Summary, source: &SummarySource) -> io::Result<()> {
         {
             let mut bundle = self.bundle.borrow_mut();
             let Bundle { json, text, .. } = &mut *bundle;
-            JsonSink::new(json, self.node).summary(summary, extra)?;
-            TextSink::new(text).summary(summary, extra)?;
+            JsonSink::new(json, self.node).summary(summary, source)?;
+            TextSink::new(text).summary(summary, source)?;
         }
-        self.out.summary(summary, extra)
+        self.out.summary(summary, source)
     }
 
     fn flush(&mut self) -> io::Result<()> {

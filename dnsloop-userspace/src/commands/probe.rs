@@ -32,6 +32,7 @@ use dnsloop_core::{
     decode::MalformedSample,
     finding::Finding,
     observation::Observation,
+    schema::SummarySource,
     sink::{self, Sink},
 };
 
@@ -287,7 +288,7 @@ impl Sink for ProbeFindings<'_> {
         Ok(())
     }
 
-    fn summary(&mut self, _summary: &Summary, _extra: &serde_json::Value) -> io::Result<()> {
+    fn summary(&mut self, _summary: &Summary, _source: &SummarySource) -> io::Result<()> {
         Ok(())
     }
 
