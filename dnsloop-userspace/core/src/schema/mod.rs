@@ -1,5 +1,7 @@
 //! What dnsloop prints as JSON, declared once: a `Serialize + Deserialize` record for every
-//! kind of line and file it writes. The JSON sink writes these.
+//! kind of line and file it writes. The JSON sink writes these, `capture` and `probe` print
+//! them, the end-to-end tests read them back, and the README's "JSON output" section is
+//! generated from this module's doc comments (`cargo test -p dnsloop-core readme` checks it).
 //!
 //! One object per line: its `kind` first (the [`Record`] variant), then its fields in the
 //! order declared here, and last, for everything `trace` and `analyze` print, the `node` it
@@ -18,6 +20,8 @@ mod timeout;
 mod timestamp;
 mod unexpected_source;
 
+#[cfg(test)]
+mod readme;
 #[cfg(test)]
 mod tests;
 

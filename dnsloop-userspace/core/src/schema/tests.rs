@@ -3,6 +3,7 @@
 use std::{io, time::Duration};
 
 use dnsloop_ebpf::parse::Probe;
+use serde_json::Value;
 
 use super::*;
 use crate::{
@@ -203,6 +204,42 @@ fn a_capture_report() -> CaptureReport {
             checks: doctor_records(),
         },
     }
+}
+
+/// A sample of every object dnsloop prints, by the schema type it is.
+pub fn every_record() -> Vec<(&'static str, Value)> {
+    let mut records: Vec<Record> = sink_lines()
+        .iter()
+        .map(|line| serde_json::from_str(line).expect("a record"))
+        .collect();
+    records.push(a_probe());
+    let mut every: Vec<(&'static str, Value)> = records
+        .iter()
+        .map(|record| {
+            let name = match record {
+                Record::Loop(_) => "LoopRecord",
+                Record::UnexpectedSource(_) => "UnexpectedSourceRecord",
+                Record::Timeout(_) => "TimeoutRecord",
+                Record::Malformed(_) => "MalformedRecord",
+                Record::Packet(_) => "PacketRecord",
+                Record::Summary(_) => "SummaryRecord",
+                Record::Probe(_) => "ProbeRecord",
+            };
+            (name, serde_json::to_value(record).expect("a record"))
+        })
+        .collect();
+    for record in doctor_records() {
+        let name = match record {
+            DoctorRecord::Check(_) => "CheckRecord",
+            DoctorRecord::Summary(_) => "DoctorSummaryRecord",
+        };
+        every.push((name, serde_json::to_value(&record).expect("a record")));
+    }
+    every.push((
+        "CaptureReport",
+        serde_json::to_value(a_capture_report()).expect("a report"),
+    ));
+    every
 }
 
 #[test]
