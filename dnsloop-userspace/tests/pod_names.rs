@@ -9,12 +9,12 @@ mod cri_runtime;
 use std::{process::Command, time::Duration};
 
 use cri_runtime::{FakeRuntime, Sandbox};
-
+use dnsloop_core::schema::PacketRecord;
 use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
-    findings::Trace,
+    findings::{LoopRecordExt as _, Trace},
     lab::{Lab, Pod, Scenario, CLUSTER_DOMAIN, EXTERNAL_NAME, NODE_LOCAL_DNS},
-    packet_lines::{packet_lines, PacketLine},
+    packet_lines::packet_lines,
     privilege::{can_run, dnsloop_bin, Need},
     tracer::Tracer,
 };
@@ -72,12 +72,12 @@ fn dig(lab: &Lab, from: Pod, qname: &str) {
 
 /// The first `packet` line on `ifname` in `dir` that is a query (`qr` false) or a reply.
 fn first_packet<'a>(
-    packets: &'a [PacketLine],
+    packets: &'a [PacketRecord],
     ifname: &str,
     dir: &str,
     qr: bool,
     trace: &Trace,
-) -> &'a PacketLine {
+) -> &'a PacketRecord {
     packets
         .iter()
         .find(|packet| packet.ifname == ifname && packet.dir == dir && packet.qr == qr)
@@ -85,7 +85,7 @@ fn first_packet<'a>(
 }
 
 /// The cache's forward, DNAT'ed to a CoreDNS pod, enters that pod, named.
-fn assert_forward_enters_a_named_coredns_pod(packets: &[PacketLine], trace: &Trace) {
+fn assert_forward_enters_a_named_coredns_pod(packets: &[PacketRecord], trace: &Trace) {
     let (pod, forwarded) = Pod::COREDNS
         .into_iter()
         .find_map(|pod| {
@@ -156,7 +156,7 @@ fn packets_name_the_pods_they_leave_and_enter() {
     ) else {
         return;
     };
-    let packets = packet_lines(&trace).unwrap_or_else(|error| panic!("{error:#}"));
+    let packets = packet_lines(&trace);
 
     // The client's query leaves its pod, and the cache's reply enters it.
     let client = Pod::Client.host_veth();
@@ -187,7 +187,7 @@ fn pods_the_log_directory_does_not_name_are_shown_by_address() {
     ) else {
         return;
     };
-    let packets = packet_lines(&trace).unwrap_or_else(|error| panic!("{error:#}"));
+    let packets = packet_lines(&trace);
 
     let asked = first_packet(&packets, &Pod::Client.host_veth(), "ingress", false, &trace);
     assert_eq!(
@@ -231,7 +231,7 @@ fn a_pod_whose_sandbox_starts_after_its_network_is_named_once_it_runs() {
         .interrupt()
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let packets = packet_lines(&trace).unwrap_or_else(|error| panic!("{error:#}"));
+    let packets = packet_lines(&trace);
 
     let left_from = |qname: &str| {
         packets
@@ -290,7 +290,7 @@ fn without_a_pod_log_directory_the_container_runtime_names_the_pods() {
         .interrupt()
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let packets = packet_lines(&trace).unwrap_or_else(|error| panic!("{error:#}"));
+    let packets = packet_lines(&trace);
 
     assert!(
         runtime.listings() >= 1,

@@ -3,11 +3,10 @@
 //! same traffic (`tests/analyze.rs`).
 use std::fmt;
 
-use crate::{
-    findings::TimeoutFinding,
-    lab::{
-        dns_server, Lab, Pod, CLUSTER_RECORDS, DEAD_DNS, EXTERNAL_A, EXTERNAL_NAME, STUB_DOMAIN,
-    },
+use dnsloop_core::schema::TimeoutRecord;
+
+use crate::lab::{
+    dns_server, Lab, Pod, CLUSTER_RECORDS, DEAD_DNS, EXTERNAL_A, EXTERNAL_NAME, STUB_DOMAIN,
 };
 
 /// A timeout is reported only after the query waited this long.
@@ -61,7 +60,7 @@ pub fn dig_answers(lab: &Lab, server: &str, name: &str, expected: &str) -> u16 {
 /// and waited at least the timeout, and no name that resolves timed out. `output` is what the
 /// findings came from, for the failure message.
 pub fn assert_only_the_stub_domain_times_out(
-    timeouts: &[&TimeoutFinding],
+    timeouts: &[&TimeoutRecord],
     output: &dyn fmt::Display,
 ) {
     let dead = dns_server(DEAD_DNS);

@@ -1,185 +1,18 @@
-//! What `dnsloop trace --output json` printed, typed: its findings and its end-of-run summary.
-//!
-//! Only the fields the end-to-end tests look at are read; fields added later are ignored, so
-//! the tests keep working while the output grows.
+//! What `dnsloop trace --output json` (or `analyze`) printed, read back through the records
+//! dnsloop declares its output with (`dnsloop_core::schema`): its findings and its end-of-run
+//! summary. Every line must be one of them, so the tests catch any drift of the output from
+//! its schema.
 use std::{
-    collections::BTreeMap,
     fmt,
-    net::{IpAddr, SocketAddr},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::{bail, Context as _, Result};
-use serde::{Deserialize, Deserializer};
+use dnsloop_core::schema::{
+    LoopRecord, Record, SummaryRecord, TimeoutRecord, UnexpectedSourceRecord,
+};
 
 use crate::tracer::TracerOutput;
-
-/// One line of `dnsloop trace --output json`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Record {
-    Loop(LoopFinding),
-    UnexpectedSource(UnexpectedSourceFinding),
-    Timeout(TimeoutFinding),
-    Summary(Summary),
-    /// A DNS packet (`--packets`), or a kind these tests do not know.
-    #[serde(other)]
-    Other,
-}
-
-/// A question that re-entered a namespace along a chain of forwards.
-#[derive(Clone, Debug, Deserialize)]
-pub struct LoopFinding {
-    pub ts: Timestamp,
-    /// With the trailing dot: `www.example.test.`.
-    pub qname: String,
-    pub qtype: String,
-    pub count: u64,
-    /// Queries of the question that went unanswered while it looped, so far.
-    pub unanswered: u64,
-    pub path: Vec<Hop>,
-    pub servers: Vec<IpAddr>,
-    /// `coredns` or `dnsmasq` when the looping question is that server's loop probe.
-    pub probe: Option<String>,
-    pub summary: String,
-    /// The services (ClusterIPs) conntrack says DNAT'ed forwards of the path were sent to.
-    pub dnat: Vec<Dnat>,
-    /// The same on every node the loop crosses.
-    pub loop_id: String,
-    /// Where the cycle left the node and came back, out of sight.
-    pub off_node: Vec<OffNode>,
-    /// The node the tracer ran on.
-    pub node: String,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-pub struct OffNode {
-    pub left_via: String,
-    pub sent_to: SocketAddr,
-    pub back_from: SocketAddr,
-    pub back_via: String,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-pub struct Dnat {
-    pub service: SocketAddr,
-    pub backend: SocketAddr,
-}
-
-/// One packet of a loop's path.
-#[derive(Clone, Debug, Deserialize)]
-pub struct Hop {
-    pub ts: Timestamp,
-    pub ifname: String,
-    pub dir: String,
-    pub src: SocketAddr,
-    pub dst: SocketAddr,
-    pub id: u16,
-    /// The namespaces the packet left and entered there (`node`, `pod 10.244.0.3`, `pod
-    /// kube-system/coredns-5d78c9869d-abcde`); `None` for a side that is not watched.
-    pub leaves: Option<String>,
-    pub enters: Option<String>,
-}
-
-/// A reply that reached its client from another address than the query went to.
-#[derive(Clone, Debug, Deserialize)]
-pub struct UnexpectedSourceFinding {
-    pub ts: Timestamp,
-    pub client: SocketAddr,
-    pub expected: SocketAddr,
-    pub actual: SocketAddr,
-    pub id: u16,
-    pub qname: String,
-    pub qtype: String,
-    pub conntrack: Option<ConntrackEvidence>,
-    pub cause: Option<String>,
-    pub summary: String,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-pub struct ConntrackEvidence {
-    pub original_dst: SocketAddr,
-    pub reply_src: SocketAddr,
-    pub unreplied: bool,
-}
-
-/// A query that got no reply in time.
-#[derive(Clone, Debug, Deserialize)]
-pub struct TimeoutFinding {
-    pub ts: Timestamp,
-    pub client: SocketAddr,
-    pub server: SocketAddr,
-    pub id: u16,
-    /// Queries this reports: 1, or those since this server's previous report for the name.
-    pub count: u64,
-    pub qname: String,
-    pub qtype: String,
-    pub waited_ms: u64,
-    pub summary: String,
-}
-
-/// The end-of-run summary.
-#[derive(Clone, Debug, Deserialize)]
-pub struct Summary {
-    /// DNS messages the analyzers were given.
-    pub observations: u64,
-    pub interfaces: Vec<InterfaceCount>,
-    /// The kernel programs' counters, by name (`packets`, `dns_packets`, `lost_records`, ...).
-    /// `analyze` has none: it reads a file.
-    #[serde(default)]
-    pub kernel: BTreeMap<String, u64>,
-    /// Packets the kernel could not hand to userspace: every one may hide a finding. Zero for
-    /// `analyze`, which has no kernel.
-    #[serde(default)]
-    pub lost_events: u64,
-    /// Answers per server, as their clients received them.
-    pub servers: Vec<ServerCount>,
-    pub timeouts: TimeoutCounts,
-}
-
-/// Every query that timed out, and how many were counted in loops' and repeated timeouts'
-/// reports rather than reported one by one.
-#[derive(Clone, Debug, Deserialize)]
-pub struct TimeoutCounts {
-    pub queries: u64,
-    pub in_loops: u64,
-    pub in_repeats: u64,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-pub struct ServerCount {
-    /// `ip:port`, as the clients addressed it.
-    pub server: String,
-    #[serde(rename = "count")]
-    pub answered: u64,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-pub struct InterfaceCount {
-    pub ifname: String,
-    pub dir: String,
-    pub dns_packets: u64,
-}
-
-/// A finding's time, as printed (`2025-01-01T12:00:01.123Z`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Timestamp(pub SystemTime);
-
-impl Timestamp {
-    /// How long after `earlier` this is; zero if it is not later.
-    pub fn since(self, earlier: Timestamp) -> Duration {
-        self.0.duration_since(earlier.0).unwrap_or_default()
-    }
-}
-
-impl<'de> Deserialize<'de> for Timestamp {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        parse_rfc3339_millis(&text)
-            .map(Timestamp)
-            .ok_or_else(|| serde::de::Error::custom(format!("not a UTC RFC 3339 time: {text}")))
-    }
-}
 
 /// A name as dnsloop prints it: with the root's trailing dot.
 pub fn fqdn(name: &str) -> String {
@@ -261,7 +94,7 @@ impl Trace {
         })
     }
 
-    pub fn loops(&self) -> Vec<&LoopFinding> {
+    pub fn loops(&self) -> Vec<&LoopRecord> {
         self.records
             .iter()
             .filter_map(|record| match record {
@@ -272,14 +105,14 @@ impl Trace {
     }
 
     /// The loop reports for `qname` (with its trailing dot), in the order they were printed.
-    pub fn loops_for(&self, qname: &str) -> Vec<&LoopFinding> {
+    pub fn loops_for(&self, qname: &str) -> Vec<&LoopRecord> {
         self.loops()
             .into_iter()
             .filter(|found| found.qname.eq_ignore_ascii_case(qname))
             .collect()
     }
 
-    pub fn unexpected_sources(&self) -> Vec<&UnexpectedSourceFinding> {
+    pub fn unexpected_sources(&self) -> Vec<&UnexpectedSourceRecord> {
         self.records
             .iter()
             .filter_map(|record| match record {
@@ -289,7 +122,7 @@ impl Trace {
             .collect()
     }
 
-    pub fn timeouts(&self) -> Vec<&TimeoutFinding> {
+    pub fn timeouts(&self) -> Vec<&TimeoutRecord> {
         self.records
             .iter()
             .filter_map(|record| match record {
@@ -299,7 +132,7 @@ impl Trace {
             .collect()
     }
 
-    pub fn summary(&self) -> &Summary {
+    pub fn summary(&self) -> &SummaryRecord {
         self.records
             .iter()
             .find_map(|record| match record {
@@ -321,32 +154,62 @@ impl fmt::Display for Trace {
     }
 }
 
-impl Summary {
-    /// DNS packets the kernel counted on `ifname` in direction `dir` (`ingress`, `egress`).
-    pub fn dns_packets(&self, ifname: &str, dir: &str) -> u64 {
-        self.interfaces
+/// What the tests ask of a summary.
+pub trait SummaryExt {
+    /// DNS packets counted on `ifname` in direction `dir` (`ingress`, `egress`).
+    fn dns_packets(&self, ifname: &str, dir: &str) -> u64;
+
+    /// The kernel programs' counter `name` (`dns_port_unreachable`); `None` when not listed,
+    /// or for `analyze`, which has no kernel.
+    fn kernel_counter(&self, name: &str) -> Option<u64>;
+
+    /// Packets the kernel could not hand to userspace: every one may hide a finding. Zero for
+    /// `analyze`, which has no kernel.
+    fn lost_events(&self) -> u64;
+}
+
+impl SummaryExt for SummaryRecord {
+    fn dns_packets(&self, ifname: &str, dir: &str) -> u64 {
+        self.interfaces()
             .iter()
             .filter(|count| count.ifname == ifname && count.dir == dir)
             .map(|count| count.dns_packets)
             .sum()
     }
+
+    fn kernel_counter(&self, name: &str) -> Option<u64> {
+        self.kernel()?.kernel.get(name).copied()
+    }
+
+    fn lost_events(&self) -> u64 {
+        self.kernel().map_or(0, |kernel| kernel.lost_events)
+    }
 }
 
-impl LoopFinding {
+/// What the tests ask of a loop report.
+pub trait LoopRecordExt {
     /// Whether some hop of the path was seen on interface `ifname`.
-    pub fn crosses(&self, ifname: &str) -> bool {
+    fn crosses(&self, ifname: &str) -> bool;
+
+    /// Whether some hop of the path left or entered the namespace named `namespace`.
+    fn passes_through(&self, namespace: &str) -> bool;
+
+    /// How long after the first packet of its path the loop was reported.
+    fn reported_after(&self) -> Option<Duration>;
+}
+
+impl LoopRecordExt for LoopRecord {
+    fn crosses(&self, ifname: &str) -> bool {
         self.path.iter().any(|hop| hop.ifname == ifname)
     }
 
-    /// Whether some hop of the path left or entered the namespace named `namespace`.
-    pub fn passes_through(&self, namespace: &str) -> bool {
+    fn passes_through(&self, namespace: &str) -> bool {
         self.path.iter().any(|hop| {
             hop.leaves.as_deref() == Some(namespace) || hop.enters.as_deref() == Some(namespace)
         })
     }
 
-    /// How long after the first packet of its path the loop was reported.
-    pub fn reported_after(&self) -> Option<Duration> {
+    fn reported_after(&self) -> Option<Duration> {
         let first = self.path.iter().map(|hop| hop.ts).min()?;
         Some(self.ts.since(first))
     }
@@ -378,12 +241,16 @@ mod tests {
     }
 
     #[test]
-    fn reads_every_kind_of_line_and_ignores_unknown_ones() {
+    fn reads_every_kind_of_line_dnsloop_prints() {
+        // As dnsloop's JSON sink writes them.
         let lines = [
-            r#"{"kind":"loop","ts":"2025-01-01T12:00:01.500Z","qname":"www.example.test.","qtype":"A","count":3,"unanswered":0,"path":[{"ts":"2025-01-01T12:00:01.123Z","ifname":"cni0","dir":"ingress","src":"10.244.0.3:40000","dst":"169.254.25.10:53","id":2000}],"servers":["169.254.25.10"],"probe":null,"summary":"loop: ...","dnat":[{"service":"10.96.0.10:53","backend":"10.244.0.3:53"}],"loop_id":"59fb06aa805f4f20","off_node":[{"left_via":"vxlan0","sent_to":"10.244.1.3:53","back_from":"10.244.1.0:48410","back_via":"vxlan0"}],"node":"node-a"}"#,
-            r#"{"kind":"unexpected_source","ts":"2025-01-01T12:00:01.123Z","client":"10.244.0.2:41234","expected":"10.96.0.10:53","actual":"10.244.0.3:53","id":4242,"qname":"a.","qtype":"A","conntrack":{"original_dst":"10.96.0.10:53","reply_src":"10.244.0.3:53","unreplied":true},"cause":"bridge-nf-call-iptables=0","summary":"..."}"#,
-            r#"{"kind":"timeout","ts":"2025-01-01T12:00:03.000Z","client":"[fd00::2]:5353","server":"10.255.0.99:53","id":1,"count":1,"qname":"a.","qtype":"A","waited_ms":2000,"summary":"...","new_field":1}"#,
-            r#"{"kind":"packet","ts":"2025-01-01T12:00:03.000Z","proto":"udp"}"#,
+            r#"{"kind":"loop","ts":"2025-01-01T12:00:03.001Z","loop_id":"0123456789abcdef","since":"2025-01-01T12:00:01.001Z","qname":"www.example.test.","qtype":"A","count":40,"rounds_per_s":20.0,"unanswered":0,"path":[{"ts":"2025-01-01T12:00:01.001Z","ifname":"cni0","dir":"egress","src":"10.244.0.1:50000","dst":"10.244.0.3:53","id":1000,"leaves":"node","enters":null},{"ts":"2025-01-01T12:00:01.123Z","ifname":"cni0","dir":"ingress","src":"10.244.0.3:40000","dst":"169.254.25.10:53","id":2000,"leaves":null,"enters":"node"}],"off_node":[{"left_via":"vxlan0","sent_to":"10.244.1.3:53","back_from":"10.244.1.0:41000","back_via":"vxlan0"}],"servers":["10.244.0.3","169.254.25.10"],"probe":null,"summary":"loop: www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream","dnat":[],"node":"node-\"a\""}"#,
+            r#"{"kind":"unexpected_source","ts":"2025-01-01T12:00:02.000Z","client":"10.244.0.2:41234","expected":"10.96.0.10:53","actual":"10.244.0.3:53","id":4242,"qname":"www.example.test.","qtype":"A","conntrack":{"original_dst":"10.96.0.10:53","reply_src":"10.244.0.3:53","unreplied":false},"cause":"br_netfilter is off","summary":"reply to 10.244.0.2:41234 id 4242 came from 10.244.0.3:53, but the query went to 10.96.0.10:53: the client's socket drops it","node":"node-\"a\""}"#,
+            r#"{"kind":"timeout","ts":"2025-01-01T12:00:03.000Z","client":"10.244.0.3:5353","server":"10.255.0.99:53","id":77,"count":1,"qname":"corp.example.","qtype":"A","waited_ms":2000,"summary":"no answer from 10.255.0.99:53 for corp.example. A (client 10.244.0.3:5353, id 77) after 2.0s","node":"node-\"a\""}"#,
+            r#"{"kind":"packet","ts":"2025-01-01T12:00:01.123Z","ifname":"cni0","dir":"ingress","proto":"udp","src":"10.244.0.2:41234","dst":"169.254.25.10:53","id":4242,"qr":false,"opcode":"QUERY","rcode":"NOERROR","qname":"www.example.test.","qtype":"A","size":40,"leaves":null,"enters":"node","node":"node-\"a\""}"#,
+            r#"{"kind":"malformed","ts":"1970-01-01T12:00:01.500Z","ifname":"cni0","dir":"ingress","reason":"dns_compression_pointer","src":"10.244.0.2:41234","dst":"10.96.0.10:53","head":"12340100c00c","node":"node-\"a\""}"#,
+            r#"{"kind":"summary","ts":"2025-01-01T12:01:00.000Z","observations":1234,"late_observations":2,"findings":{"loop":0,"unexpected_source":0,"timeout":0},"timeouts":{"queries":0,"in_loops":0,"in_repeats":0},"evictions":{"reorder":0,"timeout":5},"unanswered_at_end":1,"servers":[{"server":"169.254.25.10:53","count":30,"p50_ms":1.2,"p90_ms":3.0,"p99_ms":10.0,"max_ms":12.0,"rcodes":{"NOERROR":28,"NXDOMAIN":2}}],"interfaces":[{"ifname":"cni0","dir":"ingress","dns_packets":4,"packets":10},{"ifname":"veth-a-very-long-name-x","dir":"egress","dns_packets":0,"packets":123456789}],"kernel":{"packets":10,"dns_packets":4,"dns_messages":4,"non_first_fragments":0,"tcp_splits":1,"tcp_messages_beyond_limit":0,"lost_records":3,"streamed_records":2,"dns_port_unreachable":1,"unplaced_packets":0},"malformed":{"dns_compression_pointer":2,"bad_ihl":1},"lost_events":3,"undecodable_records":1,"unplaced_records":0,"node":"node-\"a\""}"#,
+            r#"{"kind":"summary","ts":"2025-01-01T12:01:00.000Z","observations":1234,"late_observations":2,"findings":{"loop":0,"unexpected_source":0,"timeout":0},"timeouts":{"queries":0,"in_loops":0,"in_repeats":0},"evictions":{"reorder":0,"timeout":5},"unanswered_at_end":1,"servers":[{"server":"169.254.25.10:53","count":30,"p50_ms":1.2,"p90_ms":3.0,"p99_ms":10.0,"max_ms":12.0,"rcodes":{"NOERROR":28,"NXDOMAIN":2}}],"capture":{"file":"/tmp/x y.pcap","format":"pcapng","complete":false,"note":"truncated \"here\""},"interfaces":[{"ifname":"any","dir":"ingress","dns_packets":4,"packets":10}],"capture_interfaces":[{"ifname":"any","linktype":113,"placed_by":"addresses","node_mac":null},{"ifname":"eth0","linktype":1,"placed_by":"name","node_mac":"02:00:00:00:00:01"}],"packets":{"read":10,"dns":4,"not_dns":5,"malformed":1,"unsupported_link":0,"unplaced":0},"malformed":{"bad_ihl":1},"node":"node-\"a\""}"#,
         ];
         let records: Vec<Record> = lines
             .iter()
@@ -392,13 +259,31 @@ mod tests {
         let Record::Loop(found) = &records[0] else {
             panic!("{:?}", records[0]);
         };
-        assert_eq!(found.reported_after(), Some(Duration::from_millis(377)));
+        assert_eq!(found.reported_after(), Some(Duration::from_millis(2_000)));
         assert!(found.crosses("cni0") && !found.crosses("lo"));
+        assert!(found.passes_through("node") && !found.passes_through("pod 10.244.0.2"));
         let Record::UnexpectedSource(found) = &records[1] else {
             panic!("{:?}", records[1]);
         };
-        assert!(found.conntrack.as_ref().is_some_and(|c| c.unreplied));
+        assert!(found.conntrack.as_ref().is_some_and(|c| !c.unreplied));
         assert!(matches!(&records[2], Record::Timeout(t) if t.waited_ms == 2000));
-        assert!(matches!(records[3], Record::Other));
+        assert!(
+            matches!(&records[3], Record::Packet(p) if p.qname.as_deref() == Some("www.example.test."))
+        );
+        assert!(
+            matches!(&records[4], Record::Malformed(m) if m.reason == "dns_compression_pointer")
+        );
+        let Record::Summary(traced) = &records[5] else {
+            panic!("{:?}", records[5]);
+        };
+        assert_eq!(traced.dns_packets("cni0", "ingress"), 4);
+        assert_eq!(traced.kernel_counter("dns_port_unreachable"), Some(1));
+        assert_eq!(traced.lost_events(), 3);
+        let Record::Summary(analysed) = &records[6] else {
+            panic!("{:?}", records[6]);
+        };
+        assert_eq!(analysed.dns_packets("any", "ingress"), 4);
+        assert_eq!(analysed.kernel_counter("dns_port_unreachable"), None);
+        assert_eq!(analysed.lost_events(), 0);
     }
 }

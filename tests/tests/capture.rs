@@ -3,9 +3,10 @@
 //! live. A size limit is kept and said, and Ctrl-C still leaves a whole bundle.
 use std::{path::Path, process::Command};
 
+use dnsloop_core::schema::LoopRecord;
 use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
-    findings::{LoopFinding, Trace},
+    findings::Trace,
     lab::{Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
     privilege::{can_run, dnsloop_bin, Need},
     tracer::{self, Tracer},
@@ -70,7 +71,7 @@ fn analyze(file: &Path) -> Trace {
 
 /// What a loop report says about the packets, leaving out what only the live node could add
 /// (conntrack's ClusterIP behind a DNAT'ed hop, and the sentence naming it).
-fn seen(found: &LoopFinding) -> (String, String, u64, Vec<String>) {
+fn seen(found: &LoopRecord) -> (String, String, u64, Vec<String>) {
     (
         found.qname.clone(),
         found.qtype.clone(),

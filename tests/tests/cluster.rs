@@ -9,8 +9,9 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use dnsloop_core::schema::Timestamp;
 use dnsloop_tests::{
-    findings::{fqdn, Timestamp, Trace},
+    findings::{fqdn, SummaryExt as _, Trace},
     lab::{
         self, Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_NAME, NODE_LOCAL_DNS, OVERLAY_DEVICE,
         STUB_DOMAIN,

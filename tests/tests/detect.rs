@@ -10,10 +10,11 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use dnsloop_core::schema::{Hop, LoopRecord};
 use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     dead_upstream, dns_query,
-    findings::{fqdn, Hop, LoopFinding, Trace},
+    findings::{fqdn, LoopRecordExt as _, SummaryExt as _, Trace},
     lab::{
         dns_server, Lab, Pod, Scenario, CLUSTER_DNS, CLUSTER_DNS_V6, DEAD_DNS, EXTERNAL_A,
         EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, UPSTREAM_DNS,
@@ -88,7 +89,7 @@ fn node_cache() -> String {
 }
 
 /// The first loop report for `qname`, or a failure showing everything the tracer printed.
-fn first_loop<'a>(trace: &'a Trace, qname: &str, sent: &str) -> &'a LoopFinding {
+fn first_loop<'a>(trace: &'a Trace, qname: &str, sent: &str) -> &'a LoopRecord {
     trace
         .loops_for(qname)
         .first()
@@ -330,7 +331,7 @@ fn unexpected_source_is_reported_with_conntrack_evidence_and_its_cause() {
         "the cause should name the bridge setting:\n{trace}"
     );
     // The client's socket refused the reply with an ICMP port unreachable, counted.
-    let refused = trace.summary().kernel.get("dns_port_unreachable").copied();
+    let refused = trace.summary().kernel_counter("dns_port_unreachable");
     assert!(refused >= Some(1), "the ICMP refusal is counted:\n{trace}");
 }
 
@@ -417,13 +418,11 @@ fn a_query_asked_once_and_never_answered_times_out_and_answers_are_counted_per_s
     let servers = &trace.summary().servers;
     let node_cache = servers
         .iter()
-        .find(|server| server.server == dns_server(NODE_LOCAL_DNS).to_string())
+        .find(|server| server.server == dns_server(NODE_LOCAL_DNS))
         .unwrap_or_else(|| panic!("no answers counted for the node cache:\n{trace}"));
     assert_eq!(node_cache.answered, 3, "{trace}");
     assert!(
-        servers
-            .iter()
-            .all(|server| server.server != dead.to_string()),
+        servers.iter().all(|server| server.server != dead),
         "the dead server answered nothing:\n{trace}"
     );
 }
@@ -548,7 +547,7 @@ fn healthy_repetitive_traffic_is_not_a_fault() {
         trace.timeouts().is_empty(),
         "every query was answered:\n{trace}"
     );
-    assert_eq!(trace.summary().lost_events, 0, "{trace}");
+    assert_eq!(trace.summary().lost_events(), 0, "{trace}");
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //! eth0 and back); the reply to the client crosses cni0 and veth-client outward.
 use std::{net::SocketAddr, time::SystemTime};
 
+use dnsloop_core::schema::PacketRecord;
 use dnsloop_tests::{
     exchange::{Exchange, Query},
     findings::Trace,
@@ -15,7 +16,7 @@ use dnsloop_tests::{
         dns_server, Lab, Pod, Scenario, CLUSTER_DOMAIN, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6,
         UPSTREAM_DNS,
     },
-    packet_lines::{packet_lines, PacketLine},
+    packet_lines::packet_lines,
     privilege::{can_run, dnsloop_bin, Need},
     tracer::Tracer,
 };
@@ -124,7 +125,7 @@ fn assert_every_hop_shown(test: &str, queries: &[Query]) {
         .interrupt()
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let mut packets = packet_lines(&trace).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let mut packets = packet_lines(&trace);
     // The output is in the order the kernel streamed the packets; put it in the order they
     // were seen, keeping that order among packets of the same millisecond.
     packets.sort_by_key(|packet| packet.ts);
@@ -150,21 +151,21 @@ fn assert_every_hop_shown(test: &str, queries: &[Query]) {
 
 /// One query and its reply between two addresses, as the packet lines show them.
 struct Leg<'a> {
-    /// The querier's and the server's address, as printed.
-    client: String,
-    server: String,
+    /// The querier's and the server's address.
+    client: SocketAddr,
+    server: SocketAddr,
     id: u16,
     query_size: usize,
     reply_size: usize,
     /// Every line of the leg, in the order seen.
-    lines: Vec<&'a PacketLine>,
+    lines: Vec<&'a PacketRecord>,
 }
 
 /// The client's own exchange with the cache: what dig sent and got.
-fn client_leg<'a>(exchange: &Exchange, packets: &'a [PacketLine]) -> Leg<'a> {
-    let client = exchange.client.to_string();
+fn client_leg<'a>(exchange: &Exchange, packets: &'a [PacketRecord]) -> Leg<'a> {
+    let client = exchange.client;
     Leg {
-        server: exchange.server.to_string(),
+        server: exchange.server,
         id: exchange.report.id,
         query_size: exchange.report.query_size,
         reply_size: exchange.report.reply_size,
@@ -179,10 +180,10 @@ fn client_leg<'a>(exchange: &Exchange, packets: &'a [PacketLine]) -> Leg<'a> {
 /// The cache's query for the same question, and its reply: dig does not see them, so their
 /// ID, addresses and sizes are taken from the first query and reply shown, and must be the same
 /// on every hop.
-fn forward_leg<'a>(exchange: &Exchange, packets: &'a [PacketLine]) -> Leg<'a> {
-    let client = exchange.client.to_string();
+fn forward_leg<'a>(exchange: &Exchange, packets: &'a [PacketRecord]) -> Leg<'a> {
+    let client = exchange.client;
     let qname = exchange.query.presented_qname();
-    let lines: Vec<&PacketLine> = packets
+    let lines: Vec<&PacketRecord> = packets
         .iter()
         .filter(|packet| packet.qname.as_deref() == Some(qname.as_str()))
         .filter(|packet| packet.qtype.as_deref() == Some(exchange.query.qtype))
@@ -197,8 +198,8 @@ fn forward_leg<'a>(exchange: &Exchange, packets: &'a [PacketLine]) -> Leg<'a> {
         .find(|line| line.qr)
         .map_or(0, |line| line.size);
     Leg {
-        client: query.src.clone(),
-        server: query.dst.clone(),
+        client: query.src,
+        server: query.dst,
         id: query.id,
         query_size: query.size,
         reply_size,
@@ -208,10 +209,7 @@ fn forward_leg<'a>(exchange: &Exchange, packets: &'a [PacketLine]) -> Leg<'a> {
 
 /// The hops of the cache's forward: to the CoreDNS pod the DNAT picked, or out of the uplink.
 fn forward_hops(exchange: &Exchange, leg: &Leg) -> Vec<(String, &'static str, bool)> {
-    let server: SocketAddr = leg
-        .server
-        .parse()
-        .unwrap_or_else(|error| panic!("{exchange}: server {}: {error}", leg.server));
+    let server = leg.server;
     match Forward::of(&exchange.query) {
         Forward::ToCoreDns => {
             let pod = Pod::COREDNS
@@ -263,21 +261,21 @@ fn assert_leg<S: AsRef<str>>(
     for line in &leg.lines {
         let (src, dst, rcode, size) = if line.qr {
             (
-                &leg.server,
-                &leg.client,
+                leg.server,
+                leg.client,
                 exchange.report.rcode.as_str(),
                 leg.reply_size,
             )
         } else {
-            (&leg.client, &leg.server, "NOERROR", leg.query_size)
+            (leg.client, leg.server, "NOERROR", leg.query_size)
         };
-        let expected = PacketLine {
+        let expected = PacketRecord {
             ts: line.ts,
             ifname: line.ifname.clone(),
             dir: line.dir.clone(),
             proto: exchange.query.transport.as_str().to_owned(),
-            src: src.clone(),
-            dst: dst.clone(),
+            src,
+            dst,
             id: leg.id,
             qr: line.qr,
             opcode: "QUERY".to_owned(),
@@ -288,6 +286,7 @@ fn assert_leg<S: AsRef<str>>(
             // Where each hop leads is `pod_names`'s to check.
             leaves: line.leaves.clone(),
             enters: line.enters.clone(),
+            node: line.node.clone(),
         };
         assert_eq!(**line, expected, "{exchange}");
     }

@@ -8,11 +8,12 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use dnsloop_core::schema::PacketRecord;
 use dnsloop_tests::{
     exchange::Query,
     findings::Trace,
     lab::{Lab, Pod, Scenario, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6},
-    packet_lines::{packet_lines, PacketLine},
+    packet_lines::packet_lines,
     privilege::{can_run, dnsloop_bin, Need},
     tracer::Tracer,
 };
@@ -65,7 +66,6 @@ fn dnsloop_and_tshark_see_the_same_dns_packets_on_an_interface() {
     let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let dnsloop = sorted(
         packet_lines(&trace)
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"))
             .iter()
             .map(Seen::from_dnsloop)
             .collect(),
@@ -119,7 +119,7 @@ struct PacketKey {
 }
 
 impl Seen {
-    fn from_dnsloop(line: &PacketLine) -> Seen {
+    fn from_dnsloop(line: &PacketRecord) -> Seen {
         let qname = line.qname.as_deref().expect("dnsloop shows the question");
         let qtype = line
             .qtype
@@ -127,10 +127,7 @@ impl Seen {
             .expect("dnsloop shows the question's type");
         Seen {
             key: PacketKey {
-                src: line
-                    .src
-                    .parse()
-                    .unwrap_or_else(|error| panic!("dnsloop's src {}: {error}", line.src)),
+                src: line.src,
                 id: line.id,
                 qr: line.qr,
                 qname: unescape(qname.strip_suffix('.').unwrap_or(qname), dnsloop_escape),

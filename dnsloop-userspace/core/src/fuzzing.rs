@@ -35,7 +35,6 @@ use dnsloop_ebpf::{
     parse::{DnsPorts, IpFamily, LinkLayer},
     point::Direction,
 };
-use serde_json::json;
 
 use crate::{
     analyzers::{Engine, EngineConfig},
@@ -43,6 +42,7 @@ use crate::{
     observation::{Namespace, Point},
     pipeline::Pipeline,
     points::{LinkDescription, Role, NODE},
+    schema::{CaptureFileSummary, CapturePackets, Record, SummarySource},
     sink,
     sink::OutputFormat,
     source::{socket_addr, InterfaceRef, MatchedQuery, PriorSighting, RawPacket},
@@ -210,7 +210,8 @@ fn prior(input: &mut &[u8], packet_at: SystemTime) -> Option<PriorSighting> {
 /// # Panics
 ///
 /// When the pipeline fails, or writes a text line with a control character or a JSON line that
-/// is not a JSON object: that is what the fuzzer looks for.
+/// is not a record of the schema, written as the schema writes it: that is what the fuzzer
+/// looks for.
 pub fn decode_packets(input: &[u8]) {
     let text = run(input, OutputFormat::Text);
     let text = std::str::from_utf8(&text).expect("the text sink writes UTF-8");
@@ -225,9 +226,11 @@ pub fn decode_packets(input: &[u8]) {
         .split(|&byte| byte == b'\n')
         .filter(|line| !line.is_empty())
     {
-        let value: serde_json::Value = serde_json::from_slice(line)
-            .unwrap_or_else(|error| panic!("{error}: {}", String::from_utf8_lossy(line)));
-        assert!(value.is_object(), "not a JSON object: {value}");
+        let line = std::str::from_utf8(line).expect("the JSON sink writes UTF-8");
+        let record: Record =
+            serde_json::from_str(line).unwrap_or_else(|error| panic!("{error}: {line}"));
+        let again = serde_json::to_string(&record).expect("a record serializes");
+        assert_eq!(again, line, "not written as the schema writes it");
     }
 }
 
@@ -260,7 +263,15 @@ fn run(input: &[u8], format: OutputFormat) -> Vec<u8> {
         end = end.max(packet.ts);
     }
     pipeline
-        .finish(end, None, |unplaced| json!({ "unplaced": unplaced }))
+        .finish(end, None, |unplaced| {
+            SummarySource::CaptureFile(CaptureFileSummary {
+                packets: CapturePackets {
+                    unplaced,
+                    ..CapturePackets::default()
+                },
+                ..CaptureFileSummary::default()
+            })
+        })
         .expect("writing to memory does not fail");
     out
 }

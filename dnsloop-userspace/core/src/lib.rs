@@ -7,7 +7,7 @@
 //! [`finding`]s, [`enrich`] adds the node's evidence, and a [`sink`] writes them; [`pipeline`]
 //! drives the whole. The analyzers never learn which source a packet came from, so live
 //! tracing and a capture agree by construction. [`doctor`] checks a node's DNS configuration
-//! from its files.
+//! from its files. [`schema`] declares every JSON record dnsloop prints.
 pub mod analyzers;
 pub mod decode;
 pub mod doctor;
@@ -18,6 +18,7 @@ pub mod fuzzing;
 pub mod observation;
 pub mod pipeline;
 pub mod points;
+pub mod schema;
 pub mod sink;
 pub mod source;
 

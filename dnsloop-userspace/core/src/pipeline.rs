@@ -18,6 +18,7 @@ use crate::{
     finding::Finding,
     observation::{Observation, Point},
     points::PointMap,
+    schema::SummarySource,
     sink::Sink,
     source::{InterfaceRef, RawPacket, UnansweredQuery},
 };
@@ -198,15 +199,15 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         self.emit()
     }
 
-    /// The input ended at `now`: writes the last findings and the summary, with the caller's
-    /// `extra` fields (given the count of unplaced packets). The servers' answer statistics are
+    /// The input ended at `now`: writes the last findings and the summary, with the numbers of
+    /// the `source` the packets came from (given the count of unplaced packets). The servers' answer statistics are
     /// taken from `servers` when given (the kernel counts every answer; the analyzers see only
     /// what was streamed).
     pub fn finish(
         self,
         now: SystemTime,
         servers: Option<Vec<ServerSummary>>,
-        extra: impl FnOnce(u64) -> serde_json::Value,
+        source: impl FnOnce(u64) -> SummarySource,
     ) -> anyhow::Result<()> {
         let Self {
             engine,
@@ -221,7 +222,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
             summary.servers = servers;
         }
         emit(&mut findings, enricher.as_mut(), sink.as_mut())?;
-        sink.summary(&summary, &extra(unplaced_records))
+        sink.summary(&summary, &source(unplaced_records))
             .context("writing to stdout")
     }
 

@@ -16,7 +16,6 @@ use std::{
 
 use anyhow::{ensure, Context as _};
 use dnsloop_ebpf::{parse::DnsPorts, point::Direction};
-use serde_json::{json, Map, Value};
 
 use clap::Args;
 use dnsloop_core::sink::OutputFormat;
@@ -25,6 +24,10 @@ use dnsloop_core::{
     decode::{Decoder, NotDecoded},
     observation::Point,
     pipeline::Pipeline,
+    schema::{
+        CaptureFileInfo, CaptureFileSummary, CapturePackets, InterfaceCount, PlacedInterface,
+        SummarySource,
+    },
     sink,
     source::capture_file::{
         link_names,
@@ -267,57 +270,52 @@ struct CaptureSummary<'a> {
 }
 
 impl CaptureSummary<'_> {
-    /// The fields added to the summary: in place of the kernel's counters (which a file does
-    /// not have), what the file held and how its packets were placed.
-    fn extra(&self, counts: &Counts) -> Value {
-        let interfaces: Vec<Value> = counts
+    /// The summary's source numbers: in place of the kernel's counters (which a file does not
+    /// have), what the file held and how its packets were placed.
+    fn extra(&self, counts: &Counts) -> SummarySource {
+        let interfaces = counts
             .points
             .values()
-            .map(|count| {
-                json!({
-                    "ifname": count.ifname,
-                    "dir": count.direction.as_str(),
-                    "dns_packets": count.dns_packets,
-                    "packets": count.packets,
-                })
+            .map(|count| InterfaceCount {
+                ifname: count.ifname.clone(),
+                dir: count.direction.as_str().to_owned(),
+                dns_packets: count.dns_packets,
+                packets: count.packets,
             })
             .collect();
-        let placed: Vec<Value> = self
+        let capture_interfaces = self
             .placement
             .describe()
             .zip(self.interfaces)
-            .map(|((ifname, how, node_mac), interface)| {
-                json!({
-                    "ifname": ifname,
-                    "linktype": interface.linktype,
-                    "placed_by": how,
-                    "node_mac": node_mac,
-                })
+            .map(|((ifname, how, node_mac), interface)| PlacedInterface {
+                ifname: ifname.to_owned(),
+                linktype: interface.linktype,
+                placed_by: how.to_owned(),
+                node_mac,
             })
             .collect();
-        let malformed: Map<String, Value> = counts
-            .malformed
-            .iter()
-            .map(|(reason, count)| ((*reason).into(), (*count).into()))
-            .collect();
-        json!({
-            "capture": {
-                "file": self.file.display().to_string(),
-                "format": self.format.as_str(),
-                "complete": self.stopped.is_none(),
-                "note": self.stopped,
+        SummarySource::CaptureFile(CaptureFileSummary {
+            capture: CaptureFileInfo {
+                file: self.file.display().to_string(),
+                format: self.format.as_str().to_owned(),
+                complete: self.stopped.is_none(),
+                note: self.stopped.clone(),
             },
-            "interfaces": interfaces,
-            "capture_interfaces": placed,
-            "packets": {
-                "read": self.read,
-                "dns": counts.dns,
-                "not_dns": counts.not_dns,
-                "malformed": counts.malformed.values().sum::<u64>(),
-                "unsupported_link": self.skipped,
-                "unplaced": counts.unplaced,
+            interfaces,
+            capture_interfaces,
+            packets: CapturePackets {
+                read: self.read,
+                dns: counts.dns,
+                not_dns: counts.not_dns,
+                malformed: counts.malformed.values().sum::<u64>(),
+                unsupported_link: self.skipped,
+                unplaced: counts.unplaced,
             },
-            "malformed": malformed,
+            malformed: counts
+                .malformed
+                .iter()
+                .map(|(&reason, &count)| (reason, count))
+                .collect(),
         })
     }
 }

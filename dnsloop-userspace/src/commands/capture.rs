@@ -4,9 +4,9 @@
 //! - `capture.pcapng`: the packets as the kernel programs saw them, one interface block per
 //!   interface (named, and described so that `dnsloop analyze` places them as live), direction
 //!   flags, and a comment on each packet that belongs to a finding;
-//! - `report.json`: the findings and summary (the objects `trace --output json` prints), the
-//!   interfaces, versions, and the node's DNS configuration at capture time (resolv.conf,
-//!   sysctls, and `dnsloop doctor`'s checks of it);
+//! - `report.json` (`schema::CaptureReport`): the findings and summary (the records `trace
+//!   --output json` prints), the interfaces, versions, and the node's DNS configuration at
+//!   capture time (resolv.conf, sysctls, and `dnsloop doctor`'s checks of it);
 //! - `report.md`: the same for a person.
 //!
 //! Findings are printed on stdout as `trace` prints them while the capture runs. Ctrl-C ends the
@@ -20,7 +20,6 @@ use std::{
 
 use anyhow::Context as _;
 use dnsloop_ebpf::parse::DnsPorts;
-use serde_json::{json, Value};
 
 use clap::Args;
 use dnsloop_core::sink::OutputFormat;
@@ -32,10 +31,14 @@ use dnsloop_core::{
     observation::Observation,
     pipeline::Pipeline,
     points::PointMap,
+    schema::{
+        CaptureReport, CapturedInterface, DoctorRecord, NodeDnsConfig, PcapngFile, Record,
+        ResolvConf, SummaryRecord, SummarySource,
+    },
     sink::{
         self,
         pcapng::{InterfaceRecord, PcapngOptions, PcapngReport, PcapngSink},
-        JsonSink, Sink, TextSink,
+        Sink, TextSink,
     },
     source::{RawPacket, UnansweredQuery},
 };
@@ -188,8 +191,10 @@ fn tracer_config(args: &CaptureArgs) -> tracer::Config {
 /// What the capture gathers while it runs.
 struct Bundle {
     pcapng: PcapngSink<BufWriter<File>>,
-    /// The findings and summary as `trace --output json` prints them.
-    json: Vec<u8>,
+    /// The findings as `trace --output json` prints them.
+    findings_json: Vec<Record>,
+    /// The summary, likewise.
+    summary_json: Option<SummaryRecord>,
     /// The same, as `trace` prints them for a person.
     text: Vec<u8>,
     findings: u64,
@@ -204,7 +209,8 @@ impl Bundle {
     fn new(pcapng: PcapngSink<BufWriter<File>>) -> Self {
         Self {
             pcapng,
-            json: Vec::new(),
+            findings_json: Vec::new(),
+            summary_json: None,
             text: Vec::new(),
             findings: 0,
             packets: 0,
@@ -245,31 +251,27 @@ impl Bundle {
             .finish()
             .with_context(|| format!("writing {}", dir.join(PCAPNG_FILE).display()))?;
         let note = report.note(args.max_bytes);
-        let json_lines: Vec<Value> = String::from_utf8_lossy(&self.json)
-            .lines()
-            .filter_map(|line| serde_json::from_str(line).ok())
-            .collect();
-        let (summaries, findings): (Vec<Value>, Vec<Value>) = json_lines
-            .into_iter()
-            .partition(|line| line["kind"] == "summary");
         let node = NodeConfig::read(&args.root);
-        let report_json = json!({
-            "kind": "capture",
-            "dnsloop": env!("CARGO_PKG_VERSION"),
-            "kernel": node.kernel,
-            "hostname": node.hostname,
-            "started": sink::rfc3339(started),
-            "ended": sink::rfc3339(SystemTime::now()),
-            "duration_limit_s": args.duration.as_secs_f64(),
-            "pcapng": pcapng_json(&report, note.as_deref(), self.unplaced),
-            "interfaces": self.interfaces.iter().map(|(name, description)| json!({
-                "ifname": name,
-                "description": description,
-            })).collect::<Vec<_>>(),
-            "findings": findings,
-            "summary": summaries.into_iter().next(),
-            "node": node.json(),
-        });
+        let report_json = CaptureReport {
+            dnsloop: env!("CARGO_PKG_VERSION").to_owned(),
+            kernel: node.kernel.clone(),
+            hostname: node.hostname.clone(),
+            started: started.into(),
+            ended: SystemTime::now().into(),
+            duration_limit_s: args.duration.as_secs_f64(),
+            pcapng: pcapng_json(&report, note.as_deref(), self.unplaced),
+            interfaces: self
+                .interfaces
+                .iter()
+                .map(|(name, description)| CapturedInterface {
+                    ifname: name.clone(),
+                    description: description.clone(),
+                })
+                .collect(),
+            findings: self.findings_json,
+            summary: self.summary_json,
+            node: node.json(),
+        };
         write_file(
             &dir.join(JSON_REPORT),
             &serde_json::to_vec_pretty(&report_json)?,
@@ -294,16 +296,16 @@ impl Bundle {
     }
 }
 
-fn pcapng_json(report: &PcapngReport, note: Option<&str>, unplaced: u64) -> Value {
-    json!({
-        "file": PCAPNG_FILE,
-        "packets": report.packets,
-        "bytes": report.bytes,
-        "commented": report.commented,
-        "left_out": report.left_out,
-        "unplaced": unplaced,
-        "note": note,
-    })
+fn pcapng_json(report: &PcapngReport, note: Option<&str>, unplaced: u64) -> PcapngFile {
+    PcapngFile {
+        file: PCAPNG_FILE.to_owned(),
+        packets: report.packets,
+        bytes: report.bytes,
+        commented: report.commented,
+        left_out: report.left_out,
+        unplaced,
+        note: note.map(str::to_owned),
+    }
 }
 
 fn write_file(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
@@ -355,8 +357,12 @@ impl Sink for BundleSink<'_> {
     fn finding(&mut self, finding: &Finding) -> io::Result<()> {
         self.bundle.findings += 1;
         self.bundle.pcapng.finding(finding);
-        let Bundle { json, text, .. } = &mut *self.bundle;
-        JsonSink::new(json, self.node).finding(finding)?;
+        let Bundle {
+            findings_json,
+            text,
+            ..
+        } = &mut *self.bundle;
+        findings_json.push(Record::finding(finding, self.node.as_str()));
         TextSink::new(text).finding(finding)?;
         self.out.finding(finding)
     }
@@ -370,11 +376,14 @@ impl Sink for BundleSink<'_> {
         self.out.malformed(sample)
     }
 
-    fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
-        let Bundle { json, text, .. } = &mut *self.bundle;
-        JsonSink::new(json, self.node).summary(summary, extra)?;
-        TextSink::new(text).summary(summary, extra)?;
-        self.out.summary(summary, extra)
+    fn summary(&mut self, summary: &Summary, source: &SummarySource) -> io::Result<()> {
+        let Bundle {
+            summary_json, text, ..
+        } = &mut *self.bundle;
+        summary_json
+            .get_or_insert_with(|| SummaryRecord::new(summary, source.clone(), self.node.as_str()));
+        TextSink::new(text).summary(summary, source)?;
+        self.out.summary(summary, source)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -422,8 +431,8 @@ struct NodeConfig {
     resolv_conf: Option<String>,
     resolv_conf_target: Option<PathBuf>,
     sysctls: Vec<(&'static str, Option<String>)>,
-    /// `dnsloop doctor`'s checks of this node, as JSON lines and as text.
-    checks_json: Vec<Value>,
+    /// `dnsloop doctor`'s checks of this node, as its JSON lines and as text.
+    checks_json: Vec<DoctorRecord>,
     checks_text: String,
 }
 
@@ -463,21 +472,23 @@ impl NodeConfig {
         }
     }
 
-    fn json(&self) -> Value {
-        let sysctls: serde_json::Map<String, Value> = self
-            .sysctls
-            .iter()
-            .map(|(name, value)| (name.replace('/', "."), json!(value)))
-            .collect();
-        json!({
-            "resolv_conf": {
-                "path": "/etc/resolv.conf",
-                "symlink_to": self.resolv_conf_target.as_ref().map(|target| target.display().to_string()),
-                "content": self.resolv_conf,
+    fn json(&self) -> NodeDnsConfig {
+        NodeDnsConfig {
+            resolv_conf: ResolvConf {
+                path: "/etc/resolv.conf".to_owned(),
+                symlink_to: self
+                    .resolv_conf_target
+                    .as_ref()
+                    .map(|target| target.display().to_string()),
+                content: self.resolv_conf.clone(),
             },
-            "sysctls": sysctls,
-            "checks": self.checks_json,
-        })
+            sysctls: self
+                .sysctls
+                .iter()
+                .map(|(name, value)| (name.replace('/', "."), value.clone()))
+                .collect(),
+            checks: self.checks_json.clone(),
+        }
     }
 }
 

@@ -19,7 +19,6 @@ use hickory_proto::{
     op::{Message, MessageType, OpCode, Query},
     rr::{Name, RecordType},
 };
-use serde_json::json;
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::{TcpStream, UdpSocket},
@@ -32,6 +31,7 @@ use dnsloop_core::{
     decode::MalformedSample,
     finding::Finding,
     observation::Observation,
+    schema::{ProbeRecord, ProbeResult, Record, SummarySource},
     sink::{self, Sink},
 };
 
@@ -294,7 +294,7 @@ impl Sink for ProbeFindings<'_> {
         Ok(())
     }
 
-    fn summary(&mut self, _summary: &Summary, _extra: &serde_json::Value) -> io::Result<()> {
+    fn summary(&mut self, _summary: &Summary, _source: &SummarySource) -> io::Result<()> {
         Ok(())
     }
 
@@ -313,31 +313,28 @@ fn report(
     let proto = if args.tcp { "tcp" } else { "udp" };
     match args.output {
         OutputFormat::Json => {
-            let results: Vec<_> = outcomes
+            let results = outcomes
                 .iter()
-                .map(|outcome| {
-                    json!({
-                        "id": outcome.id,
-                        "rcode": outcome.rcode.map(|rcode| mnemonic::rcode(rcode).into_owned()),
-                        "ms": outcome.elapsed.as_secs_f64() * 1000.0,
-                        "error": outcome.error,
-                    })
+                .map(|outcome| ProbeResult {
+                    id: outcome.id,
+                    rcode: outcome
+                        .rcode
+                        .map(|rcode| mnemonic::rcode(rcode).into_owned()),
+                    ms: outcome.elapsed.as_secs_f64() * 1000.0,
+                    error: outcome.error.clone(),
                 })
                 .collect();
-            println!(
-                "{}",
-                json!({
-                    "kind": "probe",
-                    "server": server.to_string(),
-                    "proto": proto,
-                    "qname": qname,
-                    "qtype": "HINFO",
-                    "results": results,
-                    "traced": looped.is_some(),
-                    "looped": looped.map(|count| count > 0),
-                    "came_back": looped,
-                })
-            );
+            let record = Record::Probe(ProbeRecord {
+                server,
+                proto: proto.to_owned(),
+                qname: qname.to_owned(),
+                qtype: "HINFO".to_owned(),
+                results,
+                traced: looped.is_some(),
+                looped: looped.map(|count| count > 0),
+                came_back: looped,
+            });
+            println!("{}", serde_json::to_string(&record)?);
         }
         OutputFormat::Text => {
             println!("probe HINFO {qname} to {server} over {proto}");

@@ -1,44 +1,40 @@
 //! The tracer's own numbers for the end-of-run summary: what the kernel counted, and what was
 //! lost on the way. Loss is always reported, never hidden.
-use serde_json::{json, Map, Value};
-
-use crate::kernel::counters::{GlobalCounts, PointCount};
+use dnsloop_core::schema::{InterfaceCount, KernelSummary, SummarySource};
 use dnsloop_ebpf::counter::Counter;
 
-/// Fields the sink merges into the `summary` object.
+use crate::kernel::counters::{GlobalCounts, PointCount};
+
+/// The kernel's side of the summary.
 pub fn summary_extra(
     interfaces: &[PointCount],
     kernel: &GlobalCounts,
     undecodable_records: u64,
     unplaced_records: u64,
-) -> Value {
-    let interfaces: Vec<Value> = interfaces
-        .iter()
-        .map(|count| {
-            json!({
-                "ifname": count.ifname,
-                "dir": count.direction.as_str(),
-                "dns_packets": count.dns_packets,
-                "packets": count.packets,
+) -> SummarySource {
+    SummarySource::Kernel(KernelSummary {
+        interfaces: interfaces
+            .iter()
+            .map(|count| InterfaceCount {
+                ifname: count.ifname.clone(),
+                dir: count.direction.as_str().to_owned(),
+                dns_packets: count.dns_packets,
+                packets: count.packets,
             })
-        })
-        .collect();
-    let mut counters = Map::new();
-    for (counter, value) in &kernel.counters {
-        counters.insert(counter.as_str().into(), (*value).into());
-    }
-    let malformed: Map<String, Value> = kernel
-        .malformed
-        .iter()
-        .map(|(reason, value)| (reason.as_str().into(), (*value).into()))
-        .collect();
-    json!({
-        "interfaces": interfaces,
-        "kernel": counters,
-        "malformed": malformed,
-        "lost_events": kernel.get(Counter::LostRecords),
-        "undecodable_records": undecodable_records,
-        "unplaced_records": unplaced_records,
+            .collect(),
+        kernel: kernel
+            .counters
+            .iter()
+            .map(|&(counter, value)| (counter.as_str(), value))
+            .collect(),
+        malformed: kernel
+            .malformed
+            .iter()
+            .map(|&(reason, value)| (reason.as_str(), value))
+            .collect(),
+        lost_events: kernel.get(Counter::LostRecords),
+        undecodable_records,
+        unplaced_records,
     })
 }
 
@@ -60,13 +56,18 @@ mod tests {
             counters: vec![(Counter::LostRecords, 3), (Counter::Packets, 10)],
             malformed: vec![(Malformed::DnsCompressionPointer, 2)],
         };
-        let extra = summary_extra(&interfaces, &kernel, 1, 0);
-        assert_eq!(extra["interfaces"][0]["ifname"], "cni0");
-        assert_eq!(extra["interfaces"][0]["dir"], "ingress");
-        assert_eq!(extra["interfaces"][0]["dns_packets"], 4);
-        assert_eq!(extra["lost_events"], 3);
-        assert_eq!(extra["kernel"]["packets"], 10);
-        assert_eq!(extra["malformed"]["dns_compression_pointer"], 2);
-        assert_eq!(extra["undecodable_records"], 1);
+        let SummarySource::Kernel(extra) = summary_extra(&interfaces, &kernel, 1, 0) else {
+            panic!("the kernel's numbers");
+        };
+        assert_eq!(extra.interfaces[0].ifname, "cni0");
+        assert_eq!(extra.interfaces[0].dir, "ingress");
+        assert_eq!(extra.interfaces[0].dns_packets, 4);
+        assert_eq!(extra.lost_events, 3);
+        assert_eq!(extra.kernel.get("packets"), Some(&10));
+        assert_eq!(extra.malformed.get("dns_compression_pointer"), Some(&2));
+        assert_eq!(extra.undecodable_records, 1);
+        // In the kernel's order, as read.
+        let names: Vec<&str> = extra.kernel.iter().map(|(name, _)| name).collect();
+        assert_eq!(names, ["lost_records", "packets"]);
     }
 }

@@ -7,20 +7,19 @@
 //! report.
 use std::{cell::RefCell, collections::HashMap, io, rc::Rc};
 
-use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family},
-    registry::Registry,
-};
-use serde_json::Value;
-
 use super::servers::ServerLabels;
 use dnsloop_core::{
     analyzers::Summary,
     decode::MalformedSample,
     finding::{Finding, LoopFinding},
     observation::Observation,
+    schema::SummarySource,
     sink::Sink,
+};
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family},
+    registry::Registry,
 };
 
 /// The `server` of the queries of questions caught in a reported loop: they went to the
@@ -159,8 +158,8 @@ impl Sink for CountingSink<'_> {
         self.inner.malformed(sample)
     }
 
-    fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
-        self.inner.summary(summary, extra)
+    fn summary(&mut self, summary: &Summary, source: &SummarySource) -> io::Result<()> {
+        self.inner.summary(summary, source)
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -5,10 +5,11 @@ use std::{
     io::{self, Write},
 };
 
-use serde_json::json;
-
 use super::check::{Check, Severity, Tally};
-use crate::sink::OutputFormat;
+use crate::{
+    schema::{CheckRecord, DoctorRecord, DoctorSummaryRecord},
+    sink::OutputFormat,
+};
 
 /// Writes `checks`, which are in report order already.
 pub fn write(format: OutputFormat, checks: &[Check], out: &mut impl Write) -> io::Result<()> {
@@ -58,30 +59,33 @@ fn text(checks: &[Check], out: &mut impl Write) -> io::Result<()> {
 }
 
 fn json_lines(checks: &[Check], out: &mut impl Write) -> io::Result<()> {
-    for check in checks {
-        let value = json!({
-            "kind": "check",
-            "id": check.id,
-            "severity": check.severity.name(),
-            "subject": check.subject,
-            "summary": check.summary,
-            "fix": check.fix,
-            "file": check.location.as_ref().map(|location| &location.file),
-            "line": check.location.as_ref().and_then(|location| location.line),
-        });
-        serde_json::to_writer(&mut *out, &value)?;
+    let tally = Tally::of(checks);
+    let summary = DoctorRecord::Summary(DoctorSummaryRecord {
+        error: tally.count(Severity::Error),
+        warning: tally.count(Severity::Warning),
+        info: tally.count(Severity::Info),
+        ok: tally.count(Severity::Ok),
+    });
+    for record in checks.iter().map(check_record).chain([summary]) {
+        serde_json::to_writer(&mut *out, &record)?;
         out.write_all(b"\n")?;
     }
-    let tally = Tally::of(checks);
-    let summary = json!({
-        "kind": "summary",
-        "error": tally.count(Severity::Error),
-        "warning": tally.count(Severity::Warning),
-        "info": tally.count(Severity::Info),
-        "ok": tally.count(Severity::Ok),
-    });
-    serde_json::to_writer(&mut *out, &summary)?;
-    out.write_all(b"\n")
+    Ok(())
+}
+
+fn check_record(check: &Check) -> DoctorRecord {
+    DoctorRecord::Check(CheckRecord {
+        id: check.id.to_owned(),
+        severity: check.severity.name().to_owned(),
+        subject: check.subject.clone(),
+        summary: check.summary.clone(),
+        fix: check.fix.clone(),
+        file: check
+            .location
+            .as_ref()
+            .map(|location| location.file.clone()),
+        line: check.location.as_ref().and_then(|location| location.line),
+    })
 }
 
 /// File contents reach the terminal through summaries: no control byte (an escape sequence,
@@ -164,5 +168,15 @@ mod tests {
             lines[2],
             r#"{"kind":"summary","error":1,"warning":0,"info":1,"ok":0}"#
         );
+    }
+
+    #[test]
+    fn every_json_line_reads_back_into_its_record_and_writes_alike() {
+        let mut out = Vec::new();
+        write(OutputFormat::Json, &checks(), &mut out).unwrap();
+        for line in String::from_utf8(out).unwrap().lines() {
+            let record: DoctorRecord = serde_json::from_str(line).unwrap();
+            assert_eq!(serde_json::to_string(&record).unwrap(), line);
+        }
     }
 }

@@ -3,17 +3,17 @@ mod json;
 mod node_name;
 pub mod pcapng;
 #[cfg(test)]
-mod samples;
+pub(crate) mod samples;
 mod text;
 mod time;
 
 use std::io::{self, Write};
 
 use dnsloop_ebpf::parse::Probe;
-use serde_json::Value;
 
 use crate::{
     analyzers::Summary, decode::MalformedSample, finding::Finding, observation::Observation,
+    schema::SummarySource,
 };
 
 pub use json::JsonSink;
@@ -40,9 +40,9 @@ pub trait Sink {
     /// A sample of the malformed packets on DNS ports (all are counted in the summary).
     fn malformed(&mut self, sample: &MalformedSample) -> io::Result<()>;
 
-    /// The end-of-run summary, written once. `extra` is an object of the caller's own numbers
-    /// (interface counts, lost events), shown alongside.
-    fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()>;
+    /// The end-of-run summary, written once: the analyzers' numbers, and those of the `source`
+    /// the packets came from (the kernel's counters, or the capture file's), shown alongside.
+    fn summary(&mut self, summary: &Summary, source: &SummarySource) -> io::Result<()>;
 
     /// Hands on what was written so far. Called once per batch of packets: a writer may buffer
     /// within a batch, so that `--packets` costs one write per batch rather than one per line.
@@ -66,7 +66,7 @@ pub fn for_format<'a>(
 }
 
 /// The name of a loop-detection probe, `None` for an ordinary question.
-fn probe_name(probe: Probe) -> Option<&'static str> {
+pub(crate) fn probe_name(probe: Probe) -> Option<&'static str> {
     match probe {
         Probe::None => None,
         Probe::CoreDns => Some("coredns"),
@@ -75,7 +75,7 @@ fn probe_name(probe: Probe) -> Option<&'static str> {
 }
 
 /// Bytes as lowercase hex, two digits each.
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes
         .iter()
         .fold(String::with_capacity(2 * bytes.len()), |mut text, byte| {

@@ -10,6 +10,7 @@ use crate::{
         UnexpectedSourceFinding,
     },
     observation::{Namespace, Transport},
+    schema::{InterfaceCount, KernelSummary, SummarySource},
 };
 
 fn hop(ms_at: u64, ifname: &str, direction: Direction, src: &str, dst: &str, id: u16) -> Hop {
@@ -149,4 +150,19 @@ pub fn malformed_sample() -> crate::decode::MalformedSample {
         )),
         head: bytes::Bytes::from_static(&[0x12, 0x34, 0x01, 0x00, 0xc0, 0x0c]),
     }
+}
+
+/// The kernel's numbers for a summary: one interface's packets, a counter, lost events.
+pub fn kernel_numbers() -> SummarySource {
+    SummarySource::Kernel(KernelSummary {
+        interfaces: vec![InterfaceCount {
+            ifname: "cni0".into(),
+            dir: "ingress".into(),
+            dns_packets: 4,
+            packets: 10,
+        }],
+        kernel: [("packets", 10)].into_iter().collect(),
+        lost_events: 3,
+        ..KernelSummary::default()
+    })
 }

@@ -11,8 +11,6 @@ use std::{
     time::Duration,
 };
 
-use serde_json::Value;
-
 use super::{
     ipv4_pieces, probe_name,
     time::{time_of_day, write_time_of_day},
@@ -23,6 +21,7 @@ use crate::{
     decode::MalformedSample,
     finding::{Finding, Hop, LoopFinding, UnexpectedSourceFinding},
     observation::{Namespace, Observation},
+    schema::{CaptureFileSummary, Counts, InterfaceCount, KernelSummary, SummarySource},
 };
 
 pub struct TextSink<W> {
@@ -99,32 +98,90 @@ impl<W: Write> TextSink<W> {
         Ok(())
     }
 
-    /// One of the caller's summary fields: a list of records as a table, anything else on
-    /// one line.
-    fn extra(&mut self, key: &str, value: &Value) -> io::Result<()> {
-        let Some(rows) = value
-            .as_array()
-            .filter(|rows| rows.iter().all(Value::is_object))
-        else {
-            return self.line(&format!("{key}: {}", inline(value)));
-        };
-        self.line(&format!("{key}:"))?;
-        let columns: Vec<&String> = rows
-            .first()
-            .and_then(Value::as_object)
-            .map(|first| first.keys().collect())
-            .unwrap_or_default();
-        let row = |cells: Vec<String>| {
+    /// The kernel's numbers below the summary.
+    fn kernel_summary(&mut self, kernel: &KernelSummary) -> io::Result<()> {
+        self.interfaces(&kernel.interfaces)?;
+        self.line(&format!("kernel: {}", counts(&kernel.kernel)))?;
+        self.line(&format!("malformed: {}", counts(&kernel.malformed)))?;
+        self.line(&format!("lost_events: {}", kernel.lost_events))?;
+        self.line(&format!(
+            "undecodable_records: {}",
+            kernel.undecodable_records
+        ))?;
+        self.line(&format!("unplaced_records: {}", kernel.unplaced_records))
+    }
+
+    /// The capture file's numbers below the summary.
+    fn capture_file_summary(&mut self, file: &CaptureFileSummary) -> io::Result<()> {
+        let capture = &file.capture;
+        self.line(&format!(
+            "capture: file {}, format {}, complete {}, note {}",
+            capture.file,
+            capture.format,
+            capture.complete,
+            capture.note.as_deref().unwrap_or("null")
+        ))?;
+        self.interfaces(&file.interfaces)?;
+        let placed = file.capture_interfaces.iter().map(|interface| {
+            vec![
+                interface.ifname.clone(),
+                interface.linktype.to_string(),
+                interface.placed_by.clone(),
+                interface
+                    .node_mac
+                    .clone()
+                    .unwrap_or_else(|| "null".to_owned()),
+            ]
+        });
+        self.table(
+            "capture_interfaces",
+            &["ifname", "linktype", "placed_by", "node_mac"],
+            placed.collect(),
+        )?;
+        let packets = &file.packets;
+        self.line(&format!(
+            "packets: read {}, dns {}, not_dns {}, malformed {}, unsupported_link {}, unplaced {}",
+            packets.read,
+            packets.dns,
+            packets.not_dns,
+            packets.malformed,
+            packets.unsupported_link,
+            packets.unplaced
+        ))?;
+        self.line(&format!("malformed: {}", counts(&file.malformed)))
+    }
+
+    fn interfaces(&mut self, interfaces: &[InterfaceCount]) -> io::Result<()> {
+        let rows = interfaces.iter().map(|count| {
+            vec![
+                count.ifname.clone(),
+                count.dir.clone(),
+                count.dns_packets.to_string(),
+                count.packets.to_string(),
+            ]
+        });
+        self.table(
+            "interfaces",
+            &["ifname", "dir", "dns_packets", "packets"],
+            rows.collect(),
+        )
+    }
+
+    /// `name:`, then a row of column names and one row per record, in columns 16 wide. With no
+    /// records there are no columns either: the header row is empty.
+    fn table(&mut self, name: &str, columns: &[&str], rows: Vec<Vec<String>>) -> io::Result<()> {
+        self.line(&format!("{name}:"))?;
+        let row = |cells: &[String]| {
             let padded: String = cells.iter().map(|cell| format!("{cell:<16}")).collect();
             format!("  {}", padded.trim_end())
         };
-        let header = columns.iter().map(|column| column.to_string()).collect();
-        self.line(&row(header))?;
-        for record in rows {
-            let cells = columns
-                .iter()
-                .map(|&column| record.get(column).map_or(String::new(), inline))
-                .collect();
+        let header: Vec<String> = if rows.is_empty() {
+            Vec::new()
+        } else {
+            columns.iter().map(|column| column.to_string()).collect()
+        };
+        self.line(&row(&header))?;
+        for cells in &rows {
             self.line(&row(cells))?;
         }
         Ok(())
@@ -184,7 +241,7 @@ impl<W: Write> Sink for TextSink<W> {
         self.line(&text)
     }
 
-    fn summary(&mut self, summary: &Summary, extra: &Value) -> io::Result<()> {
+    fn summary(&mut self, summary: &Summary, source: &SummarySource) -> io::Result<()> {
         let findings = summary.findings;
         self.line(&format!(
             "summary: {} observations ({} out of order), {} queries unanswered at the end",
@@ -239,10 +296,9 @@ impl<W: Write> Sink for TextSink<W> {
                 ))?;
             }
         }
-        if let Value::Object(extra) = extra {
-            for (key, value) in extra {
-                self.extra(key, value)?;
-            }
+        match source {
+            SummarySource::Kernel(kernel) => self.kernel_summary(kernel)?,
+            SummarySource::CaptureFile(file) => self.capture_file_summary(file)?,
         }
         self.out.flush()
     }
@@ -366,18 +422,16 @@ fn dnat_service(found: &LoopFinding, hop: &Hop) -> Option<SocketAddr> {
     services.next().is_none().then_some(service)
 }
 
-/// A value on one line: strings bare, objects as `key value, ...`, the rest as JSON.
-fn inline(value: &Value) -> String {
-    match value {
-        Value::String(text) => text.clone(),
-        Value::Object(fields) if fields.is_empty() => "none".to_owned(),
-        Value::Object(fields) => fields
-            .iter()
-            .map(|(key, value)| format!("{key} {}", inline(value)))
-            .collect::<Vec<_>>()
-            .join(", "),
-        other => other.to_string(),
+/// Counts on one line, `name count, ...`; `none` when there are none.
+fn counts(counts: &Counts) -> String {
+    if counts.is_empty() {
+        return "none".to_owned();
     }
+    counts
+        .iter()
+        .map(|(name, count)| format!("{name} {count}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Whether `text` has a byte of a control character's UTF-8: a C0 control or DEL (one byte
@@ -428,7 +482,6 @@ fn printable(text: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use dnsloop_ebpf::parse::Probe;
-    use serde_json::json;
 
     use super::*;
     use crate::{
@@ -559,7 +612,7 @@ mod tests {
         summary.timeouts.queries = 5012;
         summary.timeouts.in_loops = 4980;
         summary.timeouts.in_repeats = 30;
-        let text = written(|sink| sink.summary(&summary, &json!({})));
+        let text = written(|sink| sink.summary(&summary, &kernel_numbers()));
         assert_eq!(
             text.lines().nth(1),
             Some(
@@ -625,12 +678,7 @@ mod tests {
 
     #[test]
     fn summary_table_with_the_callers_numbers() {
-        let extra = json!({
-            "interfaces": [{"ifname": "cni0", "dir": "ingress", "dns_packets": 4}],
-            "lost_events": 3,
-            "kernel": {"packets": 10},
-        });
-        let text = written(|sink| sink.summary(&a_summary(), &extra));
+        let text = written(|sink| sink.summary(&a_summary(), &kernel_numbers()));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],

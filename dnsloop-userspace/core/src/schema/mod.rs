@@ -1,0 +1,78 @@
+//! What dnsloop prints as JSON, declared once: a `Serialize + Deserialize` record for every
+//! kind of line and file it writes. The JSON sink writes these, `capture` and `probe` print
+//! them, the end-to-end tests read them back, and the README's "JSON output" section is
+//! generated from this module's doc comments (`cargo test -p dnsloop-core readme` checks it).
+//!
+//! One object per line: its `kind` first (the [`Record`] variant), then its fields in the
+//! order declared here, and last, for everything `trace` and `analyze` print, the `node` it
+//! was seen on. Times are [`Timestamp`]s (`2025-01-01T12:00:01.123Z`), addresses `ip:port`
+//! (`[v6]:port`), DNS codes their names (`A`, `NXDOMAIN`), durations milliseconds. Fields are
+//! never left out: one without a value is `null`.
+mod by_name;
+mod capture;
+mod doctor;
+mod loop_record;
+mod malformed;
+mod packet;
+mod probe;
+mod summary;
+mod timeout;
+mod timestamp;
+mod unexpected_source;
+
+#[cfg(test)]
+mod readme;
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+pub use by_name::{ByName, Counts};
+pub use capture::{CaptureReport, CapturedInterface, NodeDnsConfig, PcapngFile, ResolvConf};
+pub use doctor::{CheckRecord, DoctorRecord, DoctorSummaryRecord};
+pub use loop_record::{Dnat, Hop, LoopRecord, OffNode};
+pub use malformed::MalformedRecord;
+pub use packet::PacketRecord;
+pub use probe::{ProbeRecord, ProbeResult};
+pub use summary::{
+    CaptureFileInfo, CaptureFileSummary, CapturePackets, FindingCounts, InterfaceCount,
+    KernelSummary, PlacedInterface, ServerAnswers, SummaryRecord, SummarySource, TimeoutCounts,
+};
+pub use timeout::TimeoutRecord;
+pub use timestamp::Timestamp;
+pub use unexpected_source::{Conntrack, UnexpectedSourceRecord};
+
+use crate::finding::Finding;
+
+/// One line of `dnsloop trace --output json`, and of `analyze`, `capture` and `probe`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// A forwarding loop: when found, then at most once per `--report-interval`.
+    Loop(LoopRecord),
+    /// A reply from another address than its query went to.
+    UnexpectedSource(UnexpectedSourceRecord),
+    /// A server left queries unanswered.
+    Timeout(TimeoutRecord),
+    /// A sample of the packets on DNS ports that could not be parsed.
+    Malformed(MalformedRecord),
+    /// A DNS message seen (`--packets`).
+    Packet(PacketRecord),
+    /// What the run amounted to, once at its end.
+    Summary(SummaryRecord),
+    /// What `dnsloop probe` found, last.
+    Probe(ProbeRecord),
+}
+
+impl Record {
+    /// The record of `finding`, seen on `node`.
+    pub fn finding(finding: &Finding, node: &str) -> Self {
+        match finding {
+            Finding::Loop(found) => Self::Loop(LoopRecord::new(found, node)),
+            Finding::UnexpectedSource(found) => {
+                Self::UnexpectedSource(UnexpectedSourceRecord::new(found, node))
+            }
+            Finding::Timeout(found) => Self::Timeout(TimeoutRecord::new(found, node)),
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! `"kind": "summary"`: what a run amounted to, written once at its end.
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Counts, Timestamp};
+use crate::analyzers::{self, mnemonic};
+
+/// The end-of-run summary: the analyzers' numbers, then those of the source the packets came
+/// from (the kernel's counters for `trace`, the file's for `analyze`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SummaryRecord {
+    /// When the run ended (for `analyze`, the capture's last packet or its end).
+    pub ts: Timestamp,
+    /// DNS messages the analyzers were given.
+    pub observations: u64,
+    /// Observations that arrived late, behind later ones, and were analysed out of order.
+    pub late_observations: u64,
+    /// Findings reported, by kind (a loop's or a timeout's every report counts).
+    pub findings: FindingCounts,
+    /// Every query that timed out, and how those not reported one by one were reported.
+    pub timeouts: TimeoutCounts,
+    /// Entries dropped from full tables, by table (`reorder`, `timeout`, ...): more than zero
+    /// means some findings may have been missed.
+    pub evictions: Counts,
+    /// Queries still waiting for an answer when the run ended, not yet `--timeout` old.
+    pub unanswered_at_end: u64,
+    /// Every server that answered, in address order; for `trace`, every answer the kernel
+    /// counted, streamed or not.
+    pub servers: Vec<ServerAnswers>,
+    /// The source's own numbers: their fields follow here, in the same object.
+    #[serde(flatten)]
+    pub source: SummarySource,
+    /// The node this was seen on.
+    pub node: String,
+}
+
+/// How many findings of each kind were reported.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FindingCounts {
+    /// `loop` records written.
+    #[serde(rename = "loop")]
+    pub loops: u64,
+    /// `unexpected_source` records written.
+    pub unexpected_source: u64,
+    /// `timeout` records written.
+    pub timeout: u64,
+}
+
+/// Every query that timed out (a client's retries of one query count once), and how many of
+/// them were counted in other reports than a timeout of their own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeoutCounts {
+    /// Queries with no answer after `--timeout`.
+    pub queries: u64,
+    /// Of those, the ones counted in a loop's `unanswered`.
+    pub in_loops: u64,
+    /// Of those, the ones counted in a repeated timeout's `count`.
+    pub in_repeats: u64,
+}
+
+/// The answers one server sent, as its clients received them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerAnswers {
+    /// The server as its clients addressed it, before any DNAT.
+    pub server: SocketAddr,
+    /// Answers that reached their client.
+    #[serde(rename = "count")]
+    pub answered: u64,
+    /// Median answer latency, in milliseconds.
+    pub p50_ms: f64,
+    /// 90th percentile answer latency, in milliseconds.
+    pub p90_ms: f64,
+    /// 99th percentile answer latency, in milliseconds.
+    pub p99_ms: f64,
+    /// The slowest answer, in milliseconds.
+    pub max_ms: f64,
+    /// Answers by response code (`NOERROR`, `NXDOMAIN`, ...), in code order.
+    pub rcodes: Counts,
+}
+
+/// Where the packets came from, and what it counted: a summary carries the fields of one of
+/// these.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SummarySource {
+    /// `trace`, `capture` and `probe`: the kernel programs.
+    Kernel(KernelSummary),
+    /// `analyze`: a capture file.
+    CaptureFile(CaptureFileSummary),
+}
+
+/// What the kernel programs counted, and what was lost on the way. Loss is always reported.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelSummary {
+    /// Packets per watched interface and direction.
+    pub interfaces: Vec<InterfaceCount>,
+    /// The kernel programs' counters, in their order: `packets`, `dns_packets`,
+    /// `dns_messages`, `non_first_fragments`, `tcp_splits`, `tcp_messages_beyond_limit`,
+    /// `lost_records`, `streamed_records`, `dns_port_unreachable` (ICMP refusals of a DNS
+    /// reply), `unplaced_packets`.
+    pub kernel: Counts,
+    /// DNS-port packets that could not be parsed, by reason; only reasons that occurred.
+    pub malformed: Counts,
+    /// Records the ring buffer had no room for: each may hide a finding.
+    pub lost_events: u64,
+    /// Records from the kernel that could not be decoded.
+    pub undecodable_records: u64,
+    /// Records seen on an interface that had just gone away, so not placed.
+    pub unplaced_records: u64,
+}
+
+/// What a capture file held and how its packets were placed, in place of the kernel's
+/// counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureFileSummary {
+    /// The file read.
+    pub capture: CaptureFileInfo,
+    /// Packets per interface and direction, as placed.
+    pub interfaces: Vec<InterfaceCount>,
+    /// Each interface the file lists, and how its role was learnt.
+    pub capture_interfaces: Vec<PlacedInterface>,
+    /// What became of the file's packets.
+    pub packets: CapturePackets,
+    /// DNS-port packets that could not be parsed, by reason.
+    pub malformed: Counts,
+}
+
+/// Packets counted at one interface in one direction.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InterfaceCount {
+    /// The interface.
+    pub ifname: String,
+    /// `ingress` or `egress`.
+    pub dir: String,
+    /// Packets on a DNS port that held at least one DNS message.
+    pub dns_packets: u64,
+    /// Every packet.
+    pub packets: u64,
+}
+
+/// The capture file `analyze` read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureFileInfo {
+    /// Its path, as given.
+    pub file: String,
+    /// `pcap` or `pcapng`.
+    pub format: String,
+    /// Whether it was read to its end.
+    pub complete: bool,
+    /// Why reading stopped early (a truncated or corrupt file); `null` when complete.
+    pub note: Option<String>,
+}
+
+/// An interface of a capture file, placed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacedInterface {
+    /// Its name, or how findings name it (`ifindex 4`, `any`, `interface 2`).
+    pub ifname: String,
+    /// The pcap link type (`LINKTYPE_*`) of its packets.
+    pub linktype: u32,
+    /// How its role was learnt: `description`, `name` or `addresses`.
+    pub placed_by: String,
+    /// The node side's MAC, when MAC addresses told directions; else `null`.
+    pub node_mac: Option<String>,
+}
+
+/// What became of a capture file's packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapturePackets {
+    /// Packets read.
+    pub read: u64,
+    /// Of those, DNS messages analysed.
+    pub dns: u64,
+    /// Not DNS (not on a DNS port).
+    pub not_dns: u64,
+    /// On a DNS port, but could not be parsed.
+    pub malformed: u64,
+    /// On an interface whose link type dnsloop does not read.
+    pub unsupported_link: u64,
+    /// Not placed on an interface and direction.
+    pub unplaced: u64,
+}
+
+impl SummaryRecord {
+    /// The analyzers' `summary` with the `source`'s numbers, on `node`.
+    pub fn new(summary: &analyzers::Summary, source: SummarySource, node: &str) -> Self {
+        Self {
+            ts: summary.at.into(),
+            observations: summary.observations,
+            late_observations: summary.late_observations,
+            findings: FindingCounts {
+                loops: summary.findings.loops,
+                unexpected_source: summary.findings.unexpected_sources,
+                timeout: summary.findings.timeouts,
+            },
+            timeouts: TimeoutCounts {
+                queries: summary.timeouts.queries,
+                in_loops: summary.timeouts.in_loops,
+                in_repeats: summary.timeouts.in_repeats,
+            },
+            evictions: summary
+                .evictions
+                .iter()
+                .map(|(&table, &count)| (table, count))
+                .collect(),
+            unanswered_at_end: summary.unanswered_at_end,
+            servers: summary.servers.iter().map(ServerAnswers::new).collect(),
+            source,
+            node: node.to_owned(),
+        }
+    }
+
+    /// Packets per interface and direction, as the kernel or the capture file counted them.
+    pub fn interfaces(&self) -> &[InterfaceCount] {
+        match &self.source {
+            SummarySource::Kernel(kernel) => &kernel.interfaces,
+            SummarySource::CaptureFile(file) => &file.interfaces,
+        }
+    }
+
+    /// The kernel's numbers; `None` for a capture file's summary.
+    pub fn kernel(&self) -> Option<&KernelSummary> {
+        match &self.source {
+            SummarySource::Kernel(kernel) => Some(kernel),
+            SummarySource::CaptureFile(_) => None,
+        }
+    }
+}
+
+impl ServerAnswers {
+    pub fn new(server: &analyzers::ServerSummary) -> Self {
+        let millis = |duration: std::time::Duration| duration.as_secs_f64() * 1000.0;
+        Self {
+            server: server.server,
+            answered: server.answered,
+            p50_ms: millis(server.p50),
+            p90_ms: millis(server.p90),
+            p99_ms: millis(server.p99),
+            max_ms: millis(server.max),
+            rcodes: server
+                .rcodes
+                .iter()
+                .map(|(&rcode, &count)| (mnemonic::rcode(rcode), count))
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! `"kind": "timeout"`: queries a server left unanswered.
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::Timestamp;
+use crate::{analyzers::mnemonic, finding};
+
+/// A query with no answer after `--timeout`, naming the server that did not answer. The first
+/// time a server leaves a name unanswered it is reported at once (`count` 1); its further
+/// timeouts for that name within the report interval are reported together when the interval
+/// ends (`count` > 1). Queries of a question caught in a loop are counted in the loop's
+/// `unanswered` instead.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeoutRecord {
+    /// When the (latest) query timed out.
+    pub ts: Timestamp,
+    /// The client of the latest query.
+    pub client: SocketAddr,
+    /// The server that did not answer, as the client addressed it.
+    pub server: SocketAddr,
+    /// The DNS message ID of the latest query.
+    pub id: u16,
+    /// Queries this reports: 1, or those since this server's previous report for the name.
+    pub count: u64,
+    /// The question's name, with its trailing dot.
+    pub qname: String,
+    /// The question's type.
+    pub qtype: String,
+    /// How long the latest query waited, in milliseconds.
+    pub waited_ms: u64,
+    /// The finding in one sentence.
+    pub summary: String,
+    /// The node this was seen on.
+    pub node: String,
+}
+
+impl TimeoutRecord {
+    /// `found`, seen on `node`.
+    pub fn new(found: &finding::TimeoutFinding, node: &str) -> Self {
+        Self {
+            ts: found.ts.into(),
+            client: found.client,
+            server: found.server,
+            id: found.id,
+            count: found.count,
+            qname: found.qname.clone(),
+            qtype: mnemonic::qtype(found.qtype).into_owned(),
+            waited_ms: u64::try_from(found.waited.as_millis()).unwrap_or(u64::MAX),
+            summary: found.summary.clone(),
+            node: node.to_owned(),
+        }
+    }
+}
