@@ -7,29 +7,13 @@ use std::{
 };
 
 use anyhow::{bail, Context as _, Result};
-use dnsloop_core::DnsName;
+use dnsloop_core::{observation::Transport, DnsName};
 
 use crate::lab::{dns_server, Lab, Pod};
 
 /// Source ports handed to exchanges, one each: a client address then names one exchange's
 /// packets alone. Above the ephemeral range (32768-60999) nothing else in the pod takes them.
 static NEXT_CLIENT_PORT: AtomicU16 = AtomicU16::new(61_000);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
-    Udp,
-    Tcp,
-}
-
-impl Transport {
-    /// As dnsloop prints it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Transport::Udp => "udp",
-            Transport::Tcp => "tcp",
-        }
-    }
-}
 
 /// A question for dig to send from the client pod.
 #[derive(Clone, Debug)]

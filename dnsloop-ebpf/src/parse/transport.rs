@@ -13,6 +13,14 @@ pub enum Transport {
 }
 
 impl Transport {
+    /// As dnsloop writes it: `udp` or `tcp`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Udp => "udp",
+            Self::Tcp => "tcp",
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn from_protocol(protocol: u8) -> Option<Self> {
         match protocol {

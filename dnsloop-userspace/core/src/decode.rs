@@ -8,7 +8,7 @@ use std::{net::SocketAddr, sync::Arc, time::SystemTime};
 
 use dnsloop_ebpf::parse::{
     classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, IpFamily, Malformed,
-    PacketClass, Segment, SlicePacket, Transport as WireTransport, DNS_BUF_LEN,
+    PacketClass, Segment, SlicePacket, DNS_BUF_LEN,
 };
 use dnsloop_ebpf::point::Direction;
 use hickory_proto::{op::Message, serialize::binary::BinDecodable};
@@ -87,9 +87,10 @@ impl Decoder {
         };
         // A datagram holds one message, a TCP segment any number: taken from either without
         // collecting them, as nearly every packet is a datagram.
-        let (transport, datagram, framing) = match segment.transport {
-            WireTransport::Udp => (Transport::Udp, Some(udp_message(&segment)), None),
-            WireTransport::Tcp => (Transport::Tcp, None, Some(tcp_framing(&bytes, &segment))),
+        let transport = segment.transport;
+        let (datagram, framing) = match transport {
+            Transport::Udp => (Some(udp_message(&segment)), None),
+            Transport::Tcp => (None, Some(tcp_framing(&bytes, &segment))),
         };
         let messages = datagram.into_iter().chain(
             framing

@@ -43,20 +43,8 @@ pub struct Point {
     pub enters: Option<Namespace>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Transport {
-    Udp,
-    Tcp,
-}
-
-impl Transport {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Udp => "udp",
-            Self::Tcp => "tcp",
-        }
-    }
-}
+/// The parser's own: one type names a packet's transport from the kernel to the sinks.
+pub use dnsloop_ebpf::parse::Transport;
 
 /// A domain name as it was sent: uncompressed wire format, root label included, case preserved.
 #[derive(Clone)]
