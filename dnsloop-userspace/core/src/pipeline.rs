@@ -8,8 +8,8 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use anyhow::Context as _;
 use dnsloop_ebpf::{parse::Malformed, point::Direction};
+use thiserror::Error;
 
 use crate::{
     analyzers::{Engine, ServerSummary},
@@ -22,6 +22,13 @@ use crate::{
     sink::Sink,
     source::{InterfaceRef, RawPacket, UnansweredQuery},
 };
+
+/// What stops a pipeline: its sink could not write (a closed pipe, a full disk).
+#[derive(Debug, Error)]
+pub enum PipelineError {
+    #[error("writing to stdout")]
+    Write(#[source] std::io::Error),
+}
 
 /// `S`, the sink, is any sink by default; a caller that must reach its own sink while the
 /// pipeline runs (`capture` writes packets to the sink that comments them) names its type.
@@ -115,7 +122,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         &mut self,
         packet: &RawPacket,
         place: impl Fn(InterfaceRef, Direction) -> Option<&'p Point>,
-    ) -> anyhow::Result<Result<(), NotDecoded>> {
+    ) -> Result<Result<(), NotDecoded>, PipelineError> {
         let decoded = self.decode(packet, place)?;
         self.analyze()?;
         Ok(decoded)
@@ -126,7 +133,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         &mut self,
         packets: &mut Vec<RawPacket>,
         points: &PointMap,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), PipelineError> {
         for packet in packets.drain(..) {
             let place = |interface, direction| points.get(interface, direction);
             if let Err(NotDecoded::Unplaced) = self.decode(&packet, place)? {
@@ -142,13 +149,13 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         &mut self,
         packet: &RawPacket,
         place: impl Fn(InterfaceRef, Direction) -> Option<&'p Point>,
-    ) -> anyhow::Result<Result<(), NotDecoded>> {
+    ) -> Result<Result<(), NotDecoded>, PipelineError> {
         let decoded = self.decoder.decode(packet, &place, &mut self.observations);
         if let Err(NotDecoded::Malformed(reason)) = decoded {
             if let Some(point) = place(packet.interface, packet.direction) {
                 if self.malformed_samples.due(reason, packet.ts) {
                     let sample = self.decoder.malformed_sample(packet, point, reason);
-                    self.sink.malformed(&sample).context("writing to stdout")?;
+                    self.sink.malformed(&sample).map_err(PipelineError::Write)?;
                 }
             }
         }
@@ -156,12 +163,12 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
     }
 
     /// Analyses the decoded observations and writes what they prove.
-    fn analyze(&mut self) -> anyhow::Result<()> {
+    fn analyze(&mut self) -> Result<(), PipelineError> {
         for observation in self.observations.drain(..) {
             if self.print_packets {
                 self.sink
                     .packet(&observation)
-                    .context("writing to stdout")?;
+                    .map_err(PipelineError::Write)?;
             }
             self.engine.observe(observation, &mut self.findings);
         }
@@ -175,7 +182,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         &mut self,
         queries: &mut Vec<UnansweredQuery>,
         points: &PointMap,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), PipelineError> {
         for query in queries.drain(..) {
             let place = |interface, direction| points.get(interface, direction);
             match self.decoder.decode_unanswered(&query, place) {
@@ -187,14 +194,14 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
     }
 
     /// Time has reached `now`: writes what waited for it (deadlines, settled packets).
-    pub fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
+    pub fn tick(&mut self, now: SystemTime) -> Result<(), PipelineError> {
         self.advance(now)?;
-        self.sink.flush().context("writing to stdout")
+        self.sink.flush().map_err(PipelineError::Write)
     }
 
     /// As `tick`, but leaves packet lines in the sink's buffer (findings are always flushed):
     /// for a capture file, read as fast as it can be, where nobody waits on each line.
-    pub fn advance(&mut self, now: SystemTime) -> anyhow::Result<()> {
+    pub fn advance(&mut self, now: SystemTime) -> Result<(), PipelineError> {
         self.engine.tick(now, &mut self.findings);
         self.emit()
     }
@@ -208,7 +215,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         now: SystemTime,
         servers: Option<Vec<ServerSummary>>,
         source: impl FnOnce(u64) -> SummarySource,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), PipelineError> {
         let Self {
             engine,
             mut enricher,
@@ -223,10 +230,10 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         }
         emit(&mut findings, enricher.as_mut(), sink.as_mut())?;
         sink.summary(&summary, &source(unplaced_records))
-            .context("writing to stdout")
+            .map_err(PipelineError::Write)
     }
 
-    fn emit(&mut self) -> anyhow::Result<()> {
+    fn emit(&mut self) -> Result<(), PipelineError> {
         emit(
             &mut self.findings,
             self.enricher.as_mut(),
@@ -240,14 +247,14 @@ fn emit(
     findings: &mut Vec<Finding>,
     mut enricher: Option<&mut Enricher>,
     sink: &mut (impl Sink + ?Sized),
-) -> anyhow::Result<()> {
+) -> Result<(), PipelineError> {
     for mut finding in findings.drain(..) {
         match (&mut finding, enricher.as_deref_mut()) {
             (Finding::UnexpectedSource(unexpected), Some(enricher)) => enricher.enrich(unexpected),
             (Finding::Loop(found), Some(enricher)) => enricher.enrich_loop(found),
             _ => {}
         }
-        sink.finding(&finding).context("writing to stdout")?;
+        sink.finding(&finding).map_err(PipelineError::Write)?;
     }
     Ok(())
 }

@@ -37,8 +37,6 @@ use dnsloop_core::{
     },
 };
 
-use crate::cli;
-
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
     tcpdump -i any -w node.pcap port 53       # on the node, then elsewhere:\n  \
@@ -53,16 +51,16 @@ pub struct AnalyzeArgs {
     pub file: PathBuf,
 
     /// Output format on stdout.
-    #[arg(long, value_parser = cli::output_format(), default_value = "text")]
+    #[arg(long, value_parser = super::output_format(), default_value = "text")]
     pub output: OutputFormat,
 
     /// A query with no answer after this long, in the capture's time, is reported as a timeout.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = cli::DEFAULT_TIMEOUT, value_name = "DURATION")]
+    #[arg(long, value_parser = humantime::parse_duration, default_value = super::DEFAULT_TIMEOUT, value_name = "DURATION")]
     pub timeout: Duration,
 
     /// A loop or an unexpected source going on is reported again, with its count, at most
     /// this often in the capture's time.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = cli::DEFAULT_REPORT_INTERVAL, value_name = "DURATION")]
+    #[arg(long, value_parser = humantime::parse_duration, default_value = super::DEFAULT_REPORT_INTERVAL, value_name = "DURATION")]
     pub report_interval: Duration,
 
     /// Print every DNS packet of the capture, on every hop.
@@ -81,7 +79,7 @@ pub struct AnalyzeArgs {
     pub node: Option<String>,
 
     #[command(flatten)]
-    pub dns_ports: cli::DnsPortArgs,
+    pub dns_ports: super::DnsPortArgs,
 }
 
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
@@ -154,7 +152,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         interfaces: file.interfaces(),
         placement: &placement,
     };
-    pipeline.finish(end, None, |_| capture.extra(&counts))
+    Ok(pipeline.finish(end, None, |_| capture.extra(&counts))?)
 }
 
 /// What the first reading learnt.

@@ -43,10 +43,7 @@ use dnsloop_core::{
     source::{RawPacket, UnansweredQuery},
 };
 
-use crate::{
-    cli,
-    tracer::{self, Consumer, Tracer},
-};
+use crate::tracer::{self, Consumer, Tracer};
 
 const PCAPNG_FILE: &str = "capture.pcapng";
 const JSON_REPORT: &str = "report.json";
@@ -92,7 +89,7 @@ pub struct CaptureArgs {
     pub snap_len: usize,
 
     /// Output format of the findings printed while capturing.
-    #[arg(long, value_parser = cli::output_format(), default_value = "text")]
+    #[arg(long, value_parser = super::output_format(), default_value = "text")]
     pub output: OutputFormat,
 
     /// As for `trace`: attach at full speed on a node with many pods, so that the capture
@@ -323,7 +320,7 @@ struct Recording<'a> {
 impl Consumer for Recording<'_> {
     fn packets(&mut self, packets: &mut Vec<RawPacket>, points: &PointMap) -> anyhow::Result<()> {
         self.pipeline.sink_mut().bundle.record(packets, points)?;
-        self.pipeline.ingest(packets, points)
+        Ok(self.pipeline.ingest(packets, points)?)
     }
 
     fn unanswered(
@@ -331,7 +328,7 @@ impl Consumer for Recording<'_> {
         queries: &mut Vec<UnansweredQuery>,
         points: &PointMap,
     ) -> anyhow::Result<()> {
-        self.pipeline.ingest_unanswered(queries, points)
+        Ok(self.pipeline.ingest_unanswered(queries, points)?)
     }
 
     fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {

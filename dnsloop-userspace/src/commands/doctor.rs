@@ -4,8 +4,6 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::Args;
 use dnsloop_core::{doctor, sink::OutputFormat};
 
-use crate::cli;
-
 #[derive(Args, Debug)]
 pub struct DoctorArgs {
     /// Directory holding the node's root: /etc, /run, /proc/sys, /proc/net, /sys and
@@ -19,7 +17,7 @@ pub struct DoctorArgs {
     pub corefiles: Vec<PathBuf>,
 
     /// Output format on stdout.
-    #[arg(long, value_parser = cli::output_format(), default_value = "text")]
+    #[arg(long, value_parser = super::output_format(), default_value = "text")]
     pub output: OutputFormat,
 }
 

@@ -35,10 +35,7 @@ use dnsloop_core::{
     sink::{self, Sink},
 };
 
-use crate::{
-    cli,
-    tracer::{self, Tracer},
-};
+use crate::tracer::{self, Tracer};
 
 /// With `--trace`, how long to keep watching after the last probe: a loop goes round in
 /// milliseconds, and the analyzer reports within a second.
@@ -90,7 +87,7 @@ pub struct ProbeArgs {
     pub trace: bool,
 
     /// Output format on stdout.
-    #[arg(long, value_parser = cli::output_format(), default_value = "text")]
+    #[arg(long, value_parser = super::output_format(), default_value = "text")]
     pub output: OutputFormat,
 }
 

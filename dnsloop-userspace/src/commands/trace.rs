@@ -7,7 +7,6 @@ use clap::Args;
 use dnsloop_core::sink::{self, OutputFormat};
 
 use crate::{
-    cli,
     kernel::programs::{self, Settings},
     metrics,
     node::pods::{self, CriSocket},
@@ -26,16 +25,16 @@ pub struct TraceArgs {
     pub duration: Option<Duration>,
 
     /// Output format on stdout.
-    #[arg(long, value_parser = cli::output_format(), default_value = "text")]
+    #[arg(long, value_parser = super::output_format(), default_value = "text")]
     pub output: OutputFormat,
 
     /// A query with no answer after this long is reported as a timeout.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = cli::DEFAULT_TIMEOUT, value_name = "DURATION")]
+    #[arg(long, value_parser = humantime::parse_duration, default_value = super::DEFAULT_TIMEOUT, value_name = "DURATION")]
     pub timeout: Duration,
 
     /// A loop or an unexpected source still happening is reported again, with its count, at
     /// most this often.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = cli::DEFAULT_REPORT_INTERVAL, value_name = "DURATION")]
+    #[arg(long, value_parser = humantime::parse_duration, default_value = super::DEFAULT_REPORT_INTERVAL, value_name = "DURATION")]
     pub report_interval: Duration,
 
     /// Print every DNS packet seen, on every hop (one line, or one JSON object, per packet).
@@ -79,7 +78,7 @@ pub struct TraceArgs {
     pub expedite_attach: bool,
 
     #[command(flatten)]
-    pub dns_ports: cli::DnsPortArgs,
+    pub dns_ports: super::DnsPortArgs,
 
     /// Serve Prometheus metrics over HTTP at /metrics on this address while tracing. A port
     /// alone (9553 or :9553) listens on 127.0.0.1 only; give an address to listen elsewhere
@@ -160,8 +159,8 @@ mod tests {
 
     #[test]
     fn trace_without_options_is_the_tracers_default() {
-        let cli = cli::Cli::try_parse_from(["dnsloop", "trace"]).expect("trace parses");
-        let cli::Command::Trace(args) = cli.command else {
+        let cli = crate::cli::Cli::try_parse_from(["dnsloop", "trace"]).expect("trace parses");
+        let crate::cli::Command::Trace(args) = cli.command else {
             panic!("not trace: {:?}", cli.command);
         };
         assert_eq!(args.config(), tracer::Config::default());

@@ -18,11 +18,13 @@ use prometheus_client::{
     registry::Unit,
 };
 
+use aya::Ebpf;
+
 use super::{latency_histogram, servers::ServerLabels};
 use crate::{
     kernel::counters::{self, GlobalCounts, PointCount},
     kernel::programs,
-    node::watch::Watch,
+    node::topology::Link,
 };
 use dnsloop_core::{
     analyzers::mnemonic,
@@ -69,13 +71,18 @@ impl ServerAnswers {
 }
 
 impl KernelSnapshot {
-    /// Reads the counters of what `watch` watches; servers are labelled by `labels`, in
-    /// address order.
-    pub fn read(watch: &Watch, labels: &mut ServerLabels) -> anyhow::Result<Self> {
-        let interfaces = counters::read_points(watch.ebpf(), watch.node_cookie(), watch.links())
+    /// Reads the counters of the node's `links`; servers are labelled by `labels`, in address
+    /// order.
+    pub fn read(
+        ebpf: &Ebpf,
+        node_cookie: u64,
+        links: &[Link],
+        labels: &mut ServerLabels,
+    ) -> anyhow::Result<Self> {
+        let interfaces = counters::read_points(ebpf, node_cookie, links)
             .context("reading the per-interface counters")?;
-        let global = counters::read_global(watch.ebpf()).context("reading the kernel counters")?;
-        let answered = programs::read_servers(watch.ebpf())
+        let global = counters::read_global(ebpf).context("reading the kernel counters")?;
+        let answered = programs::read_servers(ebpf)
             .context("reading the kernel's answer statistics")?
             .into_iter()
             .filter_map(|(key, stats)| {

@@ -26,7 +26,9 @@ use self::{
     kernel::{KernelSnapshot, SharedSnapshot},
     servers::{ServerLabels, MAX_SERVER_LABELS},
 };
-use crate::node::watch::Watch;
+use aya::Ebpf;
+
+use crate::node::topology::Link;
 use dnsloop_core::sink::Sink;
 
 /// How often the kernel's counters are read for the scrapes: how stale they may be.
@@ -88,10 +90,11 @@ impl Exporter {
         ))
     }
 
-    /// Reads what the kernel counted on what `watch` watches, for the next scrapes. A failed
-    /// read keeps the previous numbers: tracing goes on.
-    pub fn refresh(&self, watch: &Watch) {
-        match KernelSnapshot::read(watch, &mut self.servers.borrow_mut()) {
+    /// Reads what the kernel counted on the node's `links` (the node's namespace has cookie
+    /// `node_cookie`), for the next scrapes. A failed read keeps the previous numbers: tracing
+    /// goes on.
+    pub fn refresh(&self, ebpf: &Ebpf, node_cookie: u64, links: &[Link]) {
+        match KernelSnapshot::read(ebpf, node_cookie, links, &mut self.servers.borrow_mut()) {
             Ok(snapshot) => self.snapshot.replace(snapshot),
             Err(error) => tracing::warn!("metrics: {error:#}; serving the previous numbers"),
         }

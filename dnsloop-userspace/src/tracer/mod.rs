@@ -46,9 +46,12 @@ use crate::{
     node::{
         pods::{self, CriSocket, PodNames, RuntimePods},
         topology::{self, Link, LinkEvent},
-        watch::Watch,
     },
 };
+
+mod watch;
+
+use watch::Watch;
 
 /// How often the kernel's query table is searched for queries past the timeout: a timeout is
 /// reported at most this long after it happened.
@@ -124,7 +127,7 @@ pub trait Consumer {
 
 impl<S: Sink + ?Sized> Consumer for Pipeline<'_, S> {
     fn packets(&mut self, packets: &mut Vec<RawPacket>, points: &PointMap) -> anyhow::Result<()> {
-        self.ingest(packets, points)
+        Ok(self.ingest(packets, points)?)
     }
 
     fn unanswered(
@@ -132,11 +135,11 @@ impl<S: Sink + ?Sized> Consumer for Pipeline<'_, S> {
         queries: &mut Vec<UnansweredQuery>,
         points: &PointMap,
     ) -> anyhow::Result<()> {
-        self.ingest_unanswered(queries, points)
+        Ok(self.ingest_unanswered(queries, points)?)
     }
 
     fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
-        Pipeline::tick(self, now)
+        Ok(Pipeline::tick(self, now)?)
     }
 }
 
@@ -310,7 +313,11 @@ impl Tracer {
     /// Reads what the kernel counted for the next scrapes.
     fn refresh_metrics(&self) {
         if let Some(exporter) = &self.exporter {
-            exporter.refresh(&self.watch);
+            exporter.refresh(
+                self.watch.ebpf(),
+                self.watch.node_cookie(),
+                self.watch.links(),
+            );
         }
     }
 }
