@@ -33,10 +33,7 @@ impl ProgramConfig {
 }
 
 #[cfg(feature = "user")]
-mod user {
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::ProgramConfig {}
-}
+crate::pod!(ProgramConfig);
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,4 @@ pub struct ForwarderKey {
 }
 
 #[cfg(feature = "user")]
-mod user {
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::ForwarderKey {}
-}
+crate::pod!(ForwarderKey);

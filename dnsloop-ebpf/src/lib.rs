@@ -14,6 +14,20 @@
 #[cfg(test)]
 extern crate self as dnsloop_ebpf;
 
+/// Makes shared records `aya::Pod` for userspace (feature `user`).
+#[cfg(feature = "user")]
+macro_rules! pod {
+    ($($record:ident),+ $(,)?) => {
+        $(
+            // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is
+            // initialised: each record's padding test checks it.
+            unsafe impl aya::Pod for $record {}
+        )+
+    };
+}
+#[cfg(feature = "user")]
+pub(crate) use pod;
+
 pub mod config;
 pub mod counter;
 pub mod forwarder;

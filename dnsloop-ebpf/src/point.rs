@@ -152,16 +152,7 @@ impl PointNamespaces {
 }
 
 #[cfg(feature = "user")]
-mod user {
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::ObservationPoint {}
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::PointCounters {}
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::PointNamespaces {}
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::PointSlot {}
-}
+crate::pod!(ObservationPoint, PointCounters, PointNamespaces, PointSlot);
 
 #[cfg(test)]
 mod tests {

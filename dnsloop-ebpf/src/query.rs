@@ -122,14 +122,7 @@ impl QueryEntry {
 }
 
 #[cfg(feature = "user")]
-mod user {
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::QueryKey {}
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::QueryState {}
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::QueryEntry {}
-}
+crate::pod!(QueryKey, QueryState, QueryEntry);
 
 #[cfg(test)]
 mod tests {

@@ -280,14 +280,7 @@ impl QuestionState {
 }
 
 #[cfg(feature = "user")]
-mod user {
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::QuestionKey {}
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::QuestionState {}
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::Sighting {}
-}
+crate::pod!(QuestionKey, QuestionState, Sighting);
 
 #[cfg(test)]
 mod tests {

@@ -36,12 +36,7 @@ impl ServerStats {
 }
 
 #[cfg(feature = "user")]
-mod user {
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::ServerKey {}
-    // SAFETY: plain-old-data, `#[repr(C)]`, every byte (padding included) is initialised.
-    unsafe impl aya::Pod for super::ServerStats {}
-}
+crate::pod!(ServerKey, ServerStats);
 
 #[cfg(test)]
 mod tests {
