@@ -1,15 +1,15 @@
 //! Hand-made DNS queries sent from inside a lab namespace, for traffic dig cannot make: one
 //! query sent twice from one socket with one id, as a stub resolver retries.
 use std::{
-    fs::File,
     net::{SocketAddr, UdpSocket},
-    os::fd::AsRawFd,
     path::Path,
     thread,
     time::Duration,
 };
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
+
+use crate::netns;
 
 const QTYPE_A: u16 = 1;
 const QCLASS_IN: u16 = 1;
@@ -29,14 +29,8 @@ pub fn send_twice(
     id: u16,
     gap: Duration,
 ) -> Result<usize> {
-    let namespace = File::open(netns).with_context(|| format!("opening {}", netns.display()))?;
     let query = a_query(id, name)?;
-    // setns changes the namespace of the calling thread only: do it on a thread of our own.
-    thread::spawn(move || -> Result<usize> {
-        // SAFETY: setns on a namespace file we hold open; it affects only this thread.
-        if unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(std::io::Error::last_os_error()).context("entering the namespace");
-        }
+    netns::run_in(netns, || -> Result<usize> {
         let unspecified: SocketAddr = if server.is_ipv4() {
             "0.0.0.0:0".parse()?
         } else {
@@ -63,8 +57,7 @@ pub fn send_twice(
         }
         Ok(replies)
     })
-    .join()
-    .unwrap_or_else(|_| bail!("the sending thread panicked"))
+    .with_context(|| format!("entering the namespace at {}", netns.display()))?
 }
 
 /// A standard query with recursion desired for `name` (dotted, trailing dot optional), type A.
