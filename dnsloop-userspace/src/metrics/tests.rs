@@ -297,7 +297,7 @@ async fn get(address: SocketAddr, path: &str) -> String {
 
 #[test]
 fn metrics_are_served_at_slash_metrics_only() {
-    current_thread().block_on(async {
+    crate::tracer::runtime().unwrap().block_on(async {
         let exporter = Exporter::start(address("127.0.0.1:0")).await.unwrap();
         let served = exporter.address;
         assert_eq!(exporter.url(), format!("http://{served}/metrics"));
@@ -330,7 +330,7 @@ fn metrics_are_served_at_slash_metrics_only() {
 
 #[test]
 fn a_port_in_use_is_a_clear_error_at_startup() {
-    current_thread().block_on(async {
+    crate::tracer::runtime().unwrap().block_on(async {
         let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = taken.local_addr().unwrap();
         let error = Exporter::start(address).await.err().expect("the port is taken");
@@ -385,12 +385,4 @@ fn every_timed_out_query_is_counted_though_a_storm_is_reported_in_few_findings()
             r#"dnsloop_timeouts_total{server="loop"} 527"#,
         ]
     );
-}
-
-/// The single-threaded runtime the exporter runs on while tracing.
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime")
 }
