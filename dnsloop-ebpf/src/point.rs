@@ -90,12 +90,18 @@ pub struct PointSlot {
     pub point: ObservationPoint,
     /// The namespaces its packets leave and enter.
     pub namespaces: PointNamespaces,
+    /// On a port of a bridge whose own interface is not watched: the bridge's MAC
+    /// ([`mac_word`]), 0 elsewhere. A frame sent to it (ingress) or by it (egress) is routed by
+    /// the node, so it also enters or leaves the node, as `via_gateway` says: one program run
+    /// then sees the whole crossing, which took two (the port, then the bridge).
+    pub gateway_mac: u64,
+    /// The namespaces a frame to or from `gateway_mac` leaves and enters.
+    pub via_gateway: PointNamespaces,
     /// A `parse::LinkLayer as u8`: how its frames start.
     pub link_layer: u8,
     // Scalars, as in `ObservationPoint`.
     _pad1: u8,
     _pad2: u16,
-    _pad3: u32,
 }
 
 impl PointSlot {
@@ -106,11 +112,19 @@ impl PointSlot {
         Self {
             point,
             namespaces,
+            gateway_mac: 0,
+            via_gateway: PointNamespaces::NONE,
             link_layer,
             _pad1: 0,
             _pad2: 0,
-            _pad3: 0,
         }
+    }
+
+    /// This slot on a bridge port whose frames to or from `gateway_mac` cross `via_gateway`.
+    pub const fn with_gateway(mut self, gateway_mac: u64, via_gateway: PointNamespaces) -> Self {
+        self.gateway_mac = gateway_mac;
+        self.via_gateway = via_gateway;
+        self
     }
 
     /// The slot of `point`'s candidate number `candidate` (0 to `POINT_CANDIDATES - 1`).
@@ -133,6 +147,37 @@ impl PointSlot {
     pub fn is_free(&self) -> bool {
         self.point.ifindex == 0
     }
+}
+
+/// Bytes at the start of an Ethernet frame that [`via_gateway`] reads: both MACs.
+pub const MAC_HEADER_LEN: usize = 12;
+
+/// A MAC address as the point table holds it: its six bytes, big-endian, in the low 48 bits.
+#[inline(always)]
+pub const fn mac_word(mac: [u8; 6]) -> u64 {
+    u64::from_be_bytes([0, 0, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]])
+}
+
+/// Whether an Ethernet frame starting with `macs` (destination, then source), seen in
+/// `direction` on a bridge port whose bridge has `gateway_mac`, is routed by the node: sent to
+/// the bridge (ingress) or by it (egress). The kernel programs and a capture's reader both place
+/// a port's frames by this.
+#[inline(always)]
+pub fn via_gateway(gateway_mac: u64, direction: u8, macs: &[u8; MAC_HEADER_LEN]) -> bool {
+    let at = if direction == Direction::Ingress as u8 {
+        0
+    } else {
+        6
+    };
+    let mac = [
+        macs[at],
+        macs[at + 1],
+        macs[at + 2],
+        macs[at + 3],
+        macs[at + 4],
+        macs[at + 5],
+    ];
+    gateway_mac != 0 && mac_word(mac) == gateway_mac
 }
 
 /// The namespaces a packet leaves and enters where it is seen, as userspace numbers them for
@@ -166,6 +211,28 @@ mod tests {
         assert_eq!(size_of::<ObservationPoint>(), 16);
         assert_eq!(size_of::<PointCounters>(), 16);
         assert_eq!(size_of::<PointNamespaces>(), 8);
-        assert_eq!(size_of::<PointSlot>(), 32);
+        assert_eq!(size_of::<PointSlot>(), 48);
+    }
+
+    #[test]
+    fn a_port_frame_is_via_the_gateway_when_the_bridge_sends_or_receives_it() {
+        let bridge = [0x02, 0, 0, 0, 0, 0x01];
+        let pod = [0x02, 0, 0, 0, 0, 0x03];
+        let gateway = mac_word(bridge);
+        let frame = |to: [u8; 6], from: [u8; 6]| {
+            let mut macs = [0; MAC_HEADER_LEN];
+            macs[..6].copy_from_slice(&to);
+            macs[6..].copy_from_slice(&from);
+            macs
+        };
+        let (ingress, egress) = (Direction::Ingress as u8, Direction::Egress as u8);
+        assert!(via_gateway(gateway, ingress, &frame(bridge, pod)));
+        assert!(via_gateway(gateway, egress, &frame(pod, bridge)));
+        assert!(
+            !via_gateway(gateway, ingress, &frame(pod, bridge)),
+            "another port's frame"
+        );
+        assert!(!via_gateway(gateway, egress, &frame(bridge, pod)));
+        assert!(!via_gateway(0, ingress, &frame([0; 6], pod)), "no gateway");
     }
 }

@@ -48,6 +48,11 @@ pub struct QueryState {
     /// and its reply will be).
     pub retried: u8,
     pub ifindex: u32,
+    /// Of the first sighting, as in [`PacketRecord`](crate::record::PacketRecord). A `u32`,
+    /// with one `u32` of padding: seven bytes of padding to zero compile, in BPF, to a `memset`
+    /// call (see [`stores`]).
+    pub via_gateway: u32,
+    pub _pad: u32,
 }
 
 impl QueryState {
@@ -60,6 +65,8 @@ impl QueryState {
         self.direction = other.direction;
         self.retried = other.retried;
         self.ifindex = other.ifindex;
+        self.via_gateway = other.via_gateway;
+        self._pad = 0;
     }
 
     /// Clears every field in place (see [`stores`]).
@@ -71,6 +78,9 @@ impl QueryState {
         self.direction = 0;
         self.retried = 0;
         self.ifindex = 0;
+        // Volatile: LLVM would merge it with the stores before into a `memset` call.
+        // SAFETY: a valid, exclusive reference.
+        unsafe { core::ptr::write_volatile(&mut self.via_gateway, 0) };
     }
 }
 
@@ -105,6 +115,8 @@ impl QueryEntry {
             direction: 0,
             retried: 0,
             ifindex: 0,
+            via_gateway: 0,
+            _pad: 0,
         },
         netns_cookie: 0,
         qtype: 0,
@@ -134,7 +146,7 @@ mod tests {
     #[test]
     fn query_types_have_no_implicit_padding() {
         assert_eq!(size_of::<QueryKey>(), 24);
-        assert_eq!(size_of::<QueryState>(), 32);
-        assert_eq!(size_of::<QueryEntry>(), 32 + 8 + 8 + NAME_WIRE_MAX);
+        assert_eq!(size_of::<QueryState>(), 40);
+        assert_eq!(size_of::<QueryEntry>(), 40 + 8 + 8 + NAME_WIRE_MAX);
     }
 }

@@ -18,9 +18,10 @@ pub struct QuestionKey {
 pub const QUESTION_SLOTS: usize = 4;
 
 /// Sightings of a question kept while it is cold, streamed with the one that makes it hot: a
-/// loop between the node and a pod on a bridge shows four hops a round (the client's query
-/// entering the node, the forward leaving it and entering the pod, and the pod's forward leaving
-/// it), enough to prove the loop from its first round. A power of two, for index masks.
+/// loop between the node and a pod shows three hops a round (the client's query leaving its pod
+/// for the node, the forward leaving the node for the server's pod, and that pod's forward
+/// leaving it for the node), so four prove the loop from its first round. A power of two, for
+/// index masks.
 pub const PRIOR_SIGHTINGS: usize = 4;
 
 /// One query sighting, as the question table judges it.
@@ -85,7 +86,9 @@ pub struct Sighting {
     pub transport: u8,
     /// `parse::IpFamily as u8`; 0 when there is no sighting.
     pub family: u8,
-    pub _pad: [u8; 3],
+    /// As in [`PacketRecord`](crate::record::PacketRecord).
+    pub via_gateway: u8,
+    pub _pad: [u8; 2],
 }
 
 impl Sighting {
@@ -103,6 +106,7 @@ impl Sighting {
         self.direction = other.direction;
         self.transport = other.transport;
         self.family = other.family;
+        self.via_gateway = other.via_gateway;
         stores::fill(&mut self._pad, 0);
     }
 }
@@ -153,7 +157,8 @@ impl QuestionState {
                 direction: 0,
                 transport: 0,
                 family: 0,
-                _pad: [0; 3],
+                via_gateway: 0,
+                _pad: [0; 2],
             }; PRIOR_SIGHTINGS],
         }
     }

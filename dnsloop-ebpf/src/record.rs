@@ -71,7 +71,10 @@ pub struct PacketRecord {
     pub reason: u8,
     /// The `parse::LinkLayer` of `bytes`.
     pub link_layer: u8,
-    pub _pad: [u8; 3],
+    /// Non-zero on a bridge port when the frame went to or came from the bridge itself (see
+    /// `point::via_gateway`).
+    pub via_gateway: u8,
+    pub _pad: [u8; 2],
     /// For `StreamReason::UnexpectedSource`: the query the reply answers. Zero otherwise.
     pub matched_query: QueryState,
     /// For the query that made its question hot: the sightings before it, oldest first, that
@@ -91,7 +94,7 @@ mod tests {
     fn the_record_has_no_implicit_padding() {
         assert_eq!(
             size_of::<PacketRecord>(),
-            32 + 32 + 64 * PRIOR_SIGHTINGS + PACKET_SNAP_MAX
+            32 + 40 + 64 * PRIOR_SIGHTINGS + PACKET_SNAP_MAX
         );
     }
 

@@ -26,9 +26,22 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `dnsloop trace --help`'s account of its attach points; the README says the same.
+const WHERE_TRACE_WATCHES: &str = "\
+Where it watches: each crossing between network namespaces once, one program run a crossing.
+  pod veth on a bridge    its port, both ways. A frame sent to the bridge's own MAC, or by it,
+                          is routed by the node: that one sighting leaves the pod and enters
+                          the node (or the other way). Other frames pass to another port.
+  the bridge itself       nothing: its crossings are seen at its ports
+  routed pod veth         the veth, both ways: between the pod and the node (cali*, lxc*)
+  overlay, uplink         the device, both ways: between the node and the rest of the network
+  loopback                egress, of the node and of every pod (Linux 6.13 or later for pods)
+A pod's query through the node cache to a CoreDNS pod and back takes 4 program runs.";
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Watch DNS on this node live (needs root: loads BPF programs).
+    #[command(after_help = WHERE_TRACE_WATCHES)]
     Trace(TraceArgs),
     /// Check the node's DNS configuration for loops and known faults (reads files only).
     #[command(after_help = "Examples:\n  \

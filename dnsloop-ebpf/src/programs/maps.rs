@@ -100,6 +100,9 @@ pub struct Verdict {
     pub point_slot: u32,
     /// The namespaces the packet leaves and enters there.
     pub at: PointNamespaces,
+    /// Non-zero when the packet, on a bridge port, went to or came from the bridge itself (see
+    /// `PointSlot::gateway_mac`): `at` is then the slot's `via_gateway`.
+    pub via_gateway: u8,
     /// The segment being inspected, and where its messages are (one for UDP).
     pub segment: Segment,
     pub framing: TcpFraming,
@@ -146,9 +149,10 @@ impl Verdict {
     }
 }
 
-/// Where and when this CPU last looked something up for a packet. A packet crossing a bridge is
-/// seen again a moment later on the same CPU (at the port, then at the bridge, or the other
-/// way), and that sighting takes what the first one found instead of looking again.
+/// Where and when this CPU last looked something up for a packet. A packet the node routes or a
+/// bridge forwards is seen again a moment later on the same CPU (at one pod's veth, then at
+/// another's or at the overlay, or the other way), and that sighting takes what the first one
+/// found instead of looking again.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Moment {
@@ -159,7 +163,7 @@ pub struct Moment {
 }
 
 impl Moment {
-    /// Crossing a bridge takes microseconds; a client's next query with the same source port
+    /// Crossing the node takes microseconds; a client's next query with the same source port
     /// and ID, or the same bytes sent again, come a retry interval later.
     const SAME_PACKET_NS: u64 = 100_000;
 

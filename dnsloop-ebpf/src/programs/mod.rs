@@ -15,7 +15,7 @@ use dnsloop_ebpf::{
         classify, parse_dns_with, tcp_framing, udp_message, DnsMessageRef, DnsSummary, LinkLayer,
         PacketBytes, PacketClass, Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
     },
-    point::{Direction, ObservationPoint, PointNamespaces},
+    point::{via_gateway, Direction, ObservationPoint, PointNamespaces, MAC_HEADER_LEN},
     question::Heat,
     record::{StreamReason, MALFORMED_SAMPLE_INTERVAL_NS},
 };
@@ -46,6 +46,7 @@ pub fn observe<H: Hook>(hook: H, direction: Direction) {
             (*verdict).ifindex = ifindex;
             (*verdict).direction = direction as u8;
         }
+        through_gateway(hook, direction, verdict);
         inspect_dns(&HookBytes(hook), verdict)
     } else {
         None
@@ -79,6 +80,7 @@ fn place<H: Hook>(hook: H, ifindex: u32, direction: Direction, verdict: *mut Ver
     let placed = maps::place(&point);
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     let verdict = unsafe { &mut *verdict };
+    verdict.via_gateway = 0;
     match placed {
         Some(placed) => {
             verdict.point_slot = placed.slot;
@@ -90,6 +92,28 @@ fn place<H: Hook>(hook: H, ifindex: u32, direction: Direction, verdict: *mut Ver
             verdict.at = PointNamespaces::NONE;
             LinkLayer::Ethernet
         }
+    }
+}
+
+/// Notes whether the DNS packet at `hook`, on a bridge port, was sent to or by the bridge itself
+/// (see `PointSlot::gateway_mac`): it then also enters or leaves the node here, and `verdict.at`
+/// says so. Only DNS packets ask: the rest of a node's packets never read their MACs.
+#[inline(always)]
+fn through_gateway<H: Hook>(hook: H, direction: Direction, verdict: *mut Verdict) {
+    // SAFETY: the per-CPU value belongs to this program run until it returns.
+    let verdict = unsafe { &mut *verdict };
+    let Some(slot) = maps::POINTS.get(verdict.point_slot) else {
+        return;
+    };
+    if slot.gateway_mac == 0 {
+        return;
+    }
+    let Some(macs) = HookBytes(hook).read::<MAC_HEADER_LEN>(0) else {
+        return;
+    };
+    if via_gateway(slot.gateway_mac, direction as u8, &macs) {
+        verdict.at = slot.via_gateway;
+        verdict.via_gateway = 1;
     }
 }
 
@@ -235,7 +259,7 @@ fn single_message(framing: &mut TcpFraming, message: DnsMessageRef) {
 }
 
 /// What the message this CPU parsed last held, if `message` is that message seen again further
-/// on its way (a bridge port, then the bridge): parsing it again would copy it and walk its
+/// on its way (one pod's veth, then another's): parsing it again would copy it and walk its
 /// question's name; comparing costs a read of its first four bytes, only for a candidate.
 #[inline(always)]
 fn parsed_just_before<H: Hook>(

@@ -67,6 +67,8 @@ pub fn remember<H: Hook>(
         direction: verdict.direction,
         retried: 0,
         ifindex: verdict.ifindex,
+        via_gateway: u32::from(verdict.via_gateway),
+        _pad: 0,
     };
     entry.netns_cookie = verdict.netns_cookie;
     entry.qtype = question.qtype;

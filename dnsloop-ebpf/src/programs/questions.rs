@@ -92,6 +92,7 @@ fn remember(sighting: &mut Sighting, id: u16, now: u64, verdict: &Verdict) {
     sighting.direction = verdict.direction;
     sighting.transport = segment.transport as u8;
     sighting.family = segment.family as u8;
+    sighting.via_gateway = verdict.via_gateway;
 }
 
 #[inline(always)]

@@ -49,6 +49,7 @@ pub fn packet<H: Hook>(
         (*record).direction = point.direction;
         (*record).reason = reason as u8;
         (*record).link_layer = link as u8;
+        (*record).via_gateway = (*verdict).via_gateway;
         stores::fill(&mut (*record)._pad, 0);
         // Map to ring memory directly, field by field: a copy through the stack would not fit
         // its budget, and a whole-struct copy compiles to a byte-at-a-time `memmove` call.

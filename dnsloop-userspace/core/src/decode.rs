@@ -15,7 +15,8 @@ use hickory_proto::{op::Message, serialize::binary::BinDecodable};
 
 use crate::{
     observation::{DnsName, Observation, Point, Question, Transport},
-    source::{socket_addr, InterfaceRef, MatchedQuery, PriorSighting, RawPacket, UnansweredQuery},
+    points::Seen,
+    source::{socket_addr, MatchedQuery, PriorSighting, RawPacket, UnansweredQuery},
 };
 
 /// Offset of the question section in a DNS message.
@@ -58,24 +59,28 @@ impl Decoder {
     }
 
     /// Appends an observation to `out` for each DNS message in `packet`, at the point
-    /// `point_of` places its interface and direction. Queries the kernel counted but did not
+    /// `point_of` places where it was seen. Queries the kernel counted but did not
     /// stream, and that the packet's record describes, come first, rebuilt at their own points:
     /// the query a reply from an unexpected source answers, and the sighting before the query
     /// that made its question hot. The analyzers then judge the packet as from a capture.
     pub fn decode<'p>(
         &self,
         packet: &RawPacket,
-        point_of: impl Fn(InterfaceRef, Direction) -> Option<&'p Point>,
+        point_of: impl Fn(Seen) -> Option<&'p Point>,
         out: &mut Vec<Observation>,
     ) -> Result<(), NotDecoded> {
-        let point = point_of(packet.interface, packet.direction).ok_or(NotDecoded::Unplaced)?;
-        let query_point = packet
-            .matched_query
-            .and_then(|query| point_of(packet.interface, query.direction));
+        let point = point_of(packet.seen()).ok_or(NotDecoded::Unplaced)?;
+        let query_point = packet.matched_query.and_then(|query| {
+            point_of(Seen {
+                interface: packet.interface,
+                direction: query.direction,
+                via_gateway: query.via_gateway,
+            })
+        });
         let priors: Vec<(&PriorSighting, &Point)> = packet
             .priors
             .iter()
-            .filter_map(|prior| Some((prior, point_of(prior.interface, prior.direction)?)))
+            .filter_map(|prior| Some((prior, point_of(prior.seen())?)))
             .collect();
         let bytes = SlicePacket(&packet.bytes);
         let segment = match classify(&bytes, packet.link_layer, &self.ports) {
@@ -121,6 +126,7 @@ impl Decoder {
                         probe: decoded.probe,
                         size: message.len,
                         partial: false,
+                        recalled: false,
                     };
                     if let (Some(query), Some(query_point)) = (&packet.matched_query, query_point) {
                         out.push(matched_query(
@@ -181,9 +187,9 @@ impl Decoder {
     pub fn decode_unanswered<'p>(
         &self,
         query: &UnansweredQuery,
-        point_of: impl Fn(InterfaceRef, Direction) -> Option<&'p Point>,
+        point_of: impl Fn(Seen) -> Option<&'p Point>,
     ) -> Option<Observation> {
-        let point = point_of(query.interface, query.direction)?;
+        let point = point_of(query.seen())?;
         Some(Observation {
             ts: query.at,
             point: point.clone(),
@@ -207,6 +213,7 @@ impl Decoder {
             // The table keeps the question, not the message.
             size: 0,
             partial: false,
+            recalled: true,
         })
     }
 }

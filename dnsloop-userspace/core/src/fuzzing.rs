@@ -6,26 +6,29 @@
 //!
 //! ```text
 //! per packet: i16 LE   milliseconds since the previous packet (negative: out of order)
-//!             u8       low 4 bits: the point (`points()`, ingress then egress of each link);
+//!             u8       low 4 bits: the point (`links()`, ingress then egress of each link);
 //!                      bits 4-5: the link layer (Ethernet, raw IP, Linux SLL, Linux SLL2);
 //!                      bit 6: a matched query follows; bit 7: a prior sighting follows
 //!             u16 LE   the frame's length (cut to the bytes left)
 //!   [matched query, what the kernel's record of a reply from an unexpected source or of a
 //!    resent query adds]
 //!             i16 LE   milliseconds before the packet it was sent
-//!             u8       bit 0: seen in egress (ingress if not), on the packet's link
+//!             u8       bit 0: seen in egress (ingress if not), on the packet's link; bit 1:
+//!                      via the bridge's own address
 //!             16 bytes the server it was sent to (IPv4 in the first 4)
 //!             u16 LE   the server's port
 //!   [prior sighting, what the kernel's record of the query that made its question hot adds]
 //!             i16 LE   milliseconds before the packet it was seen
-//!             u8       bit 0: egress; bit 1: TCP; bit 2: IPv6 addresses; bits 3-5: its link
+//!             u8       bit 0: egress; bit 1: TCP; bit 2: IPv6 addresses; bits 3-5: its link;
+//!                      bit 6: via the bridge's own address
 //!             16 bytes source address, then u16 LE source port
 //!             16 bytes destination address, then u16 LE destination port
 //!             u16 LE   DNS id
 //!   [then]    bytes    the frame
 //! ```
 //!
-//! A link is a pair of points, ingress then egress (`points()`). An input that ends inside a
+//! A link is a pair of points, ingress then egress (`links()`); on a bridge port, a frame's MACs
+//! say whether it went to or came from the bridge itself, as the kernel decides. An input that ends inside a
 //! header ends the sequence. Built with the `fuzzing` feature and in
 //! this crate's tests, which write the seed corpus and hold a regression test of every crash
 //! the fuzzer found.
@@ -41,7 +44,7 @@ use crate::{
     decode::Decoder,
     observation::{Namespace, Point},
     pipeline::Pipeline,
-    points::{LinkDescription, Role, NODE},
+    points::{LinkDescription, LinkPoints, Role, Seen, NODE},
     schema::{CaptureFileSummary, CapturePackets, Record, SummarySource},
     sink,
     sink::OutputFormat,
@@ -62,29 +65,45 @@ const LINK_LAYERS: [LinkLayer; 4] = [
     LinkLayer::LinuxSll2,
 ];
 
+/// The bridge's MAC in the fuzzer's links: frames a pod sends to it enter the node.
+const GATEWAY_MAC: [u8; 6] = [0x02, 0x42, 0x0a, 0xf4, 0x00, 0x01];
+
 /// The node's links, as `LinkDescription` places their packets: pods on the bridge `cni0`,
-/// a pod on a routed veth, the uplink, and the loopbacks of the node and of a pod.
-fn points() -> Vec<Point> {
-    let link = |role, namespace: Option<&str>| LinkDescription {
+/// watched at their ports (the first two) or at the bridge too (the third, as a capture of an
+/// older dnsloop describes it), a pod on a routed veth, the uplink, and the loopbacks of the
+/// node and of a pod.
+fn links() -> Vec<LinkPoints> {
+    let link = |role, namespace: Option<&str>, gateway| LinkDescription {
         role,
         namespace: namespace.map(Namespace::new),
+        gateway,
     };
     let bridged = Role::Veth { bridged: true };
+    let gateway = Some(GATEWAY_MAC);
     [
-        ("veth-client", link(bridged, Some("pod 10.244.0.2"))),
-        ("veth-coredns-a", link(bridged, Some("pod 10.244.0.3"))),
-        ("veth-coredns-b", link(bridged, Some("pod 10.244.0.4"))),
-        ("cni0", link(Role::BridgeMaster, None)),
-        ("eth0", link(Role::Other { bridged: false }, None)),
-        ("lo", link(Role::Loopback, Some(NODE))),
-        ("lo", link(Role::Loopback, Some("pod 10.244.0.3"))),
+        (
+            "veth-client",
+            link(bridged, Some("pod 10.244.0.2"), gateway),
+        ),
+        (
+            "veth-coredns-a",
+            link(bridged, Some("pod 10.244.0.3"), gateway),
+        ),
+        (
+            "veth-coredns-b",
+            link(bridged, Some("pod 10.244.0.4"), None),
+        ),
+        ("cni0", link(Role::BridgeMaster, None, None)),
+        ("eth0", link(Role::Other { bridged: false }, None, None)),
+        ("lo", link(Role::Loopback, Some(NODE), None)),
+        ("lo", link(Role::Loopback, Some("pod 10.244.0.3"), None)),
         (
             "cali-b",
-            link(Role::Veth { bridged: false }, Some("pod 10.244.1.5")),
+            link(Role::Veth { bridged: false }, Some("pod 10.244.1.5"), None),
         ),
     ]
     .iter()
-    .flat_map(|(ifname, description)| description.points(ifname))
+    .map(|(ifname, description)| description.points(ifname))
     .collect()
 }
 
@@ -154,10 +173,10 @@ fn link(index: usize) -> InterfaceRef {
     }
 }
 
-/// The point of `link` in `direction`.
-fn point_of(points: &[Point], link: InterfaceRef, direction: Direction) -> Option<&Point> {
-    let index = usize::try_from(link.ifindex).ok()?;
-    points.get(2 * index + usize::from(direction == Direction::Egress))
+/// The point where a packet was `seen`.
+fn point_of(links: &[LinkPoints], seen: Seen) -> Option<&Point> {
+    let link = links.get(usize::try_from(seen.interface.ifindex).ok()?)?;
+    Some(link.get(seen.direction, seen.via_gateway))
 }
 
 fn direction(flags: u8) -> Direction {
@@ -174,6 +193,7 @@ fn matched_query(input: &mut &[u8], packet_at: SystemTime) -> Option<MatchedQuer
     Some(MatchedQuery {
         at: shifted(packet_at, before.saturating_neg()),
         direction: direction(flags),
+        via_gateway: flags & 2 != 0,
         server: take(input)?,
         server_port: u16::from_le_bytes(take(input)?),
     })
@@ -197,6 +217,7 @@ fn prior(input: &mut &[u8], packet_at: SystemTime) -> Option<PriorSighting> {
         at: shifted(packet_at, before.saturating_neg()),
         interface: link(usize::from(flags >> 3) & 0x07),
         direction: direction(flags),
+        via_gateway: flags & 0x40 != 0,
         src,
         dst,
         id: u16::from_le_bytes(take(input)?),
@@ -236,7 +257,7 @@ pub fn decode_packets(input: &[u8]) {
 
 /// What the pipeline writes in `format` for the packets of `input`.
 fn run(input: &[u8], format: OutputFormat) -> Vec<u8> {
-    let points = points();
+    let links = links();
     let mut out = Vec::new();
     let mut pipeline = Pipeline::without_enrichment(
         Decoder::new(DnsPorts::new(&[53])),
@@ -246,18 +267,20 @@ fn run(input: &[u8], format: OutputFormat) -> Vec<u8> {
     );
     let mut end = SystemTime::UNIX_EPOCH + START;
     for packet in packets(input) {
-        let point = &points[packet.point];
+        let points = &links[packet.point / 2];
+        let direction = direction(packet.point as u8);
         let raw = RawPacket {
             ts: packet.ts,
             interface: link(packet.point / 2),
-            direction: point.direction,
+            direction,
+            via_gateway: points.via_gateway(direction, packet.bytes),
             link_layer: packet.link_layer,
             bytes: bytes::Bytes::copy_from_slice(packet.bytes),
             matched_query: packet.matched_query,
             priors: packet.prior.into_iter().collect(),
         };
         let ingested = pipeline
-            .ingest_placed(&raw, |link, direction| point_of(&points, link, direction))
+            .ingest_placed(&raw, |seen| point_of(&links, seen))
             .and_then(|_| pipeline.tick(packet.ts));
         ingested.expect("writing to memory does not fail");
         end = end.max(packet.ts);

@@ -201,6 +201,11 @@ pub struct Observation {
     /// question's queries only once it is forwarded). It still shows where the query went;
     /// analyzers that judge a query from where its client sent it skip it.
     pub partial: bool,
+    /// A query recalled from the kernel's query table because no answer reached its client: not
+    /// a packet seen now, but its first sighting again. Only the timeout analyzer takes it; the
+    /// loop analyzer followed the query when it was streamed, if it was, and a first sighting
+    /// met again would look like the query arriving a second time.
+    pub recalled: bool,
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::{parse::Malformed, point::Direction};
+use dnsloop_ebpf::parse::Malformed;
 use thiserror::Error;
 
 use crate::{
@@ -17,10 +17,10 @@ use crate::{
     enrich::Enricher,
     finding::Finding,
     observation::{Observation, Point},
-    points::PointMap,
+    points::{PointMap, Seen},
     schema::SummarySource,
     sink::Sink,
-    source::{InterfaceRef, RawPacket, UnansweredQuery},
+    source::{RawPacket, UnansweredQuery},
 };
 
 /// What stops a pipeline: its sink could not write (a closed pipe, a full disk).
@@ -121,7 +121,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
     pub fn ingest_placed<'p>(
         &mut self,
         packet: &RawPacket,
-        place: impl Fn(InterfaceRef, Direction) -> Option<&'p Point>,
+        place: impl Fn(Seen) -> Option<&'p Point>,
     ) -> Result<Result<(), NotDecoded>, PipelineError> {
         let decoded = self.decode(packet, place)?;
         self.analyze()?;
@@ -135,7 +135,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         points: &PointMap,
     ) -> Result<(), PipelineError> {
         for packet in packets.drain(..) {
-            let place = |interface, direction| points.get(interface, direction);
+            let place = |seen| points.get(seen);
             if let Err(NotDecoded::Unplaced) = self.decode(&packet, place)? {
                 self.unplaced_records += 1;
             }
@@ -148,11 +148,11 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
     fn decode<'p>(
         &mut self,
         packet: &RawPacket,
-        place: impl Fn(InterfaceRef, Direction) -> Option<&'p Point>,
+        place: impl Fn(Seen) -> Option<&'p Point>,
     ) -> Result<Result<(), NotDecoded>, PipelineError> {
         let decoded = self.decoder.decode(packet, &place, &mut self.observations);
         if let Err(NotDecoded::Malformed(reason)) = decoded {
-            if let Some(point) = place(packet.interface, packet.direction) {
+            if let Some(point) = place(packet.seen()) {
                 if self.malformed_samples.due(reason, packet.ts) {
                     let sample = self.decoder.malformed_sample(packet, point, reason);
                     self.sink.malformed(&sample).map_err(PipelineError::Write)?;
@@ -184,7 +184,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         points: &PointMap,
     ) -> Result<(), PipelineError> {
         for query in queries.drain(..) {
-            let place = |interface, direction| points.get(interface, direction);
+            let place = |seen| points.get(seen);
             match self.decoder.decode_unanswered(&query, place) {
                 Some(observation) => self.engine.observe(observation, &mut self.findings),
                 None => self.unplaced_records += 1,

@@ -1,12 +1,18 @@
 //! Where each observation point sits: the namespaces a packet leaves and enters there.
 //!
+//! Each namespace crossing is watched once. A pod behind a routed veth crosses it alone; a pod
+//! on a bridge crosses its port, and, when it talks to the node, the bridge's own interface
+//! too. The bridge's own interface is not watched: a frame on a port that was sent to the
+//! bridge's MAC (or by it) is one the node routes, so the port's one sighting of it says it
+//! leaves the pod and enters the node (or the other way); other frames pass from port to port.
+//!
 //! Live, a link's [`Role`] comes from rtnetlink; in a capture dnsloop wrote, from the
 //! interface's description ([`LinkDescription`]), so both place a packet at the same point.
 use std::{collections::HashMap, fmt, str::FromStr, sync::Arc};
 
 use dnsloop_ebpf::{
     parse::LinkLayer,
-    point::{Direction, ObservationPoint, PointNamespaces},
+    point::{mac_word, via_gateway, Direction, ObservationPoint, PointNamespaces, MAC_HEADER_LEN},
 };
 
 use crate::{
@@ -26,16 +32,38 @@ pub struct KernelPoint {
     pub point: ObservationPoint,
     pub namespaces: PointNamespaces,
     pub link_layer: LinkLayer,
+    /// On a bridge port whose bridge is not watched: the bridge's MAC (`mac_word`), and the
+    /// namespaces a frame to or from it crosses. 0 and none elsewhere.
+    pub gateway_mac: u64,
+    pub via_gateway: PointNamespaces,
 }
 
-/// Resolves the interface and direction of a raw packet to a [`Point`], and tells how each
-/// interface is described in a saved capture.
+/// Where the kernel saw a packet: what places it at a [`Point`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Seen {
+    pub interface: InterfaceRef,
+    pub direction: Direction,
+    /// On a bridge port, whether the frame went to or came from the bridge itself (see
+    /// [`LinkPoints`]).
+    pub via_gateway: bool,
+}
+
+/// Resolves where a raw packet was seen to a [`Point`], and tells how each interface is
+/// described in a saved capture.
 #[derive(Default)]
 pub struct PointMap {
-    points: HashMap<(InterfaceRef, Direction), Point>,
-    links: HashMap<InterfaceRef, (Arc<str>, LinkDescription, LinkLayer)>,
+    links: HashMap<InterfaceRef, WatchedLink>,
     /// The numbers the kernel programs know namespaces by (see `kernel_points`).
     namespace_numbers: HashMap<Namespace, u32>,
+}
+
+struct WatchedLink {
+    name: Arc<str>,
+    description: LinkDescription,
+    link_layer: LinkLayer,
+    points: LinkPoints,
+    /// Where the tracer attaches: a loopback is watched on egress only.
+    directions: &'static [Direction],
 }
 
 impl PointMap {
@@ -65,11 +93,10 @@ impl PointMap {
 
     /// Forgets interface `index` of the node namespace.
     pub fn remove_link(&mut self, index: u32) {
-        let of_node_link =
-            |interface: &InterfaceRef| interface.netns_cookie == 0 && interface.ifindex == index;
-        self.points
-            .retain(|(interface, _), _| !of_node_link(interface));
-        self.links.retain(|interface, _| !of_node_link(interface));
+        self.links.remove(&InterfaceRef {
+            netns_cookie: 0,
+            ifindex: index,
+        });
     }
 
     /// Registers the loopback of the namespace with `netns_cookie`, named `namespace`; it is
@@ -82,6 +109,7 @@ impl PointMap {
         let description = LinkDescription {
             role: Role::Loopback,
             namespace: Some(namespace),
+            gateway: None,
         };
         self.insert(
             interface,
@@ -94,12 +122,10 @@ impl PointMap {
 
     /// Forgets the loopback of the namespace with `netns_cookie`.
     pub fn remove_loopback(&mut self, netns_cookie: u64) {
-        let interface = InterfaceRef {
+        self.links.remove(&InterfaceRef {
             netns_cookie,
             ifindex: LOOPBACK_INDEX,
-        };
-        self.points.retain(|(known, _), _| *known != interface);
-        self.links.remove(&interface);
+        });
     }
 
     /// Renames the namespace of the watched loopback of the namespace with `netns_cookie`; one
@@ -120,19 +146,23 @@ impl PointMap {
         ifname: &str,
         description: LinkDescription,
         link_layer: LinkLayer,
-        directions: &[Direction],
+        directions: &'static [Direction],
     ) {
-        for point in description.points(ifname) {
-            if directions.contains(&point.direction) {
-                self.points.insert((interface, point.direction), point);
-            }
-        }
-        self.links
-            .insert(interface, (ifname.into(), description, link_layer));
+        let watched = WatchedLink {
+            name: ifname.into(),
+            points: description.points(ifname),
+            description,
+            link_layer,
+            directions,
+        };
+        self.links.insert(interface, watched);
     }
 
-    pub fn get(&self, interface: InterfaceRef, direction: Direction) -> Option<&Point> {
-        self.points.get(&(interface, direction))
+    pub fn get(&self, seen: Seen) -> Option<&Point> {
+        let link = self.links.get(&seen.interface)?;
+        link.directions
+            .contains(&seen.direction)
+            .then(|| link.points.get(seen.direction, seen.via_gateway))
     }
 
     /// Every watched point as the kernel programs need to know it: how its frames start, and,
@@ -140,7 +170,6 @@ impl PointMap {
     /// enter, numbered from 1 (0: none). A namespace keeps its number while dnsloop runs.
     pub fn kernel_points(&mut self) -> Vec<KernelPoint> {
         let Self {
-            points,
             links,
             namespace_numbers,
         } = self;
@@ -151,35 +180,40 @@ impl PointMap {
             }
             None => 0,
         };
-        points
-            .iter()
-            .map(|((interface, direction), point)| {
-                let key = ObservationPoint::new(
+        let mut numbered = |point: &Point| PointNamespaces {
+            leaves: number(&point.leaves),
+            enters: number(&point.enters),
+        };
+        let mut kernel_points = Vec::new();
+        for (interface, link) in links.iter() {
+            for &direction in link.directions {
+                let point = ObservationPoint::new(
                     interface.netns_cookie,
                     interface.ifindex,
-                    *direction as u8,
+                    direction as u8,
                 );
-                let namespaces = PointNamespaces {
-                    leaves: number(&point.leaves),
-                    enters: number(&point.enters),
+                let namespaces = numbered(link.points.get(direction, false));
+                let via_gateway = match link.points.gateway_mac() {
+                    0 => PointNamespaces::NONE,
+                    _ => numbered(link.points.get(direction, true)),
                 };
-                let link_layer = links
-                    .get(interface)
-                    .map_or(LinkLayer::Ethernet, |(_, _, link_layer)| *link_layer);
-                KernelPoint {
-                    point: key,
+                kernel_points.push(KernelPoint {
+                    point,
                     namespaces,
-                    link_layer,
-                }
-            })
-            .collect()
+                    link_layer: link.link_layer,
+                    gateway_mac: link.points.gateway_mac(),
+                    via_gateway,
+                });
+            }
+        }
+        kernel_points
     }
 
     /// The name and description of `interface`, as a saved capture records them.
     pub fn link(&self, interface: InterfaceRef) -> Option<(&str, &LinkDescription)> {
         self.links
             .get(&interface)
-            .map(|(name, description, _)| (name.as_ref(), description))
+            .map(|link| (link.name.as_ref(), &link.description))
     }
 }
 
@@ -193,57 +227,114 @@ pub enum Role {
     Other { bridged: bool },
 }
 
+impl Role {
+    /// The role of a bridge port for the frames it exchanges with the bridge itself: those are
+    /// routed by the node, as if the port were a link of the node's own.
+    fn unbridged(self) -> Self {
+        match self {
+            Self::Veth { .. } => Self::Veth { bridged: false },
+            Self::Other { .. } => Self::Other { bridged: false },
+            role => role,
+        }
+    }
+}
+
 /// An interface's role and the namespace it leads to, as `dnsloop` writes it into the
 /// interface description (`if_description`) of the captures it saves, and reads it back, so
 /// that analysing a saved capture places every packet where the live trace did.
 ///
-/// The format, version 1, is one line of space-separated fields:
+/// The format, version 2, is one line of space-separated fields:
 ///
 /// ```text
-/// dnsloop/1 role=veth bridged=1 ns=pod 10.244.0.3
-/// dnsloop/1 role=veth bridged=1 ns=pod kube-system/coredns-5d78c9869d-abcde
-/// dnsloop/1 role=loopback ns=pod 10.244.0.3
-/// dnsloop/1 role=bridge
-/// dnsloop/1 role=other bridged=0
+/// dnsloop/2 role=veth bridged=1 gateway=02:42:0a:f4:00:01 ns=pod 10.244.0.3
+/// dnsloop/2 role=veth bridged=1 ns=pod kube-system/coredns-5d78c9869d-abcde
+/// dnsloop/2 role=loopback ns=pod 10.244.0.3
+/// dnsloop/2 role=bridge
+/// dnsloop/2 role=other bridged=0
 /// ```
 ///
 /// `role` is `loopback`, `bridge` (a bridge's own interface), `veth` or `other`; `bridged`
-/// (`0` or `1`, veth and other only) says whether the link is a bridge port; `ns`, always last
-/// and running to the end of the line, names the namespace at the far end of a veth or the one
-/// a loopback belongs to. A later, incompatible format gets a new version number.
+/// (`0` or `1`, veth and other only) says whether the link is a bridge port; `gateway`, on a
+/// bridge port whose bridge was not watched, is the bridge's MAC: frames to it (received) or
+/// from it (sent) crossed into or out of the node there. `ns`, always last and running to the
+/// end of the line, names the namespace at the far end of a veth or the one a loopback belongs
+/// to. Version 1, written before `gateway` existed, is the same without it, and is read too. A
+/// later, incompatible format gets a new version number.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkDescription {
     pub role: Role,
     pub namespace: Option<Namespace>,
+    pub gateway: Option<[u8; 6]>,
 }
 
-/// What starts every description in the format above.
-const DESCRIPTION_VERSION: &str = "dnsloop/1";
+/// What starts every description dnsloop writes, and the older one it reads too.
+const DESCRIPTION_VERSION: &str = "dnsloop/2";
+const DESCRIPTION_VERSION_1: &str = "dnsloop/1";
+
+/// The points of one link: in each direction, and, on a bridge port whose bridge is not watched,
+/// in each direction for frames to or from the bridge itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkPoints {
+    /// Ingress first.
+    points: [Point; 2],
+    /// The bridge's MAC (`mac_word`) and the points of frames to or from it.
+    gateway: Option<(u64, [Point; 2])>,
+}
+
+impl LinkPoints {
+    pub fn get(&self, direction: Direction, via_gateway: bool) -> &Point {
+        let points = match &self.gateway {
+            Some((_, points)) if via_gateway => points,
+            _ => &self.points,
+        };
+        &points[direction as usize]
+    }
+
+    /// The bridge's MAC as the kernel programs compare it, 0 if none.
+    pub fn gateway_mac(&self) -> u64 {
+        self.gateway.as_ref().map_or(0, |(mac, _)| *mac)
+    }
+
+    /// Whether `frame`, seen in `direction`, went to or came from the bridge itself, as the
+    /// kernel programs decide it.
+    pub fn via_gateway(&self, direction: Direction, frame: &[u8]) -> bool {
+        let macs = frame
+            .get(..MAC_HEADER_LEN)
+            .and_then(|macs| <&[u8; MAC_HEADER_LEN]>::try_from(macs).ok());
+        macs.is_some_and(|macs| via_gateway(self.gateway_mac(), direction as u8, macs))
+    }
+}
 
 impl LinkDescription {
-    /// The points of interface `ifname` in both directions, ingress first: a veth whose far
-    /// end is unnamed leads to `pod@<ifname>`, as live.
-    pub fn points(&self, ifname: &str) -> [Point; 2] {
+    /// The points of interface `ifname`: a veth whose far end is unnamed leads to
+    /// `pod@<ifname>`, as live.
+    pub fn points(&self, ifname: &str) -> LinkPoints {
         let node = Namespace::new(NODE);
         let name: Arc<str> = ifname.into();
-        let point = |direction| {
-            let (leaves, enters) = match (&self.role, &self.namespace) {
-                (Role::Loopback, Some(own)) => (Some(own.clone()), Some(own.clone())),
-                (role, far) => {
-                    let far = far
-                        .clone()
-                        .unwrap_or_else(|| Namespace::new(&format!("pod@{ifname}")));
-                    crossing(role, &node, &far, direction)
+        let far = self
+            .namespace
+            .clone()
+            .unwrap_or_else(|| Namespace::new(&format!("pod@{ifname}")));
+        let points = |role: Role| {
+            [Direction::Ingress, Direction::Egress].map(|direction| {
+                let (leaves, enters) = match (role, &self.namespace) {
+                    (Role::Loopback, Some(own)) => (Some(own.clone()), Some(own.clone())),
+                    (role, _) => crossing(&role, &node, &far, direction),
+                };
+                Point {
+                    ifname: name.clone(),
+                    direction,
+                    leaves,
+                    enters,
                 }
-            };
-            Point {
-                ifname: name.clone(),
-                direction,
-                leaves,
-                enters,
-            }
+            })
         };
-        [point(Direction::Ingress), point(Direction::Egress)]
+        LinkPoints {
+            points: points(self.role),
+            gateway: self
+                .gateway
+                .map(|mac| (mac_word(mac), points(self.role.unbridged()))),
+        }
     }
 }
 
@@ -259,11 +350,37 @@ impl fmt::Display for LinkDescription {
         if let Some(bridged) = bridged {
             write!(f, " bridged={}", u8::from(bridged))?;
         }
+        if let Some(mac) = self.gateway {
+            write!(f, " gateway={}", MacDisplay(mac))?;
+        }
         if let Some(namespace) = &self.namespace {
             write!(f, " ns={namespace}")?;
         }
         Ok(())
     }
+}
+
+/// A MAC address written as `02:42:0a:f4:00:01`.
+pub struct MacDisplay(pub [u8; 6]);
+
+impl fmt::Display for MacDisplay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
+fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0; 6];
+    let mut bytes = text.split(':');
+    for byte in &mut mac {
+        let part = bytes.next()?;
+        if part.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    bytes.next().is_none().then_some(mac)
 }
 
 /// Why an interface description is not one `dnsloop` can read.
@@ -287,10 +404,10 @@ impl FromStr for LinkDescription {
         if !version.starts_with("dnsloop/") {
             return Err(DescriptionError::Foreign);
         }
-        if version != DESCRIPTION_VERSION {
+        if version != DESCRIPTION_VERSION && version != DESCRIPTION_VERSION_1 {
             return Err(DescriptionError::Version(version.into()));
         }
-        let (mut role, mut bridged, mut namespace) = (None, false, None);
+        let (mut role, mut bridged, mut namespace, mut gateway) = (None, false, None, None);
         while !rest.is_empty() {
             if let Some(name) = rest.strip_prefix("ns=") {
                 namespace = Some(Namespace::new(name));
@@ -301,6 +418,10 @@ impl FromStr for LinkDescription {
                 Some(("role", value)) => role = Some(value),
                 Some(("bridged", "0")) => bridged = false,
                 Some(("bridged", "1")) => bridged = true,
+                Some(("gateway", mac)) if version == DESCRIPTION_VERSION => {
+                    gateway =
+                        Some(parse_mac(mac).ok_or_else(|| DescriptionError::Field(field.into()))?)
+                }
                 _ => return Err(DescriptionError::Field(field.into())),
             }
             rest = next;
@@ -312,7 +433,11 @@ impl FromStr for LinkDescription {
             "other" => Role::Other { bridged },
             unknown => return Err(DescriptionError::Field(format!("role={unknown}"))),
         };
-        Ok(Self { role, namespace })
+        Ok(Self {
+            role,
+            namespace,
+            gateway,
+        })
     }
 }
 
@@ -342,7 +467,7 @@ pub fn crossing(
                 (Some(node.clone()), None)
             }
         }
-        // A bridge port: between the bridge and what is plugged into it.
+        // A bridge port, for frames between what is plugged into it and another port.
         Role::Veth { bridged: true } => inside(far.clone()),
         Role::Other { bridged: true } => (None, None),
         // A point-to-point veth: straight between the node and the far namespace.
@@ -367,6 +492,7 @@ mod tests {
         let bridge = LinkDescription {
             role: Role::BridgeMaster,
             namespace: None,
+            gateway: None,
         };
         points.insert_link(3, "cni0", bridge, LinkLayer::Ethernet);
         let numbered = points.kernel_points();
@@ -398,6 +524,65 @@ mod tests {
         assert_ne!(into_node.enters, pod_lo.leaves);
         assert_eq!(points.kernel_points().len(), numbered.len());
         assert_eq!(at(0, 3, Direction::Ingress), into_node, "numbers are kept");
+    }
+
+    #[test]
+    fn a_bridge_port_places_frames_to_and_from_the_bridge_in_the_node_too() {
+        let bridge_mac = [0x02, 0x42, 0x0a, 0xf4, 0x00, 0x01];
+        let pod_mac = [0x02, 0, 0, 0, 0, 0x03];
+        let mut points = PointMap::default();
+        let port = LinkDescription {
+            role: Role::Veth { bridged: true },
+            namespace: Some(Namespace::new("pod 10.244.0.3")),
+            gateway: Some(bridge_mac),
+        };
+        points.insert_link(5, "veth-coredns-a", port.clone(), LinkLayer::Ethernet);
+        let names = |point: &Point| {
+            (
+                point.leaves.as_ref().map(ToString::to_string),
+                point.enters.as_ref().map(ToString::to_string),
+            )
+        };
+        let pod = || Some("pod 10.244.0.3".to_string());
+        let node = || Some(NODE.to_string());
+        let seen = |direction, via_gateway| Seen {
+            interface: InterfaceRef {
+                netns_cookie: 0,
+                ifindex: 5,
+            },
+            direction,
+            via_gateway,
+        };
+        let at = |direction, via_gateway| names(points.get(seen(direction, via_gateway)).unwrap());
+        assert_eq!(
+            at(Direction::Ingress, false),
+            (pod(), None),
+            "to another port"
+        );
+        assert_eq!(at(Direction::Ingress, true), (pod(), node()), "to the node");
+        assert_eq!(at(Direction::Egress, false), (None, pod()));
+        assert_eq!(at(Direction::Egress, true), (node(), pod()));
+
+        let frame = |to: [u8; 6], from: [u8; 6]| [to, from].concat();
+        let link = port.points("veth-coredns-a");
+        assert!(link.via_gateway(Direction::Ingress, &frame(bridge_mac, pod_mac)));
+        assert!(link.via_gateway(Direction::Egress, &frame(pod_mac, bridge_mac)));
+        assert!(!link.via_gateway(Direction::Ingress, &frame(pod_mac, bridge_mac)));
+        assert!(
+            !link.via_gateway(Direction::Ingress, &bridge_mac),
+            "a cut frame"
+        );
+
+        let kernel = points.kernel_points();
+        let ingress = kernel
+            .iter()
+            .find(|point| point.point.direction == Direction::Ingress as u8)
+            .unwrap();
+        assert_eq!(ingress.gateway_mac, mac_word(bridge_mac));
+        assert_ne!(ingress.namespaces.leaves, 0);
+        assert_eq!(ingress.namespaces.enters, 0);
+        assert_eq!(ingress.via_gateway.leaves, ingress.namespaces.leaves);
+        assert_ne!(ingress.via_gateway.enters, 0, "the node");
     }
 
     fn names(crossing: (Option<Namespace>, Option<Namespace>)) -> (Option<String>, Option<String>) {
@@ -451,23 +636,28 @@ mod tests {
             LinkDescription {
                 role: Role::Veth { bridged: true },
                 namespace: Some(Namespace::new("pod 10.244.0.3")),
+                gateway: Some([0x02, 0x42, 0x0a, 0xf4, 0x00, 0x01]),
             },
             LinkDescription {
                 role: Role::Loopback,
                 namespace: Some(Namespace::new("pod 10.244.0.3")),
+                gateway: None,
             },
             // A pod dnsloop named: the name runs to the end of the line.
             LinkDescription {
                 role: Role::Veth { bridged: true },
                 namespace: Some(Namespace::new("pod kube-system/coredns-5d78c9869d-abcde")),
+                gateway: None,
             },
             LinkDescription {
                 role: Role::BridgeMaster,
                 namespace: None,
+                gateway: None,
             },
             LinkDescription {
                 role: Role::Other { bridged: false },
                 namespace: None,
+                gateway: None,
             },
         ];
         for description in descriptions {
@@ -477,7 +667,11 @@ mod tests {
         assert_eq!(
             "dnsloop/1 role=veth bridged=1 ns=pod 10.244.0.3"
                 .parse::<LinkDescription>()
-                .map(|description| description.points("veth-a")[0].leaves.clone()),
+                .map(|description| description
+                    .points("veth-a")
+                    .get(Direction::Ingress, false)
+                    .leaves
+                    .clone()),
             Ok(Some(Namespace::new("pod 10.244.0.3")))
         );
     }
@@ -487,8 +681,17 @@ mod tests {
         let refused = |text: &str| text.parse::<LinkDescription>().unwrap_err();
         assert_eq!(refused("Intel(R) Ethernet"), DescriptionError::Foreign);
         assert_eq!(
-            refused("dnsloop/2 role=veth"),
-            DescriptionError::Version("dnsloop/2".into())
+            refused("dnsloop/3 role=veth"),
+            DescriptionError::Version("dnsloop/3".into())
+        );
+        assert_eq!(
+            refused("dnsloop/1 role=veth bridged=1 gateway=02:42:0a:f4:00:01"),
+            DescriptionError::Field("gateway=02:42:0a:f4:00:01".into()),
+            "version 1 had no gateway"
+        );
+        assert_eq!(
+            refused("dnsloop/2 role=veth bridged=1 gateway=02:42:0a"),
+            DescriptionError::Field("gateway=02:42:0a".into())
         );
         assert_eq!(
             refused("dnsloop/1 role=veth colour=red"),
@@ -507,13 +710,15 @@ mod tests {
         points.insert_loopback(42, Namespace::new("pod 10.244.0.2"));
         points.rename_loopback(42, Namespace::new("pod default/client"));
         points.rename_loopback(43, Namespace::new("pod default/other"));
-        let lo = |netns_cookie| InterfaceRef {
-            netns_cookie,
-            ifindex: LOOPBACK_INDEX,
+        let lo = |netns_cookie| Seen {
+            interface: InterfaceRef {
+                netns_cookie,
+                ifindex: LOOPBACK_INDEX,
+            },
+            direction: Direction::Egress,
+            via_gateway: false,
         };
-        let renamed = points
-            .get(lo(42), Direction::Egress)
-            .expect("still watched");
+        let renamed = points.get(lo(42)).expect("still watched");
         assert_eq!(
             (renamed.leaves.clone(), renamed.enters.clone()),
             (
@@ -521,6 +726,6 @@ mod tests {
                 Some(Namespace::new("pod default/client"))
             )
         );
-        assert_eq!(points.get(lo(43), Direction::Egress), None);
+        assert_eq!(points.get(lo(43)), None);
     }
 }

@@ -205,7 +205,7 @@ fn feed(
     let mut packet = captured.packet;
     packet.direction = point.direction;
     let decoded = pipeline
-        .ingest_placed(&packet, |_, _| Some(&point))
+        .ingest_placed(&packet, |_| Some(&point))
         .context("analysing the capture")?;
     counts.count(packet.interface.ifindex, &point, decoded);
     pipeline.advance(ts)?;

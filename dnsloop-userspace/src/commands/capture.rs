@@ -638,7 +638,7 @@ mod tests {
             commented: 4,
             ..PcapngReport::default()
         };
-        let interfaces = [("cni0".to_string(), "dnsloop/1 role=bridge".to_string())];
+        let interfaces = [("cni0".to_string(), "dnsloop/2 role=bridge".to_string())];
         let at = SystemTime::UNIX_EPOCH;
         let with_loop = markdown(
             "12:00:00.000  LOOP  x1  www.example.test. A: ...\n  12:00:00.000  cni0 ...\nsummary: 10 observations\n",

@@ -16,7 +16,9 @@ use crate::{
 #[derive(Args, Debug)]
 pub struct TraceArgs {
     /// Interface to watch (repeatable). Default: every interface of the current network
-    /// namespace, the loopback of every pod behind them, and new ones as they appear.
+    /// namespace but bridges' own (their crossings are seen at their ports), the loopback of
+    /// every pod behind them, and new ones as they appear. A bridge named here is watched, and
+    /// its ports then leave the node's side of their crossings to it.
     #[arg(short = 'i', long = "interface", value_name = "IFACE")]
     pub interfaces: Vec<String>,
 

@@ -22,11 +22,14 @@ pub fn ethernet_point(point: ObservationPoint) -> KernelPoint {
         point,
         namespaces: PointNamespaces::NONE,
         link_layer: LinkLayer::Ethernet,
+        gateway_mac: 0,
+        via_gateway: PointNamespaces::NONE,
     }
 }
 
 fn slot(point: &KernelPoint) -> PointSlot {
     PointSlot::new(point.point, point.namespaces, point.link_layer as u8)
+        .with_gateway(point.gateway_mac, point.via_gateway)
 }
 
 /// The point table as this run last wrote it.
@@ -183,6 +186,8 @@ mod tests {
             point: ObservationPoint::new(0, ifindex, direction),
             namespaces: PointNamespaces { leaves, enters: 0 },
             link_layer: LinkLayer::Ethernet,
+            gateway_mac: 0,
+            via_gateway: PointNamespaces::NONE,
         }
     }
 

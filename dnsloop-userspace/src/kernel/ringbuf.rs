@@ -108,6 +108,7 @@ fn raw_packet(item: &[u8], clock: &MonotonicClock, chunk: &mut BytesMut) -> Opti
             ifindex: record.ifindex,
         },
         direction: Direction::from_u8(record.direction)?,
+        via_gateway: record.via_gateway != 0,
         link_layer: link_layer(record.link_layer)?,
         bytes: copy_into(chunk, &record.bytes[..captured]),
         matched_query: matched_query(&record, clock),
@@ -144,6 +145,7 @@ fn matched_query(record: &PacketRecord, clock: &MonotonicClock) -> Option<Matche
     Some(MatchedQuery {
         at: clock.wall_time(query.first_ns),
         direction: Direction::from_u8(query.direction)?,
+        via_gateway: query.via_gateway != 0,
         server: query.server,
         server_port: query.server_port,
     })
@@ -159,6 +161,7 @@ fn prior_sighting(prior: &Sighting, clock: &MonotonicClock) -> Option<PriorSight
             ifindex: prior.ifindex,
         },
         direction: Direction::from_u8(prior.direction)?,
+        via_gateway: prior.via_gateway != 0,
         src: socket_addr(family, &prior.src, prior.sport),
         dst: socket_addr(family, &prior.dst, prior.dport),
         id: prior.id,

@@ -17,7 +17,10 @@ use aya::{
 use dnsloop_ebpf::{
     counter::Counter,
     parse::{LinkLayer, Malformed, Transport},
-    point::{Direction, ObservationPoint, PointCounters, PointNamespaces, PointSlot, POINT_SLOTS},
+    point::{
+        mac_word, Direction, ObservationPoint, PointCounters, PointNamespaces, PointSlot,
+        POINT_SLOTS,
+    },
     record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
 };
 use dnsloop_frames::*;
@@ -394,6 +397,78 @@ fn a_forward_coming_back_into_the_forwarder_is_streamed_from_then_on() {
         "the record that made it hot carries the round before it, oldest first"
     );
     assert_eq!(kernel.counts().get(Counter::StreamedRecords), 2);
+}
+
+/// The test frames' destination and source MACs (`dnsloop_frames::link_header`).
+const FRAME_DESTINATION_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+const FRAME_SOURCE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+
+#[test]
+fn a_loop_through_a_bridge_is_followed_at_its_ports_alone() {
+    let Some(mut kernel) = Kernel::load(trace_settings()) else {
+        return;
+    };
+    // Bridge ports: alone, a frame leaves (ingress) or enters (egress) the pod; sent to the
+    // bridge, or by it, the node too.
+    kernel.place(Direction::Ingress, CLIENT_NS, 0);
+    kernel.place(Direction::Egress, 0, COREDNS_NS);
+    kernel.place_gateway(
+        Direction::Ingress,
+        FRAME_DESTINATION_MAC,
+        CLIENT_NS,
+        NODE_NS,
+    );
+    kernel.place_gateway(Direction::Egress, FRAME_SOURCE_MAC, NODE_NS, COREDNS_NS);
+    programs::register_forwarders(&mut kernel.ebpf, &[IpAddr::V4(NODE_ADDRESS)])
+        .expect("registering the node's address");
+    let to_another_port = |frame: &[u8]| {
+        let mut frame = frame.to_vec();
+        frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x09]);
+        frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x08]);
+        frame
+    };
+    let client_query = query_frame(0x1001, "www.example.test", QTYPE_A);
+    let forwarded = forward_frame(0x2002, "www.example.test");
+    let coming_back = FrameSpec {
+        src: FrameSpec::default().dst,
+        dst: IpAddr::V4(Ipv4Addr::new(169, 254, 25, 10)),
+        payload: dns_query(0x3003, "www.example.test", QTYPE_A),
+        ..FrameSpec::default()
+    }
+    .build();
+
+    // Passing the bridge from port to port, nothing enters the node: no loop.
+    kernel.run(Direction::Ingress, &to_another_port(&client_query));
+    kernel.run(Direction::Egress, &to_another_port(&forwarded));
+    kernel.run(Direction::Ingress, &to_another_port(&coming_back));
+    kernel.assert_streamed(&[]);
+
+    let client_query = query_frame(0x1004, "www.example.org", QTYPE_A);
+    let forwarded = forward_frame(0x2005, "www.example.org");
+    let coming_back = FrameSpec {
+        src: FrameSpec::default().dst,
+        dst: IpAddr::V4(Ipv4Addr::new(169, 254, 25, 10)),
+        payload: dns_query(0x3006, "www.example.org", QTYPE_A),
+        ..FrameSpec::default()
+    }
+    .build();
+    kernel.run(Direction::Ingress, &client_query);
+    kernel.run(Direction::Egress, &forwarded);
+    kernel.run(Direction::Ingress, &coming_back);
+    let records =
+        kernel.assert_streamed(&[(&coming_back, Direction::Ingress, StreamReason::HotQuestion)]);
+    assert_eq!(records[0].via_gateway, 1, "it came back into the node");
+    let priors: Vec<(u16, u8)> = records[0]
+        .priors
+        .iter()
+        .filter(|prior| prior.family != 0)
+        .map(|prior| (prior.id, prior.via_gateway))
+        .collect();
+    assert_eq!(
+        priors,
+        [(0x1004, 1), (0x2005, 1)],
+        "the round before it, each sighting through the node"
+    );
 }
 
 #[test]
@@ -1185,6 +1260,17 @@ impl Kernel {
         let point = test_point(direction);
         for known in self.points.iter_mut().filter(|known| known.point == point) {
             known.namespaces = PointNamespaces { leaves, enters };
+        }
+        self.sync_points();
+    }
+
+    /// Tells the programs that the test runs' frames in `direction` sent to (ingress) or by
+    /// (egress) `mac` leave and enter these namespaces.
+    fn place_gateway(&mut self, direction: Direction, mac: [u8; 6], leaves: u32, enters: u32) {
+        let point = test_point(direction);
+        for known in self.points.iter_mut().filter(|known| known.point == point) {
+            known.gateway_mac = mac_word(mac);
+            known.via_gateway = PointNamespaces { leaves, enters };
         }
         self.sync_points();
     }

@@ -114,6 +114,7 @@ fn unanswered(
             ifindex: state.ifindex,
         },
         direction: Direction::from_u8(state.direction)?,
+        via_gateway: state.via_gateway != 0,
         tcp: key.transport == Transport::Tcp as u8,
         client: socket_addr(family, &key.client, key.client_port),
         server: socket_addr(family, &state.server, state.server_port),
@@ -142,6 +143,7 @@ mod tests {
                 direction: Direction::Ingress as u8,
                 retried: 0,
                 ifindex: 7,
+                ..QueryState::default()
             },
             netns_cookie: 0,
             qtype: 1,

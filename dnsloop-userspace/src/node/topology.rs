@@ -92,6 +92,10 @@ pub struct Link {
     pub role: LinkRole,
     /// False for devices whose frames start at the IP header (WireGuard, tun, ipip...).
     pub ethernet: bool,
+    /// Its hardware address, if it has a 6-byte one.
+    pub mac: Option<[u8; 6]>,
+    /// The bridge (or other controller) it is a port of.
+    pub controller: Option<u32>,
 }
 
 impl From<&LinkRole> for Role {
@@ -149,13 +153,14 @@ fn link_of(message: &LinkMessage) -> Option<Link> {
     let mut kind = None;
     let mut peer_netns_id = None;
     let mut peer_index = None;
-    let mut bridged = false;
+    let (mut mac, mut controller) = (None, None);
     for attribute in &message.attributes {
         match attribute {
             LinkAttribute::IfName(value) => name = Some(value.clone()),
             LinkAttribute::LinkNetNsId(id) => peer_netns_id = Some(*id),
             LinkAttribute::Link(index) => peer_index = Some(*index),
-            LinkAttribute::Controller(_) => bridged = true,
+            LinkAttribute::Controller(index) => controller = Some(*index),
+            LinkAttribute::Address(address) => mac = <[u8; 6]>::try_from(address.as_slice()).ok(),
             LinkAttribute::LinkInfo(infos) => {
                 kind = infos.iter().find_map(|info| match info {
                     LinkInfo::Kind(kind) => Some(kind.clone()),
@@ -166,6 +171,7 @@ fn link_of(message: &LinkMessage) -> Option<Link> {
         }
     }
     let link_type = message.header.link_layer_type;
+    let bridged = controller.is_some();
     let role = match (link_type, kind, peer_index, peer_netns_id) {
         (LinkLayerType::Loopback, ..) => LinkRole::Loopback,
         (_, Some(InfoKind::Bridge), ..) => LinkRole::BridgeMaster,
@@ -181,6 +187,8 @@ fn link_of(message: &LinkMessage) -> Option<Link> {
         name: name?,
         role,
         ethernet: matches!(link_type, LinkLayerType::Ether | LinkLayerType::Loopback),
+        mac,
+        controller,
     })
 }
 

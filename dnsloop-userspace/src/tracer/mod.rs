@@ -45,7 +45,7 @@ use crate::{
     metrics,
     node::{
         pods::{self, CriSocket, PodNames, RuntimePods},
-        topology::{self, Link, LinkEvent},
+        topology::{self, Link, LinkEvent, LinkRole},
     },
 };
 
@@ -177,7 +177,13 @@ impl Tracer {
         let exporter = start_exporter(config.metrics_addr).await?;
         // A --cri-socket that is not there stops dnsloop before anything is loaded, too.
         let cri_socket = CriSocket::resolve(config.cri_socket.as_ref())?;
-        let links = attach::select(topology::list_links().await?, &config.interfaces)?;
+        let available = topology::list_links().await?;
+        let bridges: Vec<Link> = available
+            .iter()
+            .filter(|link| link.role == LinkRole::BridgeMaster)
+            .cloned()
+            .collect();
+        let links = attach::select(available, &config.interfaces)?;
         let pins = config.pin.as_deref().map(PinDir::open).transpose()?;
         let loaded = load(config, pins.as_ref()).await?;
         // The programs took these ports, so they fit the decoder too.
@@ -186,7 +192,7 @@ impl Tracer {
         let whole_node = config.interfaces.is_empty();
         let link_events = Box::pin(topology::link_events()?);
         let pod_names = pod_names(config, cri_socket, whole_node).await;
-        let watch = attach(config, loaded.ebpf, links, whole_node, pod_names)?;
+        let watch = attach(config, loaded.ebpf, links, bridges, whole_node, pod_names)?;
         if let Some(exporter) = &exporter {
             eprintln!("dnsloop: serving metrics at {}", exporter.url());
         }
@@ -384,6 +390,7 @@ fn attach(
     config: &Config,
     ebpf: Ebpf,
     links: Vec<Link>,
+    bridges: Vec<Link>,
     whole_node: bool,
     pod_names: PodNames,
 ) -> anyhow::Result<Watch> {
@@ -391,6 +398,7 @@ fn attach(
     Watch::start(
         ebpf,
         links,
+        bridges,
         whole_node,
         pod_names,
         config.programs.xdp_ingress,

@@ -13,17 +13,21 @@ use crate::{
     kernel::programs,
     node::namespaces::{self, AwaitingNames, PodNamespace},
     node::pods::PodNames,
-    node::topology::{Link, LinkEvent},
+    node::topology::{Link, LinkEvent, LinkRole},
 };
 use dnsloop_core::{
     observation::Namespace,
     points::{LinkDescription, PointMap, Role, NODE},
+    source::InterfaceRef,
 };
 use dnsloop_ebpf::parse::LinkLayer;
 
 pub struct Watch {
     ebpf: Ebpf,
     links: Vec<Link>,
+    /// Every bridge of the namespace, watched or not: a port of one that is not watched sees
+    /// the frames the node routes to and from it (see `points`).
+    bridges: Vec<Link>,
     points: PointMap,
     /// Cookie of the node's namespace, which tags its loopback's records.
     node_cookie: u64,
@@ -41,10 +45,14 @@ pub struct Watch {
 
 impl Watch {
     /// Attaches the programs to `links`; with `whole_node`, also to the loopback of every pod
-    /// behind them, which `pod_names` names.
+    /// behind them, which `pod_names` names. `bridges` are every bridge of the namespace.
+    ///
+    /// With `whole_node`, a bridge's own interface is left out: what crosses between its ports
+    /// and the node is seen once, at the ports.
     pub fn start(
         ebpf: Ebpf,
         links: Vec<Link>,
+        bridges: Vec<Link>,
         whole_node: bool,
         pod_names: PodNames,
         xdp_ingress: bool,
@@ -56,6 +64,7 @@ impl Watch {
         let mut watch = Self {
             ebpf,
             links: Vec::new(),
+            bridges,
             points: PointMap::default(),
             node_cookie,
             attachments: Attachments::new(xdp_ingress),
@@ -95,10 +104,24 @@ impl Watch {
         self.node_cookie
     }
 
-    /// `watching 7 interface(s): lo cni0 ...; lo of pod 10.244.0.3, ...`
+    /// `watching 7 interface(s): lo eth0 ...; bridge cni0 at its ports; lo of pod 10.244.0.3, ...`
     pub fn describe(&self) -> String {
         let names: Vec<&str> = self.links.iter().map(|link| link.name.as_str()).collect();
         let mut text = format!("watching {} interface(s): {}", names.len(), names.join(" "));
+        let at_ports: Vec<&str> = self
+            .bridges
+            .iter()
+            .filter(|bridge| self.gateway_of_bridge(bridge.index).is_some())
+            .filter(|bridge| {
+                self.links
+                    .iter()
+                    .any(|link| link.controller == Some(bridge.index))
+            })
+            .map(|bridge| bridge.name.as_str())
+            .collect();
+        if !at_ports.is_empty() {
+            text.push_str(&format!("; bridge {} at its ports", at_ports.join(" ")));
+        }
         if !self.watched_pods.is_empty() {
             text.push_str(&format!("; lo of {}", self.watched_pods.join(", ")));
         }
@@ -111,6 +134,9 @@ impl Watch {
             return;
         }
         match event {
+            LinkEvent::Added(link) if link.role == LinkRole::BridgeMaster => {
+                self.bridge_changed(link)
+            }
             LinkEvent::Added(link) if !self.attachments.is_attached(link.index) => {
                 let name = link.name.clone();
                 match self.add(vec![link]) {
@@ -122,6 +148,7 @@ impl Watch {
             // A CNI creates a pod's veth, then puts it on the bridge: place it again.
             LinkEvent::Added(link) => self.update(link),
             LinkEvent::Removed { index } => {
+                self.bridges.retain(|bridge| bridge.index != index);
                 self.awaiting_names.forget(index);
                 self.attachments.forget(index);
                 self.points.remove_link(index);
@@ -143,19 +170,23 @@ impl Watch {
 
     /// A known link changed: if what it connects did, re-place its points.
     fn update(&mut self, link: Link) {
-        let Some(known) = self
-            .links
-            .iter_mut()
-            .find(|known| known.index == link.index)
-        else {
+        let Some(known) = self.links.iter().find(|known| known.index == link.index) else {
             return;
         };
-        if known.role == link.role && known.name == link.name {
+        if known.role == link.role && known.name == link.name && known.controller == link.controller
+        {
             return;
         }
         let pods = namespaces::discover(std::slice::from_ref(&link), &self.pod_names);
-        place_link(&mut self.points, &link, &pods);
-        *known = link;
+        let gateway = self.gateway_of(&link);
+        place_link(&mut self.points, &link, &pods, gateway);
+        if let Some(known) = self
+            .links
+            .iter_mut()
+            .find(|known| known.index == link.index)
+        {
+            *known = link;
+        }
         for pod in &pods {
             self.points
                 .rename_loopback(pod.cookie, Namespace::new(&pod.label));
@@ -176,7 +207,8 @@ impl Watch {
                 continue;
             };
             tracing::info!("the namespace behind {} is {}", link.name, pod.label);
-            place_link(&mut self.points, link, std::slice::from_ref(&pod));
+            let gateway = self.gateway_of(link);
+            place_link(&mut self.points, link, std::slice::from_ref(&pod), gateway);
             self.points
                 .rename_loopback(pod.cookie, Namespace::new(&pod.label));
             renamed = true;
@@ -190,13 +222,22 @@ impl Watch {
     }
 
     fn add(&mut self, links: Vec<Link>) -> anyhow::Result<()> {
+        let links: Vec<Link> = if self.whole_node {
+            links
+                .into_iter()
+                .filter(|link| link.role != LinkRole::BridgeMaster)
+                .collect()
+        } else {
+            links
+        };
         let pods = if self.whole_node {
             namespaces::discover(&links, &self.pod_names)
         } else {
             Vec::new()
         };
         for link in &links {
-            place_link(&mut self.points, link, &pods);
+            let gateway = self.gateway_of_port(link, &links);
+            place_link(&mut self.points, link, &pods, gateway);
         }
         let pod_loopbacks = !pods.is_empty() && programs::tc_knows_netns_cookie();
         if pod_loopbacks {
@@ -243,6 +284,60 @@ impl Watch {
         Ok(())
     }
 
+    /// The MAC of the bridge `link` is a port of, if that bridge is not watched (neither now nor
+    /// among `attaching`): frames to and from it are then placed at the port.
+    fn gateway_of_port(&self, link: &Link, attaching: &[Link]) -> Option<[u8; 6]> {
+        let bridge = link.controller?;
+        let watched = |links: &[Link]| links.iter().any(|known| known.index == bridge);
+        if watched(&self.links) || watched(attaching) {
+            return None;
+        }
+        self.gateway_of_bridge(bridge)
+    }
+
+    fn gateway_of(&self, link: &Link) -> Option<[u8; 6]> {
+        self.gateway_of_port(link, &[])
+    }
+
+    fn gateway_of_bridge(&self, index: u32) -> Option<[u8; 6]> {
+        self.bridges
+            .iter()
+            .find(|bridge| bridge.index == index)
+            .and_then(|bridge| bridge.mac)
+    }
+
+    /// A bridge appeared or changed (its MAC follows its ports' unless set): its watched ports
+    /// are placed again with its new MAC.
+    fn bridge_changed(&mut self, bridge: Link) {
+        let index = bridge.index;
+        match self.bridges.iter_mut().find(|known| known.index == index) {
+            Some(known) if known.mac == bridge.mac => return,
+            Some(known) => *known = bridge,
+            None => self.bridges.push(bridge),
+        }
+        let ports: Vec<Link> = self
+            .links
+            .iter()
+            .filter(|link| link.controller == Some(index))
+            .cloned()
+            .collect();
+        for port in ports {
+            let interface = InterfaceRef {
+                netns_cookie: 0,
+                ifindex: port.index,
+            };
+            let Some((_, described)) = self.points.link(interface) else {
+                continue;
+            };
+            let description = LinkDescription {
+                gateway: self.gateway_of(&port),
+                ..described.clone()
+            };
+            self.points
+                .insert_link(port.index, &port.name, description, link_layer(&port));
+        }
+    }
+
     /// The programs cannot tell one namespace's loopback from another's here: say once what
     /// goes unseen.
     fn warn_pod_loopbacks_unwatched(&mut self) {
@@ -287,18 +382,19 @@ fn check_unplaced(links: &[Link], unplaced: &[ObservationPoint]) -> anyhow::Resu
     Ok(())
 }
 /// Places `link` of the node namespace, whose veth, if it is one, leads to one of `pods`; a veth
-/// whose far end was not found is named after itself (`pod@veth-coredns-a`).
-fn place_link(points: &mut PointMap, link: &Link, pods: &[PodNamespace]) {
+/// whose far end was not found is named after itself (`pod@veth-coredns-a`). `gateway`: the MAC
+/// of its bridge, if it is a port of one that is not watched.
+fn place_link(points: &mut PointMap, link: &Link, pods: &[PodNamespace], gateway: Option<[u8; 6]>) {
     points.insert_link(
         link.index,
         &link.name,
-        describe(link, pods),
+        describe(link, pods, gateway),
         link_layer(link),
     );
 }
 
 /// How a saved capture describes `link`, and so where its packets are placed.
-fn describe(link: &Link, pods: &[PodNamespace]) -> LinkDescription {
+fn describe(link: &Link, pods: &[PodNamespace], gateway: Option<[u8; 6]>) -> LinkDescription {
     let role = Role::from(&link.role);
     let namespace = match role {
         Role::Loopback => Some(Namespace::new(NODE)),
@@ -308,7 +404,11 @@ fn describe(link: &Link, pods: &[PodNamespace]) -> LinkDescription {
             .map(|pod| Namespace::new(&pod.label)),
         Role::BridgeMaster | Role::Other { .. } => None,
     };
-    LinkDescription { role, namespace }
+    LinkDescription {
+        role,
+        namespace,
+        gateway,
+    }
 }
 
 fn link_layer(link: &Link) -> LinkLayer {
@@ -321,14 +421,15 @@ fn link_layer(link: &Link) -> LinkLayer {
 
 #[cfg(test)]
 mod tests {
+    use dnsloop_core::points::Seen;
     use dnsloop_core::source::InterfaceRef;
     use dnsloop_ebpf::point::Direction;
 
     use super::*;
-    use crate::node::topology::LinkRole;
 
     #[test]
     fn a_described_link_is_placed_as_live() {
+        let bridge_mac = [0x02, 0x42, 0x0a, 0xf4, 0x00, 0x01];
         let link = Link {
             index: 7,
             name: "veth-coredns-a".into(),
@@ -338,6 +439,8 @@ mod tests {
                 bridged: true,
             },
             ethernet: true,
+            mac: Some([0x02, 0, 0, 0, 0, 0x07]),
+            controller: Some(3),
         };
         let pod = PodNamespace {
             node_veth: 7,
@@ -348,17 +451,30 @@ mod tests {
             pod: None,
         };
         let mut live = PointMap::default();
-        place_link(&mut live, &link, std::slice::from_ref(&pod));
+        place_link(
+            &mut live,
+            &link,
+            std::slice::from_ref(&pod),
+            Some(bridge_mac),
+        );
         let described = LinkDescription {
             role: Role::Veth { bridged: true },
             namespace: Some(Namespace::new("pod 10.244.0.3")),
+            gateway: Some(bridge_mac),
         };
-        let interface = InterfaceRef {
-            netns_cookie: 0,
-            ifindex: 7,
-        };
-        let [ingress, egress] = described.points(&link.name);
-        assert_eq!(live.get(interface, Direction::Ingress), Some(&ingress));
-        assert_eq!(live.get(interface, Direction::Egress), Some(&egress));
+        let points = described.points(&link.name);
+        for direction in [Direction::Ingress, Direction::Egress] {
+            for via_gateway in [false, true] {
+                let seen = Seen {
+                    interface: InterfaceRef {
+                        netns_cookie: 0,
+                        ifindex: 7,
+                    },
+                    direction,
+                    via_gateway,
+                };
+                assert_eq!(live.get(seen), Some(points.get(direction, via_gateway)));
+            }
+        }
     }
 }

@@ -148,7 +148,7 @@ impl Engine {
     /// The loops first, so that a timeout is judged knowing every loop found by then.
     fn feed(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
         let message = MessageKey::of(obs);
-        if !obs.partial || self.loops.takes_partial() {
+        if !obs.recalled && (!obs.partial || self.loops.takes_partial()) {
             self.loops.observe(obs, message.as_ref(), out);
         }
         // The clients' view judges a query from where its client sent it.
@@ -177,10 +177,13 @@ impl Loops for ForwardingLoops {
 
 #[cfg(test)]
 mod tests {
-    use dnsloop_ebpf::parse::Probe;
+    use dnsloop_ebpf::{parse::Probe, point::Direction};
 
     use super::*;
-    use crate::analyzers::{summary::TimeoutCounts, testkit::*};
+    use crate::{
+        analyzers::{summary::TimeoutCounts, testkit::*},
+        points::NODE,
+    };
 
     const NAME: &str = "www.example.test.";
 
@@ -214,6 +217,77 @@ mod tests {
         }
         engine.tick(end, &mut findings);
         findings
+    }
+
+    /// The node-local cache forwards a client's query to CoreDNS, which forwards it to a dead
+    /// upstream through the node; its query is recalled from the kernel's table when it times out. Met again, its
+    /// first sighting (leaving the pod for the node) is no second arrival in the node.
+    #[test]
+    fn a_query_recalled_unanswered_times_out_and_is_not_followed_again() {
+        let coredns_port = |direction| Spot {
+            ifname: "veth-coredns-a",
+            direction,
+            leaves: (direction == Direction::Ingress).then_some(COREDNS),
+            enters: (direction == Direction::Egress).then_some(COREDNS),
+        };
+        let through_node = |spot: Spot| match spot.direction {
+            Direction::Ingress => Spot {
+                enters: Some(NODE),
+                ..spot
+            },
+            Direction::Egress => Spot {
+                leaves: Some(NODE),
+                ..spot
+            },
+        };
+        let uplink = Spot {
+            ifname: "eth0",
+            direction: Direction::Egress,
+            leaves: Some(NODE),
+            enters: Some("netns 10.255.0.53"),
+        };
+        let dead_upstream = query(NAME)
+            .id(2000)
+            .from("10.244.0.3:40000")
+            .to("10.255.0.99:53")
+            .at_ms(2);
+        let client_port = Spot {
+            ifname: "veth-client",
+            direction: Direction::Ingress,
+            leaves: Some(CLIENT),
+            enters: Some(NODE),
+        };
+        let observations = [
+            query(NAME)
+                .id(4242)
+                .to("169.254.25.10:53")
+                .at_ms(0)
+                .route(&[client_port]),
+            query(NAME)
+                .id(1000)
+                .from("10.244.0.1:50000")
+                .to("10.244.0.3:53")
+                .at_ms(1)
+                .route(&[through_node(coredns_port(Direction::Egress))]),
+            dead_upstream
+                .clone()
+                .route(&[through_node(coredns_port(Direction::Ingress)), uplink]),
+        ]
+        .concat();
+        // Recalled once its timeout has passed: its first sighting, a moment before the record
+        // that was streamed of it.
+        let mut recalled = dead_upstream.seen(through_node(coredns_port(Direction::Ingress)));
+        recalled.recalled = true;
+        let mut engine = Engine::new(EngineConfig::default());
+        let mut findings = feed(&mut engine, &observations, ms(2_100));
+        findings.extend(feed(&mut engine, &[recalled], ms(5_000)));
+        assert!(
+            findings
+                .iter()
+                .all(|finding| matches!(finding, Finding::Timeout(_))),
+            "{findings:?}"
+        );
+        assert!(!findings.is_empty(), "the dead upstream times out");
     }
 
     #[test]

@@ -136,6 +136,7 @@ impl Message {
                 probe: Probe::None,
                 size: 40,
                 partial: false,
+                recalled: false,
             },
         }
     }

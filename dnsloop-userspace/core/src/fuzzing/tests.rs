@@ -117,8 +117,9 @@ fn frame(spec: FrameSpec) -> Frame {
 
 /// The point of `ifname` in `direction`: the `nth` link of that name.
 fn at(ifname: &str, direction: Direction, nth: usize) -> u8 {
-    let index = points()
+    let index = links()
         .iter()
+        .flat_map(|link| [Ingress, Egress].map(|direction| link.get(direction, false).clone()))
         .enumerate()
         .filter(|(_, point)| &*point.ifname == ifname && point.direction == direction)
         .nth(nth)

@@ -177,7 +177,7 @@ fn a_capture_report() -> CaptureReport {
         },
         interfaces: vec![CapturedInterface {
             ifname: "cni0".into(),
-            description: "dnsloop/1 role=bridge".into(),
+            description: "dnsloop/2 role=bridge".into(),
         }],
         findings: records
             .into_iter()

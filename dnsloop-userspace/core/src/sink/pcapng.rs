@@ -418,6 +418,7 @@ mod tests {
         LinkDescription {
             role: Role::BridgeMaster,
             namespace: None,
+            gateway: None,
         }
     }
 
@@ -440,6 +441,7 @@ mod tests {
                 ifindex: 3,
             },
             direction: Direction::Ingress,
+            via_gateway: false,
             link_layer: LinkLayer::Ethernet,
             bytes: frame.into(),
             matched_query: None,
@@ -578,6 +580,7 @@ mod tests {
         let loopback = LinkDescription {
             role: Role::Loopback,
             namespace: Some(Namespace::new("pod 10.244.0.3")),
+            gateway: None,
         };
         let file = tempfile::NamedTempFile::new().unwrap();
         let mut sink = PcapngSink::new(file.reopen().unwrap(), options(u64::MAX)).unwrap();
@@ -640,8 +643,8 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "cni0|dnsloop/1 role=bridge|0x03e8|www.example.test|loop www.example.test.",
-                "lo|dnsloop/1 role=loopback ns=pod 10.244.0.3|0x0005|www.example.test|",
+                "cni0|dnsloop/2 role=bridge|0x03e8|www.example.test|loop www.example.test.",
+                "lo|dnsloop/2 role=loopback ns=pod 10.244.0.3|0x0005|www.example.test|",
             ],
             "{stdout}"
         );

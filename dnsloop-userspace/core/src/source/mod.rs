@@ -7,7 +7,7 @@ use std::{
     time::SystemTime,
 };
 
-use crate::observation::DnsName;
+use crate::{observation::DnsName, points::Seen};
 use dnsloop_ebpf::{
     parse::{IpFamily, LinkLayer},
     point::Direction,
@@ -27,6 +27,8 @@ pub struct RawPacket {
     pub ts: SystemTime,
     pub interface: InterfaceRef,
     pub direction: Direction,
+    /// On a bridge port, whether the frame went to or came from the bridge itself.
+    pub via_gateway: bool,
     pub link_layer: LinkLayer,
     /// The packet's first bytes: all of it, or up to the snap length.
     pub bytes: bytes::Bytes,
@@ -38,16 +40,37 @@ pub struct RawPacket {
     pub priors: Vec<PriorSighting>,
 }
 
+impl RawPacket {
+    pub fn seen(&self) -> Seen {
+        Seen {
+            interface: self.interface,
+            direction: self.direction,
+            via_gateway: self.via_gateway,
+        }
+    }
+}
+
 /// A query sighting the kernel counted but did not stream, in full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PriorSighting {
     pub at: SystemTime,
     pub interface: InterfaceRef,
     pub direction: Direction,
+    pub via_gateway: bool,
     pub src: std::net::SocketAddr,
     pub dst: std::net::SocketAddr,
     pub id: u16,
     pub tcp: bool,
+}
+
+impl PriorSighting {
+    pub fn seen(&self) -> Seen {
+        Seen {
+            interface: self.interface,
+            direction: self.direction,
+            via_gateway: self.via_gateway,
+        }
+    }
 }
 
 /// A query as the kernel remembered it: first seen at `at`, on the reply's interface in
@@ -57,6 +80,7 @@ pub struct PriorSighting {
 pub struct MatchedQuery {
     pub at: SystemTime,
     pub direction: Direction,
+    pub via_gateway: bool,
     pub server: [u8; 16],
     pub server_port: u16,
 }
@@ -95,6 +119,7 @@ pub struct UnansweredQuery {
     pub at: SystemTime,
     pub interface: InterfaceRef,
     pub direction: Direction,
+    pub via_gateway: bool,
     pub tcp: bool,
     pub client: SocketAddr,
     /// Where the client sent it, before any DNAT.
@@ -103,4 +128,14 @@ pub struct UnansweredQuery {
     pub name: DnsName,
     pub qtype: u16,
     pub qclass: u16,
+}
+
+impl UnansweredQuery {
+    pub fn seen(&self) -> Seen {
+        Seen {
+            interface: self.interface,
+            direction: self.direction,
+            via_gateway: self.via_gateway,
+        }
+    }
 }

@@ -434,6 +434,8 @@ impl CaptureFile {
                     ifindex: index,
                 },
                 direction: direction.unwrap_or(Direction::Ingress),
+                // The placement reads it from the frame's MACs (see `Placement::place`).
+                via_gateway: false,
                 link_layer,
                 bytes: bytes::Bytes::from(data),
                 matched_query: None,

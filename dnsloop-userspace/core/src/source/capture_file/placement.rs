@@ -4,7 +4,7 @@
 //! the interface connects. A capture file says less, so the rules below are tried in order:
 //!
 //! a. An interface whose pcapng `if_description` `dnsloop` wrote ([`LinkDescription`]) is
-//!    placed exactly as the live trace placed it.
+//!    placed exactly as the live trace placed it (on a bridge port, by the frame's MACs).
 //! b. An interface with a name gets the role its name suggests ([`role_of_name`]): `lo` a
 //!    loopback, the usual bridges a bridge, the usual pod-side veths a veth to a pod named after
 //!    it (`pod@vethXYZ`, bridged when the capture also holds a bridge), anything else an
@@ -40,7 +40,7 @@ use dnsloop_ebpf::{
 use super::{cooked::LOOPBACK_NAME, CaptureInterface, CapturedPacket};
 use crate::{
     observation::{Namespace, Point},
-    points::{DescriptionError, LinkDescription, Role, NODE},
+    points::{DescriptionError, LinkDescription, LinkPoints, Role, NODE},
 };
 
 /// At most this many MACs per interface, and addresses per MAC, are counted: enough to tell a
@@ -146,8 +146,8 @@ impl Survey {
 #[derive(Debug)]
 struct InterfacePlacement {
     name: Arc<str>,
-    /// The points in each direction when its role is known (rules a and b), ingress first.
-    known: Option<(Role, [Point; 2])>,
+    /// Its points when its role is known (rules a and b).
+    known: Option<(Role, LinkPoints)>,
     /// How its role was learnt, for the summary.
     how: &'static str,
     /// The MAC of the node's side, for frames whose direction the file does not record.
@@ -194,6 +194,7 @@ impl Placement {
                         let described = LinkDescription {
                             role: role_of_name(own, with_bridge),
                             namespace: None,
+                            gateway: None,
                         };
                         (Some((described.role, described.points(own))), "name")
                     }
@@ -264,10 +265,13 @@ impl Placement {
                 (Role::Loopback, direction) => {
                     return Some(Point {
                         direction: direction.unwrap_or(Direction::Ingress),
-                        ..points[0].clone()
+                        ..points.get(Direction::Ingress, false).clone()
                     })
                 }
-                (_, Some(direction)) => return Some(points[direction as usize].clone()),
+                (_, Some(direction)) => {
+                    let via_gateway = points.via_gateway(direction, &packet.bytes);
+                    return Some(points.get(direction, via_gateway).clone());
+                }
                 (_, None) => {}
             }
         }

@@ -199,7 +199,7 @@ fn every_link_type_reads_as_the_same_dns_packet() {
         assert_eq!(captured.packet.ts, at(5), "{datalink:?}");
         let mut observations = Vec::new();
         decoder
-            .decode(&captured.packet, |_, _| Some(point), &mut observations)
+            .decode(&captured.packet, |_| Some(point), &mut observations)
             .unwrap_or_else(|error| panic!("{datalink:?}: {error:?}"));
         assert_eq!(observations[0].id, 7, "{datalink:?}");
         assert_eq!(observations[0].src.ip(), ip(CLIENT), "{datalink:?}");
@@ -483,6 +483,7 @@ fn a_dnsloop_description_places_as_live() {
     let described = LinkDescription {
         role: Role::Veth { bridged: true },
         namespace: Some(Namespace::new("pod 10.244.0.3")),
+        gateway: None,
     };
     let mut writer = PcapNgWriter::new(Vec::new()).unwrap();
     writer
@@ -508,8 +509,8 @@ fn a_dnsloop_description_places_as_live() {
     let capture = file(&writer.into_inner());
     let placed = placed(capture.path());
     let points = described.points("veth-coredns-a");
-    assert_eq!(placed[0].1, points[0]);
-    assert_eq!(placed[1].1, points[1]);
+    assert_eq!(&placed[0].1, points.get(Direction::Ingress, false));
+    assert_eq!(&placed[1].1, points.get(Direction::Egress, false));
 }
 
 #[test]
@@ -727,10 +728,12 @@ fn what_the_pcapng_sink_writes_reads_back_as_it_was_seen() {
     let veth = LinkDescription {
         role: Role::Veth { bridged: true },
         namespace: Some(Namespace::new("pod 10.244.0.2")),
+        gateway: None,
     };
     let pod_loopback = LinkDescription {
         role: Role::Loopback,
         namespace: Some(Namespace::new("pod 10.244.0.3")),
+        gateway: None,
     };
     let packet =
         |millis: u64, link, ifindex: u32, direction, frame: Vec<u8>| crate::source::RawPacket {
@@ -740,6 +743,7 @@ fn what_the_pcapng_sink_writes_reads_back_as_it_was_seen() {
                 ifindex,
             },
             direction,
+            via_gateway: false,
             link_layer: link,
             bytes: frame.into(),
             matched_query: None,
@@ -801,7 +805,7 @@ fn what_the_pcapng_sink_writes_reads_back_as_it_was_seen() {
         assert_eq!(read.packet.bytes, sent.bytes);
         assert_eq!(read.packet.link_layer, sent.link_layer);
         assert_eq!(read.direction, Some(sent.direction));
-        let live = description.points(name)[sent.direction as usize].clone();
+        let live = description.points(name).get(sent.direction, false).clone();
         assert_eq!(point, &live, "{name}");
     }
 }

@@ -806,3 +806,38 @@ fn a_forward_routed_through_the_node_and_seen_at_port_and_bridge_is_no_loop() {
     ];
     assert_eq!(run(&mut analyzer(), observations.concat(), ms(5_000)), []);
 }
+
+/// The same, as the tracer places it: each crossing seen once, at the pods' bridge ports.
+#[test]
+fn a_forward_routed_through_the_node_and_seen_at_its_port_is_no_loop() {
+    let uplink = Spot {
+        ifname: "eth0",
+        direction: Direction::Egress,
+        leaves: Some(NODE),
+        enters: None,
+    };
+    let observations = [
+        query(NAME)
+            .id(4242)
+            .from("10.244.0.2:41234")
+            .to("169.254.25.10:53")
+            .at_ms(0)
+            .route(&[crossing("veth-client", Direction::Ingress, CLIENT)]),
+        query(NAME)
+            .id(5)
+            .from("10.255.0.1:50000")
+            .to("10.244.0.3:53")
+            .at_ms(1)
+            .route(&[crossing("veth-coredns-a", Direction::Egress, COREDNS)]),
+        query(NAME)
+            .id(6)
+            .from("10.244.0.3:40000")
+            .to("10.255.0.99:53")
+            .at_ms(2)
+            .route(&[
+                crossing("veth-coredns-a", Direction::Ingress, COREDNS),
+                uplink,
+            ]),
+    ];
+    assert_eq!(run(&mut analyzer(), observations.concat(), ms(5_000)), []);
+}
