@@ -119,10 +119,11 @@ pub struct Load {
     pub completed: u64,
 }
 
-/// How dnsperf loads the node: from the client pod, at `server`:`port`, with `args`.
+/// How dnsperf loads the lab: from the client pod on node `node`, at `server`:`port`.
 pub struct Dnsperf<'a> {
     pub lab: &'a Lab,
     pub queries: &'a str,
+    pub node: usize,
     pub server: String,
     pub port: u16,
 }
@@ -147,7 +148,8 @@ impl Dnsperf<'_> {
             argv.extend(["-Q", rate]);
         }
         argv.extend(extra);
-        let output = self.lab.exec(&self.lab.pod_ns(Pod::Client), &argv)?;
+        let client = self.lab.pod_ns_on(self.node, Pod::Client)?;
+        let output = self.lab.exec(&client, &argv)?;
         let text = String::from_utf8_lossy(&output.stdout);
         let number = |label: &str| -> Option<f64> {
             text.lines()

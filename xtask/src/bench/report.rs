@@ -95,10 +95,13 @@ impl Report {
              Every row is measured side by side in one run; medians, minimums and maximums are \
              over the runs shown. The fixed load is dnsperf from the client pod to the node-local \
              cache, which forwards every query to the ClusterIP and a CoreDNS pod (about 8 \
-             program runs per query). Kernel cost is `run_time_ns / run_cnt` with \
+             program runs per query). Throughput at saturation is measured there and again \
+             on a routed node (no bridge) and across two nodes, each with rows of its own. \
+             Kernel cost is `run_time_ns / run_cnt` with \
              `kernel.bpf_stats_enabled` on, for dnsloop's programs or for a reference \
              classifier (empty, or making one hash-map lookup) attached to the same \
-             interfaces.\n\n\
+             interfaces; kernel time per query is their `run_time_ns` over the queries \
+             dnsperf completed.\n\n\
              {}\n\
              {ANALYSIS}\n\n\
              Reproduce: `cargo xtask bench` as root (it builds everything, brings the lab up, and \
