@@ -308,6 +308,17 @@ fn forward_frame(id: u16, name: &str) -> Vec<u8> {
     .build()
 }
 
+/// CoreDNS, which the node sent the question to, sending it back into the node-local cache.
+fn sent_back_frame(id: u16, name: &str) -> Vec<u8> {
+    FrameSpec {
+        src: FrameSpec::default().dst,
+        dst: IpAddr::V4(Ipv4Addr::new(169, 254, 25, 10)),
+        payload: dns_query(id, name, QTYPE_A),
+        ..FrameSpec::default()
+    }
+    .build()
+}
+
 /// Loads the programs with the test runs' points placed as a node's (see `CLIENT_NS`).
 fn node_kernel() -> Option<Kernel> {
     let mut kernel = Kernel::load(trace_settings())?;
@@ -350,14 +361,7 @@ fn a_forward_coming_back_into_the_forwarder_is_streamed_from_then_on() {
     };
     let client_query = query_frame(0x1001, "www.example.test", QTYPE_A);
     let forwarded = forward_frame(0x2002, "www.example.test");
-    // CoreDNS, which the question was sent to, sends it back into the node.
-    let coming_back = FrameSpec {
-        src: FrameSpec::default().dst,
-        dst: IpAddr::V4(Ipv4Addr::new(169, 254, 25, 10)),
-        payload: dns_query(0x3003, "www.example.test", QTYPE_A),
-        ..FrameSpec::default()
-    }
-    .build();
+    let coming_back = sent_back_frame(0x3003, "www.example.test");
     // The same name with another type is another question.
     let other_question = query_frame(0x4004, "www.example.test", QTYPE_AAAA);
 
@@ -429,13 +433,7 @@ fn a_loop_through_a_bridge_is_followed_at_its_ports_alone() {
     };
     let client_query = query_frame(0x1001, "www.example.test", QTYPE_A);
     let forwarded = forward_frame(0x2002, "www.example.test");
-    let coming_back = FrameSpec {
-        src: FrameSpec::default().dst,
-        dst: IpAddr::V4(Ipv4Addr::new(169, 254, 25, 10)),
-        payload: dns_query(0x3003, "www.example.test", QTYPE_A),
-        ..FrameSpec::default()
-    }
-    .build();
+    let coming_back = sent_back_frame(0x3003, "www.example.test");
 
     // Passing the bridge from port to port, nothing enters the node: no loop.
     kernel.run(Direction::Ingress, &to_another_port(&client_query));
@@ -445,13 +443,7 @@ fn a_loop_through_a_bridge_is_followed_at_its_ports_alone() {
 
     let client_query = query_frame(0x1004, "www.example.org", QTYPE_A);
     let forwarded = forward_frame(0x2005, "www.example.org");
-    let coming_back = FrameSpec {
-        src: FrameSpec::default().dst,
-        dst: IpAddr::V4(Ipv4Addr::new(169, 254, 25, 10)),
-        payload: dns_query(0x3006, "www.example.org", QTYPE_A),
-        ..FrameSpec::default()
-    }
-    .build();
+    let coming_back = sent_back_frame(0x3006, "www.example.org");
     kernel.run(Direction::Ingress, &client_query);
     kernel.run(Direction::Egress, &forwarded);
     kernel.run(Direction::Ingress, &coming_back);

@@ -761,50 +761,61 @@ const fn crossing(ifname: &'static str, direction: Direction, pod: &'static str)
     }
 }
 
-/// The node-local cache forwards to CoreDNS, which forwards to a dead upstream through the node:
-/// the question enters the node again only on its way out of the uplink.
-#[test]
-fn a_forward_routed_through_the_node_and_seen_at_port_and_bridge_is_no_loop() {
-    const UPSTREAM: &str = "host 10.255.0.99";
-    let client_out = [
-        crossing("veth-client", Direction::Ingress, CLIENT),
-        crossing("cni0", Direction::Ingress, CLIENT),
-    ];
-    let to_coredns = [
-        crossing("cni0", Direction::Egress, COREDNS),
-        crossing("veth-coredns-a", Direction::Egress, COREDNS),
-    ];
-    let coredns_out = [
-        crossing("veth-coredns-a", Direction::Ingress, COREDNS),
-        crossing("cni0", Direction::Ingress, COREDNS),
-        Spot {
-            ifname: "eth0",
-            direction: Direction::Egress,
-            leaves: Some(NODE),
-            enters: Some(UPSTREAM),
-        },
-    ];
-    let observations = [
+/// The node-local cache forwards a client's query to CoreDNS, which forwards it to a dead
+/// upstream through the node, each query seen at the spots given.
+fn forwarded_to_a_dead_upstream(
+    client_out: &[Spot],
+    to_coredns: &[Spot],
+    coredns_out: &[Spot],
+) -> Vec<Observation> {
+    [
         query(NAME)
             .id(4242)
             .from("10.244.0.2:41234")
             .to("169.254.25.10:53")
             .at_ms(0)
-            .route(&client_out),
+            .route(client_out),
         query(NAME)
             .id(5)
             .from("10.255.0.1:50000")
             .to("10.244.0.3:53")
             .at_ms(1)
-            .route(&to_coredns),
+            .route(to_coredns),
         query(NAME)
             .id(6)
             .from("10.244.0.3:40000")
             .to("10.255.0.99:53")
             .at_ms(2)
-            .route(&coredns_out),
-    ];
-    assert_eq!(run(&mut analyzer(), observations.concat(), ms(5_000)), []);
+            .route(coredns_out),
+    ]
+    .concat()
+}
+
+/// The question enters the node again only on its way out of the uplink.
+#[test]
+fn a_forward_routed_through_the_node_and_seen_at_port_and_bridge_is_no_loop() {
+    let uplink = Spot {
+        ifname: "eth0",
+        direction: Direction::Egress,
+        leaves: Some(NODE),
+        enters: Some("host 10.255.0.99"),
+    };
+    let observations = forwarded_to_a_dead_upstream(
+        &[
+            crossing("veth-client", Direction::Ingress, CLIENT),
+            crossing("cni0", Direction::Ingress, CLIENT),
+        ],
+        &[
+            crossing("cni0", Direction::Egress, COREDNS),
+            crossing("veth-coredns-a", Direction::Egress, COREDNS),
+        ],
+        &[
+            crossing("veth-coredns-a", Direction::Ingress, COREDNS),
+            crossing("cni0", Direction::Ingress, COREDNS),
+            uplink,
+        ],
+    );
+    assert_eq!(run(&mut analyzer(), observations, ms(5_000)), []);
 }
 
 /// The same, as the tracer places it: each crossing seen once, at the pods' bridge ports.
@@ -816,28 +827,13 @@ fn a_forward_routed_through_the_node_and_seen_at_its_port_is_no_loop() {
         leaves: Some(NODE),
         enters: None,
     };
-    let observations = [
-        query(NAME)
-            .id(4242)
-            .from("10.244.0.2:41234")
-            .to("169.254.25.10:53")
-            .at_ms(0)
-            .route(&[crossing("veth-client", Direction::Ingress, CLIENT)]),
-        query(NAME)
-            .id(5)
-            .from("10.255.0.1:50000")
-            .to("10.244.0.3:53")
-            .at_ms(1)
-            .route(&[crossing("veth-coredns-a", Direction::Egress, COREDNS)]),
-        query(NAME)
-            .id(6)
-            .from("10.244.0.3:40000")
-            .to("10.255.0.99:53")
-            .at_ms(2)
-            .route(&[
-                crossing("veth-coredns-a", Direction::Ingress, COREDNS),
-                uplink,
-            ]),
-    ];
-    assert_eq!(run(&mut analyzer(), observations.concat(), ms(5_000)), []);
+    let observations = forwarded_to_a_dead_upstream(
+        &[crossing("veth-client", Direction::Ingress, CLIENT)],
+        &[crossing("veth-coredns-a", Direction::Egress, COREDNS)],
+        &[
+            crossing("veth-coredns-a", Direction::Ingress, COREDNS),
+            uplink,
+        ],
+    );
+    assert_eq!(run(&mut analyzer(), observations, ms(5_000)), []);
 }
