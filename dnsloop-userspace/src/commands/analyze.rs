@@ -63,7 +63,7 @@ pub struct AnalyzeArgs {
     #[arg(long, value_parser = humantime::parse_duration, default_value = super::DEFAULT_REPORT_INTERVAL, value_name = "DURATION")]
     pub report_interval: Duration,
 
-    /// Print every DNS packet of the capture, on every hop.
+    /// Print every DNS packet of the capture, at every interface it was captured on.
     #[arg(long)]
     pub packets: bool,
 

@@ -39,7 +39,8 @@ pub struct TraceArgs {
     #[arg(long, value_parser = humantime::parse_duration, default_value = super::DEFAULT_REPORT_INTERVAL, value_name = "DURATION")]
     pub report_interval: Duration,
 
-    /// Print every DNS packet seen, on every hop (one line, or one JSON object, per packet).
+    /// Print every DNS packet seen, at every crossing it makes (one line, or one JSON object,
+    /// per packet).
     #[arg(long)]
     pub packets: bool,
 

@@ -295,6 +295,7 @@ impl Watch {
         self.gateway_of_bridge(bridge)
     }
 
+    /// As `gateway_of_port`, for a link placed while no others are being attached.
     fn gateway_of(&self, link: &Link) -> Option<[u8; 6]> {
         self.gateway_of_port(link, &[])
     }
