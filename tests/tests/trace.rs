@@ -19,12 +19,21 @@ const EXTERNAL_QUERIES: u64 = 1;
 /// A healthy lab with `dnsloop trace --output json` running in its node namespace; `None`
 /// when the test cannot run here (and may skip).
 fn traced_healthy_lab(test: &str) -> Option<(Lab, Tracer)> {
+    traced_healthy_lab_with(test, &[])
+}
+
+/// The healthy lab, traced with JSON output and `options`.
+fn traced_healthy_lab_with(test: &str, options: &[&str]) -> Option<(Lab, Tracer)> {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return None;
     }
     let lab = Lab::up(Scenario::Healthy).expect("lab up");
-    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"])
-        .expect("tracer starts");
+    let args: Vec<&str> = ["--output", "json"]
+        .iter()
+        .chain(options)
+        .copied()
+        .collect();
+    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &args).expect("tracer starts");
     Some((lab, tracer))
 }
 
@@ -210,7 +219,8 @@ impl Drop for LatePod {
 
 #[test]
 fn trace_follows_a_pod_that_appears_while_it_runs() {
-    let Some((lab, tracer)) = traced_healthy_lab("trace_follows_a_new_pod") else {
+    let Some((lab, tracer)) = traced_healthy_lab_with("trace_follows_a_new_pod", &["--packets"])
+    else {
         return;
     };
     let pod = LatePod::plug_into(&lab);
@@ -225,6 +235,12 @@ fn trace_follows_a_pod_that_appears_while_it_runs() {
     for _ in 0..3 {
         pod.dig("169.254.25.10", "api.default.svc.cluster.local");
     }
+    // Straight to a CoreDNS pod on the same bridge: passed from port to port, never routed by
+    // the node. Its veth was put on the bridge after it appeared: placed as a port since.
+    pod.dig(
+        &Pod::CoreDnsA.ip().to_string(),
+        "api.default.svc.cluster.local",
+    );
 
     let output = tracer.interrupt().expect("tracer ends on SIGINT");
     assert!(
@@ -241,6 +257,36 @@ fn trace_follows_a_pod_that_appears_while_it_runs() {
         .find(|point| point["ifname"] == LatePod::VETH && point["dir"] == "ingress")
         .unwrap_or_else(|| panic!("{} is not watched: {summary}", LatePod::VETH));
     assert!(late["dns_packets"].as_u64() >= Some(3), "{summary}");
+    let entered_at_its_port = |server: &str| -> Vec<Value> {
+        output
+            .stdout
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|packet| {
+                packet["kind"] == "packet"
+                    && packet["ifname"] == LatePod::VETH
+                    && packet["dir"] == "ingress"
+                    && packet["qr"] == false
+                    && packet["dst"]
+                        .as_str()
+                        .is_some_and(|dst| dst.starts_with(server))
+            })
+            .map(|packet| packet["enters"].clone())
+            .collect()
+    };
+    let to_cache = entered_at_its_port("169.254.25.10:");
+    assert!(
+        !to_cache.is_empty() && to_cache.iter().all(|enters| *enters == "node"),
+        "sent to the bridge, its queries to the node cache enter the node: {to_cache:?}\n{}",
+        output.stdout
+    );
+    let to_pod = entered_at_its_port(&format!("{}:", Pod::CoreDnsA.ip()));
+    assert_eq!(
+        to_pod,
+        [Value::Null],
+        "its query to a pod on the bridge enters no namespace at its port:\n{}",
+        output.stdout
+    );
     drop(pod);
 }
 
