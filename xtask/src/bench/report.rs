@@ -174,7 +174,8 @@ its own, which dnsloop rightly reports as timeouts.
   fourteenth, the clock a twentieth. Tried and measured with `cargo xtask bench --compare`, and
   left out as within the noise: the server table per CPU instead of one entry shared with
   atomic adds, kernel time per query -4.8 % (pairs from -9.0 to +2.3 %), queries/s +6.1 %
-  (pairs from -4.2 to +11.0 %). What remains to try, by the profile: a query table that is not
+  (pairs from -4.2 to +11.0 %); measured again, +9.3 % (pairs from -3.1 to +24.8 %) and -10.6 %
+  (pairs from -16.7 to +7.4 %). What remains to try, by the profile: a query table that is not
   LRU (a plain preallocated hash, whose inserts take no LRU lock, with the sweep of unanswered
   queries freeing room), and a leaner inspection of a message already classified.
 - **Throughput cannot hold: 82.3 % of no program's queries/s on the bridged node, 77.6 % routed,
