@@ -108,14 +108,14 @@ impl Watch {
     pub fn describe(&self) -> String {
         let names: Vec<&str> = self.links.iter().map(|link| link.name.as_str()).collect();
         let mut text = format!("watching {} interface(s): {}", names.len(), names.join(" "));
+        // Bridges seen at their ports: not watched themselves, with a port that is.
         let at_ports: Vec<&str> = self
             .bridges
             .iter()
-            .filter(|bridge| self.gateway_of_bridge(bridge.index).is_some())
             .filter(|bridge| {
-                self.links
-                    .iter()
-                    .any(|link| link.controller == Some(bridge.index))
+                self.links.iter().any(|link| {
+                    self.gateway_of(link).is_some() && link.controller == Some(bridge.index)
+                })
             })
             .map(|bridge| bridge.name.as_str())
             .collect();
