@@ -69,10 +69,10 @@ impl Decoder {
         point_of: impl Fn(Seen) -> Option<&'p Point>,
         out: &mut Vec<Observation>,
     ) -> Result<(), NotDecoded> {
-        let point = point_of(packet.seen()).ok_or(NotDecoded::Unplaced)?;
+        let point = point_of(packet.seen).ok_or(NotDecoded::Unplaced)?;
         let query_point = packet.matched_query.and_then(|query| {
             point_of(Seen {
-                interface: packet.interface,
+                interface: packet.seen.interface,
                 direction: query.direction,
                 via_gateway: query.via_gateway,
             })
@@ -80,7 +80,7 @@ impl Decoder {
         let priors: Vec<(&PriorSighting, &Point)> = packet
             .priors
             .iter()
-            .filter_map(|prior| Some((prior, point_of(prior.seen())?)))
+            .filter_map(|prior| Some((prior, point_of(prior.seen)?)))
             .collect();
         let bytes = SlicePacket(&packet.bytes);
         let segment = match classify(&bytes, packet.link_layer, &self.ports) {
@@ -189,7 +189,7 @@ impl Decoder {
         query: &UnansweredQuery,
         point_of: impl Fn(Seen) -> Option<&'p Point>,
     ) -> Option<Observation> {
-        let point = point_of(query.seen())?;
+        let point = point_of(query.seen)?;
         Some(Observation {
             ts: query.at,
             point: point.clone(),

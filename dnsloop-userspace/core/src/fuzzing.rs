@@ -215,9 +215,11 @@ fn prior(input: &mut &[u8], packet_at: SystemTime) -> Option<PriorSighting> {
     let dst = addr()?;
     Some(PriorSighting {
         at: shifted(packet_at, before.saturating_neg()),
-        interface: link(usize::from(flags >> 3) & 0x07),
-        direction: direction(flags),
-        via_gateway: flags & 0x40 != 0,
+        seen: Seen {
+            interface: link(usize::from(flags >> 3) & 0x07),
+            direction: direction(flags),
+            via_gateway: flags & 0x40 != 0,
+        },
         src,
         dst,
         id: u16::from_le_bytes(take(input)?),
@@ -271,9 +273,11 @@ fn run(input: &[u8], format: OutputFormat) -> Vec<u8> {
         let direction = direction(packet.point as u8);
         let raw = RawPacket {
             ts: packet.ts,
-            interface: link(packet.point / 2),
-            direction,
-            via_gateway: points.via_gateway(direction, packet.bytes),
+            seen: Seen {
+                interface: link(packet.point / 2),
+                direction,
+                via_gateway: points.via_gateway(direction, packet.bytes),
+            },
             link_layer: packet.link_layer,
             bytes: bytes::Bytes::copy_from_slice(packet.bytes),
             matched_query: packet.matched_query,

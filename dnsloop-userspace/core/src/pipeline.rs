@@ -152,7 +152,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
     ) -> Result<Result<(), NotDecoded>, PipelineError> {
         let decoded = self.decoder.decode(packet, &place, &mut self.observations);
         if let Err(NotDecoded::Malformed(reason)) = decoded {
-            if let Some(point) = place(packet.seen()) {
+            if let Some(point) = place(packet.seen) {
                 if self.malformed_samples.due(reason, packet.ts) {
                     let sample = self.decoder.malformed_sample(packet, point, reason);
                     self.sink.malformed(&sample).map_err(PipelineError::Write)?;

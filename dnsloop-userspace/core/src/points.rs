@@ -38,7 +38,7 @@ pub struct KernelPoint {
     pub via_gateway: PointNamespaces,
 }
 
-/// Where the kernel saw a packet: what places it at a [`Point`].
+/// Where a packet was seen: what places it at a [`Point`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Seen {
     pub interface: InterfaceRef,

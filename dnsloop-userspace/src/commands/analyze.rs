@@ -203,11 +203,11 @@ fn feed(
         return Ok(ts);
     };
     let mut packet = captured.packet;
-    packet.direction = point.direction;
+    packet.seen.direction = point.direction;
     let decoded = pipeline
         .ingest_placed(&packet, |_| Some(&point))
         .context("analysing the capture")?;
-    counts.count(packet.interface.ifindex, &point, decoded);
+    counts.count(packet.seen.interface.ifindex, &point, decoded);
     pipeline.advance(ts)?;
     Ok(ts)
 }

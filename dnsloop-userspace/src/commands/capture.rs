@@ -220,7 +220,7 @@ impl Bundle {
     /// names.
     fn record(&mut self, packets: &[RawPacket], points: &PointMap) -> anyhow::Result<()> {
         for packet in packets {
-            let Some((name, description)) = points.link(packet.interface) else {
+            let Some((name, description)) = points.link(packet.seen.interface) else {
                 self.unplaced += 1;
                 continue;
             };

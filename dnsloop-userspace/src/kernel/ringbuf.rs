@@ -15,8 +15,11 @@ use dnsloop_ebpf::{
 };
 use tokio::io::unix::AsyncFd;
 
-use dnsloop_core::source::{
-    ip_family, link_layer, socket_addr, InterfaceRef, MatchedQuery, PriorSighting, RawPacket,
+use dnsloop_core::{
+    points::Seen,
+    source::{
+        ip_family, link_layer, socket_addr, InterfaceRef, MatchedQuery, PriorSighting, RawPacket,
+    },
 };
 
 use super::clock::MonotonicClock;
@@ -103,12 +106,14 @@ fn raw_packet(item: &[u8], clock: &MonotonicClock, chunk: &mut BytesMut) -> Opti
     let captured = usize::from(record.captured_len).min(PACKET_SNAP_MAX);
     Some(RawPacket {
         ts: clock.wall_time(record.ts_ns),
-        interface: InterfaceRef {
-            netns_cookie: record.netns_cookie,
-            ifindex: record.ifindex,
+        seen: Seen {
+            interface: InterfaceRef {
+                netns_cookie: record.netns_cookie,
+                ifindex: record.ifindex,
+            },
+            direction: Direction::from_u8(record.direction)?,
+            via_gateway: record.via_gateway != 0,
         },
-        direction: Direction::from_u8(record.direction)?,
-        via_gateway: record.via_gateway != 0,
         link_layer: link_layer(record.link_layer)?,
         bytes: copy_into(chunk, &record.bytes[..captured]),
         matched_query: matched_query(&record, clock),
@@ -156,12 +161,14 @@ fn prior_sighting(prior: &Sighting, clock: &MonotonicClock) -> Option<PriorSight
     let family = ip_family(prior.family)?;
     Some(PriorSighting {
         at: clock.wall_time(prior.ts_ns),
-        interface: InterfaceRef {
-            netns_cookie: prior.netns_cookie,
-            ifindex: prior.ifindex,
+        seen: Seen {
+            interface: InterfaceRef {
+                netns_cookie: prior.netns_cookie,
+                ifindex: prior.ifindex,
+            },
+            direction: Direction::from_u8(prior.direction)?,
+            via_gateway: prior.via_gateway != 0,
         },
-        direction: Direction::from_u8(prior.direction)?,
-        via_gateway: prior.via_gateway != 0,
         src: socket_addr(family, &prior.src, prior.sport),
         dst: socket_addr(family, &prior.dst, prior.dport),
         id: prior.id,
@@ -204,8 +211,8 @@ mod tests {
         for item in [as_bytes(&aligned), &unaligned[1..]] {
             let packet = raw_packet(item, &clock, &mut chunk).expect("a whole record");
             assert_eq!(&packet.bytes[..], b"abc");
-            assert_eq!(packet.interface.ifindex, 7);
-            assert_eq!(packet.direction, Direction::Egress);
+            assert_eq!(packet.seen.interface.ifindex, 7);
+            assert_eq!(packet.seen.direction, Direction::Egress);
             assert_eq!(packet.ts, clock.wall_time(1_000_000));
         }
         assert!(raw_packet(&as_bytes(&aligned)[1..], &clock, &mut chunk).is_none());

@@ -557,7 +557,7 @@ fn a_query_never_answered_is_collected_with_its_question_once_it_expires() {
     assert_eq!(query.client, "10.0.0.1:40000".parse().unwrap());
     assert_eq!(query.server, "10.96.0.10:53".parse().unwrap());
     assert_eq!(
-        (query.interface.ifindex, query.direction),
+        (query.seen.interface.ifindex, query.seen.direction),
         (LOOPBACK_IFINDEX, Direction::Ingress)
     );
     assert!(!query.tcp);
@@ -696,7 +696,11 @@ fn a_packet_seen_again_further_on_leaves_its_query_as_the_first_sighting_left_it
     let [unanswered] = expired.as_slice() else {
         panic!("one query in flight: {expired:?}");
     };
-    assert_eq!(unanswered.direction, Direction::Ingress, "first seen there");
+    assert_eq!(
+        unanswered.seen.direction,
+        Direction::Ingress,
+        "first seen there"
+    );
 
     // Loopback's reply reaches its client at once (see the test above); seen again, it finds
     // the query answered.

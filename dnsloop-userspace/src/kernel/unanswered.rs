@@ -15,6 +15,7 @@ use dnsloop_ebpf::{
 
 use dnsloop_core::{
     observation::DnsName,
+    points::Seen,
     source::{ip_family, socket_addr, InterfaceRef, UnansweredQuery},
 };
 
@@ -109,12 +110,14 @@ fn unanswered(
     let state = &entry.state;
     Some(UnansweredQuery {
         at: clock.wall_time(state.first_ns),
-        interface: InterfaceRef {
-            netns_cookie: entry.netns_cookie,
-            ifindex: state.ifindex,
+        seen: Seen {
+            interface: InterfaceRef {
+                netns_cookie: entry.netns_cookie,
+                ifindex: state.ifindex,
+            },
+            direction: Direction::from_u8(state.direction)?,
+            via_gateway: state.via_gateway != 0,
         },
-        direction: Direction::from_u8(state.direction)?,
-        via_gateway: state.via_gateway != 0,
         tcp: key.transport == Transport::Tcp as u8,
         client: socket_addr(family, &key.client, key.client_port),
         server: socket_addr(family, &state.server, state.server_port),
@@ -164,7 +167,7 @@ mod tests {
         assert_eq!(query.client, "10.244.0.2:40000".parse().unwrap());
         assert_eq!(query.server, "10.96.0.10:53".parse().unwrap());
         assert_eq!(query.name.presentation(), "www.example.test.");
-        assert_eq!(query.interface.ifindex, 7);
+        assert_eq!(query.seen.interface.ifindex, 7);
         assert!(!query.tcp);
         assert_eq!(query.at, clock.wall_time(1_000_000_000));
 

@@ -233,10 +233,12 @@ impl<W: Write> PcapngSink<W> {
             self.leave_out(&held.packet);
             return Ok(());
         }
-        let mut options = vec![EnhancedPacketOption::Flags(match held.packet.direction {
-            Direction::Ingress => EPB_INBOUND,
-            Direction::Egress => EPB_OUTBOUND,
-        })];
+        let mut options = vec![EnhancedPacketOption::Flags(
+            match held.packet.seen.direction {
+                Direction::Ingress => EPB_INBOUND,
+                Direction::Egress => EPB_OUTBOUND,
+            },
+        )];
         options.extend(
             held.comments
                 .iter()
@@ -274,7 +276,7 @@ impl<W: Write> PcapngSink<W> {
         interface: InterfaceRecord<'_>,
     ) -> io::Result<Option<u32>> {
         let key = InterfaceKey {
-            interface: packet.interface,
+            interface: packet.seen.interface,
             link_layer: packet.link_layer,
             name: interface.name.into(),
             description: interface.description.to_string(),
@@ -410,7 +412,7 @@ mod tests {
     use crate::{
         analyzers::testkit::ms,
         observation::Namespace,
-        points::Role,
+        points::{Role, Seen},
         sink::samples::{a_loop, a_timeout, an_unexpected_source},
     };
 
@@ -436,12 +438,14 @@ mod tests {
         .build();
         RawPacket {
             ts: at,
-            interface: InterfaceRef {
-                netns_cookie: 0,
-                ifindex: 3,
+            seen: Seen {
+                interface: InterfaceRef {
+                    netns_cookie: 0,
+                    ifindex: 3,
+                },
+                direction: Direction::Ingress,
+                via_gateway: false,
             },
-            direction: Direction::Ingress,
-            via_gateway: false,
             link_layer: LinkLayer::Ethernet,
             bytes: frame.into(),
             matched_query: None,
@@ -586,10 +590,13 @@ mod tests {
         let mut sink = PcapngSink::new(file.reopen().unwrap(), options(u64::MAX)).unwrap();
         let packet = query(ms(1_001), "10.244.0.1:50000", "10.244.0.3:53", 1000);
         let on_lo = RawPacket {
-            direction: Direction::Egress,
-            interface: InterfaceRef {
-                netns_cookie: 9,
-                ifindex: 1,
+            seen: Seen {
+                interface: InterfaceRef {
+                    netns_cookie: 9,
+                    ifindex: 1,
+                },
+                direction: Direction::Egress,
+                via_gateway: false,
             },
             ..query(ms(1_002), "127.0.0.1:40000", "127.0.0.1:53", 5)
         };

@@ -25,10 +25,7 @@ pub struct InterfaceRef {
 #[derive(Clone, Debug)]
 pub struct RawPacket {
     pub ts: SystemTime,
-    pub interface: InterfaceRef,
-    pub direction: Direction,
-    /// On a bridge port, whether the frame went to or came from the bridge itself.
-    pub via_gateway: bool,
+    pub seen: Seen,
     pub link_layer: LinkLayer,
     /// The packet's first bytes: all of it, or up to the snap length.
     pub bytes: bytes::Bytes,
@@ -40,37 +37,15 @@ pub struct RawPacket {
     pub priors: Vec<PriorSighting>,
 }
 
-impl RawPacket {
-    pub fn seen(&self) -> Seen {
-        Seen {
-            interface: self.interface,
-            direction: self.direction,
-            via_gateway: self.via_gateway,
-        }
-    }
-}
-
 /// A query sighting the kernel counted but did not stream, in full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PriorSighting {
     pub at: SystemTime,
-    pub interface: InterfaceRef,
-    pub direction: Direction,
-    pub via_gateway: bool,
+    pub seen: Seen,
     pub src: std::net::SocketAddr,
     pub dst: std::net::SocketAddr,
     pub id: u16,
     pub tcp: bool,
-}
-
-impl PriorSighting {
-    pub fn seen(&self) -> Seen {
-        Seen {
-            interface: self.interface,
-            direction: self.direction,
-            via_gateway: self.via_gateway,
-        }
-    }
 }
 
 /// A query as the kernel remembered it: first seen at `at`, on the reply's interface in
@@ -113,13 +88,11 @@ pub fn socket_addr(family: IpFamily, addr: &[u8; 16], port: u16) -> SocketAddr {
     SocketAddr::new(ip, port)
 }
 
-/// A query first seen at `at`, on `interface` in `direction`, that got no answer.
+/// A query first seen at `at`, where `seen` says, that got no answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnansweredQuery {
     pub at: SystemTime,
-    pub interface: InterfaceRef,
-    pub direction: Direction,
-    pub via_gateway: bool,
+    pub seen: Seen,
     pub tcp: bool,
     pub client: SocketAddr,
     /// Where the client sent it, before any DNAT.
@@ -128,14 +101,4 @@ pub struct UnansweredQuery {
     pub name: DnsName,
     pub qtype: u16,
     pub qclass: u16,
-}
-
-impl UnansweredQuery {
-    pub fn seen(&self) -> Seen {
-        Seen {
-            interface: self.interface,
-            direction: self.direction,
-            via_gateway: self.via_gateway,
-        }
-    }
 }

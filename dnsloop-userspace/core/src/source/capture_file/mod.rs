@@ -41,6 +41,7 @@ use thiserror::Error;
 
 use self::cooked::{Cooked, Origin, LOOPBACK_NAME};
 use super::{InterfaceRef, RawPacket};
+use crate::points::Seen;
 
 /// Why a capture file cannot be read, or could be read only in part.
 #[derive(Debug, Error)]
@@ -429,13 +430,15 @@ impl CaptureFile {
         Some(CapturedPacket {
             packet: RawPacket {
                 ts,
-                interface: InterfaceRef {
-                    netns_cookie: 0,
-                    ifindex: index,
+                seen: Seen {
+                    interface: InterfaceRef {
+                        netns_cookie: 0,
+                        ifindex: index,
+                    },
+                    direction: direction.unwrap_or(Direction::Ingress),
+                    // The placement reads it from the frame's MACs (see `Placement::place`).
+                    via_gateway: false,
                 },
-                direction: direction.unwrap_or(Direction::Ingress),
-                // The placement reads it from the frame's MACs (see `Placement::place`).
-                via_gateway: false,
                 link_layer,
                 bytes: bytes::Bytes::from(data),
                 matched_query: None,

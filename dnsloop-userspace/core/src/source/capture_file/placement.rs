@@ -112,7 +112,10 @@ impl Survey {
         else {
             return;
         };
-        let macs = self.fronting.entry(packet.interface.ifindex).or_default();
+        let macs = self
+            .fronting
+            .entry(packet.seen.interface.ifindex)
+            .or_default();
         for (mac, address) in [(source, from), (destination, to)] {
             if is_group(&mac) || (!macs.contains_key(&mac) && macs.len() >= MAX_MACS) {
                 continue;
@@ -247,7 +250,7 @@ impl Placement {
         let packet = &captured.packet;
         let interface = self
             .interfaces
-            .get(usize::try_from(packet.interface.ifindex).ok()?)?;
+            .get(usize::try_from(packet.seen.interface.ifindex).ok()?)?;
         let direction = captured.direction.or_else(|| {
             let node = interface.node_mac?;
             let (destination, source) = macs(&packet.bytes)?;

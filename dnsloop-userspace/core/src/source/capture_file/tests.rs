@@ -288,7 +288,12 @@ fn cooked_v2_makes_each_interface_number_an_interface() {
     let placed = placed(capture.path());
     let seen: Vec<_> = placed
         .iter()
-        .map(|(captured, point)| (captured.packet.interface.ifindex, point.ifname.to_string()))
+        .map(|(captured, point)| {
+            (
+                captured.packet.seen.interface.ifindex,
+                point.ifname.to_string(),
+            )
+        })
         .collect();
     assert_eq!(
         seen,
@@ -738,12 +743,14 @@ fn what_the_pcapng_sink_writes_reads_back_as_it_was_seen() {
     let packet =
         |millis: u64, link, ifindex: u32, direction, frame: Vec<u8>| crate::source::RawPacket {
             ts: at(millis) + Duration::from_nanos(123),
-            interface: crate::source::InterfaceRef {
-                netns_cookie: u64::from(ifindex) * 1000,
-                ifindex,
+            seen: crate::points::Seen {
+                interface: crate::source::InterfaceRef {
+                    netns_cookie: u64::from(ifindex) * 1000,
+                    ifindex,
+                },
+                direction,
+                via_gateway: false,
             },
-            direction,
-            via_gateway: false,
             link_layer: link,
             bytes: frame.into(),
             matched_query: None,
@@ -804,8 +811,11 @@ fn what_the_pcapng_sink_writes_reads_back_as_it_was_seen() {
         assert_eq!(read.packet.ts, sent.ts);
         assert_eq!(read.packet.bytes, sent.bytes);
         assert_eq!(read.packet.link_layer, sent.link_layer);
-        assert_eq!(read.direction, Some(sent.direction));
-        let live = description.points(name).get(sent.direction, false).clone();
+        assert_eq!(read.direction, Some(sent.seen.direction));
+        let live = description
+            .points(name)
+            .get(sent.seen.direction, false)
+            .clone();
         assert_eq!(point, &live, "{name}");
     }
 }
