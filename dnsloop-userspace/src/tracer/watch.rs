@@ -170,9 +170,14 @@ impl Watch {
 
     /// A known link changed: if what it connects did, re-place its points.
     fn update(&mut self, link: Link) {
-        let Some(known) = self.links.iter().find(|known| known.index == link.index) else {
+        let Some(at) = self
+            .links
+            .iter()
+            .position(|known| known.index == link.index)
+        else {
             return;
         };
+        let known = &self.links[at];
         if known.role == link.role && known.name == link.name && known.controller == link.controller
         {
             return;
@@ -180,13 +185,7 @@ impl Watch {
         let pods = namespaces::discover(std::slice::from_ref(&link), &self.pod_names);
         let gateway = self.gateway_of(&link);
         place_link(&mut self.points, &link, &pods, gateway);
-        if let Some(known) = self
-            .links
-            .iter_mut()
-            .find(|known| known.index == link.index)
-        {
-            *known = link;
-        }
+        self.links[at] = link;
         for pod in &pods {
             self.points
                 .rename_loopback(pod.cookie, Namespace::new(&pod.label));
