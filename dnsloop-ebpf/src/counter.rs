@@ -25,10 +25,13 @@ pub enum Counter {
     /// Packets at a point missing from the point table: not counted per point, and not placed in
     /// namespaces (the table was full, or the point was met before it was registered).
     UnplacedPackets = 9,
+    /// DNS packets the kernel dropped (`skb:kfree_skb`), each streamed to userspace with its
+    /// reason unless the drop ring was full (then counted in `LostRecords` too).
+    DnsDrops = 10,
 }
 
 impl Counter {
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::Packets,
         Self::DnsPackets,
         Self::DnsMessages,
@@ -39,6 +42,7 @@ impl Counter {
         Self::StreamedRecords,
         Self::DnsPortUnreachable,
         Self::UnplacedPackets,
+        Self::DnsDrops,
     ];
     pub const COUNT: u32 = Self::ALL.len() as u32;
 
@@ -54,6 +58,7 @@ impl Counter {
             Self::StreamedRecords => "streamed_records",
             Self::DnsPortUnreachable => "dns_port_unreachable",
             Self::UnplacedPackets => "unplaced_packets",
+            Self::DnsDrops => "dns_drops",
         }
     }
 }

@@ -30,6 +30,7 @@ pub(crate) use pod;
 
 pub mod config;
 pub mod counter;
+pub mod drop;
 pub mod forwarder;
 pub mod latency_buckets;
 pub mod names;

@@ -25,8 +25,8 @@ mod programs;
 #[cfg(target_arch = "bpf")]
 use aya_ebpf::{
     bindings::{xdp_action::XDP_PASS, TC_ACT_UNSPEC},
-    macros::{classifier, xdp},
-    programs::{TcContext, XdpContext},
+    macros::{classifier, tracepoint, xdp},
+    programs::{TcContext, TracePointContext, XdpContext},
 };
 #[cfg(target_arch = "bpf")]
 use dnsloop_ebpf::point::Direction;
@@ -60,6 +60,15 @@ pub fn dnsloop_egress(ctx: TcContext) -> i32 {
 pub fn dnsloop_xdp_ingress(ctx: XdpContext) -> u32 {
     programs::observe(Xdp(ctx.ctx), Direction::Ingress);
     XDP_PASS
+}
+
+/// On `skb:kfree_skb`: a DNS packet the kernel dropped, with why and where (see
+/// `programs::observe_drop`). It only reads.
+#[cfg(target_arch = "bpf")]
+#[tracepoint]
+pub fn dnsloop_drop(ctx: TracePointContext) -> u32 {
+    programs::observe_drop(&ctx);
+    0
 }
 
 #[cfg(target_arch = "bpf")]

@@ -13,8 +13,16 @@ pub const EGRESS_PROGRAM: &str = "dnsloop_egress";
 /// Ingress at XDP (`trace --xdp`), in place of [`INGRESS_PROGRAM`].
 pub const XDP_INGRESS_PROGRAM: &str = "dnsloop_xdp_ingress";
 
+/// On the `skb:kfree_skb` tracepoint: DNS packets the kernel dropped.
+pub const DROP_PROGRAM: &str = "dnsloop_drop";
+
 /// Every program in the object.
-pub const PROGRAMS: [&str; 3] = [INGRESS_PROGRAM, EGRESS_PROGRAM, XDP_INGRESS_PROGRAM];
+pub const PROGRAMS: [&str; 4] = [
+    INGRESS_PROGRAM,
+    EGRESS_PROGRAM,
+    XDP_INGRESS_PROGRAM,
+    DROP_PROGRAM,
+];
 
 /// The point table (`point::PointSlot`).
 pub const POINTS_MAP: &str = "POINTS";
@@ -32,15 +40,20 @@ pub const SERVERS_MAP: &str = "SERVERS";
 pub const FORWARDERS_MAP: &str = "FORWARDERS";
 /// The ring buffer of streamed packets (`record::PacketRecord`).
 pub const RECORDS_MAP: &str = "RECORDS";
+/// The ring buffer of dropped DNS packets (`drop::DropRecord`).
+pub const DROPS_MAP: &str = "DROPS";
+/// Dropped DNS packets per drop reason (`drop::reason_slot`).
+pub const DROP_REASONS_MAP: &str = "DROP_REASONS";
 
 /// Scratch space of the programs alone, which userspace never opens.
 pub const NEW_QUESTION_MAP: &str = "NEW_QUESTION";
 pub const ZERO_SERVER_STATS_MAP: &str = "ZERO_SERVER_STATS";
 pub const DNS_BUFFER_MAP: &str = "DNS_BUFFER";
 pub const VERDICT_MAP: &str = "VERDICT";
+pub const DROP_SCRATCH_MAP: &str = "DROP_SCRATCH";
 
 /// Every map in the object.
-pub const MAPS: [&str; 12] = [
+pub const MAPS: [&str; 15] = [
     POINTS_MAP,
     POINT_COUNTERS_MAP,
     COUNTERS_MAP,
@@ -49,10 +62,13 @@ pub const MAPS: [&str; 12] = [
     SERVERS_MAP,
     FORWARDERS_MAP,
     RECORDS_MAP,
+    DROPS_MAP,
+    DROP_REASONS_MAP,
     NEW_QUESTION_MAP,
     ZERO_SERVER_STATS_MAP,
     DNS_BUFFER_MAP,
     VERDICT_MAP,
+    DROP_SCRATCH_MAP,
 ];
 
 /// The longest name the kernel keeps for a program or map (`BPF_OBJ_NAME_LEN` less its NUL):

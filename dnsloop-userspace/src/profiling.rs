@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use aya::{programs::SchedClassifier, Ebpf, TestRun as _, TestRunOptions};
-use dnsloop_ebpf::point::{Direction, ObservationPoint};
+use dnsloop_ebpf::{
+    drop::DropLayout,
+    point::{Direction, ObservationPoint},
+};
 use dnsloop_frames::{dns_query, dns_response, FrameSpec};
 
 use dnsloop_core::points::LOOPBACK_INDEX;
@@ -120,7 +123,7 @@ pub fn verified() -> Result<Vec<Verified>> {
 }
 
 fn load() -> Result<Ebpf> {
-    let mut ebpf = programs::load(&Settings::default(), None)?;
+    let mut ebpf = programs::load(&Settings::default(), None, &DropLayout::NONE)?;
     // The frames run on this namespace's loopback: its points are registered, as `dnsloop
     // trace` registers every point it watches.
     let cookie = namespaces::current_cookie().context("reading this namespace's cookie")?;

@@ -1,4 +1,5 @@
 //! The programs' maps and load-time settings.
+use super::drops::DropScratch;
 use aya_ebpf::{
     bindings::BPF_F_NO_COMMON_LRU,
     macros::map,
@@ -7,6 +8,7 @@ use aya_ebpf::{
 use dnsloop_ebpf::{
     config::ProgramConfig,
     counter::COUNTER_SLOTS,
+    drop::{DropLayout, DROP_REASON_SLOTS},
     forwarder::ForwarderKey,
     parse::{
         DnsHeader, DnsPorts, DnsSummary, LinkLayer, NameWalk, Probe, Question, Segment, TcpFraming,
@@ -70,6 +72,21 @@ pub static FORWARDERS: LruHashMap<ForwarderKey, u8> = LruHashMap::with_max_entri
 /// Packets streamed to userspace.
 #[map]
 pub static RECORDS: RingBuf = RingBuf::with_byte_size(4 * 1024 * 1024, 0);
+
+/// Dropped DNS packets (`drop::DropRecord`), apart from `RECORDS`: a storm of packets there
+/// must not crowd out the drops that explain it.
+#[map]
+pub static DROPS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// Dropped DNS packets per drop reason (`drop::reason_slot`), per CPU: counted even when the
+/// ring has no room for their records.
+#[map]
+pub static DROP_REASONS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_REASON_SLOTS, 0);
+
+/// The drop program's record, built here before it is copied into `DROPS`: most dropped
+/// packets are not DNS, and are never reserved room in the ring.
+#[map]
+pub static DROP_SCRATCH: PerCpuArray<DropScratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// Scratch space for the DNS message being parsed: too big for the 512-byte BPF stack.
 #[map]
@@ -313,6 +330,10 @@ static DNS_PORTS: DnsPorts = DnsPorts::from_slots([53, 0, 0, 0, 0, 0, 0, 0]);
 #[no_mangle]
 static CONFIG: ProgramConfig = ProgramConfig::DEFAULT;
 
+/// Where the drop program reads, in the running kernel; written by userspace at load time.
+#[no_mangle]
+static DROP_LAYOUT: DropLayout = DropLayout::NONE;
+
 // The volatile reads below stop the compiler from folding the defaults: the loader patches
 // these globals before the programs are verified.
 
@@ -326,6 +347,12 @@ pub fn dns_ports() -> DnsPorts {
 pub fn config() -> ProgramConfig {
     // SAFETY: reading a global of plain data.
     unsafe { core::ptr::read_volatile(&CONFIG) }
+}
+
+#[inline(always)]
+pub fn drop_layout() -> DropLayout {
+    // SAFETY: reading a global of plain data.
+    unsafe { core::ptr::read_volatile(&DROP_LAYOUT) }
 }
 
 /// [`ProgramConfig::loopback_cookie`], read alone so that the verifier sees a constant (CONFIG

@@ -1,6 +1,7 @@
 //! What the classifiers do with one packet.
 mod bounded_loop;
 mod counters;
+mod drops;
 mod forwarders;
 mod hook;
 mod maps;
@@ -22,11 +23,14 @@ use dnsloop_ebpf::{
 
 use core::ops::ControlFlow;
 
-pub use self::hook::{Skb, Xdp};
 use self::{
     bounded_loop::{bounded_loop, BpfSteps},
     hook::{Hook, HookBytes},
     maps::{config, LastParse, Verdict, NO_POINT_SLOT},
+};
+pub use self::{
+    drops::observe as observe_drop,
+    hook::{Skb, Xdp},
 };
 
 /// Counts the packet at `hook`, seen in `direction`, and streams it if userspace needs it.

@@ -7,16 +7,17 @@
 use std::{net::SocketAddr, sync::Arc, time::SystemTime};
 
 use dnsloop_ebpf::parse::{
-    classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, IpFamily, Malformed,
-    PacketClass, Segment, SlicePacket, DNS_BUF_LEN,
+    classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, IpFamily, LinkLayer,
+    Malformed, PacketClass, Segment, SlicePacket, DNS_BUF_LEN,
 };
 use dnsloop_ebpf::point::Direction;
 use hickory_proto::{op::Message, serialize::binary::BinDecodable};
 
 use crate::{
-    observation::{DnsName, Observation, Point, Question, Transport},
+    finding::DropCause,
+    observation::{DnsName, DropPlace, DroppedMessage, Observation, Point, Question, Transport},
     points::Seen,
-    source::{socket_addr, MatchedQuery, PriorSighting, RawPacket, UnansweredQuery},
+    source::{socket_addr, DroppedPacket, MatchedQuery, PriorSighting, RawPacket, UnansweredQuery},
 };
 
 /// Offset of the question section in a DNS message.
@@ -180,6 +181,34 @@ impl Decoder {
                 &packet.bytes[..packet.bytes.len().min(SAMPLE_HEAD)],
             ),
         }
+    }
+
+    /// The first DNS message of `packet`, which the kernel dropped at `place`: `None` when it
+    /// holds none that decodes (the kernel filtered on ports alone).
+    pub fn decode_drop(&self, packet: &DroppedPacket, place: DropPlace) -> Option<DroppedMessage> {
+        let bytes = SlicePacket(&packet.bytes);
+        let PacketClass::Dns(segment) = classify(&bytes, LinkLayer::RawIp, &self.ports) else {
+            return None;
+        };
+        let message = match segment.transport {
+            Transport::Udp => udp_message(&segment),
+            Transport::Tcp => *tcp_framing(&bytes, &segment).messages().next()?,
+        };
+        let decoded = decode_message(message_bytes(&packet.bytes, &segment, &message)?).ok()?;
+        Some(DroppedMessage {
+            ts: packet.ts,
+            cause: DropCause {
+                reason: packet.reason.clone(),
+                location: packet.location.clone(),
+                place,
+            },
+            transport: segment.transport,
+            src: socket_addr(segment.family, &segment.src, segment.sport),
+            dst: socket_addr(segment.family, &segment.dst, segment.dport),
+            id: decoded.id,
+            is_response: decoded.is_response,
+            question: decoded.question,
+        })
     }
 
     /// The observation of a query no answer reached, as the kernel's query table held it: its

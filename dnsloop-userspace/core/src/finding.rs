@@ -7,13 +7,14 @@ use std::{
 
 use dnsloop_ebpf::{parse::Probe, point::Direction};
 
-use crate::observation::{Namespace, Transport};
+use crate::observation::{DropPlace, Namespace, Transport};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Finding {
     Loop(LoopFinding),
     UnexpectedSource(UnexpectedSourceFinding),
     Timeout(TimeoutFinding),
+    Drop(DropFinding),
 }
 
 /// One packet of a finding's path.
@@ -154,5 +155,41 @@ pub struct TimeoutFinding {
     pub qname: String,
     pub qtype: u16,
     pub waited: Duration,
+    /// The kernel dropped the (latest) query, or its reply, on its way: why and where.
+    pub dropped: Option<DropCause>,
+    pub summary: String,
+}
+
+/// Why and where the kernel dropped a packet (its `skb:kfree_skb` drop reason).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DropCause {
+    /// The reason's name in the running kernel (`NETFILTER_DROP`, `SOCKET_RCVBUFF`, ...).
+    pub reason: Arc<str>,
+    /// The kernel function that dropped it, with the offset (`nf_hook_slow+0x9c`), when the
+    /// kernel's symbols are readable.
+    pub location: Option<Arc<str>>,
+    pub place: DropPlace,
+}
+
+/// DNS messages the kernel dropped for one reason at one place, to or from one server: the
+/// first reported when seen, the others counted and reported together at most once per report
+/// interval.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DropFinding {
+    /// When the (latest) message was dropped.
+    pub ts: SystemTime,
+    pub cause: DropCause,
+    /// The latest message's addresses, id and question.
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub id: u16,
+    pub is_response: bool,
+    pub transport: Transport,
+    /// Presentation format; `None` for a message without a question.
+    pub qname: Option<String>,
+    pub qtype: Option<u16>,
+    /// Messages this reports: 1, or those since the previous report for the same reason, place
+    /// and server.
+    pub count: u64,
     pub summary: String,
 }

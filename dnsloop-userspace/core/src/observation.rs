@@ -43,6 +43,39 @@ pub struct Point {
     pub enters: Option<Namespace>,
 }
 
+/// Where the kernel dropped a packet: the device it was on and that device's network
+/// namespace, each as far as the tracer knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DropPlace {
+    pub namespace: Option<Namespace>,
+    /// The device's name, or `if<index>` in a namespace whose devices the tracer does not list.
+    pub device: Option<Arc<str>>,
+}
+
+impl std::fmt::Display for DropPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.namespace, &self.device) {
+            (Some(namespace), Some(device)) => write!(f, "{namespace}, on {device}"),
+            (Some(namespace), None) => write!(f, "{namespace}"),
+            (None, Some(device)) => write!(f, "an unknown namespace, on {device}"),
+            (None, None) => f.write_str("an unknown place"),
+        }
+    }
+}
+
+/// A DNS message the kernel dropped, decoded: why, where, and what it was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DroppedMessage {
+    pub ts: SystemTime,
+    pub cause: crate::finding::DropCause,
+    pub transport: Transport,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub id: u16,
+    pub is_response: bool,
+    pub question: Option<Question>,
+}
+
 /// The parser's own: one type names a packet's transport from the kernel to the sinks.
 pub use dnsloop_ebpf::parse::Transport;
 

@@ -16,11 +16,11 @@ use crate::{
     decode::{Decoder, NotDecoded},
     enrich::Enricher,
     finding::Finding,
-    observation::{Observation, Point},
+    observation::{DropPlace, Observation, Point},
     points::{PointMap, Seen},
     schema::SummarySource,
     sink::Sink,
-    source::{RawPacket, UnansweredQuery},
+    source::{DroppedPacket, InterfaceRef, RawPacket, UnansweredQuery},
 };
 
 /// What stops a pipeline: its sink could not write (a closed pipe, a full disk).
@@ -188,6 +188,22 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
             match self.decoder.decode_unanswered(&query, place) {
                 Some(observation) => self.engine.observe(observation, &mut self.findings),
                 None => self.unplaced_records += 1,
+            }
+        }
+        self.emit()
+    }
+
+    /// Decodes the DNS messages the kernel dropped, at the places `place` names their devices,
+    /// and reports them. Drops on DNS ports that hold no DNS message are left out: the kernel
+    /// counted them by reason.
+    pub fn ingest_drops(
+        &mut self,
+        drops: &mut Vec<DroppedPacket>,
+        place: impl Fn(InterfaceRef) -> DropPlace,
+    ) -> Result<(), PipelineError> {
+        for dropped in drops.drain(..) {
+            if let Some(message) = self.decoder.decode_drop(&dropped, place(dropped.device)) {
+                self.engine.dropped(message, &mut self.findings);
             }
         }
         self.emit()

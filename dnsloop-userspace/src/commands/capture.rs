@@ -28,7 +28,7 @@ use dnsloop_core::{
     decode::MalformedSample,
     doctor,
     finding::Finding,
-    observation::Observation,
+    observation::{DropPlace, Observation},
     pipeline::Pipeline,
     points::PointMap,
     schema::{
@@ -40,7 +40,7 @@ use dnsloop_core::{
         pcapng::{InterfaceRecord, PcapngOptions, PcapngReport, PcapngSink},
         Sink, TextSink,
     },
-    source::{RawPacket, UnansweredQuery},
+    source::{DroppedPacket, InterfaceRef, RawPacket, UnansweredQuery},
 };
 
 use crate::tracer::{self, Consumer, Tracer};
@@ -329,6 +329,14 @@ impl Consumer for Recording<'_> {
         points: &PointMap,
     ) -> anyhow::Result<()> {
         Ok(self.pipeline.ingest_unanswered(queries, points)?)
+    }
+
+    fn drops(
+        &mut self,
+        drops: &mut Vec<DroppedPacket>,
+        place: &dyn Fn(InterfaceRef) -> DropPlace,
+    ) -> anyhow::Result<()> {
+        Ok(self.pipeline.ingest_drops(drops, place)?)
     }
 
     fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {

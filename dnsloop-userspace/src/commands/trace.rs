@@ -80,6 +80,13 @@ pub struct TraceArgs {
     #[arg(long)]
     pub expedite_attach: bool,
 
+    /// Do not watch the kernel's drops of DNS packets. By default the skb:kfree_skb tracepoint
+    /// reports every DNS packet the kernel drops on this node, with the kernel's reason
+    /// (NETFILTER_DROP, SOCKET_RCVBUFF, NO_SOCKET, ...) and where; a timeout whose query was
+    /// dropped says so. It costs other packets nothing: the program runs only on drops.
+    #[arg(long)]
+    pub no_drops: bool,
+
     #[command(flatten)]
     pub dns_ports: super::DnsPortArgs,
 
@@ -125,6 +132,7 @@ impl TraceArgs {
                 query_table_size: self.query_table_size,
                 ring_buffer_mib: self.ring_buffer_mib,
                 xdp_ingress: self.xdp,
+                watch_drops: !self.no_drops,
             },
             interfaces: self.interfaces.clone(),
             timeout: self.timeout,

@@ -2,11 +2,13 @@
 //! them with their maps (`programs`, `pinning`), telling them which points to watch
 //! (`point_table`), attaching them (`attach`, with `clsact` on kernels without TCX, `orphans`
 //! for what a killed run left, `expedited_rcu` to attach fast), and reading what they stream and
-//! count (`ringbuf`, `unanswered`, `counters`, `summary`) on their clock (`clock`).
+//! count (`ringbuf`, `unanswered`, `counters`, `summary`) on their clock (`clock`), and the
+//! kernel's own drops of DNS packets (`drops`, located in the kernel by `symbols`).
 pub mod attach;
 pub mod clock;
 pub mod clsact;
 pub mod counters;
+pub mod drops;
 pub mod expedited_rcu;
 mod map_batch;
 pub mod orphans;
@@ -16,6 +18,7 @@ pub mod preflight;
 pub mod programs;
 pub mod ringbuf;
 pub mod summary;
+mod symbols;
 #[cfg(test)]
 mod tests;
 pub mod unanswered;

@@ -11,6 +11,7 @@ use std::{net::IpAddr, sync::OnceLock};
 
 use dnsloop_ebpf::{
     config::ProgramConfig,
+    drop::DropLayout,
     forwarder::ForwarderKey,
     names::{FORWARDERS_MAP, QUESTIONS_MAP, RECORDS_MAP},
     parse::MAX_DNS_PORTS,
@@ -93,6 +94,8 @@ pub struct Settings {
     pub ring_buffer_mib: u32,
     /// Watch ingress at XDP instead of TC (`--xdp`).
     pub xdp_ingress: bool,
+    /// Watch the kernel's drops of DNS packets, where the kernel allows (not `--no-drops`).
+    pub watch_drops: bool,
 }
 
 /// Questions the kernel remembers by default: about 460 bytes each, 15 MiB in all.
@@ -113,13 +116,19 @@ impl Default for Settings {
             query_table_size: DEFAULT_QUERY_TABLE_SIZE,
             ring_buffer_mib: DEFAULT_RING_BUFFER_MIB,
             xdp_ingress: false,
+            watch_drops: true,
         }
     }
 }
 
 /// Loads the programs into the kernel with `settings` patched in, ready to attach. With `pins`
-/// the maps it keeps are taken from there, or created and pinned there.
-pub fn load(settings: &Settings, pins: Option<&PinDir>) -> Result<Ebpf, LoadError> {
+/// the maps it keeps are taken from there, or created and pinned there. The drop program reads
+/// at `drops` (`DropLayout::NONE`: it is not to run); it is loaded when attached.
+pub fn load(
+    settings: &Settings,
+    pins: Option<&PinDir>,
+    drops: &DropLayout,
+) -> Result<Ebpf, LoadError> {
     for note in preflight::check()? {
         tracing::info!("{note}");
     }
@@ -139,6 +148,7 @@ pub fn load(settings: &Settings, pins: Option<&PinDir>) -> Result<Ebpf, LoadErro
     loader
         .override_global("DNS_PORTS", &ports, true)
         .override_global("CONFIG", &config, true)
+        .override_global("DROP_LAYOUT", drops, true)
         .map_max_entries(QUESTIONS_MAP, questions)
         .map_max_entries(QUERIES_MAP, queries)
         .map_max_entries(RECORDS_MAP, ring_bytes);
@@ -439,6 +449,7 @@ mod tests {
             query_table_size: 65536,
             ring_buffer_mib: 4,
             xdp_ingress: false,
+            watch_drops: true,
         }
     }
 

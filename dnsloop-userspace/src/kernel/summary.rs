@@ -1,14 +1,17 @@
 //! The tracer's own numbers for the end-of-run summary: what the kernel counted, and what was
 //! lost on the way. Loss is always reported, never hidden.
+use std::sync::Arc;
+
 use dnsloop_core::schema::{InterfaceCount, KernelSummary, SummarySource};
 use dnsloop_ebpf::counter::Counter;
 
 use crate::kernel::counters::{GlobalCounts, PointCount};
 
-/// The kernel's side of the summary.
+/// The kernel's side of the summary; `drops` per reason, `None` when drops were not watched.
 pub fn summary_extra(
     interfaces: &[PointCount],
     kernel: &GlobalCounts,
+    drops: Option<&[(Arc<str>, u64)]>,
     undecodable_records: u64,
     unplaced_records: u64,
 ) -> SummarySource {
@@ -32,6 +35,12 @@ pub fn summary_extra(
             .iter()
             .map(|&(reason, value)| (reason.as_str(), value))
             .collect(),
+        drops: drops.map(|drops| {
+            drops
+                .iter()
+                .map(|(reason, count)| (reason.to_string(), *count))
+                .collect()
+        }),
         lost_events: kernel.get(Counter::LostRecords),
         undecodable_records,
         unplaced_records,
@@ -56,7 +65,7 @@ mod tests {
             counters: vec![(Counter::LostRecords, 3), (Counter::Packets, 10)],
             malformed: vec![(Malformed::DnsCompressionPointer, 2)],
         };
-        let SummarySource::Kernel(extra) = summary_extra(&interfaces, &kernel, 1, 0) else {
+        let SummarySource::Kernel(extra) = summary_extra(&interfaces, &kernel, None, 1, 0) else {
             panic!("the kernel's numbers");
         };
         assert_eq!(extra.interfaces[0].ifname, "cni0");

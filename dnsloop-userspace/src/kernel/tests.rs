@@ -16,6 +16,7 @@ use aya::{
 };
 use dnsloop_ebpf::{
     counter::Counter,
+    drop::DropLayout,
     parse::{LinkLayer, Malformed, Transport},
     point::{
         mac_word, Direction, ObservationPoint, PointCounters, PointNamespaces, PointSlot,
@@ -1079,6 +1080,7 @@ fn trace_settings() -> Settings {
         query_table_size: 65536,
         ring_buffer_mib: 4,
         xdp_ingress: false,
+        watch_drops: false,
     }
 }
 
@@ -1179,7 +1181,7 @@ impl Kernel {
         if !can_run() {
             return None;
         }
-        let mut ebpf = programs::load(&settings, None).unwrap_or_else(|error| {
+        let mut ebpf = programs::load(&settings, None, &DropLayout::NONE).unwrap_or_else(|error| {
             panic!("loading the programs: {:#}", anyhow::Error::from(error))
         });
         let records = programs::take_records(&mut ebpf).expect("the programs have a ring buffer");

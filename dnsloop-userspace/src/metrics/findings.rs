@@ -89,6 +89,9 @@ impl FindingCounts {
                 };
                 self.timeouts.get_or_create(&label).inc_by(timeout.count);
             }
+            // Counted by reason from the kernel's own counters (`dnsloop_dns_drops`), which
+            // also count the drops whose records a full ring lost.
+            Finding::Drop(_) => {}
         }
     }
 }

@@ -23,6 +23,7 @@ use aya::Ebpf;
 use super::{latency_histogram, servers::ServerLabels};
 use crate::{
     kernel::counters::{self, GlobalCounts, PointCount},
+    kernel::drops::Drops,
     kernel::programs,
     node::topology::Link,
 };
@@ -39,6 +40,8 @@ pub struct KernelSnapshot {
     pub global: GlobalCounts,
     /// By server label: servers past the label cap are added up under `other`.
     pub servers: BTreeMap<String, ServerAnswers>,
+    /// DNS packets the kernel dropped, by reason; `None` when drops are not watched.
+    pub drops: Option<Vec<(Arc<str>, u64)>>,
 }
 
 /// The answers of one server (or of all those labelled `other`).
@@ -77,6 +80,7 @@ impl KernelSnapshot {
         ebpf: &Ebpf,
         node_cookie: u64,
         links: &[Link],
+        drops: Option<&Drops>,
         labels: &mut ServerLabels,
     ) -> anyhow::Result<Self> {
         let interfaces = counters::read_points(ebpf, node_cookie, links)
@@ -90,10 +94,15 @@ impl KernelSnapshot {
                 Some((socket_addr(family, &key.address, key.port), stats))
             })
             .collect();
+        let drops = drops
+            .map(|drops| drops.counts(ebpf))
+            .transpose()
+            .context("reading the kernel's drop counters")?;
         Ok(Self {
             interfaces,
             global,
             servers: by_label(answered, labels),
+            drops,
         })
     }
 
@@ -136,6 +145,17 @@ impl KernelSnapshot {
                 .iter()
                 .map(|&reason| ([("reason", reason.as_str())], self.malformed(reason))),
         )?;
+        if let Some(drops) = &self.drops {
+            encode_counters(
+                encoder,
+                "dnsloop_dns_drops",
+                "DNS packets the kernel dropped on the node, by the kernel's drop reason \
+                 (NETFILTER_DROP, SOCKET_RCVBUFF, NO_SOCKET, ...).",
+                drops
+                    .iter()
+                    .map(|(reason, count)| ([("reason", reason.to_string())], *count)),
+            )?;
+        }
         let lost = encoder.encode_descriptor(
             "dnsloop_lost_events",
             "Packets the kernel could not hand to dnsloop because its ring buffer was full \

@@ -28,7 +28,7 @@ use self::{
 };
 use aya::Ebpf;
 
-use crate::node::topology::Link;
+use crate::{kernel::drops::Drops, node::topology::Link};
 use dnsloop_core::sink::Sink;
 
 /// How often the kernel's counters are read for the scrapes: how stale they may be.
@@ -93,8 +93,9 @@ impl Exporter {
     /// Reads what the kernel counted on the node's `links` (the node's namespace has cookie
     /// `node_cookie`), for the next scrapes. A failed read keeps the previous numbers: tracing
     /// goes on.
-    pub fn refresh(&self, ebpf: &Ebpf, node_cookie: u64, links: &[Link]) {
-        match KernelSnapshot::read(ebpf, node_cookie, links, &mut self.servers.borrow_mut()) {
+    pub fn refresh(&self, ebpf: &Ebpf, node_cookie: u64, links: &[Link], drops: Option<&Drops>) {
+        let servers = &mut self.servers.borrow_mut();
+        match KernelSnapshot::read(ebpf, node_cookie, links, drops, servers) {
             Ok(snapshot) => self.snapshot.replace(snapshot),
             Err(error) => tracing::warn!("metrics: {error:#}; serving the previous numbers"),
         }

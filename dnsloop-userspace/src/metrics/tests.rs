@@ -53,6 +53,7 @@ fn a_timeout(server: &str) -> Finding {
         qname: "www.example.test.".into(),
         qtype: 1,
         waited: Duration::from_secs(2),
+        dropped: None,
         summary: format!("no answer from {server}"),
     })
 }
@@ -108,6 +109,7 @@ fn known_snapshot() -> KernelSnapshot {
             answers(&[(0, 3), (3, 1)], &[300, 7_000, 7_000, 3_000_000]),
         )]
         .into(),
+        drops: Some(vec![("NETFILTER_DROP".into(), 4)]),
     }
 }
 

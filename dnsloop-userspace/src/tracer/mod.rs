@@ -9,7 +9,8 @@
 //! tracer.finish(pipeline)?;                                // the summary, then detach
 //! ```
 //!
-//! kernel programs -> ring buffer source -> pipeline (decoder -> analyzers -> sink).
+//! kernel programs -> ring buffer source -> pipeline (decoder -> analyzers -> sink); the
+//! kernel's drops of DNS packets come through a ring of their own into the same pipeline.
 use std::{future::Future, net::SocketAddr, path::PathBuf, pin::Pin, time::SystemTime};
 
 use anyhow::Context as _;
@@ -18,12 +19,13 @@ use dnsloop_core::{
     analyzers::{Engine, EngineConfig},
     decode::Decoder,
     enrich::Enricher,
+    observation::DropPlace,
     pipeline::Pipeline,
     points::PointMap,
     sink::Sink,
-    source::{RawPacket, UnansweredQuery},
+    source::{DroppedPacket, InterfaceRef, RawPacket, UnansweredQuery},
 };
-use dnsloop_ebpf::parse::DnsPorts;
+use dnsloop_ebpf::{drop::DropLayout, parse::DnsPorts};
 use futures::{Stream, StreamExt as _};
 use tokio::{
     signal::unix::{signal, SignalKind},
@@ -35,6 +37,7 @@ use crate::{
         attach,
         clock::{monotonic_now_ns, MonotonicClock},
         counters,
+        drops::{Drops, KernelDrops},
         expedited_rcu::ExpeditedRcu,
         pinning::PinDir,
         programs::{self, Settings},
@@ -121,6 +124,13 @@ pub trait Consumer {
         points: &PointMap,
     ) -> anyhow::Result<()>;
 
+    /// The kernel dropped `drops`, at the places `place` names; taken out too.
+    fn drops(
+        &mut self,
+        drops: &mut Vec<DroppedPacket>,
+        place: &dyn Fn(InterfaceRef) -> DropPlace,
+    ) -> anyhow::Result<()>;
+
     /// No packet up to `now` is still to come.
     fn tick(&mut self, now: SystemTime) -> anyhow::Result<()>;
 }
@@ -138,6 +148,14 @@ impl<S: Sink + ?Sized> Consumer for Pipeline<'_, S> {
         Ok(self.ingest_unanswered(queries, points)?)
     }
 
+    fn drops(
+        &mut self,
+        drops: &mut Vec<DroppedPacket>,
+        place: &dyn Fn(InterfaceRef) -> DropPlace,
+    ) -> anyhow::Result<()> {
+        Ok(self.ingest_drops(drops, place)?)
+    }
+
     fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
         Ok(Pipeline::tick(self, now)?)
     }
@@ -151,6 +169,8 @@ pub struct Tracer {
     dns_ports: DnsPorts,
     // Fields drop in this order: the watch detaches before the pins and the metrics go.
     source: RingBufSource,
+    /// The kernel's drops of DNS packets, `None` when not watched.
+    drops: Option<Drops>,
     watch: Watch,
     link_events: Pin<Box<dyn Stream<Item = LinkEvent>>>,
     /// The kernel's queries in flight, `None` when every packet is streamed.
@@ -166,6 +186,7 @@ struct Loaded {
     records: RingBuf<MapData>,
     clock: MonotonicClock,
     unanswered: Option<UnansweredQueries>,
+    drops: Option<Drops>,
 }
 
 impl Tracer {
@@ -203,6 +224,7 @@ impl Tracer {
             config: config.clone(),
             dns_ports,
             source,
+            drops: loaded.drops,
             watch,
             link_events,
             unanswered: loaded.unanswered,
@@ -250,11 +272,13 @@ impl Tracer {
         let mut timers = Timers::new();
         let mut packets = Vec::new();
         let mut expired = Vec::new();
+        let mut dropped = Vec::new();
         let mut until = std::pin::pin!(until);
         let ended = loop {
             tokio::select! {
                 ended = &mut until => break ended,
                 batch = self.source.next_batch(&mut packets) => batch.context("reading the ring buffer")?,
+                batch = next_drops(&mut self.drops, &mut dropped) => batch.context("reading the drop ring")?,
                 Some(event) = self.link_events.next() => self.watch.apply(event),
                 _ = timers.pod_naming.tick(), if self.watch.awaits_pod_names() => self.watch.name_new_pods(),
                 _ = timers.sweep.tick(), if self.unanswered.is_some() => self.sweep_unanswered(&mut expired),
@@ -262,11 +286,16 @@ impl Tracer {
             }
             consumer.packets(&mut packets, self.watch.points())?;
             consumer.unanswered(&mut expired, self.watch.points())?;
+            consumer.drops(&mut dropped, &|device| self.watch.drop_place(device))?;
             consumer.tick(self.source.watermark())?;
         };
         // What was streamed before the end is judged too.
         self.source.drain(&mut packets);
         consumer.packets(&mut packets, self.watch.points())?;
+        if let Some(drops) = &mut self.drops {
+            drops.drain(&mut dropped);
+        }
+        consumer.drops(&mut dropped, &|device| self.watch.drop_place(device))?;
         Ok(ended)
     }
 
@@ -279,11 +308,23 @@ impl Tracer {
         let kernel = counters::read_global(watch.ebpf()).context("reading the kernel counters")?;
         let servers = counters::read_servers(watch.ebpf())
             .context("reading the kernel's answer statistics")?;
+        let drops = self
+            .drops
+            .as_ref()
+            .map(|drops| drops.counts(watch.ebpf()))
+            .transpose()
+            .context("reading the kernel's drop counters")?;
+        let undecodable_records = source.undecodable_records
+            + self
+                .drops
+                .as_ref()
+                .map_or(0, |drops| drops.undecodable_records);
         pipeline.finish(source.watermark(), Some(servers), |unplaced_records| {
             summary::summary_extra(
                 &interfaces,
                 &kernel,
-                source.undecodable_records,
+                drops.as_deref(),
+                undecodable_records,
                 unplaced_records,
             )
         })?;
@@ -323,8 +364,20 @@ impl Tracer {
                 self.watch.ebpf(),
                 self.watch.node_cookie(),
                 self.watch.links(),
+                self.drops.as_ref(),
             );
         }
+    }
+}
+
+/// Waits for the next drops, if drops are watched; else forever.
+async fn next_drops(
+    drops: &mut Option<Drops>,
+    out: &mut Vec<DroppedPacket>,
+) -> std::io::Result<()> {
+    match drops {
+        Some(drops) => drops.next_batch(out).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -341,7 +394,21 @@ async fn start_exporter(address: Option<SocketAddr>) -> anyhow::Result<Option<me
 async fn load(config: &Config, pins: Option<&PinDir>) -> anyhow::Result<Loaded> {
     let reused = pins.is_some_and(PinDir::holds_maps);
     let run_started_ns = monotonic_now_ns();
-    let mut ebpf = programs::load(&config.programs, pins)?;
+    let kernel_drops = config
+        .programs
+        .watch_drops
+        .then(|| {
+            KernelDrops::discover()
+                .inspect_err(|error| {
+                    eprintln!("dnsloop: not watching the kernel's drops of DNS packets: {error}")
+                })
+                .ok()
+        })
+        .flatten();
+    let layout = kernel_drops
+        .as_ref()
+        .map_or(DropLayout::NONE, KernelDrops::layout);
+    let mut ebpf = programs::load(&config.programs, pins, &layout)?;
     if let Some(pins) = pins {
         let how = if reused {
             "continuing from the counters and queries in flight pinned in"
@@ -359,11 +426,21 @@ async fn load(config: &Config, pins: Option<&PinDir>) -> anyhow::Result<Loaded> 
         .map(|queries| UnansweredQueries::new(queries, clock, run_started_ns));
     let node_addresses = topology::addresses(None).await?;
     programs::register_forwarders(&mut ebpf, &node_addresses)?;
+    let drops = match kernel_drops.map(|kernel_drops| kernel_drops.attach(&mut ebpf, clock)) {
+        Some(Ok(drops)) => Some(drops),
+        Some(Err(error)) => {
+            let error = anyhow::Error::new(error);
+            eprintln!("dnsloop: not watching the kernel's drops of DNS packets: {error:#}");
+            None
+        }
+        None => None,
+    };
     Ok(Loaded {
         ebpf,
         records,
         clock,
         unanswered,
+        drops,
     })
 }
 

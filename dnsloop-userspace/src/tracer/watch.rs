@@ -1,6 +1,6 @@
 //! The node as it is being watched: its links, the programs attached to them and to its pods'
 //! loopbacks, and where each observation point sits. Kept current as links come and go.
-use std::time::Instant;
+use std::{collections::HashMap, time::Instant};
 
 use anyhow::Context as _;
 use aya::Ebpf;
@@ -16,8 +16,8 @@ use crate::{
     node::topology::{Link, LinkEvent, LinkRole},
 };
 use dnsloop_core::{
-    observation::Namespace,
-    points::{LinkDescription, PointMap, Role, NODE},
+    observation::{DropPlace, Namespace},
+    points::{LinkDescription, PointMap, Role, LOOPBACK_INDEX, NODE},
     source::InterfaceRef,
 };
 use dnsloop_ebpf::parse::LinkLayer;
@@ -41,6 +41,9 @@ pub struct Watch {
     awaiting_names: AwaitingNames,
     watched_pods: Vec<String>,
     warned_pod_loopbacks: bool,
+    /// The namespaces behind the node's veths, by cookie, with the veth: what names the place
+    /// of a drop in one.
+    pod_namespaces: HashMap<u64, (u32, Namespace)>,
 }
 
 impl Watch {
@@ -74,6 +77,7 @@ impl Watch {
             awaiting_names: AwaitingNames::default(),
             watched_pods: Vec::new(),
             warned_pod_loopbacks: false,
+            pod_namespaces: HashMap::new(),
         };
         watch
             .points
@@ -102,6 +106,44 @@ impl Watch {
     /// Cookie of the node's namespace, which tags its loopback's records.
     pub fn node_cookie(&self) -> u64 {
         self.node_cookie
+    }
+
+    /// Where the kernel dropped a packet on `device`: the node or a pod found behind its veths,
+    /// and the device's name when the node's (`if<index>` in a pod, whose devices are not
+    /// listed).
+    pub fn drop_place(&self, device: InterfaceRef) -> DropPlace {
+        let InterfaceRef {
+            netns_cookie,
+            ifindex,
+        } = device;
+        let (namespace, name) = if netns_cookie == self.node_cookie {
+            let name = self
+                .links
+                .iter()
+                .chain(&self.bridges)
+                .find(|link| link.index == ifindex)
+                .map(|link| link.name.clone());
+            (Some(Namespace::new(NODE)), name)
+        } else {
+            let namespace = self
+                .pod_namespaces
+                .get(&netns_cookie)
+                .map(|(_, namespace)| namespace.clone());
+            (namespace, None)
+        };
+        let device = match (ifindex, name) {
+            (0, _) => None,
+            (_, Some(name)) => Some(name.into()),
+            (LOOPBACK_INDEX, None) => Some("lo".into()),
+            (index, None) => Some(format!("if{index}").into()),
+        };
+        DropPlace { namespace, device }
+    }
+
+    /// Notes the namespace of `pod`, named as it is now.
+    fn note_pod(&mut self, pod: &PodNamespace) {
+        self.pod_namespaces
+            .insert(pod.cookie, (pod.node_veth, Namespace::new(&pod.label)));
     }
 
     /// `watching 7 interface(s): lo eth0 ...; bridge cni0 at its ports; lo of pod 10.244.0.3, ...`
@@ -149,6 +191,7 @@ impl Watch {
             LinkEvent::Added(link) => self.update(link),
             LinkEvent::Removed { index } => {
                 self.bridges.retain(|bridge| bridge.index != index);
+                self.pod_namespaces.retain(|_, (veth, _)| *veth != index);
                 self.awaiting_names.forget(index);
                 self.attachments.forget(index);
                 self.points.remove_link(index);
@@ -190,6 +233,7 @@ impl Watch {
             self.points
                 .rename_loopback(pod.cookie, Namespace::new(&pod.label));
             self.awaiting_names.add(pod, Instant::now());
+            self.note_pod(pod);
         }
     }
 
@@ -210,6 +254,7 @@ impl Watch {
             place_link(&mut self.points, link, std::slice::from_ref(&pod), gateway);
             self.points
                 .rename_loopback(pod.cookie, Namespace::new(&pod.label));
+            self.note_pod(&pod);
             renamed = true;
         }
         // The kernel follows questions by namespace: a renamed one is numbered anew.
@@ -278,6 +323,7 @@ impl Watch {
         }
         for pod in &pods {
             self.awaiting_names.add(pod, Instant::now());
+            self.note_pod(pod);
         }
         self.links.extend(attached);
         Ok(())

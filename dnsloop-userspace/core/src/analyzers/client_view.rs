@@ -166,6 +166,7 @@ mod tests {
                 Finding::Loop(_) => "loop",
                 Finding::UnexpectedSource(_) => "unexpected source",
                 Finding::Timeout(_) => "timeout",
+                Finding::Drop(_) => "drop",
             })
             .collect()
     }

@@ -11,6 +11,7 @@ use std::{
 
 use super::{
     client_view::ClientView,
+    drops::Drops,
     forwarding_loop::ForwardingLoops,
     packet::{MessageKey, QuestionKey},
     reorder::Reorder,
@@ -18,7 +19,10 @@ use super::{
     timeout::Loops,
     Analyzer, Summary,
 };
-use crate::{finding::Finding, observation::Observation};
+use crate::{
+    finding::Finding,
+    observation::{DroppedMessage, Observation},
+};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EngineConfig {
@@ -58,6 +62,7 @@ pub struct Engine {
     reorder: Reorder,
     loops: ForwardingLoops,
     clients: ClientView,
+    drops: Drops,
     /// When the analyzers were last told the time (`Analyzer::tick`).
     ticked: Option<SystemTime>,
     observations: u64,
@@ -77,6 +82,7 @@ impl Engine {
             reorder: Reorder::new(settle, max_tracked),
             loops: ForwardingLoops::new(settle, forward_window, loop_report_interval, max_tracked),
             clients: ClientView::new(timeout, loop_report_interval, max_tracked),
+            drops: Drops::new(loop_report_interval, max_tracked),
             ticked: None,
             observations: 0,
             findings: FindingCounts::default(),
@@ -89,6 +95,14 @@ impl Engine {
         self.observations += 1;
         self.reorder.push(obs);
         self.run_due(out);
+    }
+
+    /// The kernel dropped `dropped`. Drops come from their own source, apart from the packets
+    /// seen, and need no reordering: a timeout it explains is judged seconds later.
+    pub fn dropped(&mut self, dropped: DroppedMessage, out: &mut Vec<Finding>) {
+        let start = out.len();
+        self.drops.dropped(dropped, out);
+        self.findings.count(&out[start..]);
     }
 
     /// The clock reads `now`, on the observations' clock: what happened up to `now - settle`
@@ -109,10 +123,13 @@ impl Engine {
         self.loops.tick(now, out);
         self.clients.finish_with(now, &mut self.loops, out);
         self.loops.finish(now, out);
+        self.drops.finish(out);
+        self.explain_timeouts(&mut out[start..]);
         self.findings.count(&out[start..]);
         let mut evictions = BTreeMap::from([
             ("reorder", self.reorder.overflows()),
             ("forwarding_loop", self.loops.evictions()),
+            ("drops", self.drops.evictions()),
         ]);
         evictions.extend(self.clients.evictions());
         Summary {
@@ -142,7 +159,17 @@ impl Engine {
                 self.tell_time(horizon, out);
             }
         }
+        self.explain_timeouts(&mut out[start..]);
         self.findings.count(&out[start..]);
+    }
+
+    /// Says in each timeout among `findings` where the kernel dropped its query, if it did.
+    fn explain_timeouts(&self, findings: &mut [Finding]) {
+        for finding in findings {
+            if let Finding::Timeout(timeout) = finding {
+                self.drops.explain(timeout);
+            }
+        }
     }
 
     /// The loops first, so that a timeout is judged knowing every loop found by then.

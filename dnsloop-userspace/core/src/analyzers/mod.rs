@@ -10,6 +10,7 @@
 //! same findings. Every table they keep is bounded (`table`); the stalest entries go first,
 //! and are counted, when one fills up.
 mod client_view;
+mod drops;
 mod engine;
 mod forwarding_loop;
 mod histogram;

@@ -32,6 +32,7 @@ pub struct FindingCounts {
     pub loops: u64,
     pub unexpected_sources: u64,
     pub timeouts: u64,
+    pub drops: u64,
 }
 
 impl FindingCounts {
@@ -41,6 +42,7 @@ impl FindingCounts {
                 Finding::Loop(_) => self.loops += 1,
                 Finding::UnexpectedSource(_) => self.unexpected_sources += 1,
                 Finding::Timeout(_) => self.timeouts += 1,
+                Finding::Drop(_) => self.drops += 1,
             }
         }
     }

@@ -224,6 +224,8 @@ impl Timeouts {
             qname,
             qtype,
             waited: self.timeout,
+            // The engine says, from the drops it saw.
+            dropped: None,
             summary,
         }
     }

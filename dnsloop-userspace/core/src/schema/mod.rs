@@ -11,6 +11,7 @@
 mod by_name;
 mod capture;
 mod doctor;
+mod drop;
 mod loop_record;
 mod malformed;
 mod packet;
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 pub use by_name::{ByName, Counts};
 pub use capture::{CaptureReport, CapturedInterface, NodeDnsConfig, PcapngFile, ResolvConf};
 pub use doctor::{CheckRecord, DoctorRecord, DoctorSummaryRecord};
+pub use drop::{DropCause, DropRecord};
 pub use loop_record::{Dnat, Hop, LoopRecord, OffNode};
 pub use malformed::MalformedRecord;
 pub use packet::PacketRecord;
@@ -54,6 +56,8 @@ pub enum Record {
     UnexpectedSource(UnexpectedSourceRecord),
     /// A server left queries unanswered.
     Timeout(TimeoutRecord),
+    /// The kernel dropped DNS messages.
+    Drop(DropRecord),
     /// A sample of the packets on DNS ports that could not be parsed.
     Malformed(MalformedRecord),
     /// A DNS message seen (`--packets`).
@@ -73,6 +77,7 @@ impl Record {
                 Self::UnexpectedSource(UnexpectedSourceRecord::new(found, node))
             }
             Finding::Timeout(found) => Self::Timeout(TimeoutRecord::new(found, node)),
+            Finding::Drop(found) => Self::Drop(DropRecord::new(found, node)),
         }
     }
 }

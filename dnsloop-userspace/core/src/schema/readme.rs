@@ -12,11 +12,12 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-const SOURCES: [&str; 10] = [
+const SOURCES: [&str; 11] = [
     include_str!("mod.rs"),
     include_str!("loop_record.rs"),
     include_str!("unexpected_source.rs"),
     include_str!("timeout.rs"),
+    include_str!("drop.rs"),
     include_str!("malformed.rs"),
     include_str!("packet.rs"),
     include_str!("summary.rs"),

@@ -45,6 +45,8 @@ pub struct FindingCounts {
     pub unexpected_source: u64,
     /// `timeout` records written.
     pub timeout: u64,
+    /// `drop` records written.
+    pub drop: u64,
 }
 
 /// Every query that timed out (a client's retries of one query count once), and how many of
@@ -98,10 +100,13 @@ pub struct KernelSummary {
     /// The kernel programs' counters, in their order: `packets`, `dns_packets`,
     /// `dns_messages`, `non_first_fragments`, `tcp_splits`, `tcp_messages_beyond_limit`,
     /// `lost_records`, `streamed_records`, `dns_port_unreachable` (ICMP refusals of a DNS
-    /// reply), `unplaced_packets`.
+    /// reply), `unplaced_packets`, `dns_drops` (DNS packets the kernel dropped).
     pub kernel: Counts,
     /// DNS-port packets that could not be parsed, by reason; only reasons that occurred.
     pub malformed: Counts,
+    /// DNS packets the kernel dropped, by the kernel's drop reason (`NETFILTER_DROP`, ...);
+    /// only reasons that occurred. `null` when this kernel's drops are not watched.
+    pub drops: Option<Counts>,
     /// Records the ring buffer had no room for: each may hide a finding.
     pub lost_events: u64,
     /// Records from the kernel that could not be decoded.
@@ -193,6 +198,7 @@ impl SummaryRecord {
                 loops: summary.findings.loops,
                 unexpected_source: summary.findings.unexpected_sources,
                 timeout: summary.findings.timeouts,
+                drop: summary.findings.drops,
             },
             timeouts: TimeoutCounts {
                 queries: summary.timeouts.queries,

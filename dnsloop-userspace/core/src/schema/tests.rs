@@ -91,7 +91,11 @@ fn sink_lines() -> Vec<String> {
             an_unexpected_source(None),
             an_unexpected_source(Some(evidence)),
             a_timeout(),
-        ] {
+            a_dropped_timeout(),
+        ]
+        .into_iter()
+        .chain(drops())
+        {
             sink.finding(&finding)?;
         }
         sink.packet(&reply("www.example.test.").id(4242).rcode(3).seen(CLIENT_IN))?;
@@ -184,7 +188,10 @@ fn a_capture_report() -> CaptureReport {
             .filter(|record| {
                 matches!(
                     record,
-                    Record::Loop(_) | Record::UnexpectedSource(_) | Record::Timeout(_)
+                    Record::Loop(_)
+                        | Record::UnexpectedSource(_)
+                        | Record::Timeout(_)
+                        | Record::Drop(_)
                 )
             })
             .collect(),
@@ -220,6 +227,7 @@ pub fn every_record() -> Vec<(&'static str, Value)> {
                 Record::Loop(_) => "LoopRecord",
                 Record::UnexpectedSource(_) => "UnexpectedSourceRecord",
                 Record::Timeout(_) => "TimeoutRecord",
+                Record::Drop(_) => "DropRecord",
                 Record::Malformed(_) => "MalformedRecord",
                 Record::Packet(_) => "PacketRecord",
                 Record::Summary(_) => "SummaryRecord",
@@ -261,6 +269,7 @@ fn every_line_the_sink_writes_reads_back_into_its_record_and_writes_alike() {
             "loop",
             "unexpected_source",
             "timeout",
+            "drop",
             "packet",
             "malformed",
             "summary"

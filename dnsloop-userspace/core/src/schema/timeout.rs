@@ -3,7 +3,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::Timestamp;
+use super::{DropCause, Timestamp};
 use crate::{analyzers::mnemonic, finding};
 
 /// A query with no answer after `--timeout`, naming the server that did not answer. The first
@@ -29,6 +29,9 @@ pub struct TimeoutRecord {
     pub qtype: String,
     /// How long the latest query waited, in milliseconds.
     pub waited_ms: u64,
+    /// Where the kernel dropped the latest query or its reply, and why; `null` when it saw no
+    /// drop of either (or drops are not watched).
+    pub dropped: Option<DropCause>,
     /// The finding in one sentence.
     pub summary: String,
     /// The node this was seen on.
@@ -47,6 +50,7 @@ impl TimeoutRecord {
             qname: found.qname.clone(),
             qtype: mnemonic::qtype(found.qtype).into_owned(),
             waited_ms: u64::try_from(found.waited.as_millis()).unwrap_or(u64::MAX),
+            dropped: found.dropped.as_ref().map(DropCause::new),
             summary: found.summary.clone(),
             node: node.to_owned(),
         }

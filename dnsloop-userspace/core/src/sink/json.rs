@@ -488,10 +488,12 @@ mod tests {
                 "qname",
                 "qtype",
                 "waited_ms",
+                "dropped",
                 "summary",
                 "node"
             ])
         );
+        assert_eq!(value["dropped"], serde_json::Value::Null);
         assert_eq!(value["count"], 1);
         assert_eq!(value["kind"], "timeout");
         assert_eq!(value["ts"], "2025-01-01T12:00:03.000Z");
@@ -508,7 +510,7 @@ mod tests {
         assert_eq!(value["late_observations"], 2);
         assert_eq!(
             value["findings"],
-            json!({"loop": 0, "unexpected_source": 0, "timeout": 0})
+            json!({"loop": 0, "unexpected_source": 0, "timeout": 0, "drop": 0})
         );
         assert_eq!(value["evictions"], json!({"reorder": 0, "timeout": 5}));
         assert_eq!(
@@ -517,6 +519,7 @@ mod tests {
         );
         assert_eq!(value["unanswered_at_end"], 1);
         assert_eq!(value["lost_events"], 3);
+        assert_eq!(value["drops"], json!({"NETFILTER_DROP": 3}));
         assert_eq!(value["interfaces"][0]["ifname"], "cni0");
         let server = &value["servers"][0];
         assert_eq!(

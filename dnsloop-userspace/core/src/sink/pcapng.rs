@@ -191,6 +191,11 @@ impl<W: Write> PcapngSink<W> {
             Finding::Loop(found) => format!("loop {}", found.qname),
             Finding::UnexpectedSource(found) => format!("unexpected source {}", found.qname),
             Finding::Timeout(found) => format!("timeout {}", found.qname),
+            Finding::Drop(found) => format!(
+                "dropped {} as {}",
+                found.qname.as_deref().unwrap_or("message"),
+                found.cause.reason
+            ),
         };
         for held in &mut self.held {
             let Some(messages) = &held.messages else {
@@ -347,6 +352,9 @@ fn names(finding: &Finding, ts: SystemTime, messages: &Messages) -> bool {
                 || carries(found.actual, found.client, found.id)
         }
         Finding::Timeout(found) => carries(found.client, found.server, found.id),
+        // The packet dropped is the one the kernel freed: the capture holds its sightings
+        // before that, at the same addresses.
+        Finding::Drop(found) => carries(found.src, found.dst, found.id),
     }
 }
 

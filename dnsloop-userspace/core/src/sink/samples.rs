@@ -6,10 +6,10 @@ use dnsloop_ebpf::{parse::Probe, point::Direction};
 use crate::{
     analyzers::{testkit::*, ServerSummary, Summary},
     finding::{
-        ConntrackEvidence, Dnat, Finding, Hop, LoopFinding, LoopId, OffNode, TimeoutFinding,
-        UnexpectedSourceFinding,
+        ConntrackEvidence, Dnat, DropCause, DropFinding, Finding, Hop, LoopFinding, LoopId,
+        OffNode, TimeoutFinding, UnexpectedSourceFinding,
     },
-    observation::{Namespace, Transport},
+    observation::{DropPlace, Namespace, Transport},
     schema::{InterfaceCount, KernelSummary, SummarySource},
 };
 
@@ -111,8 +111,73 @@ pub fn a_timeout() -> Finding {
         qname: "corp.example.".into(),
         qtype: A,
         waited: Duration::from_secs(2),
+        dropped: None,
         summary: "no answer from 10.255.0.99:53 for corp.example. A (client 10.244.0.3:5353, id 77) after 2.0s".into(),
     })
+}
+
+/// A NetworkPolicy's rule dropping queries to a CoreDNS pod, in the node's forward path.
+fn a_netfilter_drop() -> DropCause {
+    DropCause {
+        reason: "NETFILTER_DROP".into(),
+        location: Some("nf_hook_slow+0x9c".into()),
+        place: DropPlace {
+            namespace: Some(Namespace::new("node")),
+            device: Some("cni0".into()),
+        },
+    }
+}
+
+/// A timeout whose query the kernel dropped on its way.
+pub fn a_dropped_timeout() -> Finding {
+    let Finding::Timeout(mut found) = a_timeout() else {
+        unreachable!("a timeout");
+    };
+    found.dropped = Some(a_netfilter_drop());
+    found
+        .summary
+        .push_str("; dropped as NETFILTER_DROP by nf_hook_slow+0x9c in node, on cni0");
+    Finding::Timeout(found)
+}
+
+/// The kernel dropping queries: the third in a row; and a reply dropped where nobody listens,
+/// its namespace unknown and its message without a question.
+pub fn drops() -> [Finding; 2] {
+    [
+        Finding::Drop(DropFinding {
+            ts: ms(3_100),
+            cause: a_netfilter_drop(),
+            src: addr("10.244.0.2:41234"),
+            dst: addr("10.244.0.3:53"),
+            id: 4242,
+            is_response: false,
+            transport: Transport::Udp,
+            qname: Some("www.example.test.".into()),
+            qtype: Some(A),
+            count: 3,
+            summary: "the kernel dropped a query for www.example.test. A (10.244.0.2:41234 -> 10.244.0.3:53, id 4242): dropped as NETFILTER_DROP by nf_hook_slow+0x9c in node, on cni0".into(),
+        }),
+        Finding::Drop(DropFinding {
+            ts: ms(3_200),
+            cause: DropCause {
+                reason: "NO_SOCKET".into(),
+                location: None,
+                place: DropPlace {
+                    namespace: None,
+                    device: Some("if2".into()),
+                },
+            },
+            src: addr("10.244.0.3:53"),
+            dst: addr("10.244.0.2:41234"),
+            id: 4243,
+            is_response: true,
+            transport: Transport::Udp,
+            qname: None,
+            qtype: None,
+            count: 1,
+            summary: "the kernel dropped a reply (10.244.0.3:53 -> 10.244.0.2:41234, id 4243): dropped as NO_SOCKET in an unknown namespace, on if2".into(),
+        }),
+    ]
 }
 
 pub fn a_summary() -> Summary {
@@ -162,6 +227,7 @@ pub fn kernel_numbers() -> SummarySource {
             packets: 10,
         }],
         kernel: [("packets", 10)].into_iter().collect(),
+        drops: Some([("NETFILTER_DROP", 3)].into_iter().collect()),
         lost_events: 3,
         ..KernelSummary::default()
     })

@@ -204,6 +204,17 @@ impl<W: Write> Sink for TextSink<W> {
                     found.summary
                 ))?
             }
+            Finding::Drop(found) => {
+                let count = match found.count {
+                    1 => String::new(),
+                    count => format!(" x{count}"),
+                };
+                self.line(&format!(
+                    "{}  DROP{count}  {}",
+                    time_of_day(found.ts),
+                    found.summary
+                ))?
+            }
         }
         self.out.flush()
     }

@@ -37,6 +37,19 @@ pub struct RawPacket {
     pub priors: Vec<PriorSighting>,
 }
 
+/// A packet the kernel dropped, from its IP header on, as the drop program streamed it.
+#[derive(Clone, Debug)]
+pub struct DroppedPacket {
+    pub ts: SystemTime,
+    /// The drop reason's name in the running kernel.
+    pub reason: std::sync::Arc<str>,
+    /// The kernel function that dropped it, when its symbols are readable.
+    pub location: Option<std::sync::Arc<str>>,
+    /// The device it was on, in that device's namespace (0 for none).
+    pub device: InterfaceRef,
+    pub bytes: bytes::Bytes,
+}
+
 /// A query sighting the kernel counted but did not stream, in full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PriorSighting {

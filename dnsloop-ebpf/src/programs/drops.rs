@@ -1,0 +1,182 @@
+//! Packets the kernel dropped: on `skb:kfree_skb`, a dropped packet on a DNS port is copied
+//! from its IP header on, with the drop's reason, place and kernel location, into the drop ring.
+//!
+//! Every read goes through `bpf_probe_read_kernel` at offsets userspace took from the running
+//! kernel (see `drop::DropLayout`): a read that fails (a pointer the layout did not expect, a
+//! `dev` field reused as scratch) leaves that part of the record zero, never a fault.
+use aya_ebpf::{
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf},
+    programs::TracePointContext,
+};
+use dnsloop_ebpf::{
+    counter::Counter,
+    drop::{reason_slot, DropLayout, DropRecord, DROP_SNAP_MAX},
+    parse::{classify, LinkLayer, PacketBytes, PacketClass},
+};
+
+use super::{counters, maps};
+
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86dd;
+
+/// Looks at one freed socket buffer; streams it if it held DNS.
+#[inline(always)]
+pub fn observe(ctx: &TracePointContext) {
+    let layout = maps::drop_layout();
+    if !layout.is_set() {
+        return;
+    }
+    // SAFETY: the offsets are the tracepoint's own fields, from its format file.
+    let Ok(protocol) = (unsafe { ctx.read_at::<u16>(layout.protocol_field.into()) }) else {
+        return;
+    };
+    if protocol != ETH_P_IP && protocol != ETH_P_IPV6 {
+        return;
+    }
+    let Some(scratch) = maps::DROP_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: the per-CPU value belongs to this program run until it returns.
+    let record = unsafe { &mut (*scratch).record };
+    if !copy_packet(ctx, &layout, record) {
+        return;
+    }
+    let ports = maps::dns_ports();
+    let bytes = DroppedBytes {
+        bytes: &record.bytes,
+        len: record.captured_len as usize,
+    };
+    if !matches!(
+        classify(&bytes, LinkLayer::RawIp, &ports),
+        PacketClass::Dns(_)
+    ) {
+        return;
+    }
+    counters::bump(Counter::DnsDrops);
+    record.protocol = protocol;
+    // SAFETY: as for `protocol`.
+    let reason = unsafe { ctx.read_at::<u32>(layout.reason_field.into()) }.unwrap_or(0);
+    if let Some(count) = maps::DROP_REASONS.get_ptr_mut(reason_slot(reason)) {
+        // SAFETY: per-CPU slot, so nothing else writes it concurrently.
+        unsafe { *count += 1 };
+    }
+    record.reason = reason;
+    // SAFETY: as for `protocol`.
+    unsafe {
+        record.location = ctx
+            .read_at::<u64>(layout.location_field.into())
+            .unwrap_or(0);
+        record.ts_ns = bpf_ktime_get_ns();
+    }
+    let skb = skb_address(ctx, &layout);
+    place(skb, &layout, record);
+    if maps::DROPS.output::<DropRecord>(&*record, 0).is_err() {
+        counters::bump(Counter::LostRecords);
+    }
+}
+
+/// Bytes the parser reads at once at most (an IPv6 header).
+const WIDEST_READ: usize = 64;
+
+/// The drop program's record as it is built, with room past its bytes: LLVM turns a read of
+/// `(offset + i) & mask` into `(offset & mask) + i`, which the verifier then checks against the
+/// value's end.
+#[repr(C)]
+pub struct DropScratch {
+    pub record: DropRecord,
+    slack: [u8; WIDEST_READ],
+}
+
+/// The bytes copied from a dropped packet, as the parser reads them.
+struct DroppedBytes<'a> {
+    bytes: &'a [u8; DROP_SNAP_MAX],
+    len: usize,
+}
+
+const _: () = assert!(DROP_SNAP_MAX.is_power_of_two());
+
+impl PacketBytes for DroppedBytes<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Byte by byte, each index masked: the verifier cannot carry `offset + N <= len` (two
+    /// run-time values) over to the map value's bounds, but it can check a masked index against
+    /// them (as `parse::message` does for the DNS buffer), with `DropScratch`'s slack.
+    #[inline(always)]
+    fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]> {
+        if N > WIDEST_READ || offset.checked_add(N)? > self.len {
+            return None;
+        }
+        let mut out = [0u8; N];
+        for (index, byte) in out.iter_mut().enumerate() {
+            *byte = self.bytes[(offset + index) & (DROP_SNAP_MAX - 1)];
+        }
+        Some(out)
+    }
+}
+
+/// The freed socket buffer's address.
+#[inline(always)]
+fn skb_address(ctx: &TracePointContext, layout: &DropLayout) -> u64 {
+    // SAFETY: as in `observe`.
+    unsafe { ctx.read_at::<u64>(layout.skb_field.into()) }.unwrap_or(0)
+}
+
+/// Copies the packet from its IP header to the end of its linear data, at most
+/// `DROP_SNAP_MAX` bytes, into `record`; false when there is none to read.
+#[inline(always)]
+fn copy_packet(ctx: &TracePointContext, layout: &DropLayout, record: &mut DropRecord) -> bool {
+    let skb = skb_address(ctx, layout);
+    if skb == 0 {
+        return false;
+    }
+    let head: u64 = read(skb, layout.skb_head).unwrap_or(0);
+    let network: u16 = read(skb, layout.skb_network_header).unwrap_or(0);
+    let tail: u32 = read(skb, layout.skb_tail).unwrap_or(0);
+    // A buffer never given a network header (0 as allocated) or holding nothing past it.
+    if head == 0 || network == 0 || u32::from(network) >= tail {
+        return false;
+    }
+    let linear = tail - u32::from(network);
+    record.linear_len = linear;
+    let len = (linear as usize).min(DROP_SNAP_MAX);
+    // The helper needs a length it can prove: in 1..=DROP_SNAP_MAX.
+    if len == 0 {
+        return false;
+    }
+    let src = (head + u64::from(network)) as *const u8;
+    // SAFETY: the helper checks the kernel address and fails cleanly.
+    if unsafe { bpf_probe_read_kernel_buf(src, &mut record.bytes[..len]) }.is_err() {
+        return false;
+    }
+    record.captured_len = len as u16;
+    true
+}
+
+/// Notes the device the buffer was on, and its network namespace, in `record`.
+#[inline(always)]
+fn place(skb: u64, layout: &DropLayout, record: &mut DropRecord) {
+    record.ifindex = 0;
+    record.netns_cookie = 0;
+    let dev: u64 = read(skb, layout.skb_dev).unwrap_or(0);
+    if dev == 0 {
+        return;
+    }
+    let Some(ifindex) = read::<i32>(dev, layout.dev_ifindex) else {
+        return;
+    };
+    record.ifindex = ifindex as u32;
+    let net: u64 = read(dev, layout.dev_net).unwrap_or(0);
+    if net != 0 {
+        record.netns_cookie = read(net, layout.net_cookie).unwrap_or(0);
+    }
+}
+
+/// The `T` at `offset` into the kernel object at `base`.
+#[inline(always)]
+fn read<T>(base: u64, offset: u16) -> Option<T> {
+    // SAFETY: the helper checks the kernel address and fails cleanly.
+    unsafe { bpf_probe_read_kernel((base + u64::from(offset)) as *const T) }.ok()
+}
