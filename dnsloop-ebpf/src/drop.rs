@@ -1,10 +1,11 @@
 //! Packets the kernel dropped: where the drop program finds what it reads, and the record it
 //! streams for a dropped DNS packet.
 //!
-//! The drop program runs on the `skb:kfree_skb` tracepoint. The tracepoint's fields and the
-//! `sk_buff`, `net_device` and `net` structures it reads move between kernels, and Rust BPF has
-//! no CO-RE relocations: userspace works their offsets out from the running kernel (the
-//! tracepoint's format file and its BTF) and patches them in as a [`DropLayout`].
+//! The drop program runs on the `kfree_skb` raw tracepoint, whose arguments are the socket
+//! buffer, the kernel address that freed it and the drop reason (Linux 5.17 added the reason).
+//! The `sk_buff`, `net_device` and `net` structures it reads move between kernels, and Rust BPF
+//! has no CO-RE relocations: userspace works their offsets out from the running kernel's BTF
+//! and patches them in as a [`DropLayout`].
 
 /// Bytes of a dropped packet a [`DropRecord`] carries, from its IP header: a query, and the
 /// question of any answer.
@@ -23,18 +24,19 @@ pub const fn reason_slot(reason: u32) -> u32 {
     }
 }
 
+/// The raw tracepoint's arguments (its `TP_PROTO`), in order.
+pub const SKB_ARGUMENT: usize = 0;
+pub const LOCATION_ARGUMENT: usize = 1;
+pub const REASON_ARGUMENT: usize = 2;
+
 /// Byte offsets the drop program reads at, in the running kernel. All zero: the kernel lacks
 /// what is needed, and the program returns at once.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DropLayout {
-    /// Of the tracepoint's fields: `skbaddr`, `location`, `protocol`, `reason`.
-    pub skb_field: u16,
-    pub location_field: u16,
-    pub protocol_field: u16,
-    pub reason_field: u16,
-    /// Of `struct sk_buff`: `head` (a pointer), `network_header` (u16, from `head`), `tail`
-    /// (u32, from `head`), `dev` (a pointer).
+    /// Of `struct sk_buff`: `protocol` (big-endian u16), `head` (a pointer),
+    /// `network_header` (u16, from `head`), `tail` (u32, from `head`), `dev` (a pointer).
+    pub skb_protocol: u16,
     pub skb_head: u16,
     pub skb_network_header: u16,
     pub skb_tail: u16,
@@ -44,16 +46,12 @@ pub struct DropLayout {
     pub dev_net: u16,
     /// Of `struct net`: `net_cookie` (u64).
     pub net_cookie: u16,
-    pub _pad: u16,
 }
 
 impl DropLayout {
     /// No layout: drops are not watched.
     pub const NONE: Self = Self {
-        skb_field: 0,
-        location_field: 0,
-        protocol_field: 0,
-        reason_field: 0,
+        skb_protocol: 0,
         skb_head: 0,
         skb_network_header: 0,
         skb_tail: 0,
@@ -61,12 +59,11 @@ impl DropLayout {
         dev_ifindex: 0,
         dev_net: 0,
         net_cookie: 0,
-        _pad: 0,
     };
 
-    /// Whether userspace gave a layout (a tracepoint's `skbaddr` is never its first byte).
+    /// Whether userspace gave a layout (`head` is never a socket buffer's first field).
     pub const fn is_set(&self) -> bool {
-        self.skb_field != 0
+        self.skb_head != 0
     }
 }
 
@@ -120,7 +117,7 @@ mod tests {
     /// The layouts are a contract with the kernel programs: no implicit padding anywhere.
     #[test]
     fn the_drop_types_have_no_implicit_padding() {
-        assert_eq!(size_of::<DropLayout>(), 12 * 2);
+        assert_eq!(size_of::<DropLayout>(), 8 * 2);
         assert_eq!(
             size_of::<DropRecord>(),
             8 * 3 + 4 * 3 + 2 * 2 + DROP_SNAP_MAX
@@ -136,7 +133,7 @@ mod tests {
     }
 
     #[test]
-    fn a_layout_without_the_tracepoint_field_is_none() {
+    fn a_layout_without_offsets_is_none() {
         assert!(!DropLayout::NONE.is_set());
     }
 }

@@ -25,8 +25,8 @@ mod programs;
 #[cfg(target_arch = "bpf")]
 use aya_ebpf::{
     bindings::{xdp_action::XDP_PASS, TC_ACT_UNSPEC},
-    macros::{classifier, tracepoint, xdp},
-    programs::{TcContext, TracePointContext, XdpContext},
+    macros::{classifier, raw_tracepoint, xdp},
+    programs::{RawTracePointContext, TcContext, XdpContext},
 };
 #[cfg(target_arch = "bpf")]
 use dnsloop_ebpf::point::Direction;
@@ -62,11 +62,11 @@ pub fn dnsloop_xdp_ingress(ctx: XdpContext) -> u32 {
     XDP_PASS
 }
 
-/// On `skb:kfree_skb`: a DNS packet the kernel dropped, with why and where (see
+/// On the `kfree_skb` raw tracepoint: a DNS packet the kernel dropped, with why and where (see
 /// `programs::observe_drop`). It only reads.
 #[cfg(target_arch = "bpf")]
-#[tracepoint]
-pub fn dnsloop_drop(ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "kfree_skb")]
+pub fn dnsloop_drop(ctx: RawTracePointContext) -> i32 {
     programs::observe_drop(&ctx);
     0
 }

@@ -1,5 +1,6 @@
-//! Hand-made DNS queries sent from inside a lab namespace, for traffic dig cannot make: one
-//! query sent twice from one socket with one id, as a stub resolver retries.
+//! Hand-made DNS traffic inside a lab namespace, for what dig cannot make: one query sent twice
+//! from one socket with one id, as a stub resolver retries; a burst of queries sent without
+//! waiting; a server that never reads its socket.
 use std::{
     net::{SocketAddr, UdpSocket},
     path::Path,
@@ -31,12 +32,7 @@ pub fn send_twice(
 ) -> Result<usize> {
     let query = a_query(id, name)?;
     netns::run_in(netns, || -> Result<usize> {
-        let unspecified: SocketAddr = if server.is_ipv4() {
-            "0.0.0.0:0".parse()?
-        } else {
-            "[::]:0".parse()?
-        };
-        let socket = UdpSocket::bind(unspecified).context("binding a UDP socket")?;
+        let socket = UdpSocket::bind(unspecified_for(server)).context("binding a UDP socket")?;
         socket.set_read_timeout(Some(REPLY_WAIT))?;
         for copy in 0..2 {
             if copy > 0 {
@@ -58,6 +54,63 @@ pub fn send_twice(
         Ok(replies)
     })
     .with_context(|| format!("entering the namespace at {}", netns.display()))?
+}
+
+/// Sends `count` `A` queries for `name` to `server` from one socket in the namespace at
+/// `netns`, ids from `first_id` on, without waiting for replies (none are read).
+pub fn send_burst(
+    netns: &Path,
+    server: SocketAddr,
+    name: &str,
+    first_id: u16,
+    count: u16,
+) -> Result<()> {
+    let queries = (0..count)
+        .map(|offset| a_query(first_id.wrapping_add(offset), name))
+        .collect::<Result<Vec<_>>>()?;
+    netns::run_in(netns, || -> Result<()> {
+        let socket = UdpSocket::bind(unspecified_for(server)).context("binding a UDP socket")?;
+        for query in &queries {
+            socket
+                .send_to(query, server)
+                .with_context(|| format!("sending to {server}"))?;
+        }
+        Ok(())
+    })
+    .with_context(|| format!("entering the namespace at {}", netns.display()))?
+}
+
+/// A UDP socket bound to `address` in the namespace at `netns` with a receive buffer of
+/// `buffer_bytes` (the kernel doubles it, and keeps a floor), which nobody reads: a DNS server
+/// stuck, whose buffer fills with the first queries and drops the rest. Closed when dropped.
+pub fn stuck_server(netns: &Path, address: SocketAddr, buffer_bytes: i32) -> Result<UdpSocket> {
+    netns::run_in(netns, || -> Result<UdpSocket> {
+        let socket = UdpSocket::bind(address).with_context(|| format!("binding {address}"))?;
+        // SAFETY: a valid socket and a pointer to an int of the size given.
+        let set = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&socket),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&buffer_bytes as *const i32).cast(),
+                std::mem::size_of::<i32>() as libc::socklen_t,
+            )
+        };
+        if set != 0 {
+            return Err(std::io::Error::last_os_error()).context("setting SO_RCVBUF");
+        }
+        Ok(socket)
+    })
+    .with_context(|| format!("entering the namespace at {}", netns.display()))?
+}
+
+/// The unspecified address of `server`'s family, any port.
+fn unspecified_for(server: SocketAddr) -> SocketAddr {
+    if server.is_ipv4() {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    } else {
+        SocketAddr::from(([0u16; 8], 0))
+    }
 }
 
 /// A standard query with recursion desired for `name` (dotted, trailing dot optional), type A.

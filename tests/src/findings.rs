@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 use dnsloop_core::schema::{
-    LoopRecord, Record, SummaryRecord, TimeoutRecord, UnexpectedSourceRecord,
+    DropRecord, LoopRecord, Record, SummaryRecord, TimeoutRecord, UnexpectedSourceRecord,
 };
 
 use crate::tracer::TracerOutput;
@@ -127,6 +127,16 @@ impl Trace {
             .iter()
             .filter_map(|record| match record {
                 Record::Timeout(found) => Some(found),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn drops(&self) -> Vec<&DropRecord> {
+        self.records
+            .iter()
+            .filter_map(|record| match record {
+                Record::Drop(found) => Some(found),
                 _ => None,
             })
             .collect()

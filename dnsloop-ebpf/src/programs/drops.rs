@@ -1,16 +1,20 @@
-//! Packets the kernel dropped: on `skb:kfree_skb`, a dropped packet on a DNS port is copied
-//! from its IP header on, with the drop's reason, place and kernel location, into the drop ring.
+//! Packets the kernel dropped: on the `kfree_skb` raw tracepoint, a dropped packet on a DNS
+//! port is copied from its IP header on, with the drop's reason, place and kernel location,
+//! into the drop ring.
 //!
 //! Every read goes through `bpf_probe_read_kernel` at offsets userspace took from the running
 //! kernel (see `drop::DropLayout`): a read that fails (a pointer the layout did not expect, a
 //! `dev` field reused as scratch) leaves that part of the record zero, never a fault.
 use aya_ebpf::{
     helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf},
-    programs::TracePointContext,
+    programs::RawTracePointContext,
 };
 use dnsloop_ebpf::{
     counter::Counter,
-    drop::{reason_slot, DropLayout, DropRecord, DROP_SNAP_MAX},
+    drop::{
+        reason_slot, DropLayout, DropRecord, DROP_SNAP_MAX, LOCATION_ARGUMENT, REASON_ARGUMENT,
+        SKB_ARGUMENT,
+    },
     parse::{classify, LinkLayer, PacketBytes, PacketClass},
 };
 
@@ -21,13 +25,16 @@ const ETH_P_IPV6: u16 = 0x86dd;
 
 /// Looks at one freed socket buffer; streams it if it held DNS.
 #[inline(always)]
-pub fn observe(ctx: &TracePointContext) {
+pub fn observe(ctx: &RawTracePointContext) {
     let layout = maps::drop_layout();
     if !layout.is_set() {
         return;
     }
-    // SAFETY: the offsets are the tracepoint's own fields, from its format file.
-    let Ok(protocol) = (unsafe { ctx.read_at::<u16>(layout.protocol_field.into()) }) else {
+    let skb: u64 = ctx.arg(SKB_ARGUMENT);
+    if skb == 0 {
+        return;
+    }
+    let Some(protocol) = read::<u16>(skb, layout.skb_protocol).map(u16::from_be) else {
         return;
     };
     if protocol != ETH_P_IP && protocol != ETH_P_IPV6 {
@@ -38,7 +45,7 @@ pub fn observe(ctx: &TracePointContext) {
     };
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     let record = unsafe { &mut (*scratch).record };
-    if !copy_packet(ctx, &layout, record) {
+    if !copy_packet(skb, &layout, record) {
         return;
     }
     let ports = maps::dns_ports();
@@ -54,21 +61,15 @@ pub fn observe(ctx: &TracePointContext) {
     }
     counters::bump(Counter::DnsDrops);
     record.protocol = protocol;
-    // SAFETY: as for `protocol`.
-    let reason = unsafe { ctx.read_at::<u32>(layout.reason_field.into()) }.unwrap_or(0);
+    let reason = ctx.arg::<u64>(REASON_ARGUMENT) as u32;
     if let Some(count) = maps::DROP_REASONS.get_ptr_mut(reason_slot(reason)) {
         // SAFETY: per-CPU slot, so nothing else writes it concurrently.
         unsafe { *count += 1 };
     }
     record.reason = reason;
-    // SAFETY: as for `protocol`.
-    unsafe {
-        record.location = ctx
-            .read_at::<u64>(layout.location_field.into())
-            .unwrap_or(0);
-        record.ts_ns = bpf_ktime_get_ns();
-    }
-    let skb = skb_address(ctx, &layout);
+    record.location = ctx.arg(LOCATION_ARGUMENT);
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    record.ts_ns = unsafe { bpf_ktime_get_ns() };
     place(skb, &layout, record);
     if maps::DROPS.output::<DropRecord>(&*record, 0).is_err() {
         counters::bump(Counter::LostRecords);
@@ -117,21 +118,10 @@ impl PacketBytes for DroppedBytes<'_> {
     }
 }
 
-/// The freed socket buffer's address.
-#[inline(always)]
-fn skb_address(ctx: &TracePointContext, layout: &DropLayout) -> u64 {
-    // SAFETY: as in `observe`.
-    unsafe { ctx.read_at::<u64>(layout.skb_field.into()) }.unwrap_or(0)
-}
-
 /// Copies the packet from its IP header to the end of its linear data, at most
 /// `DROP_SNAP_MAX` bytes, into `record`; false when there is none to read.
 #[inline(always)]
-fn copy_packet(ctx: &TracePointContext, layout: &DropLayout, record: &mut DropRecord) -> bool {
-    let skb = skb_address(ctx, layout);
-    if skb == 0 {
-        return false;
-    }
+fn copy_packet(skb: u64, layout: &DropLayout, record: &mut DropRecord) -> bool {
     let head: u64 = read(skb, layout.skb_head).unwrap_or(0);
     let network: u16 = read(skb, layout.skb_network_header).unwrap_or(0);
     let tail: u32 = read(skb, layout.skb_tail).unwrap_or(0);

@@ -1,15 +1,15 @@
 //! The kernel's own drops of DNS packets: where the drop program reads in the running kernel,
-//! the reasons' names there, attaching it to `skb:kfree_skb`, and reading what it streams and
-//! counts.
+//! the reasons' names there, attaching it to the `kfree_skb` raw tracepoint, and reading what it
+//! streams and counts.
 //!
 //! Drop reasons are numbered differently from kernel to kernel, and the structures the program
-//! reads move: both are read from the running kernel, the tracepoint's fields from its format
-//! file and the rest from its BTF, never compiled in.
+//! reads move: both are read from the running kernel's BTF, never compiled in. A raw tracepoint
+//! needs no tracefs, which containers and `ip netns exec` often lack.
 use std::{collections::HashMap, io, sync::Arc};
 
 use aya::{
     maps::{MapData, MapError, PerCpuArray, RingBuf},
-    programs::{ProgramError, TracePoint},
+    programs::{ProgramError, RawTracePoint},
     Ebpf,
 };
 use btfparse::{Offset, Readable, TypeInformation, TypeVariant};
@@ -24,11 +24,8 @@ use tokio::io::unix::AsyncFd;
 
 use super::{clock::MonotonicClock, symbols::KernelSymbols};
 
-/// Where tracefs shows the tracepoint, mounted on its own or under debugfs.
-const FORMAT_FILES: [&str; 2] = [
-    "/sys/kernel/tracing/events/skb/kfree_skb/format",
-    "/sys/kernel/debug/tracing/events/skb/kfree_skb/format",
-];
+/// The tracepoint the drop program attaches to.
+const TRACEPOINT: &str = "kfree_skb";
 /// The kernel's own BTF.
 const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 /// The prefix of the drop reasons' names in `enum skb_drop_reason`.
@@ -39,10 +36,8 @@ const OTHER_REASONS: &str = "OTHER";
 /// Why drops cannot be watched on this kernel. None stops dnsloop: it traces without them.
 #[derive(Debug, Error)]
 pub enum DropsUnavailable {
-    #[error("the skb:kfree_skb tracepoint is not visible ({}): tracefs is not mounted; mount it with `mount -t tracefs nodev /sys/kernel/tracing` (in a pod, mount the node's /sys/kernel/tracing)", FORMAT_FILES[0])]
-    NoTracefs(#[source] io::Error),
-    #[error("the skb:kfree_skb tracepoint has no `{0}` field: this kernel gives no drop reasons (Linux 5.17 added them)")]
-    NoField(&'static str),
+    #[error("this kernel's kfree_skb tracepoint gives no drop reason (Linux 5.17 added it)")]
+    NoReasons,
     #[error("this kernel publishes no BTF at {KERNEL_BTF} (CONFIG_DEBUG_INFO_BTF): the drop program cannot find its way in the kernel's socket buffers")]
     NoBtf(#[source] io::Error),
     #[error("the kernel's BTF at {KERNEL_BTF} cannot be read: {0}")]
@@ -58,7 +53,7 @@ pub enum DropAttachError {
     Missing(&'static str),
     #[error("loading the drop program failed")]
     Load(#[source] ProgramError),
-    #[error("attaching the drop program to skb:kfree_skb failed")]
+    #[error("attaching the drop program to the kfree_skb tracepoint failed")]
     Attach(#[source] ProgramError),
     #[error("opening map {0}")]
     Map(&'static str, #[source] MapError),
@@ -74,19 +69,17 @@ pub struct KernelDrops {
 }
 
 impl KernelDrops {
-    /// Reads the tracepoint's format and the kernel's BTF.
+    /// Reads the kernel's BTF.
     pub fn discover() -> Result<Self, DropsUnavailable> {
-        let format = read_format()?;
-        let fields = TracepointFields::parse(&format)?;
         let btf = std::fs::read(KERNEL_BTF).map_err(DropsUnavailable::NoBtf)?;
         let types = TypeInformation::new(&BtfBytes(btf))
             .map_err(|error| DropsUnavailable::Btf(format!("{error:?}")))?;
+        // The tracepoint's record declares what its arguments are: the reason came with them.
+        byte_offset(&types, "trace_event_raw_kfree_skb", "reason")
+            .map_err(|_| DropsUnavailable::NoReasons)?;
         let offset = |structure: &str, path: &str| byte_offset(&types, structure, path);
         let layout = DropLayout {
-            skb_field: fields.skb,
-            location_field: fields.location,
-            protocol_field: fields.protocol,
-            reason_field: fields.reason,
+            skb_protocol: offset("sk_buff", "protocol")?,
             skb_head: offset("sk_buff", "head")?,
             skb_network_header: offset("sk_buff", "network_header")?,
             skb_tail: offset("sk_buff", "tail")?,
@@ -94,7 +87,6 @@ impl KernelDrops {
             dev_ifindex: offset("net_device", "ifindex")?,
             dev_net: offset("net_device", "nd_net.net")?,
             net_cookie: offset("net", "net_cookie")?,
-            _pad: 0,
         };
         Ok(Self {
             layout,
@@ -110,14 +102,14 @@ impl KernelDrops {
     /// Attaches the drop program of `ebpf`, loaded with [`Self::layout`], and returns what
     /// reads its drops.
     pub fn attach(self, ebpf: &mut Ebpf, clock: MonotonicClock) -> Result<Drops, DropAttachError> {
-        let program: &mut TracePoint = ebpf
+        let program: &mut RawTracePoint = ebpf
             .program_mut(DROP_PROGRAM)
             .ok_or(DropAttachError::Missing(DROP_PROGRAM))?
             .try_into()
             .map_err(DropAttachError::Load)?;
         program.load().map_err(DropAttachError::Load)?;
         program
-            .attach("skb", "kfree_skb")
+            .attach(TRACEPOINT)
             .map_err(DropAttachError::Attach)?;
         let map = ebpf
             .take_map(DROPS_MAP)
@@ -275,56 +267,6 @@ impl DropReasons {
     }
 }
 
-/// The tracepoint's fields the program reads, at their offsets in its record.
-#[derive(Debug, PartialEq, Eq)]
-struct TracepointFields {
-    skb: u16,
-    location: u16,
-    protocol: u16,
-    reason: u16,
-}
-
-impl TracepointFields {
-    /// From the tracepoint's format file (`field:void * skbaddr;\toffset:8;\tsize:8;...`).
-    fn parse(format: &str) -> Result<Self, DropsUnavailable> {
-        let offset_of = |wanted: &'static str| {
-            format
-                .lines()
-                .filter_map(|line| {
-                    let declaration = line.trim().strip_prefix("field:")?;
-                    let (declaration, rest) = declaration.split_once(';')?;
-                    let name = declaration.rsplit([' ', '*']).next()?;
-                    let offset = rest.trim().strip_prefix("offset:")?.split(';').next()?;
-                    Some((name, offset.parse::<u16>().ok()?))
-                })
-                .find(|&(name, _)| name == wanted)
-                .map(|(_, offset)| offset)
-                .ok_or(DropsUnavailable::NoField(wanted))
-        };
-        Ok(Self {
-            skb: offset_of("skbaddr")?,
-            location: offset_of("location")?,
-            protocol: offset_of("protocol")?,
-            reason: offset_of("reason")?,
-        })
-    }
-}
-
-fn read_format() -> Result<String, DropsUnavailable> {
-    let mut first_error = None;
-    for path in FORMAT_FILES {
-        match std::fs::read_to_string(path) {
-            Ok(format) => return Ok(format),
-            Err(error) => {
-                first_error.get_or_insert(error);
-            }
-        }
-    }
-    Err(DropsUnavailable::NoTracefs(first_error.unwrap_or_else(
-        || io::Error::from(io::ErrorKind::NotFound),
-    )))
-}
-
 /// The byte offset of `path` (`nd_net.net`) in `struct structure`; members of anonymous
 /// structs and unions are found by their own names.
 fn byte_offset(
@@ -357,56 +299,6 @@ impl Readable for BtfBytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Linux 6.18's format file, its print format shortened.
-    const FORMAT_6_18: &str = "name: kfree_skb
-ID: 2310
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
-\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
-
-\tfield:void * skbaddr;\toffset:8;\tsize:8;\tsigned:0;
-\tfield:void * location;\toffset:16;\tsize:8;\tsigned:0;
-\tfield:void * rx_sk;\toffset:24;\tsize:8;\tsigned:0;
-\tfield:unsigned short protocol;\toffset:32;\tsize:2;\tsigned:0;
-\tfield:enum skb_drop_reason reason;\toffset:36;\tsize:4;\tsigned:0;
-
-print fmt: \"skbaddr=%p rx_sk=%p protocol=%u location=%pS reason: %s\", REC->skbaddr
-";
-
-    /// Linux 5.15's: no reason yet.
-    const FORMAT_5_15: &str = "name: kfree_skb
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:void * skbaddr;\toffset:8;\tsize:8;\tsigned:0;
-\tfield:void * location;\toffset:16;\tsize:8;\tsigned:0;
-\tfield:unsigned short protocol;\toffset:24;\tsize:2;\tsigned:0;
-";
-
-    #[test]
-    fn the_fields_are_read_from_the_tracepoints_format() {
-        assert_eq!(
-            TracepointFields::parse(FORMAT_6_18).unwrap(),
-            TracepointFields {
-                skb: 8,
-                location: 16,
-                protocol: 32,
-                reason: 36,
-            }
-        );
-    }
-
-    #[test]
-    fn a_kernel_without_drop_reasons_says_so() {
-        let error = TracepointFields::parse(FORMAT_5_15).unwrap_err();
-        assert!(
-            matches!(error, DropsUnavailable::NoField("reason")),
-            "{error}"
-        );
-        assert!(error.to_string().contains("5.17"), "{error}");
-    }
 
     #[test]
     fn reasons_are_named_as_the_kernel_numbers_them() {
