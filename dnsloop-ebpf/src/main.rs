@@ -24,8 +24,8 @@ mod programs;
 
 #[cfg(target_arch = "bpf")]
 use aya_ebpf::{
-    bindings::{xdp_action::XDP_PASS, TC_ACT_UNSPEC},
-    macros::{classifier, raw_tracepoint, xdp},
+    bindings::{bpf_raw_tracepoint_args, xdp_action::XDP_PASS, TC_ACT_UNSPEC},
+    macros::{classifier, xdp},
     programs::{RawTracePointContext, TcContext, XdpContext},
 };
 #[cfg(target_arch = "bpf")]
@@ -64,10 +64,15 @@ pub fn dnsloop_xdp_ingress(ctx: XdpContext) -> u32 {
 
 /// On the `kfree_skb` raw tracepoint: a DNS packet the kernel dropped, with why and where (see
 /// `programs::observe_drop`). It only reads.
+///
+/// Written out rather than with aya's `#[raw_tracepoint]`, whose entry takes a `void *`: a
+/// global function's context must point to the program type's own struct before Linux 6.7,
+/// which refuses `void *` ("reg type unsupported for arg#0").
 #[cfg(target_arch = "bpf")]
-#[raw_tracepoint(tracepoint = "kfree_skb")]
-pub fn dnsloop_drop(ctx: RawTracePointContext) -> i32 {
-    programs::observe_drop(&ctx);
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "raw_tp/kfree_skb")]
+pub fn dnsloop_drop(ctx: *mut bpf_raw_tracepoint_args) -> i32 {
+    programs::observe_drop(&RawTracePointContext::new(ctx.cast()));
     0
 }
 

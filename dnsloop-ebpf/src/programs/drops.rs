@@ -40,32 +40,21 @@ pub fn observe(ctx: &RawTracePointContext) {
     if protocol != ETH_P_IP && protocol != ETH_P_IPV6 {
         return;
     }
-    let Some(scratch) = maps::DROP_SCRATCH.get_ptr_mut(0) else {
+    let Some(record) = maps::DROP_SCRATCH.get_ptr_mut(0) else {
         return;
     };
     // SAFETY: the per-CPU value belongs to this program run until it returns.
-    let record = unsafe { &mut (*scratch).record };
-    if !copy_packet(skb, &layout, record) {
-        return;
-    }
-    let ports = maps::dns_ports();
-    let bytes = DroppedBytes {
-        bytes: &record.bytes,
-        len: record.captured_len as usize,
-    };
-    if !matches!(
-        classify(&bytes, LinkLayer::RawIp, &ports),
-        PacketClass::Dns(_)
-    ) {
+    let record = unsafe { &mut *record };
+    if !copy_packet(skb, &layout, record) || !is_dns(record) {
         return;
     }
     counters::bump(Counter::DnsDrops);
-    record.protocol = protocol;
     let reason = ctx.arg::<u64>(REASON_ARGUMENT) as u32;
     if let Some(count) = maps::DROP_REASONS.get_ptr_mut(reason_slot(reason)) {
         // SAFETY: per-CPU slot, so nothing else writes it concurrently.
         unsafe { *count += 1 };
     }
+    record.protocol = protocol;
     record.reason = reason;
     record.location = ctx.arg(LOCATION_ARGUMENT);
     // SAFETY: bpf_ktime_get_ns has no preconditions.
@@ -76,45 +65,52 @@ pub fn observe(ctx: &RawTracePointContext) {
     }
 }
 
-/// Bytes the parser reads at once at most (an IPv6 header).
-const WIDEST_READ: usize = 64;
-
-/// The drop program's record as it is built, with room past its bytes: LLVM turns a read of
-/// `(offset + i) & mask` into `(offset & mask) + i`, which the verifier then checks against the
-/// value's end.
-#[repr(C)]
-pub struct DropScratch {
-    pub record: DropRecord,
-    slack: [u8; WIDEST_READ],
+/// Whether the packet copied into `record` is on a DNS port.
+///
+/// Its own BPF function, as `classify_into` is for the classifiers: it keeps the classifier's
+/// deep frame off the rest of the program's stack.
+#[inline(never)]
+fn is_dns(record: &DropRecord) -> bool {
+    let ports = maps::dns_ports();
+    let bytes = CopiedPacket {
+        bytes: &record.bytes,
+        len: usize::from(record.captured_len),
+    };
+    matches!(
+        classify(&bytes, LinkLayer::RawIp, &ports),
+        PacketClass::Dns(_)
+    )
 }
 
 /// The bytes copied from a dropped packet, as the parser reads them.
-struct DroppedBytes<'a> {
+struct CopiedPacket<'a> {
     bytes: &'a [u8; DROP_SNAP_MAX],
     len: usize,
 }
 
-const _: () = assert!(DROP_SNAP_MAX.is_power_of_two());
-
-impl PacketBytes for DroppedBytes<'_> {
+impl PacketBytes for CopiedPacket<'_> {
     #[inline(always)]
     fn len(&self) -> usize {
         self.len
     }
 
-    /// Byte by byte, each index masked: the verifier cannot carry `offset + N <= len` (two
-    /// run-time values) over to the map value's bounds, but it can check a masked index against
-    /// them (as `parse::message` does for the DNS buffer), with `DropScratch`'s slack.
     #[inline(always)]
     fn read<const N: usize>(&self, offset: usize) -> Option<[u8; N]> {
-        if N > WIDEST_READ || offset.checked_add(N)? > self.len {
+        if offset.checked_add(N)? > self.len {
             return None;
         }
-        let mut out = [0u8; N];
-        for (index, byte) in out.iter_mut().enumerate() {
-            *byte = self.bytes[(offset + index) & (DROP_SNAP_MAX - 1)];
-        }
-        Some(out)
+        // The verifier checks a read against the map value's bounds on the register that
+        // addresses it, and LLVM would move the check above to another register (or fold it
+        // with what it knows of `offset`): passed through memory it cannot, and the check
+        // below is on the very value the read uses. Older verifiers (6.1, 6.12) need it.
+        let mut at = offset;
+        // SAFETY: a local's own address.
+        let at = unsafe {
+            core::ptr::write_volatile(&mut at, offset);
+            core::ptr::read_volatile(&at)
+        };
+        let bytes = self.bytes.get(at..at.checked_add(N)?)?;
+        bytes.try_into().ok()
     }
 }
 

@@ -1,5 +1,4 @@
 //! The programs' maps and load-time settings.
-use super::drops::DropScratch;
 use aya_ebpf::{
     bindings::BPF_F_NO_COMMON_LRU,
     macros::map,
@@ -8,7 +7,7 @@ use aya_ebpf::{
 use dnsloop_ebpf::{
     config::ProgramConfig,
     counter::COUNTER_SLOTS,
-    drop::{DropLayout, DROP_REASON_SLOTS},
+    drop::{DropLayout, DropRecord, DROP_REASON_SLOTS},
     forwarder::ForwarderKey,
     parse::{
         DnsHeader, DnsPorts, DnsSummary, LinkLayer, NameWalk, Probe, Question, Segment, TcpFraming,
@@ -83,10 +82,9 @@ pub static DROPS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 #[map]
 pub static DROP_REASONS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_REASON_SLOTS, 0);
 
-/// The drop program's record, built here before it is copied into `DROPS`: most dropped
-/// packets are not DNS, and are never reserved room in the ring.
+/// The drop program's record, built here before it is copied into `DROPS`.
 #[map]
-pub static DROP_SCRATCH: PerCpuArray<DropScratch> = PerCpuArray::with_max_entries(1, 0);
+pub static DROP_SCRATCH: PerCpuArray<DropRecord> = PerCpuArray::with_max_entries(1, 0);
 
 /// Scratch space for the DNS message being parsed: too big for the 512-byte BPF stack.
 #[map]

@@ -176,10 +176,10 @@ pub struct DropCause {
 /// interval.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DropFinding {
-    /// When the (latest) message was dropped.
+    /// When the latest message counted was dropped.
     pub ts: SystemTime,
     pub cause: DropCause,
-    /// The latest message's addresses, id and question.
+    /// The first message's addresses, id and question.
     pub src: SocketAddr,
     pub dst: SocketAddr,
     pub id: u16,

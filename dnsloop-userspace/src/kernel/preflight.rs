@@ -41,7 +41,8 @@ pub enum PreflightError {
 /// Something that does not stop dnsloop but is worth knowing when things go wrong.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Note {
-    /// No kernel BTF: fine, the programs use no CO-RE relocations.
+    /// No kernel BTF: the packet programs need none (no CO-RE relocations); only the kernel's
+    /// drops go unwatched.
     NoKernelBtf,
     /// No BPF filesystem: fine unless `--pin` is given.
     NoBpffs,
@@ -50,7 +51,7 @@ pub enum Note {
 impl std::fmt::Display for Note {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Note::NoKernelBtf => write!(f, "this kernel publishes no BTF ({KERNEL_BTF}): not needed, dnsloop's programs use no CO-RE relocations"),
+            Note::NoKernelBtf => write!(f, "this kernel publishes no BTF ({KERNEL_BTF}): the packet programs need none (no CO-RE relocations), but the kernel's drops of DNS packets go unwatched"),
             Note::NoBpffs => write!(f, "no BPF filesystem at {BPFFS}: not needed, unless --pin keeps the maps on one"),
         }
     }
@@ -209,7 +210,7 @@ mod tests {
 
     #[test]
     fn missing_btf_and_bpffs_are_notes_not_errors() {
-        assert!(Note::NoKernelBtf.to_string().contains("not needed"));
+        assert!(Note::NoKernelBtf.to_string().contains("drops"));
         let no_bpffs = Note::NoBpffs.to_string();
         assert!(no_bpffs.contains("not needed"), "{no_bpffs}");
         assert!(

@@ -138,13 +138,14 @@ fn run_guest(
     };
     let verified: Vec<String> = checked.verified.iter().map(u64::to_string).collect();
     Ok(format!(
-        "Linux {} (Debian's {} {}) booted and ran in {took:.0?} under TCG: the verifier accepted dnsloop's programs ({} instructions processed), they attached {hook}, counted {} DNS packets on lo egress for {} queries, and dnsloop exited 0 on SIGTERM",
+        "Linux {} (Debian's {} {}) booted and ran in {took:.0?} under TCG: the verifier accepted dnsloop's programs ({} instructions processed), they attached {hook}, counted {} DNS packets on lo egress for {} queries, reported the kernel dropping {} of them as NO_SOCKET, and dnsloop exited 0 on SIGTERM",
         checked.kernel,
         kernel.package,
         kernel.version,
         verified.join(" and "),
         checked.dns_packets,
         QUERY_NAMES.len(),
+        checked.no_socket_drops,
     ))
 }
 
@@ -311,6 +312,8 @@ struct Report {
 struct Checked {
     kernel: String,
     dns_packets: u64,
+    /// Queries the kernel dropped for want of a listener, as the summary counted them.
+    no_socket_drops: u64,
     /// Instructions the verifier processed, per loaded program.
     verified: Vec<u64>,
 }
@@ -415,10 +418,33 @@ impl Report {
                 self.stdout
             );
         }
+        // Nothing listens on port 53: the kernel drops every query, and says why.
+        ensure!(
+            !self.stderr.contains("not watching the kernel's drops"),
+            "dnsloop watched no drops on {kernel}:\n{}",
+            self.stderr
+        );
+        // Drops alike are reported together: the first, then its count.
+        let first = QUERY_NAMES[0];
+        ensure!(
+            lines.iter().any(|line| line["kind"] == "drop"
+                && line["reason"] == "NO_SOCKET"
+                && line["qname"]
+                    .as_str()
+                    .is_some_and(|qname| qname.trim_end_matches('.') == first)),
+            "no drop line (NO_SOCKET) for the query {first}:\n{}",
+            self.stdout
+        );
         let summary = lines
             .iter()
             .find(|line| line["kind"] == "summary")
             .with_context(|| format!("no summary on dnsloop's stdout:\n{}", self.stdout))?;
+        let no_socket_drops = summary["drops"]["NO_SOCKET"].as_u64().unwrap_or(0);
+        ensure!(
+            no_socket_drops >= QUERY_NAMES.len() as u64,
+            "only {no_socket_drops} NO_SOCKET drops counted for {} queries: {summary}",
+            QUERY_NAMES.len()
+        );
         let dns_packets = summary["interfaces"]
             .as_array()
             .into_iter()
@@ -445,6 +471,7 @@ impl Report {
         Ok(Checked {
             kernel,
             dns_packets,
+            no_socket_drops,
             verified,
         })
     }
@@ -490,7 +517,7 @@ mod tests {
     fn console(kernel: &str, attached: &str, descriptors: &str, stderr: &str, exit: i32) -> String {
         let packets: String = QUERY_NAMES
             .iter()
-            .map(|name| format!("{{\"kind\":\"packet\",\"ifname\":\"lo\",\"dir\":\"egress\",\"qname\":\"{name}.\"}}\n"))
+            .map(|name| format!("{{\"kind\":\"packet\",\"ifname\":\"lo\",\"dir\":\"egress\",\"qname\":\"{name}.\"}}\n{{\"kind\":\"drop\",\"reason\":\"NO_SOCKET\",\"qname\":\"{name}.\"}}\n"))
             .collect();
         format!(
             "\u{1b}c\u{1b}[?7l\u{1b}[2Jdnsloop-kernels: booted {kernel} (Linux version {kernel})\n\
@@ -500,7 +527,7 @@ mod tests {
              dnsloop-kernels: exit {exit}\n\
              dnsloop-kernels: stderr-begin\n{stderr}dnsloop: watching 1 interface(s): lo\ndnsloop-kernels: stderr-end\n\
              dnsloop-kernels: stdout-begin\n{packets}\
-             {{\"kind\":\"summary\",\"interfaces\":[{{\"ifname\":\"lo\",\"dir\":\"egress\",\"dns_packets\":6,\"packets\":12}}]}}\n\
+             {{\"kind\":\"summary\",\"interfaces\":[{{\"ifname\":\"lo\",\"dir\":\"egress\",\"dns_packets\":6,\"packets\":12}}],\"drops\":{{\"NO_SOCKET\":3}}}}\n\
              dnsloop-kernels: stdout-end\n\
              dnsloop-kernels: after-exit-begin\nxdp:\n\ntc:\n\nflow_dissector:\n\ndnsloop-kernels: after-exit-end\n\
              dnsloop-kernels: done\n[   26.873268] reboot: Power down\n"
@@ -522,6 +549,7 @@ mod tests {
             Checked {
                 kernel: "6.12.117+deb12-amd64".into(),
                 dns_packets: 6,
+                no_socket_drops: 3,
                 verified: vec![154958, 155014],
             }
         );
@@ -565,6 +593,13 @@ mod tests {
         let failed = console("6.12.117+deb12-amd64", "", TCX_DESCRIPTORS, "", 2);
         let error = Report::parse(&failed).check(TCX).unwrap_err();
         assert!(error.to_string().contains("ended with Some(2)"), "{error}");
+
+        let no_drops = console("6.12.117+deb12-amd64", "", TCX_DESCRIPTORS, "", 0).replace(
+            "{\"kind\":\"drop\",\"reason\":\"NO_SOCKET\",",
+            "{\"kind\":\"drop\",\"reason\":\"OTHER\",",
+        );
+        let error = Report::parse(&no_drops).check(TCX).unwrap_err();
+        assert!(error.to_string().contains("no drop line"), "{error}");
 
         let rejected = "dnsloop-kernels: booted 6.1.0-56-amd64 (Linux)\ndnsloop-kernels: ready no\n\
             dnsloop-kernels: exit 2\ndnsloop-kernels: stderr-begin\nBPF program is too large\ndnsloop-kernels: stderr-end\n";

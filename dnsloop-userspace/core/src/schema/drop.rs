@@ -8,10 +8,11 @@ use crate::{analyzers::mnemonic, finding};
 
 /// A DNS message the kernel dropped on this node (its `skb:kfree_skb` tracepoint), with the
 /// kernel's reason. The first drop for a reason, place and server is reported at once; while
-/// more follow, at most once per `--report-interval`, with their count so far.
+/// more follow, at most once per `--report-interval`, with their count so far. The message
+/// (addresses, id, question) is always the first's.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DropRecord {
-    /// When the (latest) message was dropped.
+    /// When the latest message counted was dropped.
     pub ts: Timestamp,
     /// Why, as the running kernel names its drop reason: `NETFILTER_DROP` (a firewall rule,
     /// such as a NetworkPolicy), `SOCKET_RCVBUFF` (the server's socket buffer was full),
@@ -25,9 +26,9 @@ pub struct DropRecord {
     pub namespace: Option<String>,
     /// The device it was on there (`cni0`, `veth1a2b3c`, `if2` in a pod); `null` for none.
     pub device: Option<String>,
-    /// `query` or `reply`.
+    /// The message dropped first: `query` or `reply`.
     pub message: String,
-    /// Who sent the (latest) message.
+    /// Who sent the message.
     pub src: SocketAddr,
     /// Where it was going.
     pub dst: SocketAddr,

@@ -103,6 +103,10 @@ impl<W: Write> TextSink<W> {
         self.interfaces(&kernel.interfaces)?;
         self.line(&format!("kernel: {}", counts(&kernel.kernel)))?;
         self.line(&format!("malformed: {}", counts(&kernel.malformed)))?;
+        match &kernel.drops {
+            Some(drops) => self.line(&format!("kernel drops of DNS packets: {}", counts(drops)))?,
+            None => self.line("kernel drops of DNS packets: not watched")?,
+        }
         self.line(&format!("lost_events: {}", kernel.lost_events))?;
         self.line(&format!(
             "undecodable_records: {}",
@@ -712,6 +716,10 @@ mod tests {
         );
         assert!(!text.lines().any(|line| line.ends_with(' ')), "{text}");
         assert!(lines.contains(&"lost_events: 3"), "{text}");
+        assert!(
+            lines.contains(&"kernel drops of DNS packets: NETFILTER_DROP 3"),
+            "{text}"
+        );
         assert!(lines.contains(&"kernel: packets 10"), "{text}");
         assert!(
             lines
