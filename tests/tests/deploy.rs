@@ -13,6 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dnsloop_core::schema::DropRecord;
 use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     findings::Trace,
@@ -31,7 +32,14 @@ const VALIDATOR: &str = "kubernetes-validate";
 const OLDEST_KUBERNETES: &str = "1.25.0";
 /// The capabilities the DaemonSet adds to none: the manifest says what each one is for, and
 /// the `without_*` tests below show what dnsloop loses without it.
-const CAPABILITIES: [&str; 5] = ["BPF", "PERFMON", "NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE"];
+const CAPABILITIES: [&str; 6] = [
+    "BPF",
+    "PERFMON",
+    "NET_ADMIN",
+    "SYS_ADMIN",
+    "SYS_PTRACE",
+    "SYSLOG",
+];
 /// containerd's CRI socket, the first place dnsloop looks for one (`--cri-socket`).
 const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
 const METRICS_PORT_NAME: &str = "metrics";
@@ -779,6 +787,82 @@ fn without_net_admin_conntrack_is_not_read() {
     assert!(
         found.conntrack.is_none(),
         "NETLINK_NETFILTER answers only CAP_NET_ADMIN:\n{trace}"
+    );
+}
+
+/// Asks the client pod, where nothing serves DNS, from the node: the kernel drops the query in
+/// the pod's namespace (`NO_SOCKET`).
+fn ask_a_pod_serving_no_dns(lab: &Lab) {
+    let server = format!("@{}", Pod::Client.ip());
+    lab.exec(
+        lab.node_ns(),
+        &["dig", "+tries=1", "+timeout=1", &server, EXTERNAL_NAME],
+    )
+    .unwrap_or_else(|error| panic!("{error:#}"));
+}
+
+/// The drop of that query, or a failure showing everything the tracer printed.
+fn the_drop(trace: &Trace) -> &DropRecord {
+    trace
+        .drops()
+        .into_iter()
+        .find(|found| found.reason == "NO_SOCKET")
+        .unwrap_or_else(|| panic!("no NO_SOCKET drop reported:\n{trace}"))
+}
+
+/// Whether /proc/kallsyms shows addresses to a process, with CAP_SYSLOG or without: the
+/// kernel's rule (`kallsyms_show_value`), from its two sysctls.
+fn kallsyms_shown(with_syslog: bool) -> bool {
+    let sysctl = |name: &str| -> i64 {
+        let path = format!("/proc/sys/kernel/{name}");
+        let text = fs::read_to_string(&path).unwrap_or_else(|error| panic!("{path}: {error}"));
+        text.trim()
+            .parse()
+            .unwrap_or_else(|error| panic!("{path}: {error}"))
+    };
+    match sysctl("kptr_restrict") {
+        0 => with_syslog || sysctl("perf_event_paranoid") <= 1,
+        1 => with_syslog,
+        _ => false,
+    }
+}
+
+#[test]
+fn with_the_daemonsets_capabilities_a_drop_is_located_in_the_kernel() {
+    let test = "deploy-capabilities-drop";
+    if !can_run_as_in_the_daemonset(test) {
+        return;
+    }
+    let (trace, _) = traced_as_in_the_daemonset(
+        test,
+        Scenario::Healthy,
+        &capabilities_without(&[]),
+        ask_a_pod_serving_no_dns,
+    );
+    let location = the_drop(&trace).location.as_deref();
+    assert_eq!(
+        location.is_some_and(|location| location.contains("+0x")),
+        kallsyms_shown(true),
+        "named by kallsyms where the kernel shows it:\n{trace}"
+    );
+}
+
+#[test]
+fn without_syslog_drops_are_reported_without_their_kernel_function() {
+    let test = "deploy-without-syslog";
+    if !can_run_as_in_the_daemonset(test) {
+        return;
+    }
+    let (trace, _) = traced_as_in_the_daemonset(
+        test,
+        Scenario::Healthy,
+        &capabilities_without(&["SYSLOG"]),
+        ask_a_pod_serving_no_dns,
+    );
+    assert_eq!(
+        the_drop(&trace).location.is_some(),
+        kallsyms_shown(false),
+        "kallsyms shows zeros without CAP_SYSLOG unless perf events are open:\n{trace}"
     );
 }
 
