@@ -11,6 +11,7 @@
 mod by_name;
 mod capture;
 mod doctor;
+mod lookup;
 mod loop_record;
 mod malformed;
 mod packet;
@@ -30,13 +31,15 @@ use serde::{Deserialize, Serialize};
 pub use by_name::{ByName, Counts};
 pub use capture::{CaptureReport, CapturedInterface, NodeDnsConfig, PcapngFile, ResolvConf};
 pub use doctor::{CheckRecord, DoctorRecord, DoctorSummaryRecord};
+pub use lookup::{LookupHop, LookupRecord};
 pub use loop_record::{Dnat, Hop, LoopRecord, OffNode};
 pub use malformed::MalformedRecord;
 pub use packet::PacketRecord;
 pub use probe::{ProbeRecord, ProbeResult};
 pub use summary::{
-    CaptureFileInfo, CaptureFileSummary, CapturePackets, FindingCounts, InterfaceCount,
-    KernelSummary, PlacedInterface, ServerAnswers, SummaryRecord, SummarySource, TimeoutCounts,
+    CaptureFileInfo, CaptureFileSummary, CapturePackets, FindingCounts, HopTimes, InterfaceCount,
+    KernelSummary, LookupsSummary, PlacedInterface, ServerAnswers, SummaryRecord, SummarySource,
+    TimeoutCounts,
 };
 pub use timeout::TimeoutRecord;
 pub use timestamp::Timestamp;
@@ -56,6 +59,8 @@ pub enum Record {
     Timeout(TimeoutRecord),
     /// A sample of the packets on DNS ports that could not be parsed.
     Malformed(MalformedRecord),
+    /// A client's query answered `--slow` or later, hop by hop.
+    Lookup(LookupRecord),
     /// A DNS message seen (`--packets`).
     Packet(PacketRecord),
     /// What the run amounted to, once at its end.
@@ -73,6 +78,7 @@ impl Record {
                 Self::UnexpectedSource(UnexpectedSourceRecord::new(found, node))
             }
             Finding::Timeout(found) => Self::Timeout(TimeoutRecord::new(found, node)),
+            Finding::Lookup(found) => Self::Lookup(LookupRecord::new(found, node)),
         }
     }
 }

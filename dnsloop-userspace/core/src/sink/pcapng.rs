@@ -191,6 +191,7 @@ impl<W: Write> PcapngSink<W> {
             Finding::Loop(found) => format!("loop {}", found.qname),
             Finding::UnexpectedSource(found) => format!("unexpected source {}", found.qname),
             Finding::Timeout(found) => format!("timeout {}", found.qname),
+            Finding::Lookup(found) => format!("slow lookup {}", found.qname),
         };
         for held in &mut self.held {
             let Some(messages) = &held.messages else {
@@ -347,6 +348,10 @@ fn names(finding: &Finding, ts: SystemTime, messages: &Messages) -> bool {
                 || carries(found.actual, found.client, found.id)
         }
         Finding::Timeout(found) => carries(found.client, found.server, found.id),
+        Finding::Lookup(found) => found
+            .hops
+            .iter()
+            .any(|hop| carries(hop.src, hop.server, hop.id)),
     }
 }
 
