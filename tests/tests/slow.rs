@@ -11,7 +11,7 @@ use dnsloop_core::schema::{LookupRecord, Record};
 use dnsloop_tests::{
     findings::{fqdn, Trace},
     lab::{
-        dns_server, one_lab_at_a_time, Lab, Pod, Scenario, EXTERNAL_A, EXTERNAL_NAME,
+        dns_server, one_lab_at_a_time, Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_A, EXTERNAL_NAME,
         NODE_LOCAL_DNS, UPLINK_DEVICE, UPSTREAM_DNS,
     },
     privilege::{can_run, dnsloop_bin, Need},
@@ -36,8 +36,9 @@ fn lookups(trace: &Trace) -> Vec<&LookupRecord> {
 
 /// Holds `trace`'s lookups to what the client asked: each from the client pod, for the
 /// external name, through the node cache, CoreDNS and the upstream beyond the uplink, the
-/// upstream's hop the slowest. `how` says where they came from.
-fn assert_upstream_was_slowest(trace: &Trace, how: &str, ifname_known: bool) {
+/// upstream's hop the slowest. `how` says where they came from; `live`, whether it was `trace`,
+/// which names interfaces and asks conntrack for the ClusterIP behind a DNAT.
+fn assert_upstream_was_slowest(trace: &Trace, how: &str, live: bool) {
     let found = lookups(trace);
     assert!(
         !found.is_empty(),
@@ -71,20 +72,30 @@ fn assert_upstream_was_slowest(trace: &Trace, how: &str, ifname_known: bool) {
             "{how}:\n{trace}"
         );
         assert_eq!(lookup.slowest, 2, "{how}:\n{trace}");
-        if ifname_known {
+        if live {
             assert!(
                 slowest.via.as_deref() == Some(UPLINK_DEVICE)
                     || slowest.to.as_deref() == Some(format!("netns {UPSTREAM_DNS}").as_str()),
                 "{how}: the upstream is beyond the uplink:\n{trace}"
             );
         }
+        let to_coredns = &lookup.hops[1];
+        let reached = to_coredns.backend.unwrap_or(to_coredns.server);
         assert!(
-            Pod::COREDNS.iter().any(
-                |pod| lookup.hops[1].backend.unwrap_or(lookup.hops[1].server)
-                    == dns_server(pod.ip())
-            ),
+            Pod::COREDNS
+                .iter()
+                .any(|pod| reached == dns_server(pod.ip())),
             "{how}: the cache's forward reaches a CoreDNS pod:\n{trace}"
         );
+        if live {
+            // The node's own query was DNAT'ed before any watched point; conntrack names the
+            // service it was sent to.
+            assert_eq!(
+                to_coredns.server,
+                dns_server(CLUSTER_DNS),
+                "{how}: the cache's forward goes to the ClusterIP:\n{trace}"
+            );
+        }
         assert!(
             lookup.summary.contains(&upstream.to_string()),
             "{how}: {}",

@@ -198,6 +198,8 @@ pub struct LookupHop {
     /// The interface it left the node by, when it did.
     pub via: Option<Arc<str>>,
     pub id: u16,
+    /// How it travelled: conntrack keys its flow by it.
+    pub transport: Transport,
     pub sent: SystemTime,
     /// When its reply came back to the sender.
     pub answered: SystemTime,

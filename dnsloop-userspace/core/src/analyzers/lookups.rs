@@ -310,15 +310,17 @@ impl Lookups {
             .enumerate()
             .max_by_key(|(_, hop)| hop.own)
             .map_or(0, |(index, _)| index);
-        out.push(Finding::Lookup(LookupFinding {
+        let mut found = LookupFinding {
             ts,
             qname: question.name.presentation(),
             qtype: question.qtype,
-            summary: summary(&hops, slowest, question),
             hops,
             slowest,
             hops_left_out: pending.left_out,
-        }));
+            summary: String::new(),
+        };
+        found.summary = summary(&found);
+        out.push(Finding::Lookup(found));
     }
 }
 
@@ -337,6 +339,7 @@ fn hop_of(answered: &Answered, flight: &Flight) -> LookupHop {
         to,
         via: flight.departure().map(|hop| Arc::clone(&hop.ifname)),
         id: query.id,
+        transport: answered.message.transport,
         sent: query.sent,
         answered: answered.at,
         rcode: answered.rcode,
@@ -370,9 +373,9 @@ fn set_own_times(hops: &mut [LookupHop]) {
 }
 
 /// The lookup in one sentence: who waited how long for what, and where the time went.
-fn summary(hops: &[LookupHop], slowest: usize, question: &Question) -> String {
-    let client = &hops[0];
-    let slow = &hops[slowest];
+pub fn summary(found: &LookupFinding) -> String {
+    let client = found.client_query();
+    let slow = &found.hops[found.slowest];
     let asker = client
         .from
         .as_ref()
@@ -380,8 +383,8 @@ fn summary(hops: &[LookupHop], slowest: usize, question: &Question) -> String {
     format!(
         "{asker} waited {} for {} {} ({}); the slowest hop: {} -> {}, {} of it",
         millis(client.latency()),
-        question.name.presentation(),
-        mnemonic::qtype(question.qtype),
+        found.qname,
+        mnemonic::qtype(found.qtype),
         mnemonic::rcode(client.rcode),
         slow.from
             .as_ref()
@@ -440,7 +443,10 @@ impl ReportRate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyzers::{testkit::*, Engine, EngineConfig, Summary};
+    use crate::{
+        analyzers::{testkit::*, Engine, EngineConfig, Summary},
+        observation::Transport,
+    };
 
     const NAME: &str = "www.example.test.";
     const UPSTREAM: &str = "10.255.0.53:53";
@@ -692,6 +698,7 @@ mod tests {
             to: None,
             via: None,
             id: 1,
+            transport: Transport::Udp,
             sent: at(sent),
             answered: at(answered),
             rcode: 0,

@@ -32,7 +32,7 @@ mod unexpected_source;
 use std::time::{Duration, SystemTime};
 
 pub use engine::{Engine, EngineConfig};
-pub use lookups::{destination, HopTimes, LookupCounts, LookupSummary};
+pub use lookups::{destination, summary as lookup_summary, HopTimes, LookupCounts, LookupSummary};
 pub use summary::{ServerSummary, Summary};
 
 use self::packet::MessageKey;

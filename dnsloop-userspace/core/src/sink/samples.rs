@@ -126,6 +126,7 @@ pub fn a_slow_lookup() -> Finding {
         to: None,
         via: None,
         id: 1,
+        transport: Transport::Udp,
         sent: us(sent),
         answered: us(answered),
         rcode: 0,
