@@ -17,6 +17,7 @@ use crate::commands::{
         dnsloop trace -i cni0 -i eth0 --duration 30s\n  \
         dnsloop trace --output json | jq .\n  \
         dnsloop trace --packets -i cni0        # every DNS packet on the bridge\n  \
+        dnsloop trace --slow 200ms             # lookups that slow, hop by hop: which one was slow\n  \
         dnsloop trace --metrics-addr 9553      # Prometheus metrics at http://127.0.0.1:9553/metrics\n  \
         dnsloop doctor --corefile coredns.yaml  # the node's DNS configuration, checked\n  \
         dnsloop analyze node.pcap              # the same findings, from a capture file"

@@ -15,6 +15,7 @@ pub enum Finding {
     UnexpectedSource(UnexpectedSourceFinding),
     Timeout(TimeoutFinding),
     Drop(DropFinding),
+    Lookup(LookupFinding),
 }
 
 /// One packet of a finding's path.
@@ -192,4 +193,65 @@ pub struct DropFinding {
     /// and server.
     pub count: u64,
     pub summary: String,
+}
+
+/// A client's query slower than `--slow`, with the chain of forwards it caused on the node and
+/// the time spent at each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LookupFinding {
+    /// When the answer reached the client.
+    pub ts: SystemTime,
+    /// Presentation format, as the client sent it.
+    pub qname: String,
+    pub qtype: u16,
+    /// The client's query first, then every forward it caused, in the order they were sent.
+    pub hops: Vec<LookupHop>,
+    /// The index in `hops` of the one that took longest itself.
+    pub slowest: usize,
+    /// Forwards answered beyond the most a lookup keeps, not in `hops`.
+    pub hops_left_out: u64,
+    pub summary: String,
+}
+
+impl LookupFinding {
+    /// The client's query.
+    pub fn client_query(&self) -> &LookupHop {
+        &self.hops[0]
+    }
+}
+
+/// One query of a lookup: the client's, or a forward, and the time spent at it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LookupHop {
+    /// The namespace that sent it, when watched.
+    pub from: Option<Namespace>,
+    pub src: SocketAddr,
+    /// Where it was first seen addressed to.
+    pub server: SocketAddr,
+    /// Where it was delivered instead, when a DNAT seen on the node sent it elsewhere.
+    pub backend: Option<SocketAddr>,
+    /// The namespace it was delivered to; `None` when it left the node.
+    pub to: Option<Namespace>,
+    /// The interface it left the node by, when it did.
+    pub via: Option<Arc<str>>,
+    pub id: u16,
+    /// How it travelled: conntrack keys its flow by it.
+    pub transport: Transport,
+    pub sent: SystemTime,
+    /// When its reply came back to the sender.
+    pub answered: SystemTime,
+    pub rcode: u16,
+    /// The index in the lookup's hops of the query this one forwards; `None` for the
+    /// client's.
+    pub forwards: Option<usize>,
+    /// Its latency less the time its own forwards were awaited: what the server it went to
+    /// spent itself, or the network beyond the node.
+    pub own: Duration,
+}
+
+impl LookupHop {
+    /// From sent to answered.
+    pub fn latency(&self) -> Duration {
+        self.answered.duration_since(self.sent).unwrap_or_default()
+    }
 }

@@ -268,6 +268,7 @@ fn emit(
         match (&mut finding, enricher.as_deref_mut()) {
             (Finding::UnexpectedSource(unexpected), Some(enricher)) => enricher.enrich(unexpected),
             (Finding::Loop(found), Some(enricher)) => enricher.enrich_loop(found),
+            (Finding::Lookup(found), Some(enricher)) => enricher.enrich_lookup(found),
             _ => {}
         }
         sink.finding(&finding).map_err(PipelineError::Write)?;

@@ -41,7 +41,8 @@ use dnsloop_core::{
 #[command(after_help = "Examples:\n  \
     tcpdump -i any -w node.pcap port 53       # on the node, then elsewhere:\n  \
     dnsloop analyze node.pcap\n  \
-    dnsloop analyze --output json --packets bundle.pcapng\n\n\
+    dnsloop analyze --output json --packets bundle.pcapng\n  \
+    dnsloop analyze --slow 200ms node.pcap     # lookups that slow, hop by hop\n\n\
     Captures of several interfaces (tcpdump -i any, or pcapng with interface names) show a \
     loop's path hop by hop; a capture of one interface shows what crossed it.")]
 pub struct AnalyzeArgs {
@@ -66,6 +67,12 @@ pub struct AnalyzeArgs {
     /// Print every DNS packet of the capture, at every interface it was captured on.
     #[arg(long)]
     pub packets: bool,
+
+    /// Follow every client's query through the forwards it caused and report those answered
+    /// this long or more after they were sent (e.g. 200ms), with the time spent at each hop,
+    /// as `trace --slow` does.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub slow: Option<Duration>,
 
     /// `ip -o link` as printed on the node the capture was taken on: names the interfaces of a
     /// `tcpdump -i any` capture, which records only their numbers, so that each is placed by
@@ -109,6 +116,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     let engine = Engine::new(EngineConfig {
         timeout: args.timeout,
         loop_report_interval: args.report_interval,
+        slow: args.slow,
         ..EngineConfig::default()
     });
     // Buffered, and written as the buffer fills rather than per packet (see `Pipeline::advance`).

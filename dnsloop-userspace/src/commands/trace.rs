@@ -44,6 +44,15 @@ pub struct TraceArgs {
     #[arg(long)]
     pub packets: bool,
 
+    /// Follow every client's query through the forwards it caused on the node (pod -> cache
+    /// -> ClusterIP -> CoreDNS pod -> upstream) and report those answered this long or more
+    /// after they were sent (e.g. 200ms), with the time spent at each hop: the slowest is where
+    /// the time went. The summary adds the time spent at each server's hops (p50, p90, p99).
+    /// At most 10 are reported a second; the rest are counted. Costs what --packets costs but
+    /// the printing: the kernel streams every DNS packet to dnsloop, which follows each.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub slow: Option<Duration>,
+
     /// Bytes of each streamed packet to keep, from the start of the frame (64-2048).
     #[arg(long, value_name = "BYTES", default_value_t = dnsloop_ebpf::record::PACKET_SNAP_MAX)]
     pub snap_len: usize,
@@ -126,7 +135,8 @@ impl TraceArgs {
         tracer::Config {
             programs: Settings {
                 dns_ports: self.dns_ports.ports.clone(),
-                stream_every_packet: self.packets,
+                // Printing packets, and following lookups, each need every DNS packet.
+                stream_every_packet: self.packets || self.slow.is_some(),
                 snap_len: self.snap_len,
                 question_table_size: self.question_table_size,
                 query_table_size: self.query_table_size,
@@ -135,6 +145,8 @@ impl TraceArgs {
                 watch_drops: !self.no_drops,
             },
             interfaces: self.interfaces.clone(),
+            print_packets: self.packets,
+            slow: self.slow,
             timeout: self.timeout,
             report_interval: self.report_interval,
             expedite_attach: self.expedite_attach,
@@ -176,5 +188,18 @@ mod tests {
         };
         assert_eq!(args.config(), tracer::Config::default());
         assert_eq!(args.output, OutputFormat::Text);
+    }
+
+    #[test]
+    fn slow_streams_every_packet_without_printing_them() {
+        let cli = crate::cli::Cli::try_parse_from(["dnsloop", "trace", "--slow", "200ms"])
+            .expect("trace parses");
+        let crate::cli::Command::Trace(args) = cli.command else {
+            panic!("not trace: {:?}", cli.command);
+        };
+        let config = args.config();
+        assert!(config.programs.stream_every_packet);
+        assert!(!config.print_packets);
+        assert_eq!(config.slow, Some(Duration::from_millis(200)));
     }
 }

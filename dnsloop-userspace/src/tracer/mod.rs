@@ -69,6 +69,10 @@ pub struct Config {
     pub programs: Settings,
     /// The interfaces to watch; none: the whole node, its pods' loopbacks and new pods.
     pub interfaces: Vec<String>,
+    /// Print every DNS packet streamed (`--packets`).
+    pub print_packets: bool,
+    /// Report lookups answered this long or more after they were sent (`--slow`).
+    pub slow: Option<std::time::Duration>,
     /// A query with no answer after this long is a timeout.
     pub timeout: std::time::Duration,
     /// A finding still happening is reported again at most this often.
@@ -91,6 +95,8 @@ impl Default for Config {
         Self {
             programs: Settings::default(),
             interfaces: Vec::new(),
+            print_packets: false,
+            slow: None,
             timeout: EngineConfig::default().timeout,
             report_interval: EngineConfig::default().loop_report_interval,
             expedite_attach: false,
@@ -247,6 +253,7 @@ impl Tracer {
         let engine = Engine::new(EngineConfig {
             timeout: self.config.timeout,
             loop_report_interval: self.config.report_interval,
+            slow: self.config.slow,
             ..EngineConfig::default()
         });
         // The enricher is built here, on the node's namespace thread: its conntrack socket
@@ -256,7 +263,7 @@ impl Tracer {
             engine,
             Enricher::new(),
             sink,
-            self.config.programs.stream_every_packet,
+            self.config.print_packets,
         )
     }
 

@@ -31,10 +31,11 @@ pub enum Scenario {
     ClusterLoopRouted,
     ClusterLoopIptables,
     ClusterSlowUpstream,
+    SlowUpstream,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::Healthy,
         Scenario::NodelocalLoop,
         Scenario::SelfLoop,
@@ -48,6 +49,7 @@ impl Scenario {
         Scenario::ClusterLoopRouted,
         Scenario::ClusterLoopIptables,
         Scenario::ClusterSlowUpstream,
+        Scenario::SlowUpstream,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -65,6 +67,7 @@ impl Scenario {
             Scenario::ClusterLoopRouted => "cluster-loop-routed",
             Scenario::ClusterLoopIptables => "cluster-loop-iptables",
             Scenario::ClusterSlowUpstream => "cluster-slow-upstream",
+            Scenario::SlowUpstream => "slow-upstream",
         }
     }
 
@@ -134,9 +137,11 @@ impl Scenario {
     }
 
     /// How long the upstream takes to answer: a dnsdist in front of it ([`Server::UpstreamDelay`])
-    /// holds every answer back this long in cluster-slow-upstream; the others answer at once.
+    /// holds every answer back this long in the slow-upstream scenarios; the others answer at
+    /// once.
     pub fn upstream_answer_delay(&self) -> Option<Duration> {
-        (*self == Scenario::ClusterSlowUpstream).then_some(SLOW_UPSTREAM_DELAY)
+        matches!(self, Scenario::ClusterSlowUpstream | Scenario::SlowUpstream)
+            .then_some(SLOW_UPSTREAM_DELAY)
     }
 
     /// The servers node `node` runs; the upstream side, shared by all nodes, is node 0's.
@@ -204,6 +209,11 @@ impl Scenario {
                 "node-local-dns in iptables mode: every node cache also holds the kube-dns \
                  ClusterIP (NOTRACK, no DNAT) and forwards `.` to kube-dns-upstream, every CoreDNS \
                  pod to its node's cache; external names circulate between nodes"
+            }
+            Scenario::SlowUpstream => {
+                "the node cache forwards every name to the ClusterIP, CoreDNS to an upstream that \
+                 a dnsdist in front of it holds back 150 ms (UDP): external names resolve, slowly, \
+                 through pod -> cache -> ClusterIP -> CoreDNS pod -> upstream"
             }
             Scenario::ClusterSlowUpstream => {
                 "cluster-healthy with a slow upstream: a dnsdist in front of kresd holds every \
@@ -277,7 +287,7 @@ impl Scenario {
             ),
             // Everything to the cluster DNS, as in a node-local-dns Corefile with
             // `forward . <cluster DNS>`.
-            Scenario::NodelocalLoop | Scenario::ClusterLoop => (
+            Scenario::NodelocalLoop | Scenario::ClusterLoop | Scenario::SlowUpstream => (
                 Software::Dnsmasq,
                 Transport::Udp,
                 vec![forward(ROOT, cluster_dns)],
@@ -337,7 +347,8 @@ impl Scenario {
             | Scenario::UnexpectedSource
             | Scenario::ClusterHealthy
             | Scenario::ClusterHealthyRouted
-            | Scenario::ClusterSlowUpstream => {
+            | Scenario::ClusterSlowUpstream
+            | Scenario::SlowUpstream => {
                 (Software::Dnsmasq, vec![forward(ROOT, UPSTREAM_DNS.into())])
             }
             Scenario::DeadUpstream => (
@@ -384,7 +395,7 @@ impl Scenario {
     }
 }
 
-/// How long cluster-slow-upstream's upstream takes to answer: slower than the 100 ms the issue
+/// How long the slow-upstream scenarios' upstream takes to answer: slower than the 100 ms the issue
 /// asks for, far below CoreDNS's and dig's timeouts.
 pub const SLOW_UPSTREAM_DELAY: Duration = Duration::from_millis(150);
 
@@ -680,6 +691,32 @@ mod tests {
         let mut dnsmasq = Scenario::Healthy.server_config(Server::Upstream, 0);
         dnsmasq.answer_delay = Some(SLOW_UPSTREAM_DELAY);
         assert!(dnsmasq.render(dir).is_err(), "only dnsdist delays answers");
+    }
+
+    #[test]
+    fn slow_upstream_sends_external_names_through_coredns_to_a_delayed_upstream() {
+        let dir = std::path::Path::new("/run/dnsloop-lab/example");
+        let scenario = Scenario::SlowUpstream;
+        assert_eq!(scenario.default_nodes(), 1);
+        assert!(scenario.servers_on(0).contains(&Server::UpstreamDelay));
+        let forwards = |server| {
+            let config = scenario.server_config(server, 0);
+            config
+                .forwards
+                .iter()
+                .map(|forward| (forward.zone, forward.to))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(forwards(Server::NodeCache), [(ROOT, CLUSTER_DNS.into())]);
+        assert_eq!(forwards(Server::CoreDnsA), [(ROOT, UPSTREAM_DNS.into())]);
+        let front = scenario.server_config(Server::UpstreamDelay, 0);
+        assert!(front
+            .render(dir)
+            .expect("renders")
+            .contains("DelayResponseAction(150)"));
+        let resolver = scenario.server_config(Server::Upstream, 0);
+        assert_eq!(resolver.software, Software::Dnsmasq);
+        assert_eq!(resolver.listen, UPSTREAM_BEHIND_DELAY);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::{
-    outstanding::{Outstanding, Reply},
+    outstanding::{Outstanding, Reply, SentQuery},
     packet::MessageKey,
     server_answers::ServerAnswers,
     summary::TimeoutCounts,
@@ -70,26 +70,28 @@ impl ClientView {
         ]
     }
 
-    /// Takes the next non-partial observation, as `Analyzer::observe`.
+    /// Takes the next non-partial observation, as `Analyzer::observe`. Returns the query it
+    /// answered, if it is the reply that reached that query's client from where it went.
     pub fn observe_with(
         &mut self,
         obs: &Observation,
         message: Option<&MessageKey>,
         loops: &mut impl Loops,
         out: &mut Vec<Finding>,
-    ) {
+    ) -> Option<SentQuery> {
         let timeouts_from = out.len();
         self.tick_with(obs.ts, loops, out);
-        let Some(key) = message else {
-            return;
-        };
+        let key = message?;
         if !obs.is_response {
             let timeouts = &self.timeouts;
             self.waiting.query(key, obs, || timeouts.reported(key));
-            return;
+            return None;
         }
         match self.waiting.reply(key, obs) {
-            Some(Reply::Answer(query)) => self.answers.answered(&query, obs),
+            Some(Reply::Answer(query)) => {
+                self.answers.answered(&query, obs);
+                return Some(query);
+            }
             Some(Reply::FromElsewhere(query)) => {
                 if let Some(found) = self.unexpected_sources.misdelivered(query, obs) {
                     // A misdelivery goes ahead of the timeouts its moment made due, as
@@ -99,6 +101,7 @@ impl ClientView {
             }
             None => {}
         }
+        None
     }
 
     /// As `Analyzer::tick`.
@@ -167,6 +170,7 @@ mod tests {
                 Finding::UnexpectedSource(_) => "unexpected source",
                 Finding::Timeout(_) => "timeout",
                 Finding::Drop(_) => "drop",
+                Finding::Lookup(_) => "lookup",
             })
             .collect()
     }

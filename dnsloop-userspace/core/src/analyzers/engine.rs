@@ -13,6 +13,7 @@ use super::{
     client_view::ClientView,
     drops::Drops,
     forwarding_loop::ForwardingLoops,
+    lookups::Lookups,
     packet::{MessageKey, QuestionKey},
     reorder::Reorder,
     summary::FindingCounts,
@@ -44,6 +45,10 @@ pub struct EngineConfig {
     pub loop_report_interval: Duration,
     /// The most entries any one table holds.
     pub max_tracked: usize,
+    /// Follow every client's query through the forwards it caused, and report those answered
+    /// this long or more after they were sent (`lookups`); `None`: do not follow them. Needs
+    /// every DNS packet: with only some streamed, lookups go unseen.
+    pub slow: Option<Duration>,
 }
 
 impl Default for EngineConfig {
@@ -54,6 +59,7 @@ impl Default for EngineConfig {
             settle: Duration::from_millis(50),
             loop_report_interval: Duration::from_secs(10),
             max_tracked: 65_536,
+            slow: None,
         }
     }
 }
@@ -63,6 +69,7 @@ pub struct Engine {
     loops: ForwardingLoops,
     clients: ClientView,
     drops: Drops,
+    lookups: Option<Lookups>,
     /// When the analyzers were last told the time (`Analyzer::tick`).
     ticked: Option<SystemTime>,
     observations: u64,
@@ -77,12 +84,14 @@ impl Engine {
             settle,
             loop_report_interval,
             max_tracked,
+            slow,
         } = config;
         Self {
             reorder: Reorder::new(settle, max_tracked),
             loops: ForwardingLoops::new(settle, forward_window, loop_report_interval, max_tracked),
             clients: ClientView::new(timeout, loop_report_interval, max_tracked),
             drops: Drops::new(loop_report_interval, max_tracked),
+            lookups: slow.map(|slow| Lookups::new(slow, settle, timeout, max_tracked)),
             ticked: None,
             observations: 0,
             findings: FindingCounts::default(),
@@ -125,6 +134,9 @@ impl Engine {
         self.loops.finish(now, out);
         self.drops.finish(out);
         self.explain_timeouts(&mut out[start..]);
+        if let Some(lookups) = &mut self.lookups {
+            lookups.finish(&self.loops, out);
+        }
         self.findings.count(&out[start..]);
         let mut evictions = BTreeMap::from([
             ("reorder", self.reorder.overflows()),
@@ -132,6 +144,9 @@ impl Engine {
             ("drops", self.drops.evictions()),
         ]);
         evictions.extend(self.clients.evictions());
+        if let Some(lookups) = &self.lookups {
+            evictions.insert("lookups", lookups.evictions());
+        }
         Summary {
             at: now,
             observations: self.observations,
@@ -141,6 +156,7 @@ impl Engine {
             evictions,
             unanswered_at_end: self.clients.unanswered() as u64,
             servers: self.clients.servers(),
+            lookups: self.lookups.as_ref().map(Lookups::summary),
         }
     }
 
@@ -180,14 +196,23 @@ impl Engine {
         }
         // The clients' view judges a query from where its client sent it.
         if !obs.partial {
-            self.clients
+            let answered = self
+                .clients
                 .observe_with(obs, message.as_ref(), &mut self.loops, out);
+            if let (Some(lookups), Some(query), Some(message)) =
+                (&mut self.lookups, answered, &message)
+            {
+                lookups.answered(message, query, obs);
+            }
         }
     }
 
     fn tell_time(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
         self.loops.tick(now, out);
         self.clients.tick_with(now, &mut self.loops, out);
+        if let Some(lookups) = &mut self.lookups {
+            lookups.tick(now, &self.loops, out);
+        }
     }
 }
 

@@ -3,7 +3,9 @@
 //! [`Engine`] puts observations back in timestamp order (`reorder`) and runs two analyzers on
 //! them: `forwarding_loop`, and `client_view`, which judges replies against one table of the
 //! queries their clients sent (`outstanding`) for `unexpected_source`, `timeout` and `latency`
-//! (summary only). Both recognise a message across NAT hops the same way (`packet`).
+//! (summary only). Both recognise a message across NAT hops the same way (`packet`). With a
+//! `slow` threshold, `lookups` puts the two together: each query the clients' view saw
+//! answered, placed in the chain of forwards the loop analyzer linked it to.
 //!
 //! Analyzers never learn where observations came from, and know time only from their
 //! timestamps and from `tick`, so a capture replayed and the same traffic traced live give the
@@ -14,6 +16,7 @@ mod drops;
 mod engine;
 mod forwarding_loop;
 mod histogram;
+mod lookups;
 pub mod mnemonic;
 mod outstanding;
 mod packet;
@@ -30,6 +33,7 @@ mod unexpected_source;
 use std::time::{Duration, SystemTime};
 
 pub use engine::{Engine, EngineConfig};
+pub use lookups::{destination, summary as lookup_summary, HopTimes, LookupCounts, LookupSummary};
 pub use summary::{ServerSummary, Summary};
 
 use self::packet::MessageKey;

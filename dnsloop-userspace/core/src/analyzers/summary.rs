@@ -5,7 +5,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use super::histogram::Histogram;
+use super::{histogram::Histogram, LookupSummary};
 use crate::finding::Finding;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -24,6 +24,8 @@ pub struct Summary {
     pub unanswered_at_end: u64,
     /// Every server that answered, in address order.
     pub servers: Vec<ServerSummary>,
+    /// The lookups followed, when they were (`EngineConfig::slow`).
+    pub lookups: Option<LookupSummary>,
 }
 
 /// How many findings of each kind were reported.
@@ -43,6 +45,8 @@ impl FindingCounts {
                 Finding::UnexpectedSource(_) => self.unexpected_sources += 1,
                 Finding::Timeout(_) => self.timeouts += 1,
                 Finding::Drop(_) => self.drops += 1,
+                // Counted in the lookups' own summary.
+                Finding::Lookup(_) => {}
             }
         }
     }

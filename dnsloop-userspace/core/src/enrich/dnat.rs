@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 
 use super::conntrack::QueryFlow;
-use crate::finding::{ConntrackEvidence, Dnat, Hop};
+use crate::finding::{ConntrackEvidence, Dnat, Hop, LookupHop};
 
 /// The most conntrack lookups for one loop report. A loop through the node cache and a
 /// `ClusterIP` has two flows (there and back); a lookup the kernel does not answer blocks the
@@ -17,23 +17,40 @@ pub const MAX_LOOKUPS: usize = 4;
 /// The distinct flows of `path`'s hops as they were delivered, first seen first, at most
 /// [`MAX_LOOKUPS`] of them.
 pub fn flows_to_look_up(path: &[Hop]) -> Vec<QueryFlow> {
-    let mut flows = Vec::new();
+    distinct_flows(path.iter().map(|hop| QueryFlow {
+        transport: hop.transport,
+        client: hop.src,
+        server: hop.dst,
+    }))
+}
+
+/// The distinct flows of a lookup's queries delivered on the node where they were first seen
+/// addressed, whose DNAT, if any, came before they were seen; at most [`MAX_LOOKUPS`] of them.
+pub fn lookup_flows_to_look_up(hops: &[LookupHop]) -> Vec<QueryFlow> {
+    let unseen_dnat = hops
+        .iter()
+        .filter(|hop| hop.backend.is_none() && hop.to.is_some());
+    distinct_flows(unseen_dnat.map(|hop| QueryFlow {
+        transport: hop.transport,
+        client: hop.src,
+        server: hop.server,
+    }))
+}
+
+/// The first [`MAX_LOOKUPS`] distinct `flows` worth asking conntrack about.
+fn distinct_flows(flows: impl Iterator<Item = QueryFlow>) -> Vec<QueryFlow> {
+    let mut distinct = Vec::new();
     // Nothing DNATs to a loopback address (kube-proxy cannot), and a pod's loopback is not in
     // the node's conntrack table anyway: such a lookup could only come back empty.
-    for hop in path.iter().filter(|hop| !hop.dst.ip().is_loopback()) {
-        if flows.len() == MAX_LOOKUPS {
+    for flow in flows.filter(|flow| !flow.server.ip().is_loopback()) {
+        if distinct.len() == MAX_LOOKUPS {
             break;
         }
-        let flow = QueryFlow {
-            transport: hop.transport,
-            client: hop.src,
-            server: hop.dst,
-        };
-        if !flows.contains(&flow) {
-            flows.push(flow);
+        if !distinct.contains(&flow) {
+            distinct.push(flow);
         }
     }
-    flows
+    distinct
 }
 
 /// The DNAT that `entry`, conntrack's entry for `delivered`, records; `None` when the query was
@@ -186,6 +203,29 @@ mod tests {
         let flows = flows_to_look_up(&path);
         assert_eq!(flows.len(), MAX_LOOKUPS);
         assert_eq!(flows[0], udp("10.255.0.1:40000", "10.244.0.4:53"));
+    }
+
+    #[test]
+    fn a_lookups_queries_delivered_where_first_addressed_are_looked_up_once() {
+        let crate::finding::Finding::Lookup(found) = crate::sink::samples::a_slow_lookup() else {
+            unreachable!("a lookup")
+        };
+        let mut hops = found.hops;
+        // The cache's forward, seen already DNAT'ed, and the same flow again.
+        hops[1].backend = None;
+        hops[1].server = addr("10.244.0.3:53");
+        hops.push(hops[1].clone());
+        let mut on_loopback = hops[1].clone();
+        on_loopback.server = addr("127.0.0.1:53");
+        hops.push(on_loopback);
+        assert_eq!(
+            lookup_flows_to_look_up(&hops),
+            [
+                udp("10.244.0.2:41234", "169.254.25.10:53"),
+                udp("10.255.0.1:50000", "10.244.0.3:53")
+            ],
+            "the upstream's hop left the node; loopback is never DNAT'ed"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Evidence enrichment: what the node's conntrack table and bridge settings say about a finding,
 //! and the cause they establish (for an unexpected source) or the services behind the DNAT'ed
-//! forwards (for a loop).
+//! forwards (for a loop, and a slow lookup).
 //!
 //! Best effort throughout: evidence that cannot be had (no entry, no permission, a timeout) is
 //! left out and logged at debug level, and the cause claims no more than the evidence shows.
@@ -16,7 +16,8 @@ use self::{
     conntrack::{ConntrackTable, QueryFlow},
 };
 use crate::{
-    finding::{ConntrackEvidence, Dnat, Hop, LoopFinding, UnexpectedSourceFinding},
+    analyzers::lookup_summary,
+    finding::{ConntrackEvidence, Dnat, LookupFinding, LoopFinding, UnexpectedSourceFinding},
     observation::Transport,
 };
 
@@ -57,14 +58,32 @@ impl Enricher {
     /// their services in `finding.summary`. Each report of a loop is enriched anew: repeats
     /// come from the analyzer's unenriched copy.
     pub fn enrich_loop(&mut self, finding: &mut LoopFinding) {
-        finding.dnat = self.translations(&finding.path);
+        finding.dnat = self.translations(dnat::flows_to_look_up(&finding.path));
         finding.summary = dnat::name_services(&finding.summary, &finding.dnat);
     }
 
-    /// The distinct DNATs conntrack recorded for the flows of `path`, first seen first.
-    fn translations(&mut self, path: &[Hop]) -> Vec<Dnat> {
+    /// Names the service each of `finding`'s forwards was sent to where a DNAT before its first
+    /// sighting hid it (the node's own forwards to a `ClusterIP`): the hop's `server` becomes
+    /// the service, its `backend` the pod it went to.
+    pub fn enrich_lookup(&mut self, finding: &mut LookupFinding) {
+        let translations = self.translations(dnat::lookup_flows_to_look_up(&finding.hops));
+        let mut named = false;
+        for hop in finding.hops.iter_mut().filter(|hop| hop.backend.is_none()) {
+            if let Some(found) = translations.iter().find(|dnat| dnat.backend == hop.server) {
+                hop.backend = Some(found.backend);
+                hop.server = found.service;
+                named = true;
+            }
+        }
+        if named {
+            finding.summary = lookup_summary(finding);
+        }
+    }
+
+    /// The distinct DNATs conntrack recorded for `flows`, in their order.
+    fn translations(&mut self, flows: Vec<QueryFlow>) -> Vec<Dnat> {
         let mut translations = Vec::new();
-        for flow in dnat::flows_to_look_up(path) {
+        for flow in flows {
             if let Some(&known) = self.translated.get(&flow) {
                 if !translations.contains(&known) {
                     translations.push(known);

@@ -12,6 +12,7 @@ mod by_name;
 mod capture;
 mod doctor;
 mod drop;
+mod lookup;
 mod loop_record;
 mod malformed;
 mod packet;
@@ -32,13 +33,15 @@ pub use by_name::{ByName, Counts};
 pub use capture::{CaptureReport, CapturedInterface, NodeDnsConfig, PcapngFile, ResolvConf};
 pub use doctor::{CheckRecord, DoctorRecord, DoctorSummaryRecord};
 pub use drop::{DropCause, DropRecord};
+pub use lookup::{LookupHop, LookupRecord};
 pub use loop_record::{Dnat, Hop, LoopRecord, OffNode};
 pub use malformed::MalformedRecord;
 pub use packet::PacketRecord;
 pub use probe::{ProbeRecord, ProbeResult};
 pub use summary::{
-    CaptureFileInfo, CaptureFileSummary, CapturePackets, FindingCounts, InterfaceCount,
-    KernelSummary, PlacedInterface, ServerAnswers, SummaryRecord, SummarySource, TimeoutCounts,
+    CaptureFileInfo, CaptureFileSummary, CapturePackets, FindingCounts, HopTimes, InterfaceCount,
+    KernelSummary, LookupsSummary, PlacedInterface, ServerAnswers, SummaryRecord, SummarySource,
+    TimeoutCounts,
 };
 pub use timeout::TimeoutRecord;
 pub use timestamp::Timestamp;
@@ -60,6 +63,8 @@ pub enum Record {
     Drop(DropRecord),
     /// A sample of the packets on DNS ports that could not be parsed.
     Malformed(MalformedRecord),
+    /// A client's query answered `--slow` or later, hop by hop.
+    Lookup(LookupRecord),
     /// A DNS message seen (`--packets`).
     Packet(PacketRecord),
     /// What the run amounted to, once at its end.
@@ -78,6 +83,7 @@ impl Record {
             }
             Finding::Timeout(found) => Self::Timeout(TimeoutRecord::new(found, node)),
             Finding::Drop(found) => Self::Drop(DropRecord::new(found, node)),
+            Finding::Lookup(found) => Self::Lookup(LookupRecord::new(found, node)),
         }
     }
 }

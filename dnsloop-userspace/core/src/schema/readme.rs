@@ -12,9 +12,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-const SOURCES: [&str; 11] = [
+const SOURCES: [&str; 12] = [
     include_str!("mod.rs"),
     include_str!("loop_record.rs"),
+    include_str!("lookup.rs"),
     include_str!("unexpected_source.rs"),
     include_str!("timeout.rs"),
     include_str!("drop.rs"),

@@ -28,6 +28,8 @@ pub struct SummaryRecord {
     /// Every server that answered, in address order; for `trace`, every answer the kernel
     /// counted, streamed or not.
     pub servers: Vec<ServerAnswers>,
+    /// The lookups followed (`--slow`); `null` when they were not.
+    pub lookups: Option<LookupsSummary>,
     /// The source's own numbers: their fields follow here, in the same object.
     #[serde(flatten)]
     pub source: SummarySource,
@@ -79,6 +81,44 @@ pub struct ServerAnswers {
     pub max_ms: f64,
     /// Answers by response code (`NOERROR`, `NXDOMAIN`, ...), in code order.
     pub rcodes: Counts,
+}
+
+/// The lookups followed through their forwards (`--slow`), and the time spent at each server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LookupsSummary {
+    /// `--slow`, in milliseconds.
+    pub slow_ms: f64,
+    /// Client queries answered and followed through the forwards they caused.
+    pub followed: u64,
+    /// Of those, the ones answered `--slow` or later.
+    pub slow: u64,
+    /// Slow lookups written as `lookup` records.
+    pub reported: u64,
+    /// Slow lookups not written: past the 10 a second written.
+    pub suppressed: u64,
+    /// Answered queries that could not be placed in a lookup: forgotten before their answer,
+    /// or in a chain of more than 16 forwards (a loop).
+    pub unlinked: u64,
+    /// The time spent at the hops to each server, in address order.
+    pub hops: Vec<HopTimes>,
+}
+
+/// The time spent at the hops to one server: each hop's latency less the time its own
+/// forwards were awaited.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HopTimes {
+    /// The server as its senders addressed it.
+    pub server: SocketAddr,
+    /// Hops to it in lookups followed.
+    pub count: u64,
+    /// Median time spent at it, in milliseconds.
+    pub p50_ms: f64,
+    /// 90th percentile, in milliseconds.
+    pub p90_ms: f64,
+    /// 99th percentile, in milliseconds.
+    pub p99_ms: f64,
+    /// The longest, in milliseconds.
+    pub max_ms: f64,
 }
 
 /// Where the packets came from, and what it counted: a summary carries the fields of one of
@@ -212,6 +252,7 @@ impl SummaryRecord {
                 .collect(),
             unanswered_at_end: summary.unanswered_at_end,
             servers: summary.servers.iter().map(ServerAnswers::new).collect(),
+            lookups: summary.lookups.as_ref().map(LookupsSummary::new),
             source,
             node: node.to_owned(),
         }
@@ -236,7 +277,6 @@ impl SummaryRecord {
 
 impl ServerAnswers {
     pub fn new(server: &analyzers::ServerSummary) -> Self {
-        let millis = |duration: std::time::Duration| duration.as_secs_f64() * 1000.0;
         Self {
             server: server.server,
             answered: server.answered,
@@ -251,4 +291,35 @@ impl ServerAnswers {
                 .collect(),
         }
     }
+}
+
+impl LookupsSummary {
+    pub fn new(lookups: &analyzers::LookupSummary) -> Self {
+        let counts = lookups.counts;
+        Self {
+            slow_ms: millis(lookups.slow),
+            followed: counts.followed,
+            slow: counts.slow,
+            reported: counts.reported,
+            suppressed: counts.suppressed,
+            unlinked: counts.unlinked,
+            hops: lookups
+                .servers
+                .iter()
+                .map(|times| HopTimes {
+                    server: times.server,
+                    count: times.hops,
+                    p50_ms: millis(times.p50),
+                    p90_ms: millis(times.p90),
+                    p99_ms: millis(times.p99),
+                    max_ms: millis(times.max),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A duration in milliseconds, as the schema writes durations.
+pub(super) fn millis(duration: std::time::Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::{
-    analyzers::testkit::*,
+    analyzers::{testkit::*, Summary},
     finding::ConntrackEvidence,
     observation::{DnsName, Namespace, Question},
     sink::{samples::*, JsonSink, NodeName, Sink},
@@ -92,6 +92,7 @@ fn sink_lines() -> Vec<String> {
             an_unexpected_source(Some(evidence)),
             a_timeout(),
             a_dropped_timeout(),
+            a_slow_lookup(),
         ]
         .into_iter()
         .chain(drops())
@@ -103,7 +104,11 @@ fn sink_lines() -> Vec<String> {
         sink.packet(&bare)?;
         sink.malformed(&malformed_sample())?;
         sink.malformed(&no_addresses)?;
-        sink.summary(&a_summary(), &kernel_numbers())?;
+        let with_lookups = Summary {
+            lookups: Some(lookups_followed()),
+            ..a_summary()
+        };
+        sink.summary(&with_lookups, &kernel_numbers())?;
         sink.summary(&a_summary(), &capture_file_numbers())
     })
 }
@@ -228,6 +233,7 @@ pub fn every_record() -> Vec<(&'static str, Value)> {
                 Record::UnexpectedSource(_) => "UnexpectedSourceRecord",
                 Record::Timeout(_) => "TimeoutRecord",
                 Record::Drop(_) => "DropRecord",
+                Record::Lookup(_) => "LookupRecord",
                 Record::Malformed(_) => "MalformedRecord",
                 Record::Packet(_) => "PacketRecord",
                 Record::Summary(_) => "SummaryRecord",
@@ -269,6 +275,7 @@ fn every_line_the_sink_writes_reads_back_into_its_record_and_writes_alike() {
             "loop",
             "unexpected_source",
             "timeout",
+            "lookup",
             "drop",
             "packet",
             "malformed",

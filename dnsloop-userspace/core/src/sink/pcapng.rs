@@ -196,6 +196,7 @@ impl<W: Write> PcapngSink<W> {
                 found.qname.as_deref().unwrap_or("message"),
                 found.cause.reason
             ),
+            Finding::Lookup(found) => format!("slow lookup {}", found.qname),
         };
         for held in &mut self.held {
             let Some(messages) = &held.messages else {
@@ -355,6 +356,10 @@ fn names(finding: &Finding, ts: SystemTime, messages: &Messages) -> bool {
         // The packet dropped is the one the kernel freed: the capture holds its sightings
         // before that, at the same addresses.
         Finding::Drop(found) => carries(found.src, found.dst, found.id),
+        Finding::Lookup(found) => found
+            .hops
+            .iter()
+            .any(|hop| carries(hop.src, hop.server, hop.id)),
     }
 }
 

@@ -4,10 +4,10 @@ use std::{collections::BTreeMap, time::Duration};
 use dnsloop_ebpf::{parse::Probe, point::Direction};
 
 use crate::{
-    analyzers::{testkit::*, ServerSummary, Summary},
+    analyzers::{testkit::*, HopTimes, LookupCounts, LookupSummary, ServerSummary, Summary},
     finding::{
-        ConntrackEvidence, Dnat, DropCause, DropFinding, Finding, Hop, LoopFinding, LoopId,
-        OffNode, TimeoutFinding, UnexpectedSourceFinding,
+        ConntrackEvidence, Dnat, DropCause, DropFinding, Finding, Hop, LookupFinding, LookupHop,
+        LoopFinding, LoopId, OffNode, TimeoutFinding, UnexpectedSourceFinding,
     },
     observation::{DropPlace, Namespace, Transport},
     schema::{InterfaceCount, KernelSummary, SummarySource},
@@ -180,6 +180,90 @@ pub fn drops() -> [Finding; 2] {
     ]
 }
 
+/// The client asks the node cache, which asks CoreDNS through the ClusterIP, which asks the
+/// upstream beyond eth0: 150 ms of the 153 ms it waited were the upstream's.
+pub fn a_slow_lookup() -> Finding {
+    let hop = |from: &str, src: &str, server: &str, sent: u64, answered: u64| LookupHop {
+        from: Some(Namespace::new(from)),
+        src: addr(src),
+        server: addr(server),
+        backend: None,
+        to: None,
+        via: None,
+        id: 1,
+        transport: Transport::Udp,
+        sent: us(sent),
+        answered: us(answered),
+        rcode: 0,
+        forwards: None,
+        own: Duration::ZERO,
+    };
+    let client = LookupHop {
+        to: Some(Namespace::new("node")),
+        id: 4242,
+        own: Duration::from_micros(1_000),
+        ..hop(
+            "pod 10.244.0.2",
+            "10.244.0.2:41234",
+            "169.254.25.10:53",
+            0,
+            153_000,
+        )
+    };
+    let cache = LookupHop {
+        backend: Some(addr("10.244.0.3:53")),
+        to: Some(Namespace::new("pod 10.244.0.3")),
+        id: 1000,
+        forwards: Some(0),
+        own: Duration::from_micros(2_000),
+        ..hop("node", "10.255.0.1:50000", "10.96.0.10:53", 500, 152_500)
+    };
+    let upstream = LookupHop {
+        via: Some("eth0".into()),
+        id: 2000,
+        forwards: Some(1),
+        own: Duration::from_millis(150),
+        ..hop(
+            "pod 10.244.0.3",
+            "10.244.0.3:40000",
+            "10.255.0.53:53",
+            1_000,
+            151_000,
+        )
+    };
+    Finding::Lookup(LookupFinding {
+        ts: us(153_000),
+        qname: "www.example.test.".into(),
+        qtype: A,
+        hops: vec![client, cache, upstream],
+        slowest: 2,
+        hops_left_out: 0,
+        summary: "pod 10.244.0.2 waited 153.0 ms for www.example.test. A (NOERROR); the slowest hop: pod 10.244.0.3 -> 10.255.0.53:53 (off the node via eth0), 150.0 ms of it".into(),
+    })
+}
+
+/// What following lookups with `--slow 100ms` gave.
+pub fn lookups_followed() -> LookupSummary {
+    LookupSummary {
+        slow: Duration::from_millis(100),
+        counts: LookupCounts {
+            followed: 20,
+            slow: 1,
+            reported: 1,
+            suppressed: 0,
+            unlinked: 0,
+        },
+        servers: vec![HopTimes {
+            server: addr("10.255.0.53:53"),
+            hops: 20,
+            p50: Duration::from_millis(150),
+            p90: Duration::from_millis(150),
+            p99: Duration::from_millis(151),
+            max: Duration::from_millis(151),
+        }],
+    }
+}
+
 pub fn a_summary() -> Summary {
     Summary {
         at: ms(60_000),
@@ -198,6 +282,7 @@ pub fn a_summary() -> Summary {
             max: Duration::from_millis(12),
             rcodes: BTreeMap::from([(0, 28), (3, 2)]),
         }],
+        lookups: None,
     }
 }
 

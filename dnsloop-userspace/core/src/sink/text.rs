@@ -17,9 +17,9 @@ use super::{
     Sink,
 };
 use crate::{
-    analyzers::{mnemonic, Summary},
+    analyzers::{destination, mnemonic, LookupSummary, Summary},
     decode::MalformedSample,
-    finding::{Finding, Hop, LoopFinding, UnexpectedSourceFinding},
+    finding::{Finding, Hop, LookupFinding, LoopFinding, UnexpectedSourceFinding},
     observation::{Namespace, Observation},
     schema::{CaptureFileSummary, Counts, InterfaceCount, KernelSummary, SummarySource},
 };
@@ -93,6 +93,85 @@ impl<W: Write> TextSink<W> {
                 } else {
                     ""
                 }
+            ))?;
+        }
+        Ok(())
+    }
+
+    /// A slow lookup: one line, then a line per hop, indented by how deep it forwards.
+    fn lookup(&mut self, found: &LookupFinding) -> io::Result<()> {
+        let client = found.client_query();
+        self.line(&format!(
+            "{}  SLOW  {}  {}",
+            time_of_day(found.ts),
+            latency(client.latency()),
+            found.summary
+        ))?;
+        for (index, hop) in found.hops.iter().enumerate() {
+            let depth = std::iter::successors(hop.forwards, |&parent| found.hops[parent].forwards)
+                .take(found.hops.len())
+                .count();
+            let from = hop
+                .from
+                .as_ref()
+                .map_or_else(|| hop.src.to_string(), ToString::to_string);
+            let slowest = if index == found.slowest {
+                "  <- slowest"
+            } else {
+                ""
+            };
+            self.line(&format!(
+                "  {:indent$}+{:<9} {from} -> {}  id {}  {} {}, own {}{slowest}",
+                "",
+                latency(hop.sent.duration_since(client.sent).unwrap_or_default()),
+                destination(hop),
+                hop.id,
+                mnemonic::rcode(hop.rcode),
+                latency(hop.latency()),
+                latency(hop.own),
+                indent = 2 * depth,
+            ))?;
+        }
+        if found.hops_left_out > 0 {
+            self.line(&format!(
+                "  ... {} more forwards answered, not shown",
+                found.hops_left_out
+            ))?;
+        }
+        Ok(())
+    }
+
+    /// The lookups' numbers, and the time spent at each server's hops.
+    fn lookups_summary(&mut self, lookups: &LookupSummary) -> io::Result<()> {
+        let counts = lookups.counts;
+        let unlinked = match counts.unlinked {
+            0 => String::new(),
+            unlinked => format!(", {unlinked} answers not placed in a lookup"),
+        };
+        self.line(&format!(
+            "lookups: {} followed, {} slower than {} ({} reported, {} suppressed){unlinked}",
+            counts.followed,
+            counts.slow,
+            latency(lookups.slow),
+            counts.reported,
+            counts.suppressed
+        ))?;
+        if lookups.servers.is_empty() {
+            return Ok(());
+        }
+        self.line(&format!(
+            "  {:<40} {:>8} {:>9} {:>9} {:>9} {:>9}",
+            "time spent at", "hops", "p50", "p90", "p99", "max"
+        ))?;
+        for times in &lookups.servers {
+            self.line(&format!(
+                "  {:<40} {:>8} {:>9} {:>9} {:>9} {:>9}",
+                times.server.to_string(),
+                times.hops,
+                latency(times.p50),
+                latency(times.p90),
+                latency(times.p99),
+                latency(times.max),
             ))?;
         }
         Ok(())
@@ -219,6 +298,7 @@ impl<W: Write> Sink for TextSink<W> {
                     found.summary
                 ))?
             }
+            Finding::Lookup(found) => self.lookup(found)?,
         }
         self.out.flush()
     }
@@ -310,6 +390,9 @@ impl<W: Write> Sink for TextSink<W> {
                     rcodes.join(", ")
                 ))?;
             }
+        }
+        if let Some(lookups) = &summary.lookups {
+            self.lookups_summary(lookups)?;
         }
         match source {
             SummarySource::Kernel(kernel) => self.kernel_summary(kernel)?,
@@ -584,6 +667,43 @@ mod tests {
                 "  conntrack: sent to 10.96.0.10:53, reply expected from 10.244.0.3:53, never replied",
             ]
         );
+    }
+
+    #[test]
+    fn a_slow_lookup_is_one_line_then_its_hops_with_the_slowest_marked() {
+        let text = written(|sink| sink.finding(&a_slow_lookup()));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(
+            lines[0].starts_with("12:00:00.153  SLOW  153.0ms  pod 10.244.0.2 waited"),
+            "{text}"
+        );
+        assert!(lines[3].contains("pod 10.244.0.3 -> 10.255.0.53:53 (off the node via eth0)  id 2000  NOERROR 150.0ms, own 150.0ms  <- slowest"), "{text}");
+        assert!(
+            lines[2].contains("node -> 10.96.0.10:53 (DNAT -> 10.244.0.3:53, pod 10.244.0.3)"),
+            "{text}"
+        );
+        // Each forward is indented under the query it forwards.
+        let indent = |line: &str| line.len() - line.trim_start().len();
+        assert!(
+            indent(lines[1]) < indent(lines[2]) && indent(lines[2]) < indent(lines[3]),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_summary_times_each_servers_hops_when_lookups_were_followed() {
+        let summary = Summary {
+            lookups: Some(lookups_followed()),
+            ..a_summary()
+        };
+        let text =
+            written(|sink| sink.summary(&summary, &SummarySource::Kernel(Default::default())));
+        assert!(
+            text.contains("lookups: 20 followed, 1 slower than 100.0ms (1 reported, 0 suppressed)"),
+            "{text}"
+        );
+        assert!(text.contains("10.255.0.53:53"), "{text}");
     }
 
     #[test]

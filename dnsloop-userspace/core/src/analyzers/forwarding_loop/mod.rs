@@ -31,10 +31,8 @@ use std::{
 
 use dnsloop_ebpf::parse::Probe;
 
-use self::{
-    describe::LoopKey,
-    flight::{Flight, FlightId, Flights},
-};
+pub use self::flight::{Flight, FlightId};
+use self::{describe::LoopKey, flight::Flights};
 use super::{
     has_waited,
     packet::{MessageKey, QuestionKey},
@@ -297,6 +295,13 @@ impl ForwardingLoops {
     /// sent `id`, and still owed the answer to: the latest such one. Called at `now`, when `id`
     /// is delivered, by which time every query delivered before it was sent has been decided.
     fn parent_of(&mut self, id: FlightId, now: SystemTime) -> Option<FlightId> {
+        let parent = self.sent_as_forward_of(id)?;
+        self.touch(parent, now);
+        Some(parent)
+    }
+
+    /// `parent_of`, without keeping the parent any longer.
+    fn sent_as_forward_of(&self, id: FlightId) -> Option<FlightId> {
         let child = self.flights.get(&id)?;
         let sender = child.origin.as_ref()?;
         let forwarded_as_child = |delivery: &Delivery| {
@@ -316,15 +321,34 @@ impl ForwardingLoops {
             };
             to_sender && in_time() && still_owed()
         };
-        let parent = self
-            .deliveries
-            .get(&child.message.question)?
-            .iter()
-            .rev()
-            .find(|&delivery| forwarded_as_child(delivery))?
-            .flight;
-        self.touch(parent, now);
-        Some(parent)
+        Some(
+            self.deliveries
+                .get(&child.message.question)?
+                .iter()
+                .rev()
+                .find(|&delivery| forwarded_as_child(delivery))?
+                .flight,
+        )
+    }
+
+    /// The latest flight `message` was followed as: the one its replies answer.
+    pub fn latest_flight(&self, message: &MessageKey) -> Option<(FlightId, &Flight)> {
+        let id = *self.latest.get(message)?;
+        Some((id, self.flights.get(&id)?))
+    }
+
+    /// The query that flight `id` forwards: its parent, linked when it was delivered; for one
+    /// that left for an unwatched side (to an upstream beyond the uplink), and so was never
+    /// delivered here, the query its sender owed the answer to when it sent it, found as a
+    /// delivered flight's parent is. Asked once every delivery up to the flight's answer has
+    /// been decided (`settle` after it), so that its parent's is too.
+    pub fn forwarded_from(&self, id: FlightId) -> Option<FlightId> {
+        let flight = self.flights.get(&id)?;
+        match flight.parent {
+            Some(parent) => Some(parent),
+            None if flight.delivered_to().is_none() => self.sent_as_forward_of(id),
+            None => None,
+        }
     }
 
     /// The query that a question coming onto the node from an unwatched side in `obs` may be
