@@ -151,9 +151,9 @@ impl Drops {
 
     /// Appends every drop already in the ring to `out`, without waiting.
     pub fn drain(&mut self, out: &mut Vec<DroppedPacket>) {
-        let symbols = self.symbols.get_or_insert_with(KernelSymbols::read);
         let ring = self.ring.get_mut();
         while let Some(item) = ring.next() {
+            let symbols = self.symbols.get_or_insert_with(KernelSymbols::read);
             match dropped_packet(&item, &self.clock, &self.reasons, symbols) {
                 Some(packet) => out.push(packet),
                 None => self.undecodable_records += 1,

@@ -177,6 +177,22 @@ impl<W: Write> TextSink<W> {
         Ok(())
     }
 
+    /// A finding that says how many times it happened: `12:00:03.000  TIMEOUT x37  ...`, the
+    /// count left out when it is one.
+    fn counted(
+        &mut self,
+        kind: &str,
+        ts: std::time::SystemTime,
+        count: u64,
+        summary: &str,
+    ) -> io::Result<()> {
+        let count = match count {
+            1 => String::new(),
+            count => format!(" x{count}"),
+        };
+        self.line(&format!("{}  {kind}{count}  {summary}", time_of_day(ts)))
+    }
+
     /// The kernel's numbers below the summary.
     fn kernel_summary(&mut self, kernel: &KernelSummary) -> io::Result<()> {
         self.interfaces(&kernel.interfaces)?;
@@ -277,27 +293,9 @@ impl<W: Write> Sink for TextSink<W> {
             Finding::Loop(found) => self.loop_found(found)?,
             Finding::UnexpectedSource(found) => self.unexpected_source(found)?,
             Finding::Timeout(found) => {
-                let count = match found.count {
-                    1 => String::new(),
-                    count => format!(" x{count}"),
-                };
-                self.line(&format!(
-                    "{}  TIMEOUT{count}  {}",
-                    time_of_day(found.ts),
-                    found.summary
-                ))?
+                self.counted("TIMEOUT", found.ts, found.count, &found.summary)?
             }
-            Finding::Drop(found) => {
-                let count = match found.count {
-                    1 => String::new(),
-                    count => format!(" x{count}"),
-                };
-                self.line(&format!(
-                    "{}  DROP{count}  {}",
-                    time_of_day(found.ts),
-                    found.summary
-                ))?
-            }
+            Finding::Drop(found) => self.counted("DROP", found.ts, found.count, &found.summary)?,
             Finding::Lookup(found) => self.lookup(found)?,
         }
         self.out.flush()
