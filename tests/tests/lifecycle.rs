@@ -59,7 +59,12 @@ fn sigkill_leaves_no_program_attached() {
     let handles = BpfHandles::of(tracer.pid());
     // Both directions of the node's links, its loopback's egress and the pods' loopbacks.
     assert!(handles.tcx_links >= 5, "{handles:?}");
-    assert_eq!(handles.programs.len(), 2, "{handles:?}");
+    assert_eq!(handles.classifiers.len(), 2, "{handles:?}");
+    assert_eq!(
+        handles.programs.len(),
+        3,
+        "and the drop program: {handles:?}"
+    );
 
     let output = tracer.kill().expect("tracer ends on SIGKILL");
     assert!(!output.stderr.contains(CLSACT_WARNING), "{}", output.stderr);
@@ -188,7 +193,7 @@ fn side_by_side(lab: &Lab, env: &[(&str, &str)]) {
     let first = start(lab, env);
     let first_programs = BpfHandles::of(first.pid()).programs;
     let second = start(lab, env);
-    let second_programs = BpfHandles::of(second.pid()).programs;
+    let second_handles = BpfHandles::of(second.pid());
     ask(lab, QUERIES);
 
     let first = first.terminate().expect("first tracer ends on SIGTERM");
@@ -204,7 +209,7 @@ fn side_by_side(lab: &Lab, env: &[(&str, &str)]) {
         let ids: BTreeSet<u64> = attached.iter().map(|filter| filter.program).collect();
         assert_eq!(
             ids,
-            second_programs.iter().copied().collect(),
+            second_handles.classifiers.iter().copied().collect(),
             "{attached:?}"
         );
     }
@@ -217,7 +222,7 @@ fn side_by_side(lab: &Lab, env: &[(&str, &str)]) {
         "{}",
         second.stdout
     );
-    assert_released(&second_programs);
+    assert_released(&second_handles.programs);
     assert_no_dnsloop_filters(lab, lab.node_ns());
 }
 
@@ -298,7 +303,7 @@ fn on_the_clsact_path_the_next_dnsloop_removes_the_filters_a_killed_one_left() {
     };
     let client = lab.pod_ns(Pod::Client);
     let running = start(&lab, &[FORCE_CLSACT]);
-    let running_programs = BpfHandles::of(running.pid()).programs;
+    let running_programs = BpfHandles::of(running.pid()).classifiers;
     let killed = start(&lab, &[FORCE_CLSACT]);
     let killed_programs = BpfHandles::of(killed.pid()).programs;
     let output = killed.kill().expect("tracer ends on SIGKILL");
@@ -319,7 +324,7 @@ fn on_the_clsact_path_the_next_dnsloop_removes_the_filters_a_killed_one_left() {
     assert_eq!(left_by_the_killed(&client), 1);
 
     let next = start(&lab, &[FORCE_CLSACT]);
-    let next_programs = BpfHandles::of(next.pid()).programs;
+    let next_programs = BpfHandles::of(next.pid()).classifiers;
     let expected: BTreeSet<u64> = running_programs
         .iter()
         .chain(&next_programs)
@@ -578,15 +583,22 @@ fn client_queries(summary: &Value) -> u64 {
 /// The BPF programs, maps and TCX links a process holds, from its file descriptors.
 #[derive(Debug)]
 struct BpfHandles {
+    /// Every program it holds: the classifiers, and the drop program on the kernel's drops.
     programs: Vec<u64>,
+    /// Of those, the classifiers, which its TC filters and TCX links hold too.
+    classifiers: Vec<u64>,
     maps: Vec<u64>,
     tcx_links: usize,
 }
+
+/// `BPF_PROG_TYPE_SCHED_CLS` in a program's fdinfo.
+const SCHED_CLS: &str = "3";
 
 impl BpfHandles {
     fn of(pid: u32) -> Self {
         let mut handles = BpfHandles {
             programs: Vec::new(),
+            classifiers: Vec::new(),
             maps: Vec::new(),
             tcx_links: 0,
         };
@@ -602,7 +614,13 @@ impl BpfHandles {
             };
             match (field("link_type:"), field("prog_id:"), field("map_id:")) {
                 (Some("tcx"), _, _) => handles.tcx_links += 1,
-                (None, Some(id), _) => handles.programs.push(id.parse().expect("prog_id")),
+                (None, Some(id), _) => {
+                    let id = id.parse().expect("prog_id");
+                    handles.programs.push(id);
+                    if field("prog_type:") == Some(SCHED_CLS) {
+                        handles.classifiers.push(id);
+                    }
+                }
                 (None, None, Some(id)) => handles.maps.push(id.parse().expect("map_id")),
                 _ => {}
             }
