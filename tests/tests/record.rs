@@ -193,10 +193,15 @@ fn a_loop_is_recorded_once_from_the_clients_first_query_and_analyzes_to_the_same
         "the loop's hops carry its comment"
     );
 
-    // Offline, the bundle tells of the same loop, first report for first report.
-    let offline = tracer::analyze(&dnsloop_bin(), &pcapng, &[])
+    // Offline, the bundle (its directory given) tells of the same loop, first report for first
+    // report.
+    let offline = tracer::analyze(&dnsloop_bin(), &path, &[])
         .and_then(Trace::from_output)
-        .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", pcapng.display()));
+        .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", path.display()));
+    assert!(
+        offline.stdout.contains("capture.pcapng"),
+        "the bundle's packet file is what was read:\n{offline}"
+    );
     let analysed = offline.loops_for(&qname);
     assert!(!analysed.is_empty(), "analyze finds the loop:\n{offline}");
     assert_eq!(
