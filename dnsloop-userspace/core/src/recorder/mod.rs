@@ -6,9 +6,9 @@
 //! packets ──> ring (--record-bytes, oldest dropped)
 //! finding ──> rate limit (one bundle per loop, or per kind, per --record-interval)
 //!         ──> open bundle: from = its first packet - before, until = it + after
-//! tick ─────> past `until`: the ring's packets of [from, until] and the findings since
-//!             `from` go to the writer thread, which writes the bundle, then removes the
-//!             oldest bundles past --record-max-bytes
+//! tick ─────> past `until`: the ring's segments holding [from, until] (shared, not copied)
+//!             and the findings since `from` go to the writer thread, which writes the bundle,
+//!             then removes the oldest bundles past --record-max-bytes
 //! ```
 //!
 //! A finding that comes while a bundle is recording joins it rather than starting another.
@@ -38,7 +38,7 @@ use crate::{
     source::{InterfaceRef, RawPacket},
 };
 
-use ring::{Kept, NamedInterface, Ring};
+use ring::{NamedInterface, Ring, Segment};
 
 pub use ring::PACKET_OVERHEAD;
 
@@ -52,7 +52,8 @@ const RECENT_FINDINGS: usize = 1024;
 pub struct RecorderConfig {
     /// Where bundles go, each in a new directory.
     pub dir: PathBuf,
-    /// The memory the packets kept may take, in bytes, [`PACKET_OVERHEAD`] per packet included.
+    /// The memory the packets kept may take, in bytes, [`PACKET_OVERHEAD`] per packet included
+    /// (a bundle being written holds on to its packets until it is written, as well).
     pub memory_bytes: u64,
     /// How long before a finding's first packet a bundle starts.
     pub before: Duration,
@@ -172,7 +173,8 @@ struct Open {
 struct Closed {
     path: PathBuf,
     recorded: RecordedBundle,
-    packets: Vec<Kept>,
+    /// Its packets, among others: those from `recorded.from` to `recorded.until`.
+    segments: Vec<Segment>,
     findings: Vec<Finding>,
 }
 
@@ -238,7 +240,7 @@ impl Recorder {
                         })
                 })
                 .clone();
-            self.ring.push(Kept {
+            self.ring.push(ring::Kept {
                 packet: packet.clone(),
                 interface,
             });
@@ -379,7 +381,7 @@ impl Recorder {
         let mut recorded = open.recorded;
         recorded.complete = self.ring.holds_all_since(open.from);
         let closed = Closed {
-            packets: self.ring.between(open.from, open.until),
+            segments: self.ring.since(open.from),
             path: open.path,
             recorded,
             findings: open.findings,
@@ -438,20 +440,21 @@ fn write_bundle(config: &RecorderConfig, closed: Closed) -> Result<Written, Bund
             dns_ports: config.dns_ports,
         },
     )?;
-    for kept in closed.packets {
+    let (from, until) = (closed.recorded.from.0, closed.recorded.until.0);
+    for kept in ring::between(&closed.segments, from, until) {
         let interface = kept.interface.as_deref().map(|named| InterfaceRecord {
             name: &named.name,
             description: &named.description,
         });
-        bundle.packet(kept.packet, interface)?;
+        bundle.packet(kept.packet.clone(), interface)?;
     }
+    // The segments are shared with the ring: let go of them before the slower work that remains.
+    drop(closed.segments);
     for finding in &closed.findings {
         bundle.finding(finding, &config.node).map_err(|error| {
             BundleError::Write(closed.path.join(bundle::MARKDOWN_REPORT), error)
         })?;
     }
-    let from = closed.recorded.from.0;
-    let until = closed.recorded.until.0;
     bundle.finish(About {
         started: from,
         duration_limit: until.duration_since(from).unwrap_or_default(),
