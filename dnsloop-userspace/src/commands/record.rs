@@ -32,8 +32,8 @@ pub struct RecordArgs {
     /// into a new directory under DIR: the bundle `capture` writes (capture.pcapng, report.json,
     /// report.md), from --record-before the finding to --record-after it. Its path is printed
     /// with the finding. The kernel then streams every DNS packet, as for --packets (without
-    /// printing them): about the CPU of --packets with its output discarded, several times that
-    /// of `trace` alone on a busy node.
+    /// printing them): close to the CPU --packets costs, tens of times that of `trace` alone
+    /// under DNS load (BENCHMARKS.md).
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
 
