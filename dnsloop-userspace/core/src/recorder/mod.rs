@@ -306,9 +306,14 @@ impl Recorder {
         events
     }
 
-    /// The run ended: the bundle recording is written with what it has, and every bundle
-    /// waiting is written before this returns; returns what happened since last asked.
+    /// The run ended: the bundle recording is written with what it has (its `until` the last
+    /// packet's time, if sooner), and every bundle waiting is written before this returns;
+    /// returns what happened since last asked.
     pub fn finish(mut self) -> (RecorderCounts, Vec<RecorderEvent>) {
+        if let (Some(open), Some(newest)) = (&mut self.open, self.ring.newest()) {
+            open.until = open.until.min(newest).max(open.from);
+            open.recorded.until = open.until.into();
+        }
         self.close();
         drop(self.to_writer.take());
         if let Some(writer) = self.writer.take() {

@@ -40,6 +40,8 @@ pub(super) struct Ring {
     bytes: u64,
     budget: u64,
     segment_packets: usize,
+    /// The time of the newest packet kept, if any was.
+    newest: Option<SystemTime>,
     /// The time of the newest packet dropped, if any was.
     newest_dropped: Option<SystemTime>,
 }
@@ -57,12 +59,14 @@ impl Ring {
             bytes: 0,
             budget,
             segment_packets,
+            newest: None,
             newest_dropped: None,
         }
     }
 
     pub fn push(&mut self, kept: Kept) {
         let cost = kept.packet.bytes.len() as u64 + PACKET_OVERHEAD;
+        self.newest = self.newest.max(Some(kept.packet.ts));
         self.bytes += cost;
         self.current_bytes += cost;
         self.current.push(kept);
@@ -100,6 +104,11 @@ impl Ring {
             .collect();
         segments.push(Arc::new(self.current.clone()));
         segments
+    }
+
+    /// The time of the newest packet kept.
+    pub fn newest(&self) -> Option<SystemTime> {
+        self.newest
     }
 
     /// Whether every packet since `from` is still held.

@@ -137,9 +137,12 @@ fn findings_while_recording_join_and_one_loop_gets_one_bundle_per_interval() {
         path: Vec::new(),
         ..found
     });
+    recorder.packets(&[packet(62_500)], &points());
     let second = recorder.finding(&a_minute_on).expect("a second bundle");
     assert!(second.started && second.path != first.path);
     assert_eq!(second.suppressed, 1, "the repeat that got none");
+    assert_eq!(second.until, ms(63_000));
+    // The trace ends before the second bundle's end: it ends with the last packet.
     let (counts, events) = recorder.finish();
     assert_eq!(written(&events), [&first.path, &second.path]);
     assert_eq!(
@@ -161,6 +164,8 @@ fn findings_while_recording_join_and_one_loop_gets_one_bundle_per_interval() {
         })
         .collect();
     assert_eq!(kinds, ["loop", "unexpected_source", "loop"]);
+    let cut_short = report(&second.path).recorded.expect("recorded");
+    assert_eq!(cut_short.until.0, ms(62_500));
 }
 
 /// What recording costs on the trace's thread (keeping a packet) and on the writer's (a bundle
