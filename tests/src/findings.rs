@@ -48,6 +48,28 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + day_of_era - 719_468
 }
 
+/// What a loop report says about the packets, leaving out what only the live node could add
+/// (conntrack's ClusterIP behind a DNAT'ed hop, and the sentence naming it): what `analyze`
+/// of a capture of the same packets reports alike.
+pub fn loop_as_seen(found: &LoopRecord) -> (String, String, String, u64, Vec<String>) {
+    (
+        found.loop_id.clone(),
+        found.qname.clone(),
+        found.qtype.clone(),
+        found.count,
+        found
+            .path
+            .iter()
+            .map(|hop| {
+                format!(
+                    "{} {} {} {} -> {} id {}",
+                    hop.ts, hop.ifname, hop.dir, hop.src, hop.dst, hop.id
+                )
+            })
+            .collect(),
+    )
+}
+
 /// Everything one `dnsloop trace --output json` run printed.
 pub struct Trace {
     pub records: Vec<Record>,

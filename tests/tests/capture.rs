@@ -3,10 +3,9 @@
 //! live. A size limit is kept and said, and Ctrl-C still leaves a whole bundle.
 use std::{path::Path, process::Command};
 
-use dnsloop_core::schema::LoopRecord;
 use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
-    findings::Trace,
+    findings::{loop_as_seen, Trace},
     lab::{Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
     privilege::{can_run, dnsloop_bin, Need},
     tracer::{self, Tracer},
@@ -67,35 +66,6 @@ fn analyze(file: &Path) -> Trace {
     tracer::analyze(&dnsloop_bin(), file, &[])
         .and_then(Trace::from_output)
         .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", file.display()))
-}
-
-/// What a loop report says about the packets, leaving out what only the live node could add
-/// (conntrack's ClusterIP behind a DNAT'ed hop, and the sentence naming it).
-fn seen(found: &LoopRecord) -> (String, String, u64, Vec<String>) {
-    (
-        found.qname.clone(),
-        found.qtype.clone(),
-        found.count,
-        found
-            .path
-            .iter()
-            .map(|hop| {
-                format!(
-                    "{} {} {} {} -> {} id {}",
-                    hop.ts
-                        .0
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .unwrap_or_default()
-                        .as_millis(),
-                    hop.ifname,
-                    hop.dir,
-                    hop.src,
-                    hop.dst,
-                    hop.id
-                )
-            })
-            .collect(),
-    )
 }
 
 #[test]
@@ -167,8 +137,12 @@ fn a_capture_of_a_loop_reads_in_tshark_names_the_loop_and_analyzes_to_the_same_f
 
     // The same packets, analysed offline: the same loop reports, hop for hop.
     let offline = analyze(&pcapng);
-    let live: Vec<_> = live_loops.iter().copied().map(seen).collect();
-    let analysed: Vec<_> = offline.loops_for(&qname).into_iter().map(seen).collect();
+    let live: Vec<_> = live_loops.iter().copied().map(loop_as_seen).collect();
+    let analysed: Vec<_> = offline
+        .loops_for(&qname)
+        .into_iter()
+        .map(loop_as_seen)
+        .collect();
     assert_eq!(
         analysed, live,
         "analyze and capture disagree:\n--- live ---\n{}\n--- analyze ---\n{offline}",

@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use dnsloop_core::schema::DropRecord;
+use dnsloop_core::schema::{DropRecord, Record};
 use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     findings::Trace,
@@ -53,6 +53,9 @@ const TRACE_ARGS: [&str; 5] = [
     "--metrics-addr",
     "0.0.0.0:9553",
 ];
+/// Where the DaemonSet's flight recorder writes its bundles, on the node (`--record`): not
+/// in the image's default command, which has no such directory mounted.
+const RECORD_DIR: &str = "/var/lib/dnsloop/record";
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
@@ -232,7 +235,7 @@ fn the_daemonset_runs_on_the_nodes_network_and_processes_as_root_with_only_its_c
 }
 
 #[test]
-fn the_daemonset_mounts_only_the_nodes_netns_pins_bpffs_and_cri_socket() {
+fn the_daemonset_mounts_only_the_nodes_netns_pins_bpffs_cri_socket_and_record_dir() {
     let pod = pod_spec();
     let container = container();
     let volumes = pod["volumes"].as_array().expect("volumes").clone();
@@ -264,6 +267,7 @@ fn the_daemonset_mounts_only_the_nodes_netns_pins_bpffs_and_cri_socket() {
             (CONTAINERD_SOCKET.to_owned(), CONTAINERD_SOCKET.to_owned()),
             ("/run/netns".to_owned(), "/run/netns".to_owned()),
             ("/sys/fs/bpf".to_owned(), "/sys/fs/bpf".to_owned()),
+            (RECORD_DIR.to_owned(), RECORD_DIR.to_owned()),
         ],
         "no other part of the node's filesystem: /proc is the node's through hostPID"
     );
@@ -286,13 +290,26 @@ fn the_daemonset_mounts_only_the_nodes_netns_pins_bpffs_and_cri_socket() {
         .find(|volume| volume["name"] == cri["name"])
         .expect("the CRI socket volume");
     assert_eq!(cri_volume["hostPath"]["type"], "Socket");
+    // The recorder's bundles, on the node's disk: written, and made on a node without them.
+    let record = mounts
+        .iter()
+        .find(|mount| mount["mountPath"] == RECORD_DIR)
+        .expect("the record mount");
+    assert_ne!(record["readOnly"], true, "bundles are written there");
+    let record_volume = volumes
+        .iter()
+        .find(|volume| volume["name"] == record["name"])
+        .expect("the record volume");
+    assert_eq!(record_volume["hostPath"]["type"], "DirectoryOrCreate");
 }
 
 #[test]
 fn the_daemonset_prints_json_lines_and_serves_metrics_on_a_named_port() {
     let pod_template = daemonset()["spec"]["template"].clone();
     let container = container();
-    assert_eq!(strings(&container["args"]), TRACE_ARGS);
+    let mut args = TRACE_ARGS.to_vec();
+    args.extend(["--record", RECORD_DIR]);
+    assert_eq!(strings(&container["args"]), args);
     assert_eq!(
         container["ports"],
         json!([{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}])
@@ -613,7 +630,18 @@ fn start_as_in_the_daemonset(lab: &Lab, capabilities: &[String]) -> anyhow::Resu
         });
     let dnsloop = dnsloop_bin();
     let container = container();
-    let args = strings(&container["args"]);
+    // The bundles go to the lab's state directory, removed with it, not to the machine's disk.
+    let record_dir = lab.state_dir().join("record").display().to_string();
+    let args: Vec<String> = strings(&container["args"])
+        .into_iter()
+        .map(|arg| {
+            if arg == RECORD_DIR {
+                record_dir.clone()
+            } else {
+                arg
+            }
+        })
+        .collect();
     let mut argv: Vec<&str> = vec![
         "--inh-caps=-all",
         "--",
@@ -717,6 +745,15 @@ fn with_the_daemonsets_capabilities_a_pod_looping_over_its_loopback_is_found_and
     assert!(
         scraped.is_some_and(|loops| loops >= 1.0),
         "the metrics port shows it: {scraped:?}\n{trace}"
+    );
+    let recorded = trace.records.iter().any(|record| {
+        matches!(record, Record::Bundle(bundle) if bundle.loop_id.as_ref() == Some(&found.loop_id))
+    });
+    assert!(recorded, "the recorder names the loop's bundle:\n{trace}");
+    assert!(
+        trace.stderr.contains("bundle written to"),
+        "and writes it with the DaemonSet's capabilities:\n{}",
+        trace.stderr
     );
 }
 

@@ -7,8 +7,10 @@
 //! [`finding`]s, [`enrich`] adds the node's evidence, and a [`sink`] writes them; [`pipeline`]
 //! drives the whole. The analyzers never learn which source a packet came from, so live
 //! tracing and a capture agree by construction. [`doctor`] checks a node's DNS configuration
-//! from its files. [`schema`] declares every JSON record dnsloop prints.
+//! from its files. [`schema`] declares every JSON record dnsloop prints. [`bundle`] writes a
+//! capture bundle, which `capture` and the flight [`recorder`] leave behind.
 pub mod analyzers;
+pub mod bundle;
 pub mod decode;
 pub mod doctor;
 pub mod enrich;
@@ -18,6 +20,7 @@ pub mod fuzzing;
 pub mod observation;
 pub mod pipeline;
 pub mod points;
+pub mod recorder;
 pub mod schema;
 pub mod sink;
 pub mod source;

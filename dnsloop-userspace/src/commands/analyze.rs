@@ -21,6 +21,7 @@ use clap::Args;
 use dnsloop_core::sink::OutputFormat;
 use dnsloop_core::{
     analyzers::{Engine, EngineConfig},
+    bundle,
     decode::{Decoder, NotDecoded},
     observation::Point,
     pipeline::Pipeline,
@@ -42,13 +43,15 @@ use dnsloop_core::{
     tcpdump -i any -w node.pcap port 53       # on the node, then elsewhere:\n  \
     dnsloop analyze node.pcap\n  \
     dnsloop analyze --output json --packets bundle.pcapng\n  \
-    dnsloop analyze --slow 200ms node.pcap     # lookups that slow, hop by hop\n\n\
+    dnsloop analyze --slow 200ms node.pcap     # lookups that slow, hop by hop\n  \
+    dnsloop analyze /var/lib/dnsloop/record/dnsloop-2026-11-26T044704.747Z-loop-59fb06aa805f4f20\n\n\
     Captures of several interfaces (tcpdump -i any, or pcapng with interface names) show a \
     loop's path hop by hop; a capture of one interface shows what crossed it.")]
 pub struct AnalyzeArgs {
     /// The capture to analyse: pcap or pcapng, as tcpdump, dumpcap/Wireshark or dnsloop write
-    /// them.
-    #[arg(value_name = "FILE")]
+    /// them; or the directory of a bundle `capture` or `trace --record` wrote, whose
+    /// capture.pcapng is read.
+    #[arg(value_name = "FILE|BUNDLE")]
     pub file: PathBuf,
 
     /// Output format on stdout.
@@ -89,7 +92,10 @@ pub struct AnalyzeArgs {
     pub dns_ports: super::DnsPortArgs,
 }
 
-pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
+pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<()> {
+    if args.file.is_dir() {
+        args.file = args.file.join(bundle::PCAPNG_FILE);
+    }
     let ports = DnsPorts::from_list(&args.dns_ports.ports)?;
     let mut surveyed = survey(&args.file, &ports)?;
     if let Some(links) = &args.links {

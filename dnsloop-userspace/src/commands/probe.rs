@@ -31,6 +31,7 @@ use dnsloop_core::{
     decode::MalformedSample,
     finding::Finding,
     observation::Observation,
+    recorder::BundleNotice,
     schema::{ProbeRecord, ProbeResult, Record, SummarySource},
     sink::{self, Sink},
 };
@@ -288,6 +289,11 @@ impl Sink for ProbeFindings<'_> {
     }
 
     fn malformed(&mut self, _sample: &MalformedSample) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// `probe --trace` records no bundles.
+    fn bundle(&mut self, _notice: &BundleNotice) -> io::Result<()> {
         Ok(())
     }
 

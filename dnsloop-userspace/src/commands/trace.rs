@@ -6,6 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Args;
 use dnsloop_core::sink::{self, OutputFormat};
 
+use super::record;
 use crate::{
     kernel::programs::{self, Settings},
     metrics,
@@ -127,6 +128,9 @@ pub struct TraceArgs {
     /// zero.
     #[arg(long, value_name = "DIR")]
     pub pin: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub record: super::record::RecordArgs,
 }
 
 impl TraceArgs {
@@ -135,8 +139,10 @@ impl TraceArgs {
         tracer::Config {
             programs: Settings {
                 dns_ports: self.dns_ports.ports.clone(),
-                // Printing packets, and following lookups, each need every DNS packet.
-                stream_every_packet: self.packets || self.slow.is_some(),
+                // Printing packets, following lookups, and recording each need every DNS packet.
+                stream_every_packet: self.packets
+                    || self.slow.is_some()
+                    || self.record.record.is_some(),
                 snap_len: self.snap_len,
                 question_table_size: self.question_table_size,
                 query_table_size: self.query_table_size,
@@ -160,6 +166,7 @@ impl TraceArgs {
 
 pub fn run(args: TraceArgs) -> anyhow::Result<()> {
     let config = args.config();
+    let mut recorder = args.record.recorder(&config)?;
     tracer::runtime()?.block_on(async {
         let end = tracer::end_of_run(args.duration)?;
         // Buffered: each batch is written at once (see `Sink::flush`), not line by line.
@@ -167,11 +174,18 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
             std::io::BufWriter::with_capacity(sink::STDOUT_BUFFER, std::io::stdout().lock());
         let node = sink::NodeName::from_environment();
         let mut tracer = Tracer::start(&config).await?;
-        let mut pipeline =
-            tracer.pipeline(tracer.counted(sink::for_format(args.output, &node, stdout)));
+        let out = tracer.counted(sink::for_format(args.output, &node, stdout));
+        if let Some(recorder) = &mut recorder {
+            return record::run(tracer, out, recorder, end).await;
+        }
+        let mut pipeline = tracer.pipeline(out);
         tracer.run(&mut pipeline, end).await?;
         tracer.finish(pipeline)
-    })
+    })?;
+    if let Some(recorder) = recorder {
+        record::finish(recorder);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

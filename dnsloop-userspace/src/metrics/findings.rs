@@ -13,6 +13,7 @@ use dnsloop_core::{
     decode::MalformedSample,
     finding::{Finding, LoopFinding},
     observation::Observation,
+    recorder::BundleNotice,
     schema::SummarySource,
     sink::Sink,
 };
@@ -161,6 +162,10 @@ impl Sink for CountingSink<'_> {
 
     fn malformed(&mut self, sample: &MalformedSample) -> io::Result<()> {
         self.inner.malformed(sample)
+    }
+
+    fn bundle(&mut self, notice: &BundleNotice) -> io::Result<()> {
+        self.inner.bundle(notice)
     }
 
     fn summary(&mut self, summary: &Summary, source: &SummarySource) -> io::Result<()> {

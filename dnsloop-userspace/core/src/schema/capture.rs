@@ -1,4 +1,5 @@
-//! `report.json`, the record `dnsloop capture` leaves in its bundle beside `capture.pcapng`.
+//! `report.json`, the record `dnsloop capture` (and `trace --record`) leaves in its bundle
+//! beside `capture.pcapng`.
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{ByName, DoctorRecord, Record, SummaryRecord, Timestamp};
@@ -19,7 +20,8 @@ pub struct CaptureReport {
     pub started: Timestamp,
     /// When the bundle was written.
     pub ended: Timestamp,
-    /// `--duration`, in seconds: the capture ends then, or sooner on SIGINT or SIGTERM.
+    /// `--duration`, in seconds: the capture ends then, or sooner on SIGINT or SIGTERM. For a
+    /// bundle `trace --record` wrote, the seconds from its `from` to its `until`.
     pub duration_limit_s: f64,
     /// The packet file.
     pub pcapng: PcapngFile,
@@ -27,11 +29,36 @@ pub struct CaptureReport {
     pub interfaces: Vec<CapturedInterface>,
     /// The `loop`, `unexpected_source` and `timeout` records of the capture, in order.
     pub findings: Vec<Record>,
-    /// The capture's `summary` record (with its `kind`); `null` if it ended before one.
+    /// The capture's `summary` record (with its `kind`); `null` if it ended before one, and
+    /// for a bundle `trace --record` wrote while the trace went on.
     #[serde(with = "summary_record")]
     pub summary: Option<SummaryRecord>,
     /// The node's DNS configuration at capture time.
     pub node: NodeDnsConfig,
+    /// For a bundle `trace --record` wrote: the finding that started it and the time it
+    /// spans; `null` for one `capture` wrote.
+    pub recorded: Option<RecordedBundle>,
+}
+
+/// What made `trace --record` write a bundle, and what it holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedBundle {
+    /// The kind of the finding that started it: `loop`, `unexpected_source`, `timeout`,
+    /// `drop` or `lookup`.
+    pub finding: String,
+    /// The loop's `loop_id`, for a loop; else `null`.
+    pub loop_id: Option<String>,
+    /// The finding's question name, with its trailing dot; `null` for a dropped message
+    /// without a question.
+    pub qname: Option<String>,
+    /// The time of the bundle's first packets: `--record-before` before the finding's first.
+    pub from: Timestamp,
+    /// The time of its last packets: `--record-after` after the finding (or the end of the
+    /// trace, if sooner).
+    pub until: Timestamp,
+    /// Whether the memory held every packet since `from`; `false`: the oldest had been
+    /// dropped to stay within `--record-bytes`.
+    pub complete: bool,
 }
 
 /// `capture.pcapng`, the bundle's packet file.

@@ -8,6 +8,7 @@
 //! was seen on. Times are [`Timestamp`]s (`2025-01-01T12:00:01.123Z`), addresses `ip:port`
 //! (`[v6]:port`), DNS codes their names (`A`, `NXDOMAIN`), durations milliseconds. Fields are
 //! never left out: one without a value is `null`.
+mod bundle;
 mod by_name;
 mod capture;
 mod doctor;
@@ -29,8 +30,11 @@ mod tests;
 
 use serde::{Deserialize, Serialize};
 
+pub use bundle::BundleRecord;
 pub use by_name::{ByName, Counts};
-pub use capture::{CaptureReport, CapturedInterface, NodeDnsConfig, PcapngFile, ResolvConf};
+pub use capture::{
+    CaptureReport, CapturedInterface, NodeDnsConfig, PcapngFile, RecordedBundle, ResolvConf,
+};
 pub use doctor::{CheckRecord, DoctorRecord, DoctorSummaryRecord};
 pub use drop::{DropCause, DropRecord};
 pub use lookup::{LookupHop, LookupRecord};
@@ -61,6 +65,8 @@ pub enum Record {
     Timeout(TimeoutRecord),
     /// The kernel dropped DNS messages.
     Drop(DropRecord),
+    /// Where `trace --record` puts the packets of the finding just before it.
+    Bundle(BundleRecord),
     /// A sample of the packets on DNS ports that could not be parsed.
     Malformed(MalformedRecord),
     /// A client's query answered `--slow` or later, hop by hop.

@@ -99,6 +99,8 @@ fn sink_lines() -> Vec<String> {
         {
             sink.finding(&finding)?;
         }
+        sink.bundle(&a_bundle_notice(true))?;
+        sink.bundle(&a_bundle_notice(false))?;
         sink.packet(&reply("www.example.test.").id(4242).rcode(3).seen(CLIENT_IN))?;
         sink.packet(&odd)?;
         sink.packet(&bare)?;
@@ -215,6 +217,14 @@ fn a_capture_report() -> CaptureReport {
             .collect(),
             checks: doctor_records(),
         },
+        recorded: Some(RecordedBundle {
+            finding: "loop".into(),
+            loop_id: Some("0123456789abcdef".into()),
+            qname: Some("www.example.test.".into()),
+            from: ms(0).into(),
+            until: ms(6_123).into(),
+            complete: false,
+        }),
     }
 }
 
@@ -234,6 +244,7 @@ pub fn every_record() -> Vec<(&'static str, Value)> {
                 Record::Timeout(_) => "TimeoutRecord",
                 Record::Drop(_) => "DropRecord",
                 Record::Lookup(_) => "LookupRecord",
+                Record::Bundle(_) => "BundleRecord",
                 Record::Malformed(_) => "MalformedRecord",
                 Record::Packet(_) => "PacketRecord",
                 Record::Summary(_) => "SummaryRecord",
@@ -277,6 +288,7 @@ fn every_line_the_sink_writes_reads_back_into_its_record_and_writes_alike() {
             "timeout",
             "lookup",
             "drop",
+            "bundle",
             "packet",
             "malformed",
             "summary"

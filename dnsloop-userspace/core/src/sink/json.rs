@@ -12,7 +12,8 @@ use crate::{
     decode::MalformedSample,
     finding::Finding,
     observation::{Namespace, Observation},
-    schema::{MalformedRecord, Record, SummaryRecord, SummarySource},
+    recorder::BundleNotice,
+    schema::{BundleRecord, MalformedRecord, Record, SummaryRecord, SummarySource},
 };
 
 /// Writes the records of [`crate::schema`], one per line.
@@ -54,6 +55,14 @@ impl<W: Write> Sink for JsonSink<W> {
             sample,
             self.node.as_str(),
         )))
+    }
+
+    fn bundle(&mut self, notice: &BundleNotice) -> io::Result<()> {
+        self.line(&Record::Bundle(BundleRecord::new(
+            notice,
+            self.node.as_str(),
+        )))?;
+        self.out.flush()
     }
 
     fn summary(&mut self, summary: &Summary, source: &SummarySource) -> io::Result<()> {

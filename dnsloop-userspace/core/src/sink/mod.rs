@@ -13,7 +13,7 @@ use dnsloop_ebpf::parse::Probe;
 
 use crate::{
     analyzers::Summary, decode::MalformedSample, finding::Finding, observation::Observation,
-    schema::SummarySource,
+    recorder::BundleNotice, schema::SummarySource,
 };
 
 pub use json::JsonSink;
@@ -39,6 +39,9 @@ pub trait Sink {
 
     /// A sample of the malformed packets on DNS ports (all are counted in the summary).
     fn malformed(&mut self, sample: &MalformedSample) -> io::Result<()>;
+
+    /// Where `trace --record` puts the packets of the finding just written.
+    fn bundle(&mut self, notice: &BundleNotice) -> io::Result<()>;
 
     /// The end-of-run summary, written once: the analyzers' numbers, and those of the `source`
     /// the packets came from (the kernel's counters, or the capture file's), shown alongside.

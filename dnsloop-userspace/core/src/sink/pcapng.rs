@@ -415,10 +415,9 @@ fn io_error(error: PcapError) -> io::Error {
 
 #[cfg(test)]
 mod tests {
-    use std::{net::SocketAddr, process::Command};
+    use std::process::Command;
 
     use dnsloop_ebpf::parse::Probe;
-    use dnsloop_frames::{dns_query, FrameSpec, QTYPE_A};
     use pcap_file::pcapng::{Block, PcapNgReader};
 
     use super::*;
@@ -426,7 +425,7 @@ mod tests {
         analyzers::testkit::ms,
         observation::Namespace,
         points::{Role, Seen},
-        sink::samples::{a_loop, a_timeout, an_unexpected_source},
+        sink::samples::{a_loop, a_query as query, a_timeout, an_unexpected_source},
     };
 
     fn bridge() -> LinkDescription {
@@ -434,35 +433,6 @@ mod tests {
             role: Role::BridgeMaster,
             namespace: None,
             gateway: None,
-        }
-    }
-
-    /// A query for `www.example.test` from `src` to `dst` with `id`, seen on cni0 at `at`.
-    fn query(at: SystemTime, src: &str, dst: &str, id: u16) -> RawPacket {
-        let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
-        let frame = FrameSpec {
-            src: src.ip(),
-            dst: dst.ip(),
-            sport: src.port(),
-            dport: dst.port(),
-            payload: dns_query(id, "www.example.test", QTYPE_A),
-            ..FrameSpec::default()
-        }
-        .build();
-        RawPacket {
-            ts: at,
-            seen: Seen {
-                interface: InterfaceRef {
-                    netns_cookie: 0,
-                    ifindex: 3,
-                },
-                direction: Direction::Ingress,
-                via_gateway: false,
-            },
-            link_layer: LinkLayer::Ethernet,
-            bytes: frame.into(),
-            matched_query: None,
-            priors: Vec::new(),
         }
     }
 

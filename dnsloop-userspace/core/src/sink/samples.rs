@@ -1,7 +1,14 @@
-//! Findings and a summary to write in the sinks' tests.
-use std::{collections::BTreeMap, time::Duration};
+//! Findings, packets and a summary to write in the sinks' and the recorder's tests.
+use std::{
+    collections::BTreeMap,
+    time::{Duration, SystemTime},
+};
 
-use dnsloop_ebpf::{parse::Probe, point::Direction};
+use dnsloop_ebpf::{
+    parse::{LinkLayer, Probe},
+    point::Direction,
+};
+use dnsloop_frames::{dns_query, FrameSpec, QTYPE_A};
 
 use crate::{
     analyzers::{testkit::*, HopTimes, LookupCounts, LookupSummary, ServerSummary, Summary},
@@ -10,7 +17,10 @@ use crate::{
         LoopFinding, LoopId, OffNode, TimeoutFinding, UnexpectedSourceFinding,
     },
     observation::{DropPlace, Namespace, Transport},
+    points::Seen,
+    recorder::BundleNotice,
     schema::{InterfaceCount, KernelSummary, SummarySource},
+    source::{InterfaceRef, RawPacket},
 };
 
 fn hop(ms_at: u64, ifname: &str, direction: Direction, src: &str, dst: &str, id: u16) -> Hop {
@@ -261,6 +271,50 @@ pub fn lookups_followed() -> LookupSummary {
             p99: Duration::from_millis(151),
             max: Duration::from_millis(151),
         }],
+    }
+}
+
+/// A query for `www.example.test` from `src` to `dst` with `id`, seen entering cni0 (interface
+/// 3) at `at`.
+pub fn a_query(at: SystemTime, src: &str, dst: &str, id: u16) -> RawPacket {
+    let frame = FrameSpec {
+        src: addr(src).ip(),
+        dst: addr(dst).ip(),
+        sport: addr(src).port(),
+        dport: addr(dst).port(),
+        payload: dns_query(id, "www.example.test", QTYPE_A),
+        ..FrameSpec::default()
+    }
+    .build();
+    RawPacket {
+        ts: at,
+        seen: Seen {
+            interface: InterfaceRef {
+                netns_cookie: 0,
+                ifindex: 3,
+            },
+            direction: Direction::Ingress,
+            via_gateway: false,
+        },
+        link_layer: LinkLayer::Ethernet,
+        bytes: frame.into(),
+        matched_query: None,
+        priors: Vec::new(),
+    }
+}
+
+/// The bundle `trace --record` writes for a loop (started by it) or for a drop without a
+/// question (which joined it).
+pub fn a_bundle_notice(for_a_loop: bool) -> BundleNotice {
+    BundleNotice {
+        finding: if for_a_loop { "loop" } else { "drop" },
+        loop_id: for_a_loop.then_some(LoopId(0x0123_4567_89ab_cdef)),
+        qname: for_a_loop.then(|| "www.example.test.".into()),
+        path: "/var/lib/dnsloop/record/dnsloop-1970-01-01T000001.123Z-loop-0123456789abcdef".into(),
+        started: for_a_loop,
+        from: ms(0),
+        until: ms(6_123),
+        suppressed: if for_a_loop { 0 } else { 3 },
     }
 }
 

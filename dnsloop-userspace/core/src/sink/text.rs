@@ -21,6 +21,7 @@ use crate::{
     decode::MalformedSample,
     finding::{Finding, Hop, LookupFinding, LoopFinding, UnexpectedSourceFinding},
     observation::{Namespace, Observation},
+    recorder::BundleNotice,
     schema::{CaptureFileSummary, Counts, InterfaceCount, KernelSummary, SummarySource},
 };
 
@@ -313,6 +314,25 @@ impl<W: Write> Sink for TextSink<W> {
         }
         text.push('\n');
         self.out.write_all(text.as_bytes())
+    }
+
+    fn bundle(&mut self, notice: &BundleNotice) -> io::Result<()> {
+        let joined = if notice.started {
+            ""
+        } else {
+            "joins the bundle recording; "
+        };
+        let suppressed = match notice.suppressed {
+            0 => String::new(),
+            count => format!("; {count} earlier finding(s) of it got none (--record-interval)"),
+        };
+        self.line(&format!(
+            "  bundle: {} ({joined}packets from {} to {}, written then{suppressed})",
+            notice.path.display(),
+            time_of_day(notice.from),
+            time_of_day(notice.until),
+        ))?;
+        self.out.flush()
     }
 
     fn malformed(&mut self, sample: &MalformedSample) -> io::Result<()> {

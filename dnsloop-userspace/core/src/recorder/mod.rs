@@ -1,0 +1,536 @@
+//! The flight recorder behind `trace --record DIR`: the latest packets kept in memory, and,
+//! when a finding fires, a capture bundle ([`crate::bundle`]) of the packets from a while
+//! before it to a while after, written in a new directory under DIR.
+//!
+//! ```text
+//! packets ──> ring (--record-bytes, oldest dropped)
+//! finding ──> rate limit (one bundle per loop, or per kind, per --record-interval)
+//!         ──> open bundle: from = its first packet - before, until = it + after
+//! tick ─────> past `until`: the ring's segments holding [from, until] (shared, not copied)
+//!             and the findings since `from` go to the writer thread, which writes the bundle,
+//!             then removes the oldest bundles past --record-max-bytes
+//! ```
+//!
+//! A finding that comes while a bundle is recording joins it rather than starting another.
+//! Writing happens on a thread of its own: the trace goes on meanwhile. Times are the packets'
+//! own, so that what is recorded does not depend on how fast it was read.
+mod disk;
+mod ring;
+
+use std::{
+    collections::{HashMap, VecDeque},
+    io,
+    path::{Path, PathBuf},
+    sync::{mpsc, Arc},
+    thread,
+    time::{Duration, SystemTime},
+};
+
+use dnsloop_ebpf::parse::DnsPorts;
+use thiserror::Error;
+
+use crate::{
+    bundle::{self, About, Bundle, BundleError, NodeConfig, Written},
+    finding::{Finding, LoopId},
+    points::PointMap,
+    schema::RecordedBundle,
+    sink::pcapng::{InterfaceRecord, PcapngOptions},
+    source::{InterfaceRef, RawPacket},
+};
+
+use ring::{NamedInterface, Ring, Segment};
+
+pub use ring::PACKET_OVERHEAD;
+
+/// Findings kept to go into a bundle started after them (those within `before` of the newest):
+/// enough for every finding of a few seconds, even in a storm, which the analyzers' own report
+/// intervals keep to a few a second.
+const RECENT_FINDINGS: usize = 1024;
+
+/// What the recorder keeps and writes.
+#[derive(Clone, Debug)]
+pub struct RecorderConfig {
+    /// Where bundles go, each in a new directory.
+    pub dir: PathBuf,
+    /// The memory the packets kept may take, in bytes, [`PACKET_OVERHEAD`] per packet included
+    /// (a bundle being written holds on to its packets until it is written, as well).
+    pub memory_bytes: u64,
+    /// How long before a finding's first packet a bundle starts.
+    pub before: Duration,
+    /// How long after the finding it ends.
+    pub after: Duration,
+    /// At most one bundle per loop (per kind for other findings) this often.
+    pub interval: Duration,
+    /// The bytes all the recorder's bundles under `dir` may take: past it the oldest go.
+    pub disk_bytes: u64,
+    /// The ports that carry DNS, for the packet file's comments.
+    pub dns_ports: DnsPorts,
+    /// The node's name, in the bundles' JSON records.
+    pub node: String,
+    /// Where the node's root is, for the bundles' view of its DNS configuration.
+    pub root: PathBuf,
+}
+
+/// What keeps the recorder from starting.
+#[derive(Debug, Error)]
+pub enum RecorderError {
+    #[error("creating {}", .0.display())]
+    CreateDir(PathBuf, #[source] io::Error),
+    #[error("starting the thread that writes bundles")]
+    Thread(#[source] io::Error),
+}
+
+/// A finding that got a bundle: printed with it, so that whoever reads it knows where to look.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BundleNotice {
+    /// `loop`, `unexpected_source`, `timeout`, `drop` or `lookup`.
+    pub finding: &'static str,
+    pub loop_id: Option<LoopId>,
+    pub qname: Option<String>,
+    /// The bundle's directory.
+    pub path: PathBuf,
+    /// Whether the finding started the bundle; `false`: it joined one recording.
+    pub started: bool,
+    pub from: SystemTime,
+    pub until: SystemTime,
+    /// Findings with the same key that got no bundle since the last one that did.
+    pub suppressed: u64,
+}
+
+/// What happened to a bundle once it left the trace, for the command to tell.
+#[derive(Debug)]
+pub enum RecorderEvent {
+    Written(PathBuf, Written),
+    Failed(PathBuf, BundleError),
+    /// A bundle could not be started: its directory could not be made.
+    NotStarted(PathBuf, io::Error),
+    /// An older bundle removed to keep to the disk budget.
+    Removed(PathBuf),
+    RemoveFailed(PathBuf, io::Error),
+}
+
+/// What the recorder did over a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecorderCounts {
+    /// Bundles started (each written, or failed, once recorded).
+    pub bundles: u64,
+    /// Findings that joined a bundle another started.
+    pub joined: u64,
+    /// Findings that got no bundle: the rate limit.
+    pub suppressed: u64,
+}
+
+/// Which findings share a rate limit: one loop's, or all of a kind's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    Loop(LoopId),
+    UnexpectedSource,
+    Timeout,
+    Drop,
+    Lookup,
+}
+
+impl Key {
+    fn of(finding: &Finding) -> Self {
+        match finding {
+            Finding::Loop(found) => Self::Loop(found.loop_id),
+            Finding::UnexpectedSource(_) => Self::UnexpectedSource,
+            Finding::Timeout(_) => Self::Timeout,
+            Finding::Drop(_) => Self::Drop,
+            Finding::Lookup(_) => Self::Lookup,
+        }
+    }
+
+    /// How a bundle's directory names its finding.
+    fn dir_name(self) -> String {
+        match self {
+            Self::Loop(id) => format!("loop-{id}"),
+            Self::UnexpectedSource => "unexpected_source".to_owned(),
+            Self::Timeout => "timeout".to_owned(),
+            Self::Drop => "drop".to_owned(),
+            Self::Lookup => "lookup".to_owned(),
+        }
+    }
+}
+
+/// When a key last got a bundle, and how many of its findings got none since.
+#[derive(Default)]
+struct Limit {
+    last: Option<SystemTime>,
+    suppressed: u64,
+}
+
+/// A bundle still recording.
+struct Open {
+    path: PathBuf,
+    recorded: RecordedBundle,
+    from: SystemTime,
+    until: SystemTime,
+    findings: Vec<Finding>,
+}
+
+/// A bundle done recording, on its way to the writer thread.
+struct Closed {
+    path: PathBuf,
+    recorded: RecordedBundle,
+    /// Its packets, among others: those from `recorded.from` to `recorded.until`.
+    segments: Vec<Segment>,
+    findings: Vec<Finding>,
+}
+
+pub struct Recorder {
+    config: RecorderConfig,
+    ring: Ring,
+    /// Interfaces named in the current batch of packets.
+    named: HashMap<InterfaceRef, Option<Arc<NamedInterface>>>,
+    recent: VecDeque<Finding>,
+    limits: HashMap<Key, Limit>,
+    open: Option<Open>,
+    counts: RecorderCounts,
+    /// `None` once the run ended.
+    to_writer: Option<mpsc::Sender<Closed>>,
+    from_writer: mpsc::Receiver<RecorderEvent>,
+    writer: Option<thread::JoinHandle<()>>,
+    /// Events of the trace's own thread, for the command to tell with the writer's.
+    events: Vec<RecorderEvent>,
+}
+
+impl Recorder {
+    /// Makes `config.dir` if needed and starts the thread that writes bundles.
+    pub fn start(config: RecorderConfig) -> Result<Self, RecorderError> {
+        std::fs::create_dir_all(&config.dir)
+            .map_err(|error| RecorderError::CreateDir(config.dir.clone(), error))?;
+        let (to_writer, closed) = mpsc::channel();
+        let (events, from_writer) = mpsc::channel();
+        let writer_config = config.clone();
+        let writer = thread::Builder::new()
+            .name("dnsloop-recorder".into())
+            .spawn(move || write_bundles(&writer_config, &closed, &events))
+            .map_err(RecorderError::Thread)?;
+        Ok(Self {
+            ring: Ring::new(config.memory_bytes),
+            config,
+            named: HashMap::new(),
+            recent: VecDeque::new(),
+            limits: HashMap::new(),
+            open: None,
+            counts: RecorderCounts::default(),
+            to_writer: Some(to_writer),
+            from_writer,
+            writer: Some(writer),
+            events: Vec::new(),
+        })
+    }
+
+    /// Keeps `packets`, which `points` places (each interface named as it is now).
+    pub fn packets(&mut self, packets: &[RawPacket], points: &PointMap) {
+        self.named.clear();
+        for packet in packets {
+            let interface = self
+                .named
+                .entry(packet.seen.interface)
+                .or_insert_with(|| {
+                    points
+                        .link(packet.seen.interface)
+                        .map(|(name, description)| {
+                            Arc::new(NamedInterface {
+                                name: name.to_owned(),
+                                description: description.clone(),
+                            })
+                        })
+                })
+                .clone();
+            self.ring.push(ring::Kept {
+                packet: packet.clone(),
+                interface,
+            });
+        }
+    }
+
+    /// Takes `finding` into the bundle recording, or starts one for it; returns the bundle it
+    /// went into, unless the rate limit kept it out or none could be started.
+    pub fn finding(&mut self, finding: &Finding) -> Option<BundleNotice> {
+        let at = finding_time(finding);
+        self.remember(finding, at);
+        if let Some(open) = &mut self.open {
+            open.findings.push(finding.clone());
+        }
+        let key = Key::of(finding);
+        let limit = self.limits.entry(key).or_default();
+        let limited = limit.last.is_some_and(|last| {
+            at.duration_since(last)
+                .is_ok_and(|since| since < self.config.interval)
+                || at < last
+        });
+        if limited {
+            limit.suppressed += 1;
+            self.counts.suppressed += 1;
+            return None;
+        }
+        let suppressed = std::mem::take(&mut limit.suppressed);
+        limit.last = Some(at);
+        let started = self.open.is_none();
+        if started {
+            self.start_bundle(finding, key, at)?;
+            self.counts.bundles += 1;
+        } else {
+            self.counts.joined += 1;
+        }
+        let open = self.open.as_ref()?;
+        Some(BundleNotice {
+            finding: kind(finding),
+            loop_id: match key {
+                Key::Loop(id) => Some(id),
+                _ => None,
+            },
+            qname: qname(finding),
+            path: open.path.clone(),
+            started,
+            from: open.from,
+            until: open.until,
+            suppressed,
+        })
+    }
+
+    /// Packet time has reached `now`: a bundle past its end goes to be written.
+    pub fn tick(&mut self, now: SystemTime) {
+        if self.open.as_ref().is_some_and(|open| open.until <= now) {
+            self.close();
+        }
+    }
+
+    /// What happened to bundles since last asked.
+    pub fn events(&mut self) -> Vec<RecorderEvent> {
+        let mut events = std::mem::take(&mut self.events);
+        events.extend(self.from_writer.try_iter());
+        events
+    }
+
+    /// The run ended: the bundle recording is written with what it has (its `until` the last
+    /// packet's time, if sooner), and every bundle waiting is written before this returns;
+    /// returns what happened since last asked.
+    pub fn finish(mut self) -> (RecorderCounts, Vec<RecorderEvent>) {
+        if let (Some(open), Some(newest)) = (&mut self.open, self.ring.newest()) {
+            open.until = open.until.min(newest).max(open.from);
+            open.recorded.until = open.until.into();
+        }
+        self.close();
+        drop(self.to_writer.take());
+        if let Some(writer) = self.writer.take() {
+            if writer.join().is_err() {
+                tracing::error!("the thread writing bundles panicked");
+            }
+        }
+        (self.counts, self.events())
+    }
+
+    /// Where the bundles go.
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    fn remember(&mut self, finding: &Finding, at: SystemTime) {
+        self.recent.push_back(finding.clone());
+        while self.recent.len() > RECENT_FINDINGS
+            || self.recent.front().is_some_and(|oldest| {
+                later(finding_time(oldest), self.config.before + self.config.after) < at
+            })
+        {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Opens a bundle for `finding`, with the findings already made of its packets.
+    fn start_bundle(&mut self, finding: &Finding, key: Key, at: SystemTime) -> Option<()> {
+        let path = match disk::new_bundle_dir(&self.config.dir, at, &key.dir_name()) {
+            Ok(path) => path,
+            Err(error) => {
+                self.events
+                    .push(RecorderEvent::NotStarted(self.config.dir.clone(), error));
+                return None;
+            }
+        };
+        let from = earlier(first_packet_time(finding), self.config.before);
+        let until = later(at, self.config.after);
+        let findings = self
+            .recent
+            .iter()
+            .filter(|recent| finding_time(recent) >= from)
+            .cloned()
+            .collect();
+        self.open = Some(Open {
+            path,
+            recorded: RecordedBundle {
+                finding: kind(finding).to_owned(),
+                loop_id: match key {
+                    Key::Loop(id) => Some(id.to_string()),
+                    _ => None,
+                },
+                qname: qname(finding),
+                from: from.into(),
+                until: until.into(),
+                complete: true,
+            },
+            from,
+            until,
+            findings,
+        });
+        Some(())
+    }
+
+    /// Hands the bundle recording, if any, to the writer thread.
+    fn close(&mut self) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        let mut recorded = open.recorded;
+        recorded.complete = self.ring.holds_all_since(open.from);
+        let closed = Closed {
+            segments: self.ring.since(open.from),
+            path: open.path,
+            recorded,
+            findings: open.findings,
+        };
+        let sent = match &self.to_writer {
+            Some(to_writer) => to_writer.send(closed).map_err(|unsent| unsent.0),
+            None => Err(closed),
+        };
+        if let Err(unsent) = sent {
+            let error = io::Error::other("the thread writing bundles has stopped");
+            self.events.push(RecorderEvent::Failed(
+                unsent.path.clone(),
+                BundleError::Write(unsent.path, error),
+            ));
+        }
+    }
+}
+
+/// The writer thread: writes each bundle as it comes, then keeps the bundles to their budget.
+fn write_bundles(
+    config: &RecorderConfig,
+    closed: &mpsc::Receiver<Closed>,
+    events: &mpsc::Sender<RecorderEvent>,
+) {
+    for bundle in closed {
+        let path = bundle.path.clone();
+        let event = match write_bundle(config, bundle) {
+            Ok(written) => RecorderEvent::Written(path.clone(), written),
+            Err(error) => RecorderEvent::Failed(path.clone(), error),
+        };
+        // The trace may have ended without waiting: nobody is left to tell.
+        let _ = events.send(event);
+        match disk::prune(&config.dir, &path, config.disk_bytes) {
+            Ok(pruned) => {
+                for removed in pruned.removed {
+                    let _ = events.send(RecorderEvent::Removed(removed));
+                }
+                for (path, error) in pruned.failed {
+                    let _ = events.send(RecorderEvent::RemoveFailed(path, error));
+                }
+            }
+            Err(error) => {
+                let _ = events.send(RecorderEvent::RemoveFailed(config.dir.clone(), error));
+            }
+        }
+    }
+}
+
+fn write_bundle(config: &RecorderConfig, closed: Closed) -> Result<Written, BundleError> {
+    let mut bundle = Bundle::create(
+        &closed.path,
+        PcapngOptions {
+            // Every packet is held until the end, when all the findings have commented them.
+            hold: Duration::MAX,
+            max_bytes: config.disk_bytes,
+            dns_ports: config.dns_ports,
+        },
+    )?;
+    let (from, until) = (closed.recorded.from.0, closed.recorded.until.0);
+    for kept in ring::between(&closed.segments, from, until) {
+        let interface = kept.interface.as_deref().map(|named| InterfaceRecord {
+            name: &named.name,
+            description: &named.description,
+        });
+        bundle.packet(kept.packet.clone(), interface)?;
+    }
+    // The segments are shared with the ring: let go of them before the slower work that remains.
+    drop(closed.segments);
+    for finding in &closed.findings {
+        bundle.finding(finding, &config.node).map_err(|error| {
+            BundleError::Write(closed.path.join(bundle::MARKDOWN_REPORT), error)
+        })?;
+    }
+    bundle.finish(About {
+        started: from,
+        duration_limit: until.duration_since(from).unwrap_or_default(),
+        max_bytes: config.disk_bytes,
+        node: &NodeConfig::read(&config.root),
+        recorded: Some(closed.recorded),
+    })
+}
+
+/// When `finding` was made.
+fn finding_time(finding: &Finding) -> SystemTime {
+    match finding {
+        Finding::Loop(found) => found.ts,
+        Finding::UnexpectedSource(found) => found.ts,
+        Finding::Timeout(found) => found.ts,
+        Finding::Drop(found) => found.ts,
+        Finding::Lookup(found) => found.ts,
+    }
+}
+
+/// The time of the first packet `finding` tells of.
+fn first_packet_time(finding: &Finding) -> SystemTime {
+    match finding {
+        Finding::Loop(found) => found
+            .path
+            .iter()
+            .map(|hop| hop.ts)
+            .min()
+            .map_or(found.ts, |first| first.min(found.ts)),
+        Finding::UnexpectedSource(found) => found.ts,
+        Finding::Timeout(found) => earlier(found.ts, found.waited),
+        Finding::Drop(found) => found.ts,
+        Finding::Lookup(found) => found
+            .hops
+            .iter()
+            .map(|hop| hop.sent)
+            .min()
+            .map_or(found.ts, |first| first.min(found.ts)),
+    }
+}
+
+/// `by` before `time`, or the earliest time there is: times come from the network.
+fn earlier(time: SystemTime, by: Duration) -> SystemTime {
+    time.checked_sub(by).unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+/// `by` after `time`, or `time` itself past the latest time there is.
+fn later(time: SystemTime, by: Duration) -> SystemTime {
+    time.checked_add(by).unwrap_or(time)
+}
+
+fn kind(finding: &Finding) -> &'static str {
+    match finding {
+        Finding::Loop(_) => "loop",
+        Finding::UnexpectedSource(_) => "unexpected_source",
+        Finding::Timeout(_) => "timeout",
+        Finding::Drop(_) => "drop",
+        Finding::Lookup(_) => "lookup",
+    }
+}
+
+/// The finding's question name; `None` for a dropped message without a question.
+fn qname(finding: &Finding) -> Option<String> {
+    match finding {
+        Finding::Loop(found) => Some(found.qname.clone()),
+        Finding::UnexpectedSource(found) => Some(found.qname.clone()),
+        Finding::Timeout(found) => Some(found.qname.clone()),
+        Finding::Drop(found) => found.qname.clone(),
+        Finding::Lookup(found) => Some(found.qname.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

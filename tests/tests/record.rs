@@ -1,0 +1,219 @@
+//! `dnsloop trace --record DIR`, the flight recorder, on a looping lab: the loop's finding is
+//! printed with the path of a bundle, which holds the loop from the client's very first query
+//! on, names the loop in its report, and analyzes to the loop live tracing reported; the same
+//! loop seen again within `--record-interval` gets no second bundle.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    thread,
+    time::Duration,
+};
+
+use dnsloop_core::schema::{BundleRecord, CaptureReport, Record};
+use dnsloop_tests::{
+    findings::{fqdn, loop_as_seen, Trace},
+    lab::{one_lab_at_a_time, Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
+    privilege::{can_run, dnsloop_bin, Need},
+    tracer::{self, Tracer},
+};
+
+/// How long the loop goes on after the client's query: past the bundle's end (`--record-after`
+/// 2s), with the loop reported again every second (`--report-interval`).
+const LOOPING_FOR: Duration = Duration::from_secs(5);
+
+/// The `dns.id` of each query (not reply) from `client` in `file`, in file order, as tshark
+/// reads them.
+fn query_ids_from(file: &Path, client: &str) -> Vec<String> {
+    let output = Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(file)
+        .args([
+            "-Y",
+            &format!("ip.src == {client} && dns.flags.response == 0"),
+            "-T",
+            "fields",
+            "-e",
+            "dns.id",
+        ])
+        .output()
+        .expect("running tshark");
+    assert!(
+        output.status.success(),
+        "tshark reads {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn directories(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = fs::read_dir(dir)
+        .expect("the record directory")
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| path.is_dir())
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn a_loop_is_recorded_once_from_the_clients_first_query_and_analyzes_to_the_same_loop() {
+    let test = "record-nodelocal-loop";
+    if !can_run(
+        test,
+        &[Need::Root, Need::Tool("tshark"), Need::DnsloopBinary],
+    ) {
+        return;
+    }
+    let _alone = one_lab_at_a_time();
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let record_dir = scratch.path().join("record");
+    let lab = Lab::up(Scenario::NodelocalLoop).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    // What the client sent, as its own pod saw it: the first query is the loop's first packet.
+    let client_file = scratch.path().join("client.pcap");
+    let client_capture = lab
+        .capture_pcap(&lab.pod_ns(Pod::Client), "any", "udp port 53", &client_file)
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let trace = Tracer::start(
+        &dnsloop_bin(),
+        &lab,
+        lab.node_ns(),
+        &[
+            "--output",
+            "json",
+            "--report-interval",
+            "1s",
+            "--record",
+            record_dir.to_str().expect("a UTF-8 path"),
+            "--record-after",
+            "2s",
+        ],
+    )
+    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    lab.dig(Pod::Client, &NODE_LOCAL_DNS.to_string(), &[EXTERNAL_NAME])
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    thread::sleep(LOOPING_FOR);
+    let output = trace
+        .interrupt()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    client_capture
+        .stop()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let live = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let qname = fqdn(EXTERNAL_NAME);
+
+    // The loop, reported live, again and again: a bundle line follows its first report only.
+    // (Another finding, such as a drop, may have started the bundle the loop joins, or one of
+    // its own.)
+    let live_loops = live.loops_for(&qname);
+    assert!(
+        live_loops.len() >= 2,
+        "the loop is reported, then again within --record-interval:\n{live}"
+    );
+    let bundles: Vec<(usize, &BundleRecord)> = live
+        .records
+        .iter()
+        .enumerate()
+        .filter_map(|(at, record)| match record {
+            Record::Bundle(bundle) => Some((at, bundle)),
+            _ => None,
+        })
+        .collect();
+    let of_the_loop: Vec<&(usize, &BundleRecord)> = bundles
+        .iter()
+        .filter(|(_, bundle)| bundle.loop_id.is_some())
+        .collect();
+    let [&(at, bundle)] = of_the_loop[..] else {
+        panic!("one bundle line for the loop:\n{live}");
+    };
+    let Record::Loop(found) = &live.records[at - 1] else {
+        panic!("the bundle line follows its finding:\n{live}");
+    };
+    assert_eq!(found, live_loops[0], "the first report of the loop");
+    assert_eq!(
+        (bundle.finding.as_str(), bundle.loop_id.as_ref()),
+        ("loop", Some(&found.loop_id))
+    );
+    assert_eq!(bundle.suppressed, 0);
+
+    // A bundle on disk for each one started, the loop's where its line says, written before
+    // the trace ended.
+    let path = PathBuf::from(&bundle.path);
+    let mut started: Vec<PathBuf> = bundles
+        .iter()
+        .filter(|(_, bundle)| bundle.started)
+        .map(|(_, bundle)| PathBuf::from(&bundle.path))
+        .collect();
+    started.sort();
+    assert_eq!(directories(&record_dir), started, "{}", live.stderr);
+    assert!(started.contains(&path), "{live}");
+    assert!(
+        live.stderr
+            .contains(&format!("bundle written to {}", path.display())),
+        "{}",
+        live.stderr
+    );
+    assert!(
+        !live.stderr.contains(" 0 got none"),
+        "the loop's repeats within the interval are counted:\n{}",
+        live.stderr
+    );
+
+    // Its report names the loop.
+    let report: CaptureReport =
+        serde_json::from_slice(&fs::read(path.join("report.json")).expect("report.json"))
+            .expect("report.json is a capture report");
+    let recorded = report.recorded.as_ref().expect("made by --record");
+    if bundle.started {
+        assert_eq!(
+            (recorded.finding.as_str(), recorded.loop_id.as_ref()),
+            ("loop", Some(&found.loop_id))
+        );
+    }
+    assert!(recorded.complete, "{report:#?}");
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|record| matches!(record, Record::Loop(reported) if reported == found)),
+        "report.json holds the loop as trace printed it: {:#?}",
+        report.findings
+    );
+
+    // Its packets start with the client's very first query of the loop.
+    let pcapng = path.join("capture.pcapng");
+    let client = Pod::Client.ip().to_string();
+    let sent = query_ids_from(&client_file, &client);
+    let recorded_queries = query_ids_from(&pcapng, &client);
+    assert!(!sent.is_empty(), "the client's capture holds its query");
+    assert_eq!(
+        recorded_queries.first(),
+        sent.first(),
+        "the bundle holds the client's first query:\nsent {sent:?}\nrecorded {recorded_queries:?}"
+    );
+    assert!(
+        report.pcapng.commented > 0,
+        "the loop's hops carry its comment"
+    );
+
+    // Offline, the bundle (its directory given) tells of the same loop, first report for first
+    // report.
+    let offline = tracer::analyze(&dnsloop_bin(), &path, &[])
+        .and_then(Trace::from_output)
+        .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", path.display()));
+    assert!(
+        offline.stdout.contains("capture.pcapng"),
+        "the bundle's packet file is what was read:\n{offline}"
+    );
+    let analysed = offline.loops_for(&qname);
+    assert!(!analysed.is_empty(), "analyze finds the loop:\n{offline}");
+    assert_eq!(
+        loop_as_seen(analysed[0]),
+        loop_as_seen(found),
+        "analyze and trace disagree:\n--- trace ---\n{live}\n--- analyze ---\n{offline}"
+    );
+}
