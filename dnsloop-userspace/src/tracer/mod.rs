@@ -291,6 +291,11 @@ impl Tracer {
                 _ = timers.sweep.tick(), if self.unanswered.is_some() => self.sweep_unanswered(&mut expired),
                 _ = timers.metrics_refresh.tick(), if self.exporter.is_some() => self.refresh_metrics(),
             }
+            // Whatever woke the loop, the packets streamed meanwhile are taken before the time
+            // is told: the watermark says no record older than it is still to come, which holds
+            // only if the ring was read just now (a drop, a link event or a timer may have woken
+            // it while packets waited for the ring's own wakeup).
+            self.source.drain(&mut packets);
             consumer.packets(&mut packets, self.watch.points())?;
             consumer.unanswered(&mut expired, self.watch.points())?;
             consumer.drops(&mut dropped, &|device| self.watch.drop_place(device))?;
