@@ -25,6 +25,8 @@ use serde_json::{json, Value};
 
 const MANIFEST: &str = "dnsloop.yaml";
 const SERVICE_MONITOR: &str = "servicemonitor.yaml";
+/// The alerts for the Prometheus operator (tests/tests/alerts.rs checks what they say).
+const PROMETHEUS_RULE: &str = "prometheusrule.yaml";
 const DOCKERFILE: &str = "Dockerfile";
 const VALIDATOR: &str = "kubernetes-validate";
 /// The oldest release the manifests are written for (dnsloop.yaml's header says so); they are
@@ -165,16 +167,17 @@ fn every_core_object_validates_against_the_kubernetes_schemas() {
         .filter(|name| name.ends_with(".yaml"))
         .collect();
     files.sort();
-    assert_eq!(files, [MANIFEST, SERVICE_MONITOR]);
+    assert_eq!(files, [MANIFEST, PROMETHEUS_RULE, SERVICE_MONITOR]);
     for file in &files {
         for version in [Some(OLDEST_KUBERNETES), None] {
             let said = validate(file, version);
             for object in objects(file) {
                 let kind = object["kind"].as_str().expect("every object has a kind");
                 let name = object["metadata"]["name"].as_str().expect("and a name");
-                // The ServiceMonitor's CRD is the Prometheus operator's, not in the core
-                // schemas: the validator knows nothing of it, so the Service's and the
-                // ServiceMonitor's agreement is checked below instead.
+                // The ServiceMonitor's and the PrometheusRule's CRDs are the Prometheus
+                // operator's, not in the core schemas: the validator knows nothing of them, so
+                // the Service's and the ServiceMonitor's agreement is checked below instead,
+                // and the rules in tests/tests/alerts.rs.
                 let checked = if object["apiVersion"] == "monitoring.coreos.com/v1" {
                     said.contains(&format!("Couldn't find schema for kind {kind}"))
                 } else {

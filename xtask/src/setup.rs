@@ -8,7 +8,8 @@ use crate::command::{self, output_contains};
 
 /// LLVM 22 for bpf-linker; real DNS servers (dnsdist forwards like CoreDNS in the cluster
 /// scenarios, Knot Resolver is their upstream) and network tools for the lab (curl scrapes dnsloop's metrics); QEMU, busybox
-/// and strip for the kernel matrix's guest.
+/// and strip for the kernel matrix's guest; Prometheus and promtool check the alert rules and
+/// scrape a tracer on the lab (`deploy/alerts.yaml`, tests/tests/alerts.rs).
 const DEBIAN_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -28,6 +29,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "busybox-static",
     "binutils",
+    "prometheus",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Without it, bpf-linker's build finds the system's LLVM 14 and fails to link `-lLLVM`.

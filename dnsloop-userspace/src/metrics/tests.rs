@@ -388,3 +388,66 @@ fn every_timed_out_query_is_counted_though_a_storm_is_reported_in_few_findings()
         ]
     );
 }
+
+#[test]
+fn a_node_past_every_label_cap_serves_the_worst_case_of_the_series_formula() {
+    // The README's "Series per node" at its worst: 1,000 servers answering every rcode and
+    // timing out, on 20 interfaces, with 3 drop reasons.
+    const SERVERS: u16 = 1000;
+    const INTERFACES: usize = 20;
+    const DROP_REASONS: usize = 3;
+    let server = |n: u16| SocketAddr::from(([10, 96, (n >> 8) as u8, n as u8], 53));
+    let (registry, findings, snapshot) = registry();
+    let labels = Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS)));
+    let mut sink = CountingSink::new(
+        Box::new(TextSink::new(io::sink())),
+        findings,
+        labels.clone(),
+    );
+    let mut looping = a_loop();
+    if let Finding::Loop(found) = &mut looping {
+        found.unanswered = 5;
+    }
+    sink.finding(&looping).unwrap();
+    let mut every_rcode = ServerStats::ZERO;
+    every_rcode.rcodes = [1; 16];
+    every_rcode.latency[bucket(1_000)] = 16;
+    let answered = (0..SERVERS).map(|n| (server(n), every_rcode)).collect();
+    for n in 0..SERVERS {
+        sink.finding(&a_timeout(&server(n).to_string())).unwrap();
+    }
+    let interfaces = (0..INTERFACES)
+        .flat_map(|n| {
+            [Direction::Ingress, Direction::Egress].map(|direction| PointCount {
+                ifname: format!("veth{n}"),
+                direction,
+                packets: 1,
+                dns_packets: 1,
+            })
+        })
+        .collect();
+    snapshot.replace(KernelSnapshot {
+        interfaces,
+        global: GlobalCounts::default(),
+        servers: kernel::by_label(answered, &mut labels.borrow_mut()),
+        drops: Some(
+            ["NETFILTER_DROP", "SOCKET_RCVBUFF", "NO_SOCKET"]
+                .map(|reason| (reason.into(), 1))
+                .to_vec(),
+        ),
+    });
+
+    let text = exposition(&registry);
+    let series = text.lines().filter(|line| !line.starts_with('#')).count();
+    // 256 servers named and `other`; the timeouts also count `loop`.
+    let server_labels = MAX_SERVER_LABELS + 1;
+    let formula = 2 * (2 * INTERFACES)
+        + Malformed::ALL.len()
+        + DROP_REASONS
+        + (server_labels + 1)
+        + server_labels * 16
+        + server_labels * 16
+        + 3;
+    assert_eq!(series, formula, "{text}");
+    assert_eq!(formula, 8584, "the README's worst case");
+}
