@@ -48,6 +48,26 @@ pub struct Seen {
     pub via_gateway: bool,
 }
 
+impl Seen {
+    /// Where the kernel programs say they saw a packet, from the fields of their records and
+    /// tables; `None` for a direction they never write.
+    pub fn from_kernel(
+        netns_cookie: u64,
+        ifindex: u32,
+        direction: u8,
+        via_gateway: bool,
+    ) -> Option<Self> {
+        Some(Self {
+            interface: InterfaceRef {
+                netns_cookie,
+                ifindex,
+            },
+            direction: Direction::from_u8(direction)?,
+            via_gateway,
+        })
+    }
+}
+
 /// Resolves where a raw packet was seen to a [`Point`], and tells how each interface is
 /// described in a saved capture.
 #[derive(Default)]

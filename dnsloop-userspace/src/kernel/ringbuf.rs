@@ -17,9 +17,7 @@ use tokio::io::unix::AsyncFd;
 
 use dnsloop_core::{
     points::Seen,
-    source::{
-        ip_family, link_layer, socket_addr, InterfaceRef, MatchedQuery, PriorSighting, RawPacket,
-    },
+    source::{ip_family, link_layer, socket_addr, MatchedQuery, PriorSighting, RawPacket},
 };
 
 use super::clock::MonotonicClock;
@@ -106,14 +104,12 @@ fn raw_packet(item: &[u8], clock: &MonotonicClock, chunk: &mut BytesMut) -> Opti
     let captured = usize::from(record.captured_len).min(PACKET_SNAP_MAX);
     Some(RawPacket {
         ts: clock.wall_time(record.ts_ns),
-        seen: Seen {
-            interface: InterfaceRef {
-                netns_cookie: record.netns_cookie,
-                ifindex: record.ifindex,
-            },
-            direction: Direction::from_u8(record.direction)?,
-            via_gateway: record.via_gateway != 0,
-        },
+        seen: Seen::from_kernel(
+            record.netns_cookie,
+            record.ifindex,
+            record.direction,
+            record.via_gateway != 0,
+        )?,
         link_layer: link_layer(record.link_layer)?,
         bytes: copy_into(chunk, &record.bytes[..captured]),
         matched_query: matched_query(&record, clock),
@@ -161,14 +157,12 @@ fn prior_sighting(prior: &Sighting, clock: &MonotonicClock) -> Option<PriorSight
     let family = ip_family(prior.family)?;
     Some(PriorSighting {
         at: clock.wall_time(prior.ts_ns),
-        seen: Seen {
-            interface: InterfaceRef {
-                netns_cookie: prior.netns_cookie,
-                ifindex: prior.ifindex,
-            },
-            direction: Direction::from_u8(prior.direction)?,
-            via_gateway: prior.via_gateway != 0,
-        },
+        seen: Seen::from_kernel(
+            prior.netns_cookie,
+            prior.ifindex,
+            prior.direction,
+            prior.via_gateway != 0,
+        )?,
         src: socket_addr(family, &prior.src, prior.sport),
         dst: socket_addr(family, &prior.dst, prior.dport),
         id: prior.id,

@@ -9,14 +9,13 @@ use std::time::Duration;
 use aya::maps::{HashMap, MapData, MapError};
 use dnsloop_ebpf::{
     parse::Transport,
-    point::Direction,
     query::{QueryEntry, QueryKey},
 };
 
 use dnsloop_core::{
     observation::DnsName,
     points::Seen,
-    source::{ip_family, socket_addr, InterfaceRef, UnansweredQuery},
+    source::{ip_family, socket_addr, UnansweredQuery},
 };
 
 use super::{
@@ -110,14 +109,12 @@ fn unanswered(
     let state = &entry.state;
     Some(UnansweredQuery {
         at: clock.wall_time(state.first_ns),
-        seen: Seen {
-            interface: InterfaceRef {
-                netns_cookie: entry.netns_cookie,
-                ifindex: state.ifindex,
-            },
-            direction: Direction::from_u8(state.direction)?,
-            via_gateway: state.via_gateway != 0,
-        },
+        seen: Seen::from_kernel(
+            entry.netns_cookie,
+            state.ifindex,
+            state.direction,
+            state.via_gateway != 0,
+        )?,
         tcp: key.transport == Transport::Tcp as u8,
         client: socket_addr(family, &key.client, key.client_port),
         server: socket_addr(family, &state.server, state.server_port),
@@ -131,7 +128,7 @@ fn unanswered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dnsloop_ebpf::{parse::IpFamily, query::QueryState};
+    use dnsloop_ebpf::{parse::IpFamily, point::Direction, query::QueryState};
 
     #[test]
     fn an_entry_becomes_the_query_it_holds() {
