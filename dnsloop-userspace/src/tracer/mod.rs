@@ -301,9 +301,13 @@ impl Tracer {
             consumer.drops(&mut dropped, &|device| self.watch.drop_place(device))?;
             consumer.tick(self.source.watermark())?;
         };
-        // What was streamed before the end is judged too.
+        // What was streamed before the end is judged too, and so is every query in the
+        // kernel's table that waited past the timeout by now: the last sweep may be up to an
+        // interval old, and a timeout that is due is reported, not left for a next run.
         self.source.drain(&mut packets);
         consumer.packets(&mut packets, self.watch.points())?;
+        self.sweep_unanswered(&mut expired);
+        consumer.unanswered(&mut expired, self.watch.points())?;
         if let Some(drops) = &mut self.drops {
             drops.drain(&mut dropped);
         }
