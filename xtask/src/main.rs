@@ -7,6 +7,7 @@ mod command;
 mod demo;
 mod fuzz;
 mod kernels;
+mod repeat;
 mod setup;
 mod test;
 
@@ -42,7 +43,13 @@ enum Task {
     Kernels,
     /// Run every test: unit, property, the privileged end-to-end tests on the lab, and the
     /// kernel matrix.
-    Test,
+    Test {
+        /// Instead, run the privileged suites (the lab, the end-to-end tests, the kernel
+        /// programs) N times in a row under CI=true and count each test's failures: a test
+        /// that fails even once is flaky, and fails CI as often.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+        repeat: Option<u16>,
+    },
     /// Fuzz the shared packet/DNS parser and the userspace decode path, from their checked-in
     /// corpora.
     Fuzz {
@@ -104,7 +111,10 @@ fn main() -> Result<()> {
         Task::Lab { action } => run_lab(action),
         Task::Demo => demo::run(),
         Task::Kernels => kernels::run(),
-        Task::Test => test::run(),
+        Task::Test { repeat } => match repeat {
+            Some(rounds) => test::repeat(rounds.into()),
+            None => test::run(),
+        },
         Task::Bench { compare, only } => bench::run(compare.as_deref(), only),
         Task::Fuzz { seconds } => fuzz::run(seconds),
     }

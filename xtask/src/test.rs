@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 
-use crate::{command, fuzz, kernels, setup};
+use crate::{command, fuzz, kernels, repeat, setup};
 
 /// How long CI fuzzes (the parser and the decode path, half each): long enough to go past the
 /// corpus into new inputs.
@@ -32,6 +32,15 @@ pub fn run() -> Result<()> {
     kernels::check(&dnsloop)?;
     // The parser and the decode path under libFuzzer.
     fuzz::run(FUZZ_FOR)
+}
+
+/// `cargo xtask test --repeat ROUNDS`: the privileged suites, `rounds` times over, with what
+/// they run built once.
+pub fn repeat(rounds: usize) -> Result<()> {
+    setup::run()?;
+    command::cargo(&["build", "--bin", "dnsloop"])?;
+    let dnsloop = command::workspace_root().join("target/debug/dnsloop");
+    repeat::run(rounds, &dnsloop)
 }
 
 /// Fails unless every crate is formatted as `cargo fmt` would.
