@@ -9,6 +9,7 @@ pub mod netns;
 pub mod packet_lines;
 pub mod privilege;
 pub mod tracer;
+pub mod wait;
 
 /// Environment variable naming the `dnsloop` binary the end-to-end tests run
 /// (`cargo xtask test` sets it).

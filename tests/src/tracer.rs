@@ -4,11 +4,12 @@ use std::{
     path::Path,
     process::{Child, Command, ExitStatus, Stdio},
     sync::mpsc,
-    thread::{self, JoinHandle},
+    thread,
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context as _, Result};
+use dnsloop_core::schema::Record;
 
 use crate::lab::Lab;
 
@@ -19,8 +20,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// A running `dnsloop trace`; killed (by PID) if dropped before it ends.
 pub struct Tracer {
     child: Child,
-    /// Read on its own thread so that a chatty tracer never blocks on a full pipe.
-    stdout: Option<JoinHandle<String>>,
+    /// Read line by line on their own threads, so that a chatty tracer never blocks on a full
+    /// pipe, and a test can wait for what it printed while it runs.
+    stdout_lines: mpsc::Receiver<String>,
+    stdout: String,
     stderr_lines: mpsc::Receiver<String>,
     stderr: String,
 }
@@ -80,24 +83,12 @@ impl Tracer {
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting {} {subcommand} in {ns}", dnsloop.display()))?;
-        let mut stdout = child.stdout.take().context("no stdout pipe")?;
-        let stdout = thread::spawn(move || {
-            let mut text = String::new();
-            let _ = stdout.read_to_string(&mut text);
-            text
-        });
-        let stderr = child.stderr.take().context("no stderr pipe")?;
-        let (sender, stderr_lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let stdout_lines = read_lines(child.stdout.take().context("no stdout pipe")?);
+        let stderr_lines = read_lines(child.stderr.take().context("no stderr pipe")?);
         let mut tracer = Tracer {
-            stdout: Some(stdout),
             child,
+            stdout_lines,
+            stdout: String::new(),
             stderr_lines,
             stderr: String::new(),
         };
@@ -130,6 +121,52 @@ impl Tracer {
             lab.scenario(),
             self.stderr
         )
+    }
+
+    /// Waits until dnsloop has printed a record (`--output json`) for which `wanted` holds,
+    /// and returns it; fails after `timeout`, or if dnsloop ends first. What it printed
+    /// meanwhile is kept for [`Tracer::interrupt`] and the rest.
+    pub fn wait_for_record(
+        &mut self,
+        timeout: Duration,
+        wanted: impl Fn(&Record) -> bool,
+    ) -> Result<Record> {
+        let deadline = Instant::now() + timeout;
+        // The lines printed before this call were looked at by earlier calls, or not at all.
+        let mut seen = 0;
+        loop {
+            for line in self.stdout[seen..].lines() {
+                if let Ok(record) = serde_json::from_str::<Record>(line) {
+                    if wanted(&record) {
+                        return Ok(record);
+                    }
+                }
+            }
+            seen = self.stdout.len();
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout_lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.stdout.push_str(&line);
+                    self.stdout.push('\n');
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.drain_stderr_now();
+                    bail!(
+                        "dnsloop printed no such record within {timeout:?}:\n{}{}",
+                        self.stdout,
+                        self.stderr
+                    )
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    self.drain_stderr_now();
+                    bail!(
+                        "dnsloop ended before it printed such a record:\n{}{}",
+                        self.stdout,
+                        self.stderr
+                    )
+                }
+            }
+        }
     }
 
     /// dnsloop's PID.
@@ -176,17 +213,25 @@ impl Tracer {
             }
             thread::sleep(Duration::from_millis(50));
         };
-        let stdout = self
-            .stdout
-            .take()
-            .map(|reader| reader.join().unwrap_or_default())
-            .unwrap_or_default();
+        // Its stdout ends with it: every line is taken, up to the pipe's end.
+        while let Ok(line) = self.stdout_lines.recv() {
+            self.stdout.push_str(&line);
+            self.stdout.push('\n');
+        }
         self.drain_stderr();
         Ok(TracerOutput {
             status,
-            stdout,
+            stdout: std::mem::take(&mut self.stdout),
             stderr: std::mem::take(&mut self.stderr),
         })
+    }
+
+    /// Takes what dnsloop has printed on stderr so far, without waiting for more.
+    fn drain_stderr_now(&mut self) {
+        while let Ok(line) = self.stderr_lines.try_recv() {
+            self.stderr.push_str(&line);
+            self.stderr.push('\n');
+        }
     }
 
     fn drain_stderr(&mut self) {
@@ -204,6 +249,19 @@ impl Drop for Tracer {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The lines of `pipe`, read on a thread of their own until it ends.
+fn read_lines(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (sender, lines) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
 }
 
 /// Runs `dnsloop analyze --output json ARGS FILE`, as any user may, and collects its output.

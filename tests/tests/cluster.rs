@@ -9,7 +9,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_core::schema::Timestamp;
+use dnsloop_core::schema::{Record, Timestamp};
 use dnsloop_tests::{
     findings::{fqdn, SummaryExt as _, Trace},
     lab::{
@@ -36,13 +36,14 @@ const ROUNDS: usize = 3;
 const OTHER_NODE_CLIENTS: usize = 3;
 
 /// Brings up `scenario` on `nodes` nodes and traces every node while `traffic` runs; returns
-/// each node's trace, node 0 first. `None` when this host cannot run the test (it fails
-/// instead under `CI=true`).
+/// each node's trace, node 0 first. `traffic` starts once every tracer is attached, and is
+/// given them, node 0 first, to wait for what they report. `None` when this host cannot run
+/// the test (it fails instead under `CI=true`).
 fn traced_cluster(
     test: &str,
     scenario: Scenario,
     nodes: usize,
-    traffic: impl FnOnce(&mut Lab),
+    traffic: impl FnOnce(&mut Lab, &mut [Tracer]),
 ) -> Option<Vec<Trace>> {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return None;
@@ -50,7 +51,7 @@ fn traced_cluster(
     let _alone = lab::one_lab_at_a_time();
     let mut lab =
         Lab::up_nodes(scenario, nodes).unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let tracers: Vec<Tracer> = (0..nodes)
+    let mut tracers: Vec<Tracer> = (0..nodes)
         .map(|node| {
             let namespace = lab.node_ns_of(node).expect("a node of the lab");
             let name = node_name(node);
@@ -64,7 +65,7 @@ fn traced_cluster(
             .unwrap_or_else(|error| panic!("{test}: tracer on node {node}: {error:#}"))
         })
         .collect();
-    traffic(&mut lab);
+    traffic(&mut lab, &mut tracers);
     Some(
         tracers
             .into_iter()
@@ -144,47 +145,59 @@ fn a_loop_through_node_local_dns_in_iptables_mode_is_reported_by_each_node() {
     );
 }
 
-/// How long a loop storm is let run before the servers are stopped, and by when each node must
-/// have seen the question go round through the other node twice. Over UDP the lab's loop goes
-/// round thousands of times a second; over TCP each hop opens a connection, so rounds are
+/// By when each node must have seen the question go round through the other node twice, and
+/// how long the test waits for each node's report before it gives up. Over UDP the lab's loop
+/// goes round thousands of times a second; over TCP each hop opens a connection, so rounds are
 /// fewer, and which CoreDNS pod each forward's DNAT picks decides when the question first
 /// crosses to the other node and back.
 struct Storm {
-    run: Duration,
     crossed_twice_within: Duration,
+    reported_by: Duration,
 }
 
 const UDP_STORM: Storm = Storm {
-    run: Duration::from_millis(1_500),
     crossed_twice_within: LOOP_REPORTED_WITHIN,
+    reported_by: Duration::from_secs(15),
 };
 const TCP_STORM: Storm = Storm {
-    run: Duration::from_secs(4),
     crossed_twice_within: Duration::from_secs(4),
+    reported_by: Duration::from_secs(20),
 };
 
+/// Whether `record` reports a loop of `qname` through other nodes.
+fn is_loop_through_other_nodes(record: &Record, qname: &str) -> bool {
+    matches!(record, Record::Loop(found) if found.qname == qname && !found.off_node.is_empty())
+}
+
 /// Starts `scenario`'s loop on two nodes (a client on node 1 asks its cache an external name),
-/// lets it run for `storm`, and checks that each node's tracer reports it as a loop through
-/// other nodes, in time, with one `loop_id` on both nodes and a few findings for the storm.
+/// stops the servers once every node's tracer has reported it, and checks that each reported
+/// it as a loop through other nodes, in time, with one `loop_id` on both nodes and a few
+/// findings for the storm.
 fn loop_through_two_nodes(test: &str, scenario: Scenario, storm: Storm) {
     let mut asked = None;
-    let Some(traces) = traced_cluster(test, scenario, 2, |lab| {
+    let qname = fqdn(EXTERNAL_NAME);
+    let Some(traces) = traced_cluster(test, scenario, 2, |lab, tracers| {
         asked = Some(Timestamp(SystemTime::now()));
         // The client on node 1 asks its cache: the question goes round both nodes' caches
-        // and CoreDNS pods until the servers are stopped.
+        // and CoreDNS pods until the servers' storm budget ends it, or they are stopped.
         let _ = lab.dig_from(
             1,
             Pod::Client,
             &NODE_LOCAL_DNS.to_string(),
             &[EXTERNAL_NAME],
         );
-        thread::sleep(storm.run);
+        for (node, tracer) in tracers.iter_mut().enumerate() {
+            if let Err(error) = tracer.wait_for_record(storm.reported_by, |record| {
+                is_loop_through_other_nodes(record, &qname)
+            }) {
+                panic!("{test}: node {node}: no loop through other nodes for {qname}: {error:#}");
+            }
+        }
         lab.stop_servers();
     }) else {
         return;
     };
     let asked = asked.expect("the traffic ran");
-    let qname = fqdn(EXTERNAL_NAME);
     let mut loop_ids = Vec::new();
     for (node, trace) in traces.iter().enumerate() {
         let loops = trace.loops_for(&qname);
@@ -244,7 +257,7 @@ fn clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop() {
         "clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop",
         Scenario::ClusterHealthy,
         2,
-        |lab| {
+        |lab, _| {
             // Three times over, both nodes' clients ask at the same moment: an external name
             // through their caches, a cluster name through the ClusterIP (DNAT'ed to CoreDNS on
             // either node) and directly to the other node's CoreDNS pod.
@@ -317,7 +330,7 @@ fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture() {
         let capture = lab
             .capture_pcap(&node, "any", "port 53", &file)
             .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-        let tracer = Tracer::start(&dnsloop_bin(), &lab, &node, &["--output", "json"])
+        let mut tracer = Tracer::start(&dnsloop_bin(), &lab, &node, &["--output", "json"])
             .unwrap_or_else(|error| panic!("{test}: {error:#}"));
         let _ = lab.dig_from(
             1,
@@ -325,7 +338,13 @@ fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture() {
             &NODE_LOCAL_DNS.to_string(),
             &[EXTERNAL_NAME],
         );
-        thread::sleep(Duration::from_millis(1_000));
+        // The capture holds the loop once the tracer beside it has seen it.
+        let qname = fqdn(EXTERNAL_NAME);
+        tracer
+            .wait_for_record(UDP_STORM.reported_by, |record| {
+                is_loop_through_other_nodes(record, &qname)
+            })
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
         lab.stop_servers();
         capture.stop().expect("tcpdump stops");
         let output = tracer.interrupt().expect("the tracer stops");
@@ -376,7 +395,7 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop() {
         "other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop",
         Scenario::DeadUpstream,
         2,
-        |lab| {
+        |lab, _| {
             let lab = &*lab;
             for _ in 0..ROUNDS {
                 thread::scope(|scope| {
@@ -414,7 +433,7 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_slow_upstream_is_no_loop() {
         "other_nodes_asking_a_pod_what_it_forwards_to_a_slow_upstream_is_no_loop",
         Scenario::ClusterSlowUpstream,
         2,
-        |lab| {
+        |lab, _| {
             let lab = &*lab;
             let ask = |node: usize| client_gets_an_answer(lab, node, &coredns_a, EXTERNAL_NAME);
             for _ in 0..ROUNDS {
