@@ -27,7 +27,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// `dnsloop trace --help`'s account of its attach points; the README says the same.
+/// `dnsloop trace --help`'s account of its attach points; docs/architecture.md says the same.
 const WHERE_TRACE_WATCHES: &str = "\
 Where it watches: each crossing between network namespaces once, one program run a crossing.
   pod veth on a bridge    its port, both ways. A frame sent to the bridge's own MAC, or by it,

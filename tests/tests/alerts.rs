@@ -40,8 +40,9 @@ const JOB: &str = "dnsloop";
 const ALERT_FIRES_WITHIN: Duration = Duration::from_secs(60);
 /// How long the loop's storm is kept going at least before the series are counted.
 const STORM: Duration = Duration::from_secs(8);
-/// The most series one node's tracer may add to Prometheus on the lab's loop storm (the
-/// README's "Series per node"): with up and the scrape's own 4 series, it measures about 105.
+/// The most series one node's tracer may add to Prometheus on the lab's loop storm
+/// (docs/operations.md's "Series per node"): with up and the scrape's own 4 series, it measures
+/// about 105.
 const SERIES_BUDGET: usize = 300;
 
 fn deploy_path(name: &str) -> PathBuf {
@@ -117,8 +118,9 @@ fn every_alert_is_unit_tested_firing_and_silent_and_has_a_runbook() {
         .iter()
         .flat_map(|test| test["alert_rule_test"].as_array().expect("alert_rule_test"))
         .collect();
-    let readme = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-        .expect("README.md");
+    let runbooks =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md"))
+            .expect("docs/operations.md");
     for (name, rule) in alert_rules() {
         let tested = |firing: bool| {
             cases.iter().any(|case| {
@@ -143,8 +145,8 @@ fn every_alert_is_unit_tested_firing_and_silent_and_has_a_runbook() {
             "{name}: a severity"
         );
         assert!(
-            readme.contains(&format!("#### {name}\n")),
-            "{name}: no runbook section in the README"
+            runbooks.contains(&format!("### {name}\n")),
+            "{name}: no runbook section in docs/operations.md"
         );
     }
 }
@@ -159,8 +161,8 @@ const PROMETHEUS_RULE_HEAD: &str = "\
 #
 # The Prometheus has to select it: kube-prometheus-stack picks PrometheusRules carrying its
 # `release: <release name>` label unless ruleSelectorNilUsesHelmValues is false, and only in the
-# namespaces its ruleNamespaceSelector allows. What each alert means and what to do: the
-# README's \"Alerts and what to do\".
+# namespaces its ruleNamespaceSelector allows. What each alert means and what to do:
+# docs/operations.md's \"Alerts and what to do\".
 apiVersion: monitoring.coreos.com/v1
 kind: PrometheusRule
 metadata:
@@ -618,10 +620,10 @@ fn a_real_prometheus_fires_the_loop_alert_for_the_looping_node_alone() {
     }
 }
 
-/// The README's "Series per node": one series per interface and direction in each of the two
-/// packet counters, one per malformed reason, per drop reason, per server's timeouts and per
-/// server and rcode answered, 16 per server's latency histogram (14 buckets, sum and count),
-/// and 3 more (loops, unexpected sources, lost events).
+/// docs/operations.md's "Series per node": one series per interface and direction in each of
+/// the two packet counters, one per malformed reason, per drop reason, per server's timeouts
+/// and per server and rcode answered, 16 per server's latency histogram (14 buckets, sum and
+/// count), and 3 more (loops, unexpected sources, lost events).
 fn assert_series_follow_the_formula(exposition: &str) {
     let series = series(exposition);
     let named = |name: &str| -> Vec<&str> {

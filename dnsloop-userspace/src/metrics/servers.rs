@@ -5,8 +5,8 @@ use std::{collections::HashSet, net::SocketAddr};
 /// Distinct servers named in labels; servers met after these count together as
 /// [`OTHER_SERVERS`]. A node's clients ask a few servers (its cache, the cluster DNS, the
 /// upstreams); each named one costs up to 33 series (rcodes, the latency histogram, timeouts),
-/// so 16 keep a node within a few hundred series whatever its traffic (the README's "Series
-/// per node"). The JSON findings name every server.
+/// so 16 keep a node within a few hundred series whatever its traffic (docs/operations.md's
+/// "Series per node"). The JSON findings name every server.
 pub const MAX_SERVER_LABELS: usize = 16;
 pub const OTHER_SERVERS: &str = "other";
 

@@ -391,8 +391,8 @@ fn every_timed_out_query_is_counted_though_a_storm_is_reported_in_few_findings()
 
 #[test]
 fn a_node_past_every_label_cap_serves_the_worst_case_of_the_series_formula() {
-    // The README's "Series per node" at its worst: 1,000 servers answering every rcode and
-    // timing out, on 20 interfaces, with 3 drop reasons.
+    // docs/operations.md's "Series per node" at its worst: 1,000 servers answering every rcode
+    // and timing out, on 20 interfaces, with 3 drop reasons.
     const SERVERS: u16 = 1000;
     const INTERFACES: usize = 20;
     const DROP_REASONS: usize = 3;
@@ -449,5 +449,5 @@ fn a_node_past_every_label_cap_serves_the_worst_case_of_the_series_formula() {
         + server_labels * 16
         + 3;
     assert_eq!(series, formula, "{text}");
-    assert_eq!(formula, 664, "the README's worst case");
+    assert_eq!(formula, 664, "docs/operations.md's worst case");
 }

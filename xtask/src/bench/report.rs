@@ -146,8 +146,8 @@ its own, which dnsloop rightly reports as timeouts.
   against 77). At the fixed load, where they come a few thousand a second to caches the rest of
   the node emptied meanwhile, 3.9x.
 - **Each crossing is watched once** (issue 20): a bridge's own interface is no longer watched,
-  its ports say when a frame went to or came from the bridge (see the README's "Where it
-  watches"). A query through the node cache to a CoreDNS pod and back now takes 4 program runs
+  its ports say when a frame went to or came from the bridge (see docs/architecture.md, "Where
+  it watches"). A query through the node cache to a CoreDNS pod and back now takes 4 program runs
   on the bridged node (the empty classifier, attached everywhere, still runs 8 times), 4 on the
   routed node, and 12 across two nodes (16 for the classifier). Measured against the layout
   before it with `cargo xtask bench --compare` (5 alternating pairs on the bridged node, the

@@ -1,7 +1,8 @@
 //! What dnsloop prints as JSON, declared once: a `Serialize + Deserialize` record for every
 //! kind of line and file it writes. The JSON sink writes these, `capture` and `probe` print
-//! them, the end-to-end tests read them back, and the README's "JSON output" section is
-//! generated from this module's doc comments (`cargo test -p dnsloop-core readme` checks it).
+//! them, the end-to-end tests read them back, and the JSON output reference, docs/output.md,
+//! is generated from this module's doc comments (`cargo test -p dnsloop-core output_doc`
+//! checks it).
 //!
 //! One object per line: its `kind` first (the [`Record`] variant), then its fields in the
 //! order declared here, and last, for everything `trace` and `analyze` print, the `node` it
@@ -24,7 +25,7 @@ mod timestamp;
 mod unexpected_source;
 
 #[cfg(test)]
-mod readme;
+mod output_doc;
 #[cfg(test)]
 mod tests;
 

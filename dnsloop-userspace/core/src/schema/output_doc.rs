@@ -1,7 +1,7 @@
-//! The README's "JSON output" section, generated from this module's doc comments: the records
-//! are declared once, here, and the README says what they say. `readme_documents_the_schema`
-//! fails when the two differ; `DNSLOOP_BLESS=1 cargo test -p dnsloop-core readme` rewrites
-//! the section.
+//! The JSON output reference, docs/output.md, generated from this module's doc comments: the
+//! records are declared once, here, and docs/output.md says what they say.
+//! `output_doc_documents_the_schema` fails when the two differ;
+//! `DNSLOOP_BLESS=1 cargo test -p dnsloop-core output_doc` rewrites its generated part.
 //!
 //! The declarations are read as written, in the one layout this module keeps to: `///` doc
 //! lines, then `#[serde(...)]` lines, then `pub struct Name {` or `pub enum Name {`; in a
@@ -31,8 +31,8 @@ const SOURCES: [&str; 13] = [
 /// What is documented, in this order, each type followed by those it holds.
 const ROOTS: [&str; 3] = ["Record", "DoctorRecord", "CaptureReport"];
 
-const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
-const BEGIN: &str = "<!-- schema: generated from dnsloop-userspace/core/src/schema by `DNSLOOP_BLESS=1 cargo test -p dnsloop-core readme`; edit the doc comments there -->";
+const OUTPUT_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/output.md");
+const BEGIN: &str = "<!-- schema: generated from dnsloop-userspace/core/src/schema by `DNSLOOP_BLESS=1 cargo test -p dnsloop-core output_doc`; edit the doc comments there -->";
 const END: &str = "<!-- schema: end -->";
 
 /// A struct or an enum of the schema, as declared.
@@ -271,12 +271,12 @@ fn kinds(schema: &BTreeMap<String, Item>) -> BTreeMap<String, (String, String)> 
 fn cell(text: &str) -> &str {
     assert!(
         !text.contains('|'),
-        "a `|` would break the README's table: {text}"
+        "a `|` would break docs/output.md's table: {text}"
     );
     text
 }
 
-/// The README section.
+/// docs/output.md's generated part.
 fn generate() -> String {
     let schema = schema();
     let kinds = kinds(&schema);
@@ -360,26 +360,27 @@ fn generate() -> String {
 }
 
 #[test]
-fn readme_documents_the_schema() {
+fn output_doc_documents_the_schema() {
     let generated = generate();
-    let readme = std::fs::read_to_string(README).expect("the README");
-    let (before, rest) = readme
+    let doc = std::fs::read_to_string(OUTPUT_DOC).expect("docs/output.md");
+    let (before, rest) = doc
         .split_once(BEGIN)
-        .unwrap_or_else(|| panic!("the README has no line {BEGIN}"));
+        .unwrap_or_else(|| panic!("docs/output.md has no line {BEGIN}"));
     let (section, after) = rest
         .split_once(END)
-        .unwrap_or_else(|| panic!("the README has no line {END}"));
+        .unwrap_or_else(|| panic!("docs/output.md has no line {END}"));
     let current = format!("{BEGIN}{section}{END}");
     if current == generated {
         return;
     }
     if std::env::var_os("DNSLOOP_BLESS").is_some() {
-        std::fs::write(README, format!("{before}{generated}{after}")).expect("writing the README");
+        std::fs::write(OUTPUT_DOC, format!("{before}{generated}{after}"))
+            .expect("writing docs/output.md");
         return;
     }
     panic!(
-        "the README's JSON output section is not what the schema declares: run \
-         `DNSLOOP_BLESS=1 cargo test -p dnsloop-core readme` and commit README.md.\n\
+        "docs/output.md is not what the schema declares: run \
+         `DNSLOOP_BLESS=1 cargo test -p dnsloop-core output_doc` and commit docs/output.md.\n\
          --- generated ---\n{generated}"
     );
 }
