@@ -128,6 +128,7 @@ impl Decoder {
                         size: message.len,
                         partial: false,
                         recalled: false,
+                        to_own_address: None,
                     };
                     if let (Some(query), Some(query_point)) = (&packet.matched_query, query_point) {
                         out.push(matched_query(
@@ -243,6 +244,7 @@ impl Decoder {
             size: 0,
             partial: false,
             recalled: true,
+            to_own_address: None,
         })
     }
 }

@@ -239,6 +239,12 @@ pub struct Observation {
     /// loop analyzer followed the query when it was streamed, if it was, and a first sighting
     /// met again would look like the query arriving a second time.
     pub recalled: bool,
+    /// Whether the destination is an address of the namespace the packet enters here, as far
+    /// as the source knows that namespace's addresses: `Some(false)` for a packet the node
+    /// routes on, or holds for a neighbour that may never answer ARP, but never takes in;
+    /// `None` when it enters no namespace, or one whose addresses are unknown (a pod, a
+    /// capture).
+    pub to_own_address: Option<bool>,
 }
 
 #[cfg(test)]

@@ -140,6 +140,15 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
                 self.unplaced_records += 1;
             }
         }
+        // Where the namespace a packet enters is known, so is whether it can be delivered
+        // there: what tells a delivery from a packet the node holds and drops.
+        for observation in &mut self.observations {
+            observation.to_own_address = observation
+                .point
+                .enters
+                .as_ref()
+                .and_then(|namespace| points.holds(namespace, observation.dst.ip()));
+        }
         self.analyze()
     }
 

@@ -8,7 +8,13 @@
 //!
 //! Live, a link's [`Role`] comes from rtnetlink; in a capture dnsloop wrote, from the
 //! interface's description ([`LinkDescription`]), so both place a packet at the same point.
-use std::{collections::HashMap, fmt, str::FromStr, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    fmt,
+    net::IpAddr,
+    str::FromStr,
+    sync::Arc,
+};
 
 use dnsloop_ebpf::{
     parse::LinkLayer,
@@ -75,6 +81,10 @@ pub struct PointMap {
     links: HashMap<InterfaceRef, WatchedLink>,
     /// The numbers the kernel programs know namespaces by (see `kernel_points`).
     namespace_numbers: HashMap<Namespace, u32>,
+    /// The addresses each namespace whose addresses are known holds, with the interface that
+    /// holds each: what tells a query delivered there from one routed through (see
+    /// [`PointMap::holds`]).
+    addresses: HashMap<Namespace, HashSet<(u32, IpAddr)>>,
 }
 
 struct WatchedLink {
@@ -192,6 +202,7 @@ impl PointMap {
         let Self {
             links,
             namespace_numbers,
+            ..
         } = self;
         let mut number = |namespace: &Option<Namespace>| match namespace {
             Some(namespace) => {
@@ -227,6 +238,33 @@ impl PointMap {
             }
         }
         kernel_points
+    }
+
+    /// Records that interface `index` of `namespace` holds `address`: from then on every
+    /// address `namespace` holds is known (see [`PointMap::holds`]).
+    pub fn add_address(&mut self, namespace: &Namespace, index: u32, address: IpAddr) {
+        self.addresses
+            .entry(namespace.clone())
+            .or_default()
+            .insert((index, address));
+    }
+
+    /// Records that interface `index` of `namespace` no longer holds `address`.
+    pub fn remove_address(&mut self, namespace: &Namespace, index: u32, address: IpAddr) {
+        if let Some(held) = self.addresses.get_mut(namespace) {
+            held.remove(&(index, address));
+        }
+    }
+
+    /// Whether `namespace` holds `address`, so that a packet to it entering there can be
+    /// delivered there: `None` when its addresses are not known. Loopback addresses are every
+    /// namespace's own.
+    pub fn holds(&self, namespace: &Namespace, address: IpAddr) -> Option<bool> {
+        if address.is_loopback() {
+            return Some(true);
+        }
+        let held = self.addresses.get(namespace)?;
+        Some(held.iter().any(|&(_, own)| own == address))
     }
 
     /// The name and description of `interface`, as a saved capture records them.
@@ -504,6 +542,38 @@ pub fn crossing(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_namespace_holds_the_addresses_its_links_hold_and_every_loopback_address() {
+        let mut points = PointMap::default();
+        let node = Namespace::new(NODE);
+        let pod = Namespace::new("pod 10.244.0.3");
+        let cache: IpAddr = "169.254.25.10".parse().unwrap();
+        let gone: IpAddr = "10.99.0.53".parse().unwrap();
+        assert_eq!(points.holds(&node, cache), None, "nothing is known yet");
+        points.add_address(&node, 4, cache);
+        points.add_address(&node, 5, cache);
+        assert_eq!(points.holds(&node, cache), Some(true));
+        assert_eq!(points.holds(&node, gone), Some(false));
+        points.remove_address(&node, 4, cache);
+        assert_eq!(
+            points.holds(&node, cache),
+            Some(true),
+            "link 5 still holds it"
+        );
+        points.remove_address(&node, 5, cache);
+        assert_eq!(points.holds(&node, cache), Some(false));
+        for loopback in ["127.0.0.53", "::1"] {
+            let loopback: IpAddr = loopback.parse().unwrap();
+            assert_eq!(points.holds(&node, loopback), Some(true));
+            assert_eq!(points.holds(&pod, loopback), Some(true));
+        }
+        assert_eq!(
+            points.holds(&pod, gone),
+            None,
+            "a pod's addresses are not known"
+        );
+    }
 
     #[test]
     fn each_namespace_has_one_number_for_the_kernel() {

@@ -9,7 +9,7 @@ use std::{
 use futures::{Stream, StreamExt as _, TryStreamExt as _};
 use netlink_sys::{AsyncSocket as _, SocketAddr};
 use rtnetlink::{
-    constants::RTMGRP_LINK,
+    constants::{RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR, RTMGRP_LINK},
     packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_REQUEST},
     packet_route::{
         address::{AddressAttribute, AddressMessage},
@@ -30,7 +30,7 @@ pub enum TopologyError {
     Subscribe(#[source] std::io::Error),
 }
 
-/// A change to the namespace's links.
+/// A change to the namespace's links, or to the addresses they hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LinkEvent {
     /// A link appeared, or changed (a link already known may be announced again).
@@ -38,17 +38,29 @@ pub enum LinkEvent {
     Removed {
         index: u32,
     },
+    /// Link `index` took `address` (a cache binding its link-local address, say).
+    AddressAdded {
+        index: u32,
+        address: IpAddr,
+    },
+    AddressRemoved {
+        index: u32,
+        address: IpAddr,
+    },
 }
 
-/// The link changes of the calling thread's network namespace, as they happen. The stream ends
-/// only if netlink closes the socket.
+/// The link and address changes of the calling thread's network namespace, as they happen.
+/// The stream ends only if netlink closes the socket.
 pub fn link_events() -> Result<impl Stream<Item = LinkEvent>, TopologyError> {
     let (mut connection, _, messages) =
         rtnetlink::new_connection().map_err(TopologyError::Socket)?;
     connection
         .socket_mut()
         .socket_mut()
-        .bind(&SocketAddr::new(0, RTMGRP_LINK))
+        .bind(&SocketAddr::new(
+            0,
+            RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR,
+        ))
         .map_err(TopologyError::Subscribe)?;
     tokio::spawn(connection);
     Ok(messages.filter_map(|(message, _)| async move {
@@ -61,9 +73,48 @@ pub fn link_events() -> Result<impl Stream<Item = LinkEvent>, TopologyError> {
                     index: link.header.index,
                 })
             }
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(message)) => {
+                let (index, address) = held_address(&message)?;
+                Some(LinkEvent::AddressAdded { index, address })
+            }
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelAddress(message)) => {
+                let (index, address) = held_address(&message)?;
+                Some(LinkEvent::AddressRemoved { index, address })
+            }
             _ => None,
         }
     }))
+}
+
+/// Every address the calling thread's network namespace holds, with the link holding it.
+pub async fn held_addresses() -> Result<Vec<(u32, IpAddr)>, TopologyError> {
+    let (connection, handle, _) = rtnetlink::new_connection().map_err(TopologyError::Socket)?;
+    let connection = tokio::spawn(connection);
+    let messages: Result<Vec<AddressMessage>, _> =
+        handle.address().get().execute().try_collect().await;
+    connection.abort();
+    Ok(messages
+        .map_err(TopologyError::List)?
+        .iter()
+        .filter_map(held_address)
+        .collect())
+}
+
+/// The link and the address an address message is about: its local address (on a
+/// point-to-point link, `IFA_ADDRESS` is the peer's).
+fn held_address(message: &AddressMessage) -> Option<(u32, IpAddr)> {
+    let attribute = |local: bool| {
+        message
+            .attributes
+            .iter()
+            .find_map(|attribute| match attribute {
+                AddressAttribute::Local(address) if local => Some(*address),
+                AddressAttribute::Address(address) if !local => Some(*address),
+                _ => None,
+            })
+    };
+    let address = attribute(true).or_else(|| attribute(false))?;
+    Some((message.header.index, address))
 }
 
 /// What an interface connects, as far as DNS paths are concerned.
@@ -237,5 +288,35 @@ impl NetnsIds {
 impl Drop for NetnsIds {
     fn drop(&mut self) {
         self.connection.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn address_message(index: u32, attributes: Vec<AddressAttribute>) -> AddressMessage {
+        let mut message = AddressMessage::default();
+        message.header.index = index;
+        message.attributes = attributes;
+        message
+    }
+
+    #[test]
+    fn an_address_is_its_local_address_when_it_has_one() {
+        let local: IpAddr = "10.0.0.1".parse().unwrap();
+        let peer: IpAddr = "10.0.0.2".parse().unwrap();
+        // A point-to-point link: IFA_ADDRESS is the peer's.
+        let message = address_message(
+            3,
+            vec![
+                AddressAttribute::Address(peer),
+                AddressAttribute::Local(local),
+            ],
+        );
+        assert_eq!(held_address(&message), Some((3, local)));
+        let message = address_message(4, vec![AddressAttribute::Address(local)]);
+        assert_eq!(held_address(&message), Some((4, local)));
+        assert_eq!(held_address(&address_message(5, vec![])), None);
     }
 }

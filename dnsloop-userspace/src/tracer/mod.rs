@@ -219,7 +219,9 @@ impl Tracer {
         let whole_node = config.interfaces.is_empty();
         let link_events = Box::pin(topology::link_events()?);
         let pod_names = pod_names(config, cri_socket, whole_node).await;
-        let watch = attach(config, loaded.ebpf, links, bridges, whole_node, pod_names)?;
+        let mut watch = attach(config, loaded.ebpf, links, bridges, whole_node, pod_names)?;
+        // Listed once its changes are followed (`link_events`), so that none is missed.
+        watch.hold_addresses(topology::held_addresses().await?);
         if let Some(exporter) = &exporter {
             eprintln!("dnsloop: serving metrics at {}", exporter.url());
         }
@@ -291,11 +293,15 @@ impl Tracer {
                 _ = timers.sweep.tick(), if self.unanswered.is_some() => self.sweep_unanswered(&mut expired),
                 _ = timers.metrics_refresh.tick(), if self.exporter.is_some() => self.refresh_metrics(),
             }
-            // Whatever woke the loop, the packets streamed meanwhile are taken before the time
-            // is told: the watermark says no record older than it is still to come, which holds
-            // only if the ring was read just now (a drop, a link event or a timer may have woken
-            // it while packets waited for the ring's own wakeup).
+            // Whatever woke the loop, the packets and drops streamed meanwhile are taken before
+            // the time is told: the watermark says no record older than it is still to come,
+            // which holds only if both rings were read just now (a drop, a link event or a timer
+            // may have woken it while records waited for their ring's own wakeup). A drop must
+            // be known before the query it ends is judged delivered.
             self.source.drain(&mut packets);
+            if let Some(drops) = &mut self.drops {
+                drops.drain(&mut dropped);
+            }
             consumer.packets(&mut packets, self.watch.points())?;
             consumer.unanswered(&mut expired, self.watch.points())?;
             consumer.drops(&mut dropped, &|device| self.watch.drop_place(device))?;

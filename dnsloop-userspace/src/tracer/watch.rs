@@ -1,6 +1,6 @@
 //! The node as it is being watched: its links, the programs attached to them and to its pods'
 //! loopbacks, and where each observation point sits. Kept current as links come and go.
-use std::{collections::HashMap, time::Instant};
+use std::{collections::HashMap, net::IpAddr, time::Instant};
 
 use anyhow::Context as _;
 use aya::Ebpf;
@@ -88,6 +88,15 @@ impl Watch {
         Ok(watch)
     }
 
+    /// Records every address the node holds, as `held` lists them with their links: from
+    /// then on, `points` tells whether a packet entering the node can be delivered there.
+    pub fn hold_addresses(&mut self, held: Vec<(u32, IpAddr)>) {
+        let node = Namespace::new(NODE);
+        for (index, address) in held {
+            self.points.add_address(&node, index, address);
+        }
+    }
+
     /// The loaded programs, whose maps hold what they counted.
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
@@ -170,16 +179,34 @@ impl Watch {
         text
     }
 
-    /// Follows a change of the node's links (whole-node mode only).
+    /// Follows a change of the node's addresses, and of its links in whole-node mode.
     pub fn apply(&mut self, event: LinkEvent) {
-        if !self.whole_node {
-            return;
-        }
+        // What the node holds tells a query delivered to it from one routed through or held,
+        // whatever is watched.
+        let node = Namespace::new(NODE);
         match event {
-            LinkEvent::Added(link) if link.role == LinkRole::BridgeMaster => {
-                self.bridge_changed(link)
+            LinkEvent::AddressAdded { index, address } => {
+                self.points.add_address(&node, index, address)
             }
-            LinkEvent::Added(link) if !self.attachments.is_attached(link.index) => {
+            LinkEvent::AddressRemoved { index, address } => {
+                self.points.remove_address(&node, index, address)
+            }
+            LinkEvent::Added(link) if self.whole_node => {
+                self.link_added(link);
+                self.sync_points_or_warn();
+            }
+            LinkEvent::Removed { index } if self.whole_node => {
+                self.link_removed(index);
+                self.sync_points_or_warn();
+            }
+            LinkEvent::Added(_) | LinkEvent::Removed { .. } => {}
+        }
+    }
+
+    fn link_added(&mut self, link: Link) {
+        match link {
+            link if link.role == LinkRole::BridgeMaster => self.bridge_changed(link),
+            link if !self.attachments.is_attached(link.index) => {
                 let name = link.name.clone();
                 match self.add(vec![link]) {
                     Ok(()) => tracing::info!("now watching {name}"),
@@ -188,16 +215,20 @@ impl Watch {
                 }
             }
             // A CNI creates a pod's veth, then puts it on the bridge: place it again.
-            LinkEvent::Added(link) => self.update(link),
-            LinkEvent::Removed { index } => {
-                self.bridges.retain(|bridge| bridge.index != index);
-                self.pod_namespaces.retain(|_, (veth, _)| *veth != index);
-                self.awaiting_names.forget(index);
-                self.attachments.forget(index);
-                self.points.remove_link(index);
-                self.links.retain(|link| link.index != index);
-            }
+            link => self.update(link),
         }
+    }
+
+    fn link_removed(&mut self, index: u32) {
+        self.bridges.retain(|bridge| bridge.index != index);
+        self.pod_namespaces.retain(|_, (veth, _)| *veth != index);
+        self.awaiting_names.forget(index);
+        self.attachments.forget(index);
+        self.points.remove_link(index);
+        self.links.retain(|link| link.index != index);
+    }
+
+    fn sync_points_or_warn(&mut self) {
         if let Err(error) = self.sync_points() {
             tracing::warn!("telling the programs where namespaces are: {error:#}");
         }

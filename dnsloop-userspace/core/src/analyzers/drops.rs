@@ -89,7 +89,7 @@ impl Drops {
             .filter(|dropped| sent <= dropped.at && dropped.at <= timeout.ts)
             .map(|dropped| dropped.cause.clone());
         if let Some(cause) = &timeout.dropped {
-            timeout.summary = format!("{}; {}", timeout.summary, lost(cause));
+            timeout.summary = format!("{}; {}", timeout.summary, lost(cause, timeout.server));
         }
     }
 
@@ -133,7 +133,7 @@ fn finding(dropped: &DroppedMessage) -> DropFinding {
         dropped.src,
         dropped.dst,
         dropped.id,
-        lost(&dropped.cause)
+        lost(&dropped.cause, dropped.dst)
     );
     DropFinding {
         ts: dropped.ts,
@@ -153,14 +153,33 @@ fn finding(dropped: &DroppedMessage) -> DropFinding {
     }
 }
 
-/// `dropped as NETFILTER_DROP by nf_hook_slow+0x9c in node, on cni0`
-fn lost(cause: &DropCause) -> String {
+/// What the drop of a packet to `dst` means, where the reason says it plainly, then the drop:
+/// `nothing listens on 10.255.0.1:53 (port unreachable): dropped as NO_SOCKET in node, on lo`
+fn lost(cause: &DropCause, dst: SocketAddr) -> String {
     let by = cause
         .location
         .as_ref()
         .map(|location| format!(" by {location}"))
         .unwrap_or_default();
-    format!("dropped as {}{by} in {}", cause.reason, cause.place)
+    let meaning = match cause.reason.as_ref() {
+        "NEIGH_FAILED" => {
+            let asked = if dst.is_ipv4() {
+                "ARP"
+            } else {
+                "neighbour solicitation"
+            };
+            format!("no host answered {asked} for {}: ", dst.ip())
+        }
+        "NO_SOCKET" => format!("nothing listens on {dst} (port unreachable): "),
+        "SOCKET_RCVBUFF" => {
+            format!("the server on {dst} fell behind (its socket buffer was full): ")
+        }
+        _ => String::new(),
+    };
+    format!(
+        "{meaning}dropped as {}{by} in {}",
+        cause.reason, cause.place
+    )
 }
 
 #[cfg(test)]
@@ -244,7 +263,8 @@ mod tests {
         assert_eq!(
             first.summary,
             "the kernel dropped a query for www.example.test. A (10.244.0.2:41234 -> \
-             10.244.0.3:53, id 0): dropped as SOCKET_RCVBUFF by nf_hook_slow+0x9c in node, on cni0"
+             10.244.0.3:53, id 0): the server on 10.244.0.3:53 fell behind (its socket buffer was \
+             full): dropped as SOCKET_RCVBUFF by nf_hook_slow+0x9c in node, on cni0"
         );
         drops.dropped(dropped_query(100, 10_000, "SOCKET_RCVBUFF"), &mut out);
         assert_eq!(

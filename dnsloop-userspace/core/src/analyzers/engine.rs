@@ -107,8 +107,16 @@ impl Engine {
     }
 
     /// The kernel dropped `dropped`. Drops come from their own source, apart from the packets
-    /// seen, and need no reordering: a timeout it explains is judged seconds later.
+    /// seen, and need no reordering: a timeout it explains is judged seconds later, and a query
+    /// dropped where it stayed is known not to be taken in there when that is decided, `settle`
+    /// after the packets around it.
     pub fn dropped(&mut self, dropped: DroppedMessage, out: &mut Vec<Finding>) {
+        if let (false, Some(question)) = (dropped.is_response, &dropped.question) {
+            let message =
+                MessageKey::new(question, dropped.id, dropped.src.port(), dropped.transport);
+            let namespace = dropped.cause.place.namespace.clone();
+            self.loops.dropped(message, namespace, dropped.ts);
+        }
         let start = out.len();
         self.drops.dropped(dropped, out);
         self.findings.count(&out[start..]);

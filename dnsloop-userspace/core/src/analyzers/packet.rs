@@ -70,21 +70,30 @@ impl Hash for MessageKey {
 impl MessageKey {
     /// The key of a query, or of the reply to it; `None` for a message without a question.
     pub fn of(obs: &Observation) -> Option<Self> {
-        let question = obs.question.as_ref()?;
         let client = if obs.is_response { obs.dst } else { obs.src };
+        Some(Self::new(
+            obs.question.as_ref()?,
+            obs.id,
+            client.port(),
+            obs.transport,
+        ))
+    }
+
+    /// The key of the message asking `question` with `id`, from the client's `client_port`.
+    pub fn new(question: &Question, id: u16, client_port: u16, transport: Transport) -> Self {
         let question = QuestionKey::of(question);
         // Hashed as one number: SipHash costs by the piece written to it.
         let fields = u128::from(question.hash) << 64
-            | u128::from(obs.id) << 32
-            | u128::from(client.port()) << 16
-            | u128::from(obs.transport == Transport::Tcp);
-        Some(Self {
+            | u128::from(id) << 32
+            | u128::from(client_port) << 16
+            | u128::from(transport == Transport::Tcp);
+        Self {
             hash: KEY_HASHER.hash_one(fields),
             question,
-            id: obs.id,
-            client_port: client.port(),
-            transport: obs.transport,
-        })
+            id,
+            client_port,
+            transport,
+        }
     }
 }
 

@@ -137,6 +137,7 @@ impl Message {
                 size: 40,
                 partial: false,
                 recalled: false,
+                to_own_address: None,
             },
         }
     }
@@ -175,6 +176,13 @@ impl Message {
 
     pub fn to(mut self, dst: &str) -> Self {
         self.obs.dst = addr(dst);
+        self
+    }
+
+    /// Whether its destination is an address of the namespace it enters, as the tracer tells
+    /// from the node's addresses.
+    pub fn to_own_address(mut self, own: bool) -> Self {
+        self.obs.to_own_address = Some(own);
         self
     }
 

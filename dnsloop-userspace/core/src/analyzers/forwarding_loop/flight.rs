@@ -33,13 +33,15 @@ const USUAL_HOPS: usize = 2;
 /// Where a flight is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Position {
-    /// Last seen entering `namespace` from `from` at `since`, addressed to `at`. Whether the
-    /// namespace took it or routed it on is decided once `settle` has passed.
+    /// Last seen entering `namespace` from `from` at `since`, addressed to `at`, which the
+    /// namespace holds or not (`None`: not known). Whether the namespace took it or routed it
+    /// on is decided once `settle` has passed.
     Entered {
         namespace: Namespace,
         from: Option<Namespace>,
         since: SystemTime,
         at: SocketAddr,
+        own_address: Option<bool>,
     },
     /// Last seen heading into an unwatched side at `since`: a bridge, or the network beyond an
     /// uplink.
@@ -51,6 +53,24 @@ pub enum Position {
         since: SystemTime,
         at: SocketAddr,
     },
+    /// Stayed in `namespace`, which it entered at `since`, but was not taken in there: it was
+    /// addressed to an address the namespace does not hold (held for a neighbour that never
+    /// answered, or routed nowhere), or the kernel dropped it there.
+    Stranded {
+        namespace: Namespace,
+        since: SystemTime,
+    },
+}
+
+/// What became of a flight that stayed in the namespace it entered (see [`Flight::settle`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// A server there took it in.
+    Delivered,
+    /// It stayed there, but nothing took it in.
+    Stranded,
+    /// It had moved on since: nothing changed.
+    MovedOn,
 }
 
 #[derive(Clone, Debug)]
@@ -110,7 +130,7 @@ impl Flight {
                 .map_or(true, |elapsed| elapsed < settle)
         };
         match &self.position {
-            Position::Delivered { .. } => false,
+            Position::Delivered { .. } | Position::Stranded { .. } => false,
             Position::Outside { since } => moving_since(*since),
             Position::Entered {
                 namespace,
@@ -156,31 +176,41 @@ impl Flight {
                 from: obs.point.leaves.clone(),
                 since: obs.ts,
                 at: obs.dst,
+                own_address: obs.to_own_address,
             },
             None => Position::Outside { since: obs.ts },
         };
         self.active = self.active.max(obs.ts);
     }
 
-    /// The flight has not left the namespace it entered at `since`: it was delivered there.
-    /// Returns whether that changed anything (it had not moved on since).
-    pub fn settle(&mut self, entered_at: SystemTime) -> bool {
-        match &self.position {
-            Position::Entered {
-                namespace,
-                since,
-                at,
-                ..
-            } if *since == entered_at => {
-                self.position = Position::Delivered {
-                    namespace: namespace.clone(),
-                    since: *since,
-                    at: *at,
-                };
-                true
-            }
-            _ => false,
+    /// The flight has not left the namespace it entered at `entered_at`: a server there took
+    /// it in, unless it was not addressed to that namespace or `dropped` there says the kernel
+    /// dropped it. A namespace whose addresses are unknown is taken to hold the address.
+    pub fn settle(&mut self, entered_at: SystemTime, dropped: bool) -> Settled {
+        let Position::Entered {
+            namespace,
+            since,
+            at,
+            own_address,
+            ..
+        } = &self.position
+        else {
+            return Settled::MovedOn;
+        };
+        if *since != entered_at {
+            return Settled::MovedOn;
         }
+        let (namespace, since) = (namespace.clone(), *since);
+        if dropped || *own_address == Some(false) {
+            self.position = Position::Stranded { namespace, since };
+            return Settled::Stranded;
+        }
+        self.position = Position::Delivered {
+            namespace,
+            since,
+            at: *at,
+        };
+        Settled::Delivered
     }
 
     /// The namespace and address it was delivered to.
@@ -210,7 +240,7 @@ impl Flight {
             | Position::Delivered {
                 namespace: inside, ..
             } => inside == namespace,
-            Position::Outside { .. } => false,
+            Position::Stranded { .. } | Position::Outside { .. } => false,
         }
     }
 

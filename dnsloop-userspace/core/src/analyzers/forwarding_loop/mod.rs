@@ -6,7 +6,11 @@
 //!
 //! 1. Each query message is followed across the node as a *flight* (see [`MessageKey`] for what
 //!    identifies it at every hop). A flight that enters a namespace and does not leave it again
-//!    within `settle` was delivered there; one that leaves sooner was routed through.
+//!    within `settle` was delivered there, if it was addressed to the namespace and the kernel
+//!    did not drop it there; one that leaves sooner was routed through. One that stayed
+//!    without being taken in (a forward held for a neighbour that never answers ARP, a query
+//!    to a port nobody listens on) is stranded: no server there got it, so it can be no link
+//!    in a loop.
 //! 2. A flight that leaves namespace M without having entered it was sent by M. If M was
 //!    delivered the same question within `forward_window` before and had not answered it yet,
 //!    M forwarded that query: it becomes the new flight's parent.
@@ -31,6 +35,7 @@ use std::{
 
 use dnsloop_ebpf::parse::Probe;
 
+use self::flight::Settled;
 pub use self::flight::{Flight, FlightId};
 use self::{describe::LoopKey, flight::Flights};
 use super::{
@@ -90,6 +95,10 @@ pub struct ForwardingLoops {
     departures: Table<QuestionKey, VecDeque<Departure>, FastHash>,
     /// The flight that sent each loop probe.
     probes: Table<QuestionKey, FlightId, FastHash>,
+    /// Queries the kernel dropped, with where (if known) and when: a flight that stays where
+    /// its message was dropped was not taken in there. Drops come apart from the packets, and
+    /// may come before the sighting of the packet they end.
+    drops: Table<MessageKey, (Option<Namespace>, SystemTime), FastHash>,
     /// When each question was last sent out of each namespace (see `cycle::SentOut`). The
     /// question carries its keyed hash and the node names its namespaces, so no packet chooses
     /// where a key lands: `FastHash`.
@@ -116,6 +125,7 @@ impl ForwardingLoops {
             deliveries: Table::with_hasher(capacity),
             departures: Table::with_hasher(capacity),
             probes: Table::with_hasher(capacity),
+            drops: Table::with_hasher(capacity),
             sent_out: Table::with_hasher(capacity),
             reports: Repeats::new(report_interval, capacity),
             next_id: 0,
@@ -237,6 +247,7 @@ impl ForwardingLoops {
             + self.departures.evictions()
             + self.sent_out.evictions()
             + self.probes.evictions()
+            + self.drops.evictions()
             + self.reports.evictions()
             + self.entered_overflows
     }
@@ -252,13 +263,32 @@ impl ForwardingLoops {
         }
     }
 
-    /// The flight `id` entered a namespace at `since` and stayed: link it to the query it
-    /// forwards, and look for the cycle it closes.
+    /// The kernel dropped the query `message` at `at`, in `namespace` if known.
+    pub fn dropped(&mut self, message: MessageKey, namespace: Option<Namespace>, at: SystemTime) {
+        self.drops.insert(message, (namespace, at));
+    }
+
+    /// Whether the kernel dropped `flight`'s message in the namespace it sits in, at or after
+    /// `since`, when it entered there.
+    fn dropped_since(&self, flight: &Flight, since: SystemTime) -> bool {
+        self.drops
+            .get(&flight.message)
+            .is_some_and(|(namespace, at)| {
+                *at >= since && namespace.as_ref().is_none_or(|there| flight.is_in(there))
+            })
+    }
+
+    /// The flight `id` entered a namespace at `since` and stayed: if it was taken in there,
+    /// link it to the query it forwards, and look for the cycle it closes.
     fn deliver(&mut self, since: SystemTime, id: FlightId, out: &mut Vec<Finding>) {
+        let dropped = self
+            .flights
+            .get(&id)
+            .is_some_and(|flight| self.dropped_since(flight, since));
         let Some(flight) = self.flights.get_mut(&id) else {
             return;
         };
-        if !flight.settle(since) {
+        if flight.settle(since, dropped) != Settled::Delivered {
             return;
         }
         let question = flight.message.question.clone();
@@ -440,6 +470,7 @@ impl ForwardingLoops {
         let gone = |id: &FlightId| self.flights.get(id).is_none();
         while self.latest.pop_stalest_if(|_, id| gone(id)).is_some() {}
         while self.probes.pop_stalest_if(|_, id| gone(id)).is_some() {}
+        while self.drops.pop_stalest_if(|_, &(_, at)| stale(at)).is_some() {}
         while self
             .sent_out
             .pop_stalest_if(|_, &last| stale(last))

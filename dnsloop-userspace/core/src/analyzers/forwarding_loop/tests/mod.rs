@@ -10,6 +10,7 @@ use crate::{
     points::NODE,
 };
 
+mod not_taken_in;
 mod other_nodes;
 
 pub(super) const NAME: &str = "www.example.test.";
@@ -748,7 +749,11 @@ fn a_server_that_merges_the_copy_it_sends_itself_is_a_loop_when_it_sends_it_agai
 /// How an `-i any` capture places packets by their addresses: a bridge port and the bridge
 /// itself both look like a link between the node and the pod whose address the packet carries,
 /// so every crossing of a bridged pod's link is seen twice in a row.
-const fn crossing(ifname: &'static str, direction: Direction, pod: &'static str) -> Spot {
+pub(super) const fn crossing(
+    ifname: &'static str,
+    direction: Direction,
+    pod: &'static str,
+) -> Spot {
     let (leaves, enters) = match direction {
         Direction::Ingress => (pod, NODE),
         Direction::Egress => (NODE, pod),
