@@ -16,8 +16,8 @@ use dnsloop_tests::{
     dead_upstream, dns_query,
     findings::{fqdn, LoopRecordExt as _, SummaryExt as _, Trace},
     lab::{
-        dns_server, Lab, Pod, Scenario, CLUSTER_DNS, CLUSTER_DNS_V6, DEAD_DNS, EXTERNAL_A,
-        EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, UPSTREAM_DNS,
+        dead_stub_domains, dns_server, Lab, Pod, Scenario, CLUSTER_DNS, CLUSTER_DNS_V6, DEAD_DNS,
+        EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, UPSTREAM_DNS,
     },
     privilege::{can_run, dnsloop_bin, Need},
     tracer::Tracer,
@@ -346,6 +346,60 @@ fn dead_upstream_times_out_naming_the_dead_server_and_nothing_else() {
     };
     dead_upstream::assert_only_the_stub_domain_times_out(&trace.timeouts(), &trace);
     assert!(trace.loops().is_empty(), "{trace}");
+}
+
+#[test]
+fn servers_gone_or_with_their_port_closed_are_timeouts_naming_them_never_loops() {
+    // CoreDNS forwards a stub domain each to a server gone from a subnet the node routes out of
+    // the pod bridge (NEIGH_FAILED on the node), and to hosts up with no DNS server: beyond the
+    // node, on the node itself, in a pod (NO_SOCKET there, ICMP port unreachable back). A pod
+    // asks each through its node cache, twice; at the same time two processes on the node ask
+    // its own resolver, down, at 127.0.0.1, twice each.
+    let stubs = dead_stub_domains();
+    let node_resolver = SocketAddr::from((Ipv4Addr::LOCALHOST, 53));
+    let Some((trace, _)) = traced("dead-and-closed", Scenario::DeadUpstream, |lab| {
+        thread::scope(|scope| {
+            for (zone, _, _) in &stubs {
+                scope.spawn(move || {
+                    let name = format!("db.{zone}");
+                    for _ in 0..2 {
+                        let _ = lab.dig(Pod::Client, &node_cache(), &[&name]);
+                    }
+                });
+            }
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    for _ in 0..2 {
+                        let _ = lab.exec(
+                            lab.node_ns(),
+                            &["dig", "+tries=1", "+timeout=1", "@127.0.0.1", EXTERNAL_NAME],
+                        );
+                    }
+                });
+            }
+        });
+        thread::sleep(TIMEOUT_REPORTED_WITHIN);
+    }) else {
+        return;
+    };
+    assert!(trace.loops().is_empty(), "none of this is a loop:\n{trace}");
+    let timeouts = trace.timeouts();
+    for (zone, server, what) in stubs {
+        let server = SocketAddr::new(server, 53);
+        assert!(
+            timeouts
+                .iter()
+                .any(|timeout| timeout.server == server
+                    && timeout.qname == fqdn(&format!("db.{zone}"))),
+            "no timeout naming {server} ({what}):\n{trace}"
+        );
+    }
+    assert!(
+        timeouts
+            .iter()
+            .any(|timeout| timeout.server == node_resolver),
+        "no timeout naming the node's own resolver {node_resolver}:\n{trace}"
+    );
 }
 
 #[test]

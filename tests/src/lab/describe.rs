@@ -13,10 +13,10 @@ use super::{
     state,
     topology::{
         node_underlay_on, node_uplink_on, overlay_address_on, pod_cidr_on, pod_gateway6_on,
-        pod_gateway_on, role_of_address, Namespaces, Pod, PodNetwork, Server, CLUSTER_DNS,
-        CLUSTER_DNS_UPSTREAM, CLUSTER_DNS_V6, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_UPLINK,
-        NODE_UPLINK_V6, OVERLAY_DEVICE, POD_PREFIX_LEN, POD_PREFIX_LEN_V6, ROUTED_POD_GATEWAY,
-        UNDERLAY_DEVICE, UNDERLAY_PREFIX_LEN, UPLINK_DEVICE, UPLINK_PREFIX_LEN,
+        pod_gateway_on, role_of_address, Namespaces, Pod, PodNetwork, Server, CLOSED_DNS,
+        CLUSTER_DNS, CLUSTER_DNS_UPSTREAM, CLUSTER_DNS_V6, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6,
+        NODE_UPLINK, NODE_UPLINK_V6, OVERLAY_DEVICE, POD_PREFIX_LEN, POD_PREFIX_LEN_V6,
+        ROUTED_POD_GATEWAY, UNDERLAY_DEVICE, UNDERLAY_PREFIX_LEN, UPLINK_DEVICE, UPLINK_PREFIX_LEN,
         UPLINK_PREFIX_LEN_V6, UPSTREAM_DNS, UPSTREAM_DNS_V6, VXLAN_ID, VXLAN_PORT,
     },
 };
@@ -183,7 +183,10 @@ fn write_description(
         names.upstream()
     )?;
     if let Some(dead) = settings.dead_server {
-        write!(out, "; {dead} (nftables drops everything sent to it)")?;
+        write!(
+            out,
+            "; {dead} (nftables drops everything sent to it); {CLOSED_DNS} (no DNS server)"
+        )?;
     }
 
     writeln!(out, "\n\nDNS servers")?;

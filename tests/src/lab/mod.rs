@@ -63,12 +63,13 @@ pub use preflight::{check_host, HostNotReady};
 pub use scenario::{Scenario, UnknownScenario};
 pub use serial::one_lab_at_a_time;
 pub use topology::{
-    dns_server, node_underlay_on, node_uplink_on, overlay_address_on, pod_cidr_on, pod_gateway_on,
-    Pod, PodNetwork, Server, CLUSTER_DNS, CLUSTER_DNS_UPSTREAM, CLUSTER_DNS_V6, CLUSTER_DOMAIN,
-    CLUSTER_POD_NETWORK, CLUSTER_RECORDS, DEAD_DNS, DNS_PORT, EXTERNAL_A, EXTERNAL_AAAA,
-    EXTERNAL_NAME, MAX_NODES, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_UPLINK, NODE_UPLINK_V6,
-    OVERLAY_DEVICE, ROUTED_HOST_VETH_MAC, ROUTED_POD_GATEWAY, ROUTED_POD_GATEWAY_V6, STUB_DOMAIN,
-    UNDERLAY_DEVICE, UPLINK_DEVICE, UPSTREAM_DNS, UPSTREAM_DNS_V6, VXLAN_PORT,
+    dead_stub_domains, dns_server, node_underlay_on, node_uplink_on, overlay_address_on,
+    pod_cidr_on, pod_gateway_on, Pod, PodNetwork, Server, CLUSTER_DNS, CLUSTER_DNS_UPSTREAM,
+    CLUSTER_DNS_V6, CLUSTER_DOMAIN, CLUSTER_POD_NETWORK, CLUSTER_RECORDS, DEAD_DNS, DNS_PORT,
+    EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, MAX_NODES, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6,
+    NODE_UPLINK, NODE_UPLINK_V6, OVERLAY_DEVICE, ROUTED_HOST_VETH_MAC, ROUTED_POD_GATEWAY,
+    ROUTED_POD_GATEWAY_V6, STUB_DOMAIN, UNDERLAY_DEVICE, UPLINK_DEVICE, UPSTREAM_DNS,
+    UPSTREAM_DNS_V6, VXLAN_PORT,
 };
 
 use describe::ServerProcess;

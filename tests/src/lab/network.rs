@@ -22,11 +22,12 @@ use super::{
     topology::{
         node_underlay_on, node_uplink_on, overlay_address_on, overlay_mac_on, pod_cidr6_on,
         pod_cidr_on, pod_gateway6_on, pod_gateway_on, Namespaces, NodeNamespaces, Pod, PodNetwork,
-        CLUSTER_DNS, CLUSTER_DNS_UPSTREAM, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_LOCAL_NET,
-        NODE_LOCAL_NET_V6, NODE_UPLINK, NODE_UPLINK_V6, OVERLAY_DEVICE, POD_PREFIX_LEN,
-        POD_PREFIX_LEN_V6, ROUTED_HOST_VETH_MAC, ROUTED_POD_GATEWAY, ROUTED_POD_GATEWAY_V6,
-        UNDERLAY_DEVICE, UNDERLAY_PREFIX_LEN, UPLINK_DEVICE, UPLINK_PREFIX_LEN,
-        UPLINK_PREFIX_LEN_V6, UPSTREAM_DNS, UPSTREAM_DNS_V6, VXLAN_ID, VXLAN_PORT,
+        CLOSED_DNS, CLUSTER_DNS, CLUSTER_DNS_UPSTREAM, GONE_SUBNET, NODE_LOCAL_DNS,
+        NODE_LOCAL_DNS_V6, NODE_LOCAL_NET, NODE_LOCAL_NET_V6, NODE_UPLINK, NODE_UPLINK_V6,
+        OVERLAY_DEVICE, POD_PREFIX_LEN, POD_PREFIX_LEN_V6, ROUTED_HOST_VETH_MAC,
+        ROUTED_POD_GATEWAY, ROUTED_POD_GATEWAY_V6, UNDERLAY_DEVICE, UNDERLAY_PREFIX_LEN,
+        UPLINK_DEVICE, UPLINK_PREFIX_LEN, UPLINK_PREFIX_LEN_V6, UPSTREAM_DNS, UPSTREAM_DNS_V6,
+        VXLAN_ID, VXLAN_PORT,
     },
 };
 
@@ -34,7 +35,8 @@ use super::{
 pub(crate) struct NodeSettings {
     /// `net.bridge.bridge-nf-call-iptables` (and `-ip6tables`) in the node namespace.
     pub bridge_nf_call_iptables: bool,
-    /// An address in the upstream namespace where every packet is dropped.
+    /// An address in the upstream namespace where every packet is dropped; with it, the
+    /// other servers that never answer (see `topology::dead_stub_domains`).
     pub dead_server: Option<Ipv4Addr>,
     /// Pods on the `cni0` bridge, or routed (Calico-style).
     pub pod_network: PodNetwork,
@@ -121,6 +123,24 @@ pub(crate) fn wire(names: &Namespaces, settings: &NodeSettings, state_dir: &Path
             &nftables::black_hole(dead),
             &state_dir.join("upstream.nft"),
         )?;
+        netns::ip(
+            names.upstream(),
+            &[
+                "addr",
+                "add",
+                &format!("{CLOSED_DNS}/{UPLINK_PREFIX_LEN}"),
+                "dev",
+                "eth0",
+            ],
+        )?;
+        if settings.pod_network == PodNetwork::Bridge {
+            for node_names in names.nodes() {
+                netns::ip(
+                    node_names.node(),
+                    &["route", "add", GONE_SUBNET, "dev", "cni0"],
+                )?;
+            }
+        }
     }
     Ok(())
 }

@@ -10,9 +10,9 @@ use super::{
     network::NodeSettings,
     servers::{Forward, ServerConfig, Software, Transport, ROOT},
     topology::{
-        Pod, PodNetwork, Server, CLUSTER_DNS, CLUSTER_DNS_UPSTREAM, CLUSTER_DOMAIN,
-        CLUSTER_RECORDS, DEAD_DNS, EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS,
-        NODE_LOCAL_DNS_V6, STUB_DOMAIN, UPSTREAM_DNS, UPSTREAM_DNS_V6,
+        dead_stub_domains, Pod, PodNetwork, Server, CLUSTER_DNS, CLUSTER_DNS_UPSTREAM,
+        CLUSTER_DOMAIN, CLUSTER_RECORDS, DEAD_DNS, EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME,
+        NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, STUB_DOMAIN, UPSTREAM_DNS, UPSTREAM_DNS_V6,
     },
 };
 
@@ -353,10 +353,14 @@ impl Scenario {
             }
             Scenario::DeadUpstream => (
                 Software::Dnsmasq,
-                vec![
-                    forward(STUB_DOMAIN, DEAD_DNS.into()),
-                    forward(ROOT, UPSTREAM_DNS.into()),
-                ],
+                dead_stub_domains()
+                    .into_iter()
+                    .map(|(zone, server, _)| forward(zone, server))
+                    .chain([
+                        forward(STUB_DOMAIN, DEAD_DNS.into()),
+                        forward(ROOT, UPSTREAM_DNS.into()),
+                    ])
+                    .collect(),
             ),
             // The host's resolv.conf names the node-local cache.
             Scenario::NodelocalLoop

@@ -35,6 +35,44 @@ pub const UPSTREAM_DNS_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x255, 0, 0, 0, 0, 0
 /// A DNS server that died long ago (`dead-upstream`): the address exists in the upstream
 /// namespace, so the node can reach it, but nftables there drops every packet sent to it.
 pub const DEAD_DNS: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 99);
+/// A DNS server decommissioned long ago on a subnet every node still routes out of its pod
+/// bridge (`dead-upstream`): nothing answers ARP for it, so a node holds each query to it for a
+/// neighbour, then drops it (NEIGH_FAILED).
+pub const GONE_DNS: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 53);
+pub const GONE_SUBNET: &str = "10.99.0.0/24";
+/// A host beyond the node that is up but runs no DNS server (`dead-upstream`): it refuses every
+/// query with an ICMP port unreachable.
+pub const CLOSED_DNS: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 98);
+
+/// The stub domains CoreDNS forwards, in `dead-upstream`, to servers that never answer, each
+/// under [`STUB_DOMAIN`] (which node caches send to CoreDNS), with its server and what is wrong
+/// with it: besides [`DEAD_DNS`], where packets vanish, a server gone from an attached subnet,
+/// and hosts up with no DNS server, beyond the node, on the node (its uplink address) and in a
+/// pod (the client's).
+pub fn dead_stub_domains() -> [(&'static str, IpAddr, &'static str); 4] {
+    [
+        (
+            "gone.corp.example",
+            GONE_DNS.into(),
+            "gone: nothing answers ARP",
+        ),
+        (
+            "far.corp.example",
+            CLOSED_DNS.into(),
+            "up beyond the node, DNS port closed",
+        ),
+        (
+            "node.corp.example",
+            NODE_UPLINK.into(),
+            "the node, DNS port closed",
+        ),
+        (
+            "pod.corp.example",
+            Pod::Client.ip().into(),
+            "a pod, DNS port closed",
+        ),
+    ]
+}
 
 /// Link-local networks the upstream routes back through the node, so that the node-local cache
 /// can query the upstream from its own address without masquerading.
@@ -335,6 +373,8 @@ pub(crate) fn role_of_address(address: IpAddr) -> Option<&'static str> {
         IpAddr::V4(a) if a == UPSTREAM_DNS => "upstream resolver",
         IpAddr::V6(a) if a == UPSTREAM_DNS_V6 => "upstream resolver",
         IpAddr::V4(a) if a == DEAD_DNS => "dead server: nothing answers",
+        IpAddr::V4(a) if a == GONE_DNS => "gone server: nothing answers ARP",
+        IpAddr::V4(a) if a == CLOSED_DNS => "host with no DNS server",
         a if a.is_loopback() => "loopback: this server itself",
         _ => return None,
     };
