@@ -517,8 +517,8 @@ fn cluster_healthy_resolves_from_node_1_through_a_coredns_pod_on_node_0_over_vxl
     assert_answers_from(&lab, 1, &node_cache, &[CLUSTER_NAME], CLUSTER_NAME_ADDRESS);
     assert_answers_from(&lab, 1, &node_cache, &[EXTERNAL_NAME], &external_a);
     assert_answers_from(&lab, 0, &node_cache, &[EXTERNAL_NAME], &external_a);
-    // The ClusterIP picks a CoreDNS pod at random: a dozen queries reach node 0's but once in
-    // 4096 runs.
+    // The ClusterIP picks the CoreDNS pods in turn: of a dozen queries, every other one reaches
+    // node 0's.
     for _ in 0..12 {
         assert_answers_from(&lab, 1, &cluster_dns, &[CLUSTER_NAME], CLUSTER_NAME_ADDRESS);
     }
@@ -917,8 +917,8 @@ fn cluster_healthy_routed_resolves_from_every_node_with_calico_style_pods() {
             CLUSTER_NAME_ADDRESS,
         );
     }
-    // The ClusterIP, DNATed to both nodes' CoreDNS pods: a dozen queries reach node 0's but
-    // once in 4096 runs.
+    // The ClusterIP, DNATed to both nodes' CoreDNS pods in turn: of a dozen queries, every
+    // other one reaches node 0's.
     for _ in 0..12 {
         assert_answers_from(
             &lab,

@@ -16,9 +16,12 @@ use super::{
     },
 };
 
-/// DNATs the cluster DNS ClusterIP (UDP and TCP port 53) to a random one of `endpoints` (the
+/// DNATs the cluster DNS ClusterIP (UDP and TCP port 53) to each of `endpoints` in turn (the
 /// CoreDNS pods, wherever they run), in prerouting (traffic from pods) and in output (the
-/// node's own resolver), like kube-proxy. IPv6 goes to `endpoints_v6`, the CoreDNS pods the
+/// node's own resolver), like kube-proxy in IPVS mode (round robin). Not at random, as
+/// kube-proxy's iptables mode picks: each of a node cache's few sockets is one flow, DNAT'ed
+/// once, and `numgen random` sent all eight of one cache's to one pod in 1 lab of 6 here, so
+/// a loop storm could stay on its node; in turn, every node cache reaches every node. IPv6 goes to `endpoints_v6`, the CoreDNS pods the
 /// node reaches over IPv6 (none: no IPv6 Service). Nothing is masqueraded: pods see each
 /// other's real addresses.
 ///
@@ -35,7 +38,7 @@ pub(crate) fn cluster_dns_service(
         address_or_set(services)
     );
     let mut dnat = format!(
-        "meta nfproto ipv4 dnat ip to numgen random mod {} map {{ {} }}",
+        "meta nfproto ipv4 dnat ip to numgen inc mod {} map {{ {} }}",
         endpoints.len(),
         endpoint_map(endpoints)
     );
@@ -44,7 +47,7 @@ pub(crate) fn cluster_dns_service(
             "\n\t\tip6 daddr {CLUSTER_DNS_V6} meta l4proto {{ udp, tcp }} th dport 53 goto cluster-dns"
         ));
         dnat.push_str(&format!(
-            "\n\t\tmeta nfproto ipv6 dnat ip6 to numgen random mod {} map {{ {} }}",
+            "\n\t\tmeta nfproto ipv6 dnat ip6 to numgen inc mod {} map {{ {} }}",
             endpoints_v6.len(),
             endpoint_map(endpoints_v6)
         ));
