@@ -667,23 +667,10 @@ fn cluster_loop_circulates_between_nodes_until_the_servers_are_stopped() {
     .unwrap_or_else(|missing| {
         panic!("expected the question to go round both nodes' caches with new ids: {missing}")
     });
-    let packets = overlay.stop().expect("tcpdump stops");
     // Over node 0's vxlan0: queries from node 1 into node 0's CoreDNS pod, and from node 0 into
     // node 1's.
-    let queries = queries_for(&packets, EXTERNAL_NAME);
-    let inbound = queries
-        .iter()
-        .filter(|q| q.destination == Pod::CoreDnsA.ip_on(0).to_string())
-        .count();
-    let outbound = queries
-        .iter()
-        .filter(|q| q.destination == Pod::CoreDnsA.ip_on(1).to_string())
-        .count();
-    assert!(
-        inbound >= 10 && outbound >= 10,
-        "the loop should cross vxlan0 both ways ({inbound} in, {outbound} out):\n{}",
-        packets[..packets.len().min(40)].join("\n")
-    );
+    wait_for_crossings(&overlay, 10);
+    overlay.stop().expect("tcpdump stops");
 
     let stopping = std::time::Instant::now();
     lab.stop_servers();
@@ -764,6 +751,25 @@ fn crossing_queries(packets: &[String], name: &str) -> (usize, usize) {
     (into(0), into(1))
 }
 
+/// Waits until `overlay`, a capture of node 0's vxlan0, holds at least `each_way` queries for
+/// the looping name into node 0's CoreDNS pod and as many out to node 1's: the storm is seen
+/// crossing whenever it does on this machine, not at a fixed time.
+fn wait_for_crossings(overlay: &lab::Capture, each_way: usize) {
+    overlay
+        .wait_for(std::time::Duration::from_secs(10), |packets| {
+            let (inbound, outbound) = crossing_queries(packets, EXTERNAL_NAME);
+            if inbound >= each_way && outbound >= each_way {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the loop should cross vxlan0 both ways ({inbound} in, {outbound} out):\n{}",
+                    packets[..packets.len().min(40)].join("\n")
+                ))
+            }
+        })
+        .unwrap_or_else(|error| panic!("{error:#}"));
+}
+
 /// Stops every server and checks that no query for the looping name crosses the underlay
 /// afterwards, then that dropping the lab leaves no namespace behind.
 fn stop_and_check_quiet(mut lab: Lab) {
@@ -810,15 +816,9 @@ fn cluster_tcp_loop_crosses_the_overlay_over_tcp_until_the_servers_are_stopped()
         )
         .expect("dig runs");
     assert_fails(&outcome);
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    wait_for_crossings(&overlay, 3);
     let packets = overlay.stop().expect("tcpdump stops");
 
-    let (inbound, outbound) = crossing_queries(&packets, EXTERNAL_NAME);
-    assert!(
-        inbound >= 3 && outbound >= 3,
-        "the loop should cross vxlan0 both ways ({inbound} in, {outbound} out):\n{}",
-        packets[..packets.len().min(40)].join("\n")
-    );
     // force_tcp: every query that crosses the overlay is on a TCP connection (tcpdump prints
     // TCP's flags before the DNS message), none in a UDP datagram.
     let over_udp: Vec<&String> = packets
@@ -973,20 +973,30 @@ fn cluster_loop_routed_circulates_between_nodes_without_a_bridge() {
         .dig_from(1, Pod::Client, &node_cache, &[EXTERNAL_NAME])
         .expect("dig runs");
     assert_fails(&outcome);
-    // Room for the storm to get going on a loaded machine.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    wait_for_crossings(&overlay, 10);
+    let coredns = Pod::CoreDnsA.ip_on(0).to_string();
+    let forwarded_to_the_cache = |packets: &[String]| {
+        queries_for(packets, EXTERNAL_NAME)
+            .iter()
+            .any(|q| q.source == coredns && q.destination == node_cache)
+    };
+    pod_side
+        .wait_for(std::time::Duration::from_secs(10), |packets| {
+            if forwarded_to_the_cache(packets) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "node 0's CoreDNS pod should forward to the node cache through {veth}:\n{}",
+                    packets[..packets.len().min(40)].join("\n")
+                ))
+            }
+        })
+        .unwrap_or_else(|error| panic!("{error:#}"));
     let packets = overlay.stop().expect("tcpdump stops");
     let pod_packets = pod_side.stop().expect("tcpdump stops");
 
     assert_loop_crosses_both_nodes(&lab, &packets);
-    let coredns = Pod::CoreDnsA.ip_on(0).to_string();
-    assert!(
-        queries_for(&pod_packets, EXTERNAL_NAME)
-            .iter()
-            .any(|q| q.source == coredns && q.destination == node_cache),
-        "node 0's CoreDNS pod should forward to the node cache through {veth}:\n{}",
-        pod_packets[..pod_packets.len().min(40)].join("\n")
-    );
+    assert!(forwarded_to_the_cache(&pod_packets));
     stop_and_check_quiet(lab);
 }
 
@@ -1043,9 +1053,7 @@ fn cluster_loop_iptables_keeps_pods_on_their_own_cache_and_loops_through_kube_dn
         .dig_from(1, Pod::Client, &cluster_dns, &[EXTERNAL_NAME])
         .expect("dig runs");
     assert_fails(&outcome);
-    // Room for the storm to get going on a loaded machine (CI runs beside other labs' work);
-    // it circulates for about 3.5 s before the servers' budget ends it.
-    std::thread::sleep(std::time::Duration::from_millis(1_000));
+    wait_for_crossings(&overlay, 10);
     let packets = overlay.stop().expect("tcpdump stops");
     assert_loop_crosses_both_nodes(&lab, &packets);
     stop_and_check_quiet(lab);

@@ -50,6 +50,22 @@ impl Capture {
         Ok(Capture { tcpdump, packets })
     }
 
+    /// Waits until the packets captured so far, one line each, are what `enough` looks for;
+    /// fails after `timeout` with what it saw last. tcpdump prints each packet as it arrives
+    /// (`-l`, `--immediate-mode`), so a storm is seen while it goes on.
+    pub fn wait_for(
+        &self,
+        timeout: Duration,
+        enough: impl Fn(&[String]) -> Result<(), String>,
+    ) -> Result<()> {
+        crate::wait::until(timeout, || {
+            let text = fs::read_to_string(&self.packets).map_err(|error| error.to_string())?;
+            let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+            enough(&lines)
+        })
+        .map_err(|missing| anyhow::anyhow!("tcpdump -i ... captured too little: {missing}"))
+    }
+
     /// Stops tcpdump (SIGINT, so it flushes) and returns one line per captured packet.
     pub fn stop(self) -> Result<Vec<String>> {
         self.tcpdump.stop()?;
