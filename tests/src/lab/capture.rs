@@ -16,6 +16,8 @@ use super::{netns, process};
 const START_TIMEOUT: Duration = Duration::from_secs(5);
 const STOP_TIMEOUT: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(20);
+/// How many captured lines a failure shows.
+const SHOWN_LINES: usize = 40;
 /// What tcpdump prints on stderr once it is capturing.
 const LISTENING: &str = "listening on";
 
@@ -51,8 +53,9 @@ impl Capture {
     }
 
     /// Waits until the packets captured so far, one line each, are what `enough` looks for;
-    /// fails after `timeout` with what it saw last. tcpdump prints each packet as it arrives
-    /// (`-l`, `--immediate-mode`), so a storm is seen while it goes on.
+    /// fails after `timeout` with what `enough` said was missing and the first lines
+    /// captured. tcpdump prints each packet as it arrives (`-l`, `--immediate-mode`), so a
+    /// storm is seen while it goes on.
     pub fn wait_for(
         &self,
         timeout: Duration,
@@ -61,9 +64,12 @@ impl Capture {
         crate::wait::until(timeout, || {
             let text = fs::read_to_string(&self.packets).map_err(|error| error.to_string())?;
             let lines: Vec<String> = text.lines().map(str::to_owned).collect();
-            enough(&lines)
+            enough(&lines).map_err(|missing| {
+                let first = lines.len().min(SHOWN_LINES);
+                format!("{missing}; captured:\n{}", lines[..first].join("\n"))
+            })
         })
-        .map_err(|missing| anyhow::anyhow!("tcpdump -i ... captured too little: {missing}"))
+        .map_err(|missing| anyhow::anyhow!("{missing}"))
     }
 
     /// Stops tcpdump (SIGINT, so it flushes) and returns one line per captured packet.

@@ -53,24 +53,10 @@ pub enum Position {
         since: SystemTime,
         at: SocketAddr,
     },
-    /// Stayed in `namespace`, which it entered at `since`, but was not taken in there: it was
-    /// addressed to an address the namespace does not hold (held for a neighbour that never
-    /// answered, or routed nowhere), or the kernel dropped it there.
-    Stranded {
-        namespace: Namespace,
-        since: SystemTime,
-    },
-}
-
-/// What became of a flight that stayed in the namespace it entered (see [`Flight::settle`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Settled {
-    /// A server there took it in.
-    Delivered,
-    /// It stayed there, but nothing took it in.
+    /// Stayed in the namespace it entered, but was not taken in there: it was addressed to an
+    /// address the namespace does not hold (held for a neighbour that never answered, or
+    /// routed nowhere), or the kernel dropped it there.
     Stranded,
-    /// It had moved on since: nothing changed.
-    MovedOn,
 }
 
 #[derive(Clone, Debug)]
@@ -130,7 +116,7 @@ impl Flight {
                 .map_or(true, |elapsed| elapsed < settle)
         };
         match &self.position {
-            Position::Delivered { .. } | Position::Stranded { .. } => false,
+            Position::Delivered { .. } | Position::Stranded => false,
             Position::Outside { since } => moving_since(*since),
             Position::Entered {
                 namespace,
@@ -184,9 +170,10 @@ impl Flight {
     }
 
     /// The flight has not left the namespace it entered at `entered_at`: a server there took
-    /// it in, unless it was not addressed to that namespace or `dropped` there says the kernel
-    /// dropped it. A namespace whose addresses are unknown is taken to hold the address.
-    pub fn settle(&mut self, entered_at: SystemTime, dropped: bool) -> Settled {
+    /// it in, unless it was not addressed to that namespace or `dropped` says the kernel
+    /// dropped it there; then it is stranded. A namespace whose addresses are unknown is taken
+    /// to hold the address. Returns whether it was delivered (not when it had moved on since).
+    pub fn settle(&mut self, entered_at: SystemTime, dropped: bool) -> bool {
         let Position::Entered {
             namespace,
             since,
@@ -195,22 +182,21 @@ impl Flight {
             ..
         } = &self.position
         else {
-            return Settled::MovedOn;
+            return false;
         };
         if *since != entered_at {
-            return Settled::MovedOn;
+            return false;
         }
-        let (namespace, since) = (namespace.clone(), *since);
         if dropped || *own_address == Some(false) {
-            self.position = Position::Stranded { namespace, since };
-            return Settled::Stranded;
+            self.position = Position::Stranded;
+            return false;
         }
         self.position = Position::Delivered {
-            namespace,
-            since,
+            namespace: namespace.clone(),
+            since: *since,
             at: *at,
         };
-        Settled::Delivered
+        true
     }
 
     /// The namespace and address it was delivered to.
@@ -240,7 +226,7 @@ impl Flight {
             | Position::Delivered {
                 namespace: inside, ..
             } => inside == namespace,
-            Position::Stranded { .. } | Position::Outside { .. } => false,
+            Position::Stranded | Position::Outside { .. } => false,
         }
     }
 

@@ -35,7 +35,6 @@ use std::{
 
 use dnsloop_ebpf::parse::Probe;
 
-use self::flight::Settled;
 pub use self::flight::{Flight, FlightId};
 use self::{describe::LoopKey, flight::Flights};
 use super::{
@@ -288,7 +287,7 @@ impl ForwardingLoops {
         let Some(flight) = self.flights.get_mut(&id) else {
             return;
         };
-        if flight.settle(since, dropped) != Settled::Delivered {
+        if !flight.settle(since, dropped) {
             return;
         }
         let question = flight.message.question.clone();
