@@ -86,12 +86,17 @@ pub fn link_events() -> Result<impl Stream<Item = LinkEvent>, TopologyError> {
     }))
 }
 
-/// Every address the calling thread's network namespace holds, with the link holding it.
-pub async fn held_addresses() -> Result<Vec<(u32, IpAddr)>, TopologyError> {
+/// Every address the calling thread's network namespace holds (of link `index` only, if
+/// given), with the link holding it.
+pub async fn held_addresses(index: Option<u32>) -> Result<Vec<(u32, IpAddr)>, TopologyError> {
     let (connection, handle, _) = rtnetlink::new_connection().map_err(TopologyError::Socket)?;
     let connection = tokio::spawn(connection);
-    let messages: Result<Vec<AddressMessage>, _> =
-        handle.address().get().execute().try_collect().await;
+    let request = handle.address().get();
+    let request = match index {
+        Some(index) => request.set_link_index_filter(index),
+        None => request,
+    };
+    let messages: Result<Vec<AddressMessage>, _> = request.execute().try_collect().await;
     connection.abort();
     Ok(messages
         .map_err(TopologyError::List)?
@@ -176,23 +181,10 @@ pub async fn list_links() -> Result<Vec<Link>, TopologyError> {
 /// The addresses of the calling thread's network namespace, of link `index` only if given,
 /// IPv4 first (IPv6 link-local ones left out).
 pub async fn addresses(index: Option<u32>) -> Result<Vec<IpAddr>, TopologyError> {
-    let (connection, handle, _) = rtnetlink::new_connection().map_err(TopologyError::Socket)?;
-    let connection = tokio::spawn(connection);
-    let request = handle.address().get();
-    let request = match index {
-        Some(index) => request.set_link_index_filter(index),
-        None => request,
-    };
-    let messages: Result<Vec<AddressMessage>, _> = request.execute().try_collect().await;
-    connection.abort();
-    let mut addresses: Vec<IpAddr> = messages
-        .map_err(TopologyError::List)?
-        .iter()
-        .flat_map(|message| &message.attributes)
-        .filter_map(|attribute| match attribute {
-            AddressAttribute::Address(address) => Some(*address),
-            _ => None,
-        })
+    let mut addresses: Vec<IpAddr> = held_addresses(index)
+        .await?
+        .into_iter()
+        .map(|(_, address)| address)
         .filter(|address| !matches!(address, IpAddr::V6(v6) if v6.is_unicast_link_local()))
         .collect();
     addresses.sort_by_key(IpAddr::is_ipv6);

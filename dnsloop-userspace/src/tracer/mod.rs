@@ -221,7 +221,7 @@ impl Tracer {
         let pod_names = pod_names(config, cri_socket, whole_node).await;
         let mut watch = attach(config, loaded.ebpf, links, bridges, whole_node, pod_names)?;
         // Listed once its changes are followed (`link_events`), so that none is missed.
-        watch.hold_addresses(topology::held_addresses().await?);
+        watch.hold_addresses(topology::held_addresses(None).await?);
         if let Some(exporter) = &exporter {
             eprintln!("dnsloop: serving metrics at {}", exporter.url());
         }
