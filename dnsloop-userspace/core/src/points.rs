@@ -256,6 +256,11 @@ impl PointMap {
         }
     }
 
+    /// Forgets what `namespace` holds: it is gone, or known by another name now.
+    pub fn forget_addresses(&mut self, namespace: &Namespace) {
+        self.addresses.remove(namespace);
+    }
+
     /// Whether `namespace` holds `address`, so that a packet to it entering there can be
     /// delivered there: `None` when its addresses are not known. Loopback addresses are every
     /// namespace's own.

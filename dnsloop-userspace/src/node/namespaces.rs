@@ -54,6 +54,9 @@ pub struct PodNamespace {
     /// The namespace's inode number, by which [`PodNames`] knows it.
     pub inode: u64,
     pub pod: Option<PodName>,
+    /// Every address the namespace holds, with the link holding it: a query to one of them
+    /// entering the pod can be delivered there.
+    pub addresses: Vec<(u32, std::net::IpAddr)>,
 }
 
 impl PodNamespace {
@@ -344,6 +347,8 @@ struct Inspection {
     cookie: u64,
     /// The first address of each of the namespace's veths, by index.
     addresses: Vec<(u32, Option<std::net::IpAddr>)>,
+    /// Every address the namespace holds, with the link holding it.
+    held: Vec<(u32, std::net::IpAddr)>,
 }
 
 impl Inspection {
@@ -387,6 +392,7 @@ impl Inspection {
                     cookie: self.cookie,
                     inode,
                     pod: pod.cloned(),
+                    addresses: self.held.clone(),
                 })
             })
             .collect()
@@ -421,6 +427,7 @@ fn inspect(path: &Path) -> Result<Inspection, NamespaceError> {
                     links,
                     cookie: current_cookie()?,
                     addresses,
+                    held: topology::held_addresses(None).await?,
                 })
             })
         },
@@ -481,6 +488,7 @@ mod tests {
             cookie: 42,
             inode: NETNS,
             pod: None,
+            addresses: Vec::new(),
         }
     }
 

@@ -149,10 +149,18 @@ impl Watch {
         DropPlace { namespace, device }
     }
 
-    /// Notes the namespace of `pod`, named as it is now.
+    /// Notes the namespace of `pod`, named as it is now, and the addresses it holds.
     fn note_pod(&mut self, pod: &PodNamespace) {
-        self.pod_namespaces
-            .insert(pod.cookie, (pod.node_veth, Namespace::new(&pod.label)));
+        let namespace = Namespace::new(&pod.label);
+        let named_before = self
+            .pod_namespaces
+            .insert(pod.cookie, (pod.node_veth, namespace.clone()));
+        if let Some((_, before)) = named_before {
+            self.points.forget_addresses(&before);
+        }
+        for &(index, address) in &pod.addresses {
+            self.points.add_address(&namespace, index, address);
+        }
     }
 
     /// `watching 7 interface(s): lo eth0 ...; bridge cni0 at its ports; lo of pod 10.244.0.3, ...`
@@ -221,7 +229,14 @@ impl Watch {
 
     fn link_removed(&mut self, index: u32) {
         self.bridges.retain(|bridge| bridge.index != index);
-        self.pod_namespaces.retain(|_, (veth, _)| *veth != index);
+        let points = &mut self.points;
+        self.pod_namespaces.retain(|_, (veth, namespace)| {
+            let gone = *veth == index;
+            if gone {
+                points.forget_addresses(namespace);
+            }
+            !gone
+        });
         self.awaiting_names.forget(index);
         self.attachments.forget(index);
         self.points.remove_link(index);
@@ -526,6 +541,7 @@ mod tests {
             cookie: 42,
             inode: 4026532301,
             pod: None,
+            addresses: Vec::new(),
         };
         let mut live = PointMap::default();
         place_link(
