@@ -126,6 +126,19 @@ impl Trace {
             .collect()
     }
 
+    /// The possible-loop reports for `qname` (with its trailing dot), in the order printed.
+    pub fn possible_loops_for(&self, qname: &str) -> Vec<&LoopRecord> {
+        self.records
+            .iter()
+            .filter_map(|record| match record {
+                Record::PossibleLoop(found) if found.qname.eq_ignore_ascii_case(qname) => {
+                    Some(found)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The loop reports for `qname` (with its trailing dot), in the order they were printed.
     pub fn loops_for(&self, qname: &str) -> Vec<&LoopRecord> {
         self.loops()

@@ -662,7 +662,7 @@ fn assert_series_follow_the_formula(exposition: &str) {
         + timeout_servers
         + server_rcodes
         + 16 * servers
-        + 3;
+        + 4;
     assert_eq!(
         series.len(),
         formula,

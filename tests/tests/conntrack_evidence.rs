@@ -352,6 +352,7 @@ fn unenriched_loop(path: Vec<Hop>, summary: &str) -> LoopFinding {
         probe: Probe::None,
         summary: summary.to_string(),
         dnat: Vec::new(),
+        unconfirmed: Vec::new(),
     }
 }
 

@@ -60,9 +60,26 @@ pub struct LoopFinding {
     /// The destination NATs that conntrack applied to forwards on the path (none until an
     /// enricher looked), each once.
     pub dnat: Vec<Dnat>,
+    /// Deliveries of the cycle that nothing showed were taken in: where any is, the finding is
+    /// a possible loop, not a loop.
+    pub unconfirmed: Vec<Unconfirmed>,
+}
+
+/// A question that stayed in `namespace`, addressed to `at`, without evidence that a server
+/// there took it in: the namespace's addresses are not known (a capture), so it may have been
+/// routed on or dropped unseen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unconfirmed {
+    pub namespace: Namespace,
+    pub at: SocketAddr,
 }
 
 impl LoopFinding {
+    /// Whether part of the cycle lacks evidence: a possible loop, which pages no one.
+    pub fn is_possible(&self) -> bool {
+        !self.unconfirmed.is_empty()
+    }
+
     /// Rounds per second since the loop was first reported; `None` until a second has passed.
     pub fn rounds_per_second(&self) -> Option<f64> {
         let elapsed = self.ts.duration_since(self.since).ok()?.as_secs_f64();

@@ -8,8 +8,11 @@
 //! drives the whole. The analyzers never learn which source a packet came from, so live
 //! tracing and a capture agree by construction. [`doctor`] checks a node's DNS configuration
 //! from its files. [`schema`] declares every JSON record dnsloop prints. [`bundle`] writes a
-//! capture bundle, which `capture` and the flight [`recorder`] leave behind.
+//! capture bundle, which `capture` and the flight [`recorder`] leave behind. Where no node
+//! says which addresses its namespaces hold (a capture), [`answered_from`] learns them from
+//! the replies the capture shows.
 pub mod analyzers;
+pub mod answered_from;
 pub mod bundle;
 pub mod decode;
 pub mod doctor;

@@ -13,6 +13,7 @@ use thiserror::Error;
 
 use crate::{
     analyzers::{Engine, ServerSummary},
+    answered_from::AnsweredFrom,
     decode::{Decoder, NotDecoded},
     enrich::Enricher,
     finding::Finding,
@@ -44,6 +45,9 @@ pub struct Pipeline<'s, S: Sink + ?Sized + 's = dyn Sink + 's> {
     /// `--packets`: every observation is written too.
     print_packets: bool,
     observations: Vec<Observation>,
+    /// For packets placed by their source, where no node says which addresses a namespace
+    /// holds: the addresses servers were seen answering from.
+    answered_from: AnsweredFrom,
     findings: Vec<Finding>,
     /// Packets seen on an interface `points` could not place (it had just gone away).
     unplaced_records: u64,
@@ -90,6 +94,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
             sink_lifetime: PhantomData,
             print_packets,
             observations: Vec::new(),
+            answered_from: AnsweredFrom::default(),
             findings: Vec::new(),
             unplaced_records: 0,
             malformed_samples: SampleRate::default(),
@@ -110,6 +115,13 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         }
     }
 
+    /// Starts from `answered_from`, learnt from the whole capture beforehand: a server that
+    /// answered only after a loop began still shows that its namespace holds the address.
+    pub fn knowing_answers(mut self, answered_from: AnsweredFrom) -> Self {
+        self.answered_from = answered_from;
+        self
+    }
+
     /// The sink, for what its owner writes to it besides the pipeline's output.
     pub fn sink_mut(&mut self) -> &mut S {
         &mut self.sink
@@ -124,6 +136,10 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         place: impl Fn(Seen) -> Option<&'p Point>,
     ) -> Result<Result<(), NotDecoded>, PipelineError> {
         let decoded = self.decode(packet, place)?;
+        for observation in &mut self.observations {
+            self.answered_from.learn(observation);
+            observation.to_own_address = self.answered_from.holds(observation);
+        }
         self.analyze()?;
         Ok(decoded)
     }

@@ -21,6 +21,7 @@ use clap::Args;
 use dnsloop_core::sink::OutputFormat;
 use dnsloop_core::{
     analyzers::{Engine, EngineConfig},
+    answered_from::AnsweredFrom,
     bundle,
     decode::{Decoder, NotDecoded},
     observation::Point,
@@ -114,6 +115,8 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<()> {
         eprintln!("dnsloop: warning: {stopped}");
     }
     let mut placement = Placement::new(&surveyed.interfaces, &surveyed.survey, ports);
+    let decoder = Decoder::new(ports);
+    let answered_from = answering_addresses(&args.file, &mut placement, &decoder)?;
 
     let node = args
         .node
@@ -128,11 +131,12 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<()> {
     // Buffered, and written as the buffer fills rather than per packet (see `Pipeline::advance`).
     let stdout = std::io::BufWriter::with_capacity(sink::STDOUT_BUFFER, std::io::stdout().lock());
     let mut pipeline = Pipeline::without_enrichment(
-        Decoder::new(ports),
+        decoder,
         engine,
         sink::for_format(args.output, &node, stdout),
         args.packets,
-    );
+    )
+    .knowing_answers(answered_from);
     let mut file = CaptureFile::open(&args.file)?;
     let mut order = TimeOrder::new(surveyed.survey.disorder);
     let mut counts = Counts::default();
@@ -187,6 +191,32 @@ fn survey(path: &Path, ports: &DnsPorts) -> anyhow::Result<Surveyed> {
         survey,
         stopped: file.stopped().map(ToString::to_string),
     })
+}
+
+/// Where the capture shows servers answering from, over the whole file: a cycle through a
+/// namespace is a loop only where it shows that the namespace holds the address the question
+/// was sent to, and a server may answer only once the loop has ended.
+fn answering_addresses(
+    path: &Path,
+    placement: &mut Placement,
+    decoder: &Decoder,
+) -> anyhow::Result<AnsweredFrom> {
+    let mut file = CaptureFile::open(path)?;
+    let mut answered_from = AnsweredFrom::default();
+    let mut observations = Vec::new();
+    while let Some(captured) = file.next_packet() {
+        let Some(point) = placement.place(&captured) else {
+            continue;
+        };
+        let mut packet = captured.packet;
+        packet.seen.direction = point.direction;
+        // What does not decode is counted by the analysis proper.
+        let _ = decoder.decode(&packet, |_| Some(&point), &mut observations);
+        for observation in observations.drain(..) {
+            answered_from.learn(&observation);
+        }
+    }
+    Ok(answered_from)
 }
 
 /// Gives the interfaces the file knows only by number the names `names` has for them.

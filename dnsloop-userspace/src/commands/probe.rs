@@ -274,9 +274,13 @@ struct ProbeFindings<'a> {
 
 impl Sink for ProbeFindings<'_> {
     fn finding(&mut self, finding: &Finding) -> io::Result<()> {
+        // A possible loop is no proof that the probe came back.
         let Finding::Loop(found) = finding else {
             return Ok(());
         };
+        if found.is_possible() {
+            return self.inner.finding(finding);
+        }
         if !found.qname.eq_ignore_ascii_case(self.qname) {
             return Ok(());
         }

@@ -40,6 +40,7 @@ pub struct ServerLabel {
 #[derive(Clone, Debug, Default)]
 pub struct FindingCounts {
     loops: Counter,
+    possible_loops: Counter,
     unexpected_sources: Counter,
     timeouts: Family<ServerLabel, Counter>,
 }
@@ -52,6 +53,12 @@ impl FindingCounts {
             "Forwarding loops reported: once when found, then at most once per \
              --report-interval while the loop goes on",
             counts.loops.clone(),
+        );
+        registry.register(
+            "dnsloop_possible_loops",
+            "Cycles of forwards that may be loops, where nothing showed that a namespace of the \
+             cycle took the question in: counted apart from loops, and paging no one",
+            counts.possible_loops.clone(),
         );
         registry.register(
             "dnsloop_unexpected_sources",
@@ -71,6 +78,10 @@ impl FindingCounts {
 
     fn count(&self, finding: &Finding, servers: &mut ServerLabels, loops: &mut LoopsUnanswered) {
         match finding {
+            // Its unanswered queries are reported as timeouts: it may be no loop.
+            Finding::Loop(found) if found.is_possible() => {
+                self.possible_loops.inc();
+            }
             Finding::Loop(found) => {
                 self.loops.inc();
                 let unanswered = loops.new_since_last_report(found);

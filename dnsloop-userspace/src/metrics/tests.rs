@@ -16,8 +16,8 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use super::*;
 use crate::kernel::counters::{GlobalCounts, PointCount};
 use dnsloop_core::{
-    finding::{Finding, LoopFinding, LoopId, TimeoutFinding, UnexpectedSourceFinding},
-    observation::Transport,
+    finding::{Finding, LoopFinding, LoopId, TimeoutFinding, Unconfirmed, UnexpectedSourceFinding},
+    observation::{Namespace, Transport},
     sink::TextSink,
 };
 
@@ -40,6 +40,22 @@ fn a_loop() -> Finding {
         probe: Probe::None,
         summary: "a loop".into(),
         dnat: Vec::new(),
+        unconfirmed: Vec::new(),
+    })
+}
+
+/// A cycle through a namespace whose addresses were not known.
+fn a_possible_loop() -> Finding {
+    let Finding::Loop(found) = a_loop() else {
+        unreachable!("a_loop is a loop");
+    };
+    Finding::Loop(LoopFinding {
+        unconfirmed: vec![Unconfirmed {
+            namespace: Namespace::new("node"),
+            at: address("169.254.25.10:53"),
+        }],
+        unanswered: 3,
+        ..found
     })
 }
 
@@ -127,6 +143,7 @@ fn a_registry_of_known_values_reads_as_prometheus_text() {
     for finding in [
         a_loop(),
         a_loop(),
+        a_possible_loop(),
         an_unexpected_source(),
         a_timeout("10.96.0.10:53"),
     ] {
@@ -137,6 +154,9 @@ fn a_registry_of_known_values_reads_as_prometheus_text() {
     let expected = r#"# HELP dnsloop_loops Forwarding loops reported: once when found, then at most once per --report-interval while the loop goes on.
 # TYPE dnsloop_loops counter
 dnsloop_loops_total 2
+# HELP dnsloop_possible_loops Cycles of forwards that may be loops, where nothing showed that a namespace of the cycle took the question in: counted apart from loops, and paging no one.
+# TYPE dnsloop_possible_loops counter
+dnsloop_possible_loops_total 1
 # HELP dnsloop_unexpected_sources Replies from an unexpected source reported (dropped by the client's socket): once when found, then at most once per --report-interval while they go on.
 # TYPE dnsloop_unexpected_sources counter
 dnsloop_unexpected_sources_total 1
@@ -447,7 +467,7 @@ fn a_node_past_every_label_cap_serves_the_worst_case_of_the_series_formula() {
         + (server_labels + 1)
         + server_labels * 16
         + server_labels * 16
-        + 3;
+        + 4;
     assert_eq!(series, formula, "{text}");
-    assert_eq!(formula, 664, "docs/operations.md's worst case");
+    assert_eq!(formula, 665, "docs/operations.md's worst case");
 }

@@ -166,6 +166,7 @@ mod tests {
         findings
             .iter()
             .map(|finding| match finding {
+                Finding::Loop(found) if found.is_possible() => "possible loop",
                 Finding::Loop(_) => "loop",
                 Finding::UnexpectedSource(_) => "unexpected source",
                 Finding::Timeout(_) => "timeout",

@@ -19,12 +19,12 @@ mod histogram;
 mod lookups;
 pub mod mnemonic;
 mod outstanding;
-mod packet;
+pub(crate) mod packet;
 mod reorder;
 mod repeats;
 mod server_answers;
 mod summary;
-mod table;
+pub(crate) mod table;
 #[cfg(test)]
 pub mod testkit;
 mod timeout;

@@ -32,6 +32,7 @@ pub struct Summary {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FindingCounts {
     pub loops: u64,
+    pub possible_loops: u64,
     pub unexpected_sources: u64,
     pub timeouts: u64,
     pub drops: u64,
@@ -41,6 +42,7 @@ impl FindingCounts {
     pub fn count(&mut self, findings: &[Finding]) {
         for finding in findings {
             match finding {
+                Finding::Loop(found) if found.is_possible() => self.possible_loops += 1,
                 Finding::Loop(_) => self.loops += 1,
                 Finding::UnexpectedSource(_) => self.unexpected_sources += 1,
                 Finding::Timeout(_) => self.timeouts += 1,

@@ -137,7 +137,8 @@ impl Message {
                 size: 40,
                 partial: false,
                 recalled: false,
-                to_own_address: None,
+                // As the tracer tells from the node's addresses.
+                to_own_address: Some(true),
             },
         }
     }
@@ -179,10 +180,10 @@ impl Message {
         self
     }
 
-    /// Whether its destination is an address of the namespace it enters, as the tracer tells
-    /// from the node's addresses.
-    pub fn to_own_address(mut self, own: bool) -> Self {
-        self.obs.to_own_address = Some(own);
+    /// Whether its destination is an address of the namespace it enters (`None`: not known,
+    /// as in a capture); by default it is, as the tracer tells from the node's addresses.
+    pub fn to_own_address(mut self, own: Option<bool>) -> Self {
+        self.obs.to_own_address = own;
         self
     }
 

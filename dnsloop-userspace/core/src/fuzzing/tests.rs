@@ -154,7 +154,7 @@ fn query_and_answer() -> Sequence {
 /// The node-local cache forwards to CoreDNS, whose upstream is the node-local cache: the
 /// question comes back into the node, round after round.
 fn nodelocal_loop(qname: &str, qtype: u16) -> Sequence {
-    let mut sequence = Sequence::default();
+    let mut sequence = cache_and_coredns_answered();
     let client = frame(udp(
         "10.244.0.2:41234",
         "169.254.25.10:53",
@@ -182,6 +182,24 @@ fn nodelocal_loop(qname: &str, qtype: u16) -> Sequence {
     }
     // Time moves past the settle time, so the loop is reported.
     sequence.packet(200, at("eth0", Egress, 0), &client)
+}
+
+/// The node cache and CoreDNS answer a name each: what shows that each holds the address it is
+/// asked at, so that a cycle through them is a loop, not a possible one.
+fn cache_and_coredns_answered() -> Sequence {
+    let cache_answers = frame(udp(
+        "169.254.25.10:53",
+        "10.244.0.2:41000",
+        dns_response(1, "answered.test", QTYPE_A),
+    ));
+    let coredns_answers = frame(udp(
+        "10.244.0.3:53",
+        "10.244.0.1:41000",
+        dns_response(2, "answered.test", QTYPE_A),
+    ));
+    Sequence::default()
+        .packet(0, at("cni0", Egress, 0), &cache_answers)
+        .packet(0, at("veth-coredns-a", Ingress, 0), &coredns_answers)
 }
 
 /// A reply to the ClusterIP that skipped un-DNAT: it comes from the CoreDNS pod.
@@ -317,7 +335,7 @@ fn nodelocal_loop_streamed() -> Sequence {
         )),
     };
     let mut sequence =
-        Sequence::default().streamed(0, at("cni0", Ingress, 0), &back_to_node(0), kernel);
+        cache_and_coredns_answered().streamed(0, at("cni0", Ingress, 0), &back_to_node(0), kernel);
     for round in 1..3 {
         let to_coredns = frame(udp(
             &format!("10.244.0.1:{}", 50000 + round),

@@ -513,6 +513,7 @@ fn later(time: SystemTime, by: Duration) -> SystemTime {
 
 fn kind(finding: &Finding) -> &'static str {
     match finding {
+        Finding::Loop(found) if found.is_possible() => "possible_loop",
         Finding::Loop(_) => "loop",
         Finding::UnexpectedSource(_) => "unexpected_source",
         Finding::Timeout(_) => "timeout",

@@ -1,4 +1,5 @@
-//! `"kind": "loop"`: a forwarding loop, when found and then while it goes on.
+//! `"kind": "loop"`: a forwarding loop, when found and then while it goes on; `"kind":
+//! "possible_loop"`: the same where part of the evidence is missing.
 use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
@@ -42,6 +43,9 @@ pub struct LoopRecord {
     /// The destination NATs conntrack applied to forwards of the path (a ClusterIP to a
     /// pod), each once; empty where conntrack was not asked (`analyze`).
     pub dnat: Vec<Dnat>,
+    /// Where the question stayed without evidence that a server took it in; empty in a `loop`,
+    /// never in a `possible_loop`.
+    pub unconfirmed: Vec<Unconfirmed>,
     /// The node this was seen on: `NODE_NAME`, else the host name.
     pub node: String,
 }
@@ -82,6 +86,17 @@ pub struct OffNode {
     pub back_via: String,
 }
 
+/// A namespace a question of the cycle stayed in, addressed to an address nothing showed the
+/// namespace holds (its addresses are not known, as in a capture, where no reply came from
+/// it there): the question may have been routed on, or dropped there, unseen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unconfirmed {
+    /// The namespace (`node`, `pod 10.244.0.3`).
+    pub namespace: String,
+    /// The address the question was sent to there.
+    pub at: SocketAddr,
+}
+
 /// A forward's destination as its sender addressed it and as conntrack's DNAT rewrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dnat {
@@ -109,6 +124,14 @@ impl LoopRecord {
             probe: probe_name(found.probe).map(str::to_owned),
             summary: found.summary.clone(),
             dnat: found.dnat.iter().map(Dnat::new).collect(),
+            unconfirmed: found
+                .unconfirmed
+                .iter()
+                .map(|delivery| Unconfirmed {
+                    namespace: delivery.namespace.to_string(),
+                    at: delivery.at,
+                })
+                .collect(),
             node: node.to_owned(),
         }
     }

@@ -39,7 +39,7 @@ pub use capture::{
 pub use doctor::{CheckRecord, DoctorRecord, DoctorSummaryRecord};
 pub use drop::{DropCause, DropRecord};
 pub use lookup::{LookupHop, LookupRecord};
-pub use loop_record::{Dnat, Hop, LoopRecord, OffNode};
+pub use loop_record::{Dnat, Hop, LoopRecord, OffNode, Unconfirmed};
 pub use malformed::MalformedRecord;
 pub use packet::PacketRecord;
 pub use probe::{ProbeRecord, ProbeResult};
@@ -60,6 +60,9 @@ use crate::finding::Finding;
 pub enum Record {
     /// A forwarding loop: when found, then at most once per `--report-interval`.
     Loop(LoopRecord),
+    /// A cycle of forwards that may be a loop, where part of the evidence is missing (see
+    /// `unconfirmed`): counted apart, and raises no loop alert.
+    PossibleLoop(LoopRecord),
     /// A reply from another address than its query went to.
     UnexpectedSource(UnexpectedSourceRecord),
     /// A server left queries unanswered.
@@ -84,6 +87,9 @@ impl Record {
     /// The record of `finding`, seen on `node`.
     pub fn finding(finding: &Finding, node: &str) -> Self {
         match finding {
+            Finding::Loop(found) if found.is_possible() => {
+                Self::PossibleLoop(LoopRecord::new(found, node))
+            }
             Finding::Loop(found) => Self::Loop(LoopRecord::new(found, node)),
             Finding::UnexpectedSource(found) => {
                 Self::UnexpectedSource(UnexpectedSourceRecord::new(found, node))

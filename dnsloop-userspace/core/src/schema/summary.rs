@@ -43,6 +43,8 @@ pub struct FindingCounts {
     /// `loop` records written.
     #[serde(rename = "loop")]
     pub loops: u64,
+    /// `possible_loop` records written.
+    pub possible_loop: u64,
     /// `unexpected_source` records written.
     pub unexpected_source: u64,
     /// `timeout` records written.
@@ -236,6 +238,7 @@ impl SummaryRecord {
             late_observations: summary.late_observations,
             findings: FindingCounts {
                 loops: summary.findings.loops,
+                possible_loop: summary.findings.possible_loops,
                 unexpected_source: summary.findings.unexpected_sources,
                 timeout: summary.findings.timeouts,
                 drop: summary.findings.drops,

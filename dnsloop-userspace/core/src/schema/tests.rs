@@ -88,6 +88,7 @@ fn sink_lines() -> Vec<String> {
             a_loop(Probe::CoreDns),
             a_loop_through_other_nodes(),
             a_loop_through_a_cluster_ip(),
+            a_possible_loop(),
             an_unexpected_source(None),
             an_unexpected_source(Some(evidence)),
             a_timeout(),
@@ -196,6 +197,7 @@ fn a_capture_report() -> CaptureReport {
                 matches!(
                     record,
                     Record::Loop(_)
+                        | Record::PossibleLoop(_)
                         | Record::UnexpectedSource(_)
                         | Record::Timeout(_)
                         | Record::Drop(_)
@@ -239,7 +241,7 @@ pub fn every_record() -> Vec<(&'static str, Value)> {
         .iter()
         .map(|record| {
             let name = match record {
-                Record::Loop(_) => "LoopRecord",
+                Record::Loop(_) | Record::PossibleLoop(_) => "LoopRecord",
                 Record::UnexpectedSource(_) => "UnexpectedSourceRecord",
                 Record::Timeout(_) => "TimeoutRecord",
                 Record::Drop(_) => "DropRecord",
@@ -284,6 +286,7 @@ fn every_line_the_sink_writes_reads_back_into_its_record_and_writes_alike() {
         kinds,
         [
             "loop",
+            "possible_loop",
             "unexpected_source",
             "timeout",
             "lookup",

@@ -363,6 +363,7 @@ mod tests {
                 "off_node",
                 "servers",
                 "probe",
+                "unconfirmed",
                 "summary",
                 "dnat",
                 "node"
@@ -519,7 +520,7 @@ mod tests {
         assert_eq!(value["late_observations"], 2);
         assert_eq!(
             value["findings"],
-            json!({"loop": 0, "unexpected_source": 0, "timeout": 0, "drop": 0})
+            json!({"loop": 0, "possible_loop": 0, "unexpected_source": 0, "timeout": 0, "drop": 0})
         );
         assert_eq!(value["evictions"], json!({"reorder": 0, "timeout": 5}));
         assert_eq!(

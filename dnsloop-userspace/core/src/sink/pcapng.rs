@@ -188,6 +188,9 @@ impl<W: Write> PcapngSink<W> {
     /// Marks the held packets `finding` names with a comment saying which finding.
     pub fn finding(&mut self, finding: &Finding) {
         let comment = match finding {
+            Finding::Loop(found) if found.is_possible() => {
+                format!("possible loop {}", found.qname)
+            }
             Finding::Loop(found) => format!("loop {}", found.qname),
             Finding::UnexpectedSource(found) => format!("unexpected source {}", found.qname),
             Finding::Timeout(found) => format!("timeout {}", found.qname),

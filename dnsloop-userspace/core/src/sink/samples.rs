@@ -14,7 +14,7 @@ use crate::{
     analyzers::{testkit::*, HopTimes, LookupCounts, LookupSummary, ServerSummary, Summary},
     finding::{
         ConntrackEvidence, Dnat, DropCause, DropFinding, Finding, Hop, LookupFinding, LookupHop,
-        LoopFinding, LoopId, OffNode, TimeoutFinding, UnexpectedSourceFinding,
+        LoopFinding, LoopId, OffNode, TimeoutFinding, Unconfirmed, UnexpectedSourceFinding,
     },
     observation::{DropPlace, Namespace, Transport},
     points::Seen,
@@ -61,7 +61,22 @@ fn a_loop_finding(probe: Probe) -> LoopFinding {
         probe,
         summary: "loop: www.example.test. A re-entered node after node -> 10.244.0.3 -> pod 10.244.0.3 -> 169.254.25.10 (2 hops): check the upstream".into(),
         dnat: Vec::new(),
+        unconfirmed: Vec::new(),
     }
+}
+
+/// A loop in a capture that shows no reply from the node cache's address: a possible loop.
+pub fn a_possible_loop() -> Finding {
+    Finding::Loop(LoopFinding {
+        since: ms(1_123),
+        count: 1,
+        unconfirmed: vec![Unconfirmed {
+            namespace: Namespace::new("node"),
+            at: addr("169.254.25.10:53"),
+        }],
+        summary: "possible loop: www.example.test. A: node -> 10.244.0.3 (pod 10.244.0.3) -> 169.254.25.10 (node) (2 hops): check the upstream. Not confirmed: nothing shows that node holds 169.254.25.10 (its addresses were not listed, and no reply came from it there), so the question may have been routed on or dropped there unseen".into(),
+        ..a_loop_finding(Probe::None)
+    })
 }
 
 /// A later report of a loop through another node, two seconds after the first.

@@ -45,10 +45,12 @@ impl<W: Write> TextSink<W> {
 
     fn loop_found(&mut self, found: &LoopFinding) -> io::Result<()> {
         // The summary's own label repeats what the tag already says.
-        let summary = found
-            .summary
-            .strip_prefix("loop: ")
-            .unwrap_or(&found.summary);
+        let (tag, label) = if found.is_possible() {
+            ("POSSIBLE LOOP", "possible loop: ")
+        } else {
+            ("LOOP", "loop: ")
+        };
+        let summary = found.summary.strip_prefix(label).unwrap_or(&found.summary);
         let probe =
             probe_name(found.probe).map_or(String::new(), |probe| format!(" [{probe} probe]"));
         let rate = found
@@ -59,7 +61,7 @@ impl<W: Write> TextSink<W> {
             unanswered => format!(", {unanswered} unanswered"),
         };
         self.line(&format!(
-            "{}  LOOP  x{}{rate}{unanswered}{probe}  {summary}  [loop_id {}]",
+            "{}  {tag}  x{}{rate}{unanswered}{probe}  {summary}  [loop_id {}]",
             time_of_day(found.ts),
             found.count,
             found.loop_id,
@@ -370,8 +372,12 @@ impl<W: Write> Sink for TextSink<W> {
                 timeouts.queries, timeouts.in_loops, timeouts.in_repeats
             )
         };
+        let possible = match findings.possible_loops {
+            0 => String::new(),
+            count => format!(" ({count} possible loop)"),
+        };
         self.line(&format!(
-            "findings: {} loop, {} unexpected source, {} timeout{folded}",
+            "findings: {} loop{possible}, {} unexpected source, {} timeout{folded}",
             findings.loops, findings.unexpected_sources, findings.timeouts
         ))?;
         let evicted: Vec<String> = summary
@@ -639,6 +645,17 @@ mod tests {
                 "  12:00:01.123  cni0             ingress  10.244.0.3:40000 -> 169.254.25.10:53  id 2000  [enters node]",
             ]
         );
+    }
+
+    #[test]
+    fn a_possible_loop_is_tagged_apart_and_says_what_was_not_seen() {
+        let text = written(|sink| sink.finding(&a_possible_loop()));
+        let first = text.lines().next().expect("a line");
+        assert!(
+            first.starts_with("12:00:01.123  POSSIBLE LOOP  x1  www.example.test. A: node"),
+            "{first}"
+        );
+        assert!(first.contains("Not confirmed: nothing shows that node holds 169.254.25.10"));
     }
 
     #[test]

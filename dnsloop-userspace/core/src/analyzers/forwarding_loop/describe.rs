@@ -3,7 +3,7 @@ use std::{net::IpAddr, time::SystemTime};
 
 use crate::{
     analyzers::{mnemonic, packet::QuestionKey},
-    finding::{Hop, LoopFinding, LoopId, OffNode},
+    finding::{Hop, LoopFinding, LoopId, OffNode, Unconfirmed},
     observation::Namespace,
     points::NODE,
 };
@@ -20,13 +20,17 @@ use super::flight::Flight;
 pub struct LoopKey {
     question: QuestionKey,
     through_other_nodes: bool,
+    /// A cycle with an unconfirmed delivery is reported apart: a possible loop, which pages
+    /// no one, and a loop once the evidence is there.
+    possible: bool,
 }
 
 impl LoopKey {
-    pub fn new(question: QuestionKey, through_other_nodes: bool) -> Self {
+    pub fn new(question: QuestionKey, through_other_nodes: bool, possible: bool) -> Self {
         Self {
             question,
             through_other_nodes,
+            possible,
         }
     }
 }
@@ -44,8 +48,17 @@ pub fn loop_finding(cycle: &[&Flight], rounds: u64, at: SystemTime) -> Option<Lo
     let servers: Vec<IpAddr> = cycle.iter().map(|flight| flight.server.ip()).collect();
     let qname = arrival.question.name.presentation();
     let off_node = off_node(cycle);
+    let unconfirmed: Vec<Unconfirmed> = cycle
+        .iter()
+        .filter_map(|flight| flight.unconfirmed_delivery())
+        .collect();
+    let kind = if unconfirmed.is_empty() {
+        "loop"
+    } else {
+        "possible loop"
+    };
     let mut summary = format!(
-        "loop: {qname} {qtype}: {route} ({hops} {hop_word}): {advice}",
+        "{kind}: {qname} {qtype}: {route} ({hops} {hop_word}): {advice}",
         qtype = mnemonic::qtype(arrival.question.qtype),
         route = route(&from_the_node(cycle)),
         hops = path.len(),
@@ -57,6 +70,9 @@ pub fn loop_finding(cycle: &[&Flight], rounds: u64, at: SystemTime) -> Option<Lo
             ". Part of the loop is off this node, out of sight: the tracers of the nodes it \
              crosses report it with the same loop_id",
         );
+    }
+    if !unconfirmed.is_empty() {
+        summary.push_str(&format!(". {}", why_possible(&unconfirmed)));
     }
     let question = &arrival.question;
     Some(LoopFinding {
@@ -77,7 +93,23 @@ pub fn loop_finding(cycle: &[&Flight], rounds: u64, at: SystemTime) -> Option<Lo
         probe: arrival.probe,
         summary,
         dnat: Vec::new(),
+        unconfirmed,
     })
+}
+
+/// Why a cycle is only a possible loop: `Not confirmed: nothing shows that node holds
+/// 169.254.25.10 (its addresses were not listed, and no reply came from it there), so the
+/// question may have been routed on or dropped there unseen`.
+fn why_possible(unconfirmed: &[Unconfirmed]) -> String {
+    let places: Vec<String> = unconfirmed
+        .iter()
+        .map(|delivery| format!("{} holds {}", delivery.namespace, delivery.at.ip()))
+        .collect();
+    format!(
+        "Not confirmed: nothing shows that {} (its addresses were not listed, and no reply came \
+         from it there), so the question may have been routed on or dropped there unseen",
+        places.join(", or that ")
+    )
 }
 
 /// Each query of the cycle that left the node and the question it came back as.

@@ -12,7 +12,7 @@ use crate::{
         packet::MessageKey,
         table::{FastHash, Table},
     },
-    finding::Hop,
+    finding::{Hop, Unconfirmed},
     observation::{Namespace, Observation, Question},
 };
 
@@ -47,11 +47,13 @@ pub enum Position {
     /// uplink.
     Outside { since: SystemTime },
     /// Stayed in `namespace`, which it entered at `since` addressed to `at`: a server there
-    /// received it.
+    /// received it. `confirmed`: the namespace is known to hold `at`; where its addresses are
+    /// not known (a capture), nothing shows that it was not routed on or dropped unseen.
     Delivered {
         namespace: Namespace,
         since: SystemTime,
         at: SocketAddr,
+        confirmed: bool,
     },
     /// Stayed in the namespace it entered, but was not taken in there: it was addressed to an
     /// address the namespace does not hold (held for a neighbour that never answered, or
@@ -172,7 +174,8 @@ impl Flight {
     /// The flight has not left the namespace it entered at `entered_at`: a server there took
     /// it in, unless it was not addressed to that namespace or `dropped` says the kernel
     /// dropped it there; then it is stranded. A namespace whose addresses are unknown is taken
-    /// to hold the address. Returns whether it was delivered (not when it had moved on since).
+    /// to hold the address, unconfirmed. Returns whether it was delivered (not when it had moved
+    /// on since).
     pub fn settle(&mut self, entered_at: SystemTime, dropped: bool) -> bool {
         let Position::Entered {
             namespace,
@@ -195,6 +198,7 @@ impl Flight {
             namespace: namespace.clone(),
             since: *since,
             at: *at,
+            confirmed: *own_address == Some(true),
         };
         true
     }
@@ -203,6 +207,23 @@ impl Flight {
     pub fn delivered_to(&self) -> Option<(&Namespace, SocketAddr)> {
         match &self.position {
             Position::Delivered { namespace, at, .. } => Some((namespace, *at)),
+            _ => None,
+        }
+    }
+
+    /// Where it was delivered without evidence that the namespace holds the address: a
+    /// question that may have been routed on or dropped there, unseen.
+    pub fn unconfirmed_delivery(&self) -> Option<Unconfirmed> {
+        match &self.position {
+            Position::Delivered {
+                namespace,
+                at,
+                confirmed: false,
+                ..
+            } => Some(Unconfirmed {
+                namespace: namespace.clone(),
+                at: *at,
+            }),
             _ => None,
         }
     }

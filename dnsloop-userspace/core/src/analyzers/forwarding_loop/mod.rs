@@ -447,7 +447,13 @@ impl ForwardingLoops {
             .iter()
             .filter_map(|id| self.flights.get(id))
             .collect();
-        let key = LoopKey::new(question, flights.iter().any(|flight| flight.came_back()));
+        let key = LoopKey::new(
+            question,
+            flights.iter().any(|flight| flight.came_back()),
+            flights
+                .iter()
+                .any(|flight| flight.unconfirmed_delivery().is_some()),
+        );
         let finding = self.reports.occurred_after(key, at, cycle.rounds - 1, || {
             describe::loop_finding(&flights, cycle.rounds, at)
         });
@@ -502,12 +508,13 @@ impl ForwardingLoops {
     }
 
     /// The report of `question`'s loop that went round last (its rounds on the node alone and
-    /// through other nodes are reported apart), and when.
+    /// through other nodes are reported apart), and when. A possible loop's unanswered queries
+    /// are timeouts: it may be none.
     fn latest_report_of(&self, question: &QuestionKey) -> Option<(LoopKey, SystemTime)> {
         [false, true]
             .into_iter()
             .filter_map(|through_other_nodes| {
-                let key = LoopKey::new(question.clone(), through_other_nodes);
+                let key = LoopKey::new(question.clone(), through_other_nodes, false);
                 let last = self.reports.last_occurred(&key)?;
                 Some((key, last))
             })

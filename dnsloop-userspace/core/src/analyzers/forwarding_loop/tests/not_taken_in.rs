@@ -47,7 +47,7 @@ fn asked_three_times(forward: impl Fn(Message) -> Message) -> Vec<Observation> {
 
 #[test]
 fn a_forward_held_for_a_neighbour_that_never_answers_is_no_loop() {
-    let observations = asked_three_times(|forward| forward.to_own_address(false));
+    let observations = asked_three_times(|forward| forward.to_own_address(Some(false)));
     assert_eq!(run(&mut analyzer(), observations, ms(5_000)), []);
 }
 
@@ -56,7 +56,7 @@ fn a_forward_to_an_address_of_the_node_still_closes_a_loop() {
     // The same traffic, but CoreDNS forwards to the node cache, on an address of the node's:
     // the node takes the question in, and sends it back to CoreDNS.
     let observations =
-        asked_three_times(|forward| forward.to("169.254.25.10:53").to_own_address(true));
+        asked_three_times(|forward| forward.to("169.254.25.10:53").to_own_address(Some(true)));
     let findings = run(&mut analyzer(), observations, ms(5_000));
     assert!(
         matches!(findings.as_slice(), [Finding::Loop(_), ..]),
@@ -117,5 +117,38 @@ fn a_drop_elsewhere_does_not_undo_a_delivery() {
     assert!(
         matches!(findings.as_slice(), [Finding::Loop(_), ..]),
         "{findings:?}"
+    );
+}
+
+#[test]
+fn a_cycle_through_a_namespace_whose_addresses_are_not_known_is_a_possible_loop() {
+    // The same cycle through the node cache, as a capture shows it: nothing says that the node
+    // holds 169.254.25.10, so the question may have stayed there unreceived.
+    let observations =
+        asked_three_times(|forward| forward.to("169.254.25.10:53").to_own_address(None));
+    let findings = run(&mut analyzer(), observations, ms(5_000));
+    let [Finding::Loop(found), ..] = findings.as_slice() else {
+        panic!("no cycle: {findings:?}");
+    };
+    assert!(found.is_possible(), "{found:?}");
+    assert!(
+        findings
+            .iter()
+            .all(|finding| matches!(finding, Finding::Loop(found) if found.is_possible())),
+        "{findings:?}"
+    );
+    let node = Namespace::new("node");
+    assert!(
+        found
+            .unconfirmed
+            .iter()
+            .any(|delivery| delivery.namespace == node
+                && delivery.at.to_string() == "169.254.25.10:53"),
+        "{found:?}"
+    );
+    assert!(
+        found.summary.starts_with("possible loop: ") && found.summary.contains("Not confirmed"),
+        "{}",
+        found.summary
     );
 }
