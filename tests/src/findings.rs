@@ -126,16 +126,22 @@ impl Trace {
             .collect()
     }
 
-    /// The possible-loop reports for `qname` (with its trailing dot), in the order printed.
-    pub fn possible_loops_for(&self, qname: &str) -> Vec<&LoopRecord> {
+    /// The possible-loop reports, in the order printed.
+    pub fn possible_loops(&self) -> Vec<&LoopRecord> {
         self.records
             .iter()
             .filter_map(|record| match record {
-                Record::PossibleLoop(found) if found.qname.eq_ignore_ascii_case(qname) => {
-                    Some(found)
-                }
+                Record::PossibleLoop(found) => Some(found),
                 _ => None,
             })
+            .collect()
+    }
+
+    /// The possible-loop reports for `qname` (with its trailing dot), in the order printed.
+    pub fn possible_loops_for(&self, qname: &str) -> Vec<&LoopRecord> {
+        self.possible_loops()
+            .into_iter()
+            .filter(|found| found.qname.eq_ignore_ascii_case(qname))
             .collect()
     }
 

@@ -177,6 +177,35 @@ pub fn address_slot(addr: IpAddr) -> [u8; 16] {
     slot
 }
 
+/// An Ethernet frame of ICMP (ICMPv6 for IPv6 addresses) `kind`/`code` from `src` to `dst`,
+/// quoting `quoted`, an IP packet: an error about it, such as a port unreachable.
+pub fn icmp_frame(src: IpAddr, dst: IpAddr, kind: u8, code: u8, quoted: &[u8]) -> Vec<u8> {
+    let mut icmp = vec![kind, code, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(quoted);
+    let ipv6 = src.is_ipv6();
+    let mut frame = link_header(LinkLayer::Ethernet, 0, if ipv6 { 0x86dd } else { 0x0800 });
+    if ipv6 {
+        frame.extend_from_slice(&[0x60, 0, 0, 0]);
+        frame.extend_from_slice(
+            &u16::try_from(icmp.len())
+                .expect("a short quote")
+                .to_be_bytes(),
+        );
+        frame.extend_from_slice(&[58, 64]);
+        frame.extend_from_slice(&address_slot(src));
+        frame.extend_from_slice(&address_slot(dst));
+    } else {
+        let total = u16::try_from(20 + icmp.len()).expect("a short quote");
+        frame.extend_from_slice(&[0x45, 0]);
+        frame.extend_from_slice(&total.to_be_bytes());
+        frame.extend_from_slice(&[0, 0, 0, 0, 64, 1, 0, 0]);
+        frame.extend_from_slice(&address_slot(src)[..4]);
+        frame.extend_from_slice(&address_slot(dst)[..4]);
+    }
+    frame.extend_from_slice(&icmp);
+    frame
+}
+
 impl FrameSpec {
     pub fn family(&self) -> IpFamily {
         match self.src {

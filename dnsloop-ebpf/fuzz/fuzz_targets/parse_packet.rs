@@ -1,11 +1,13 @@
 //! Feeds arbitrary bytes through the whole parser the way the kernel programs use it, as a
-//! frame of every link layer, and checks that everything it reports lies inside the input.
+//! frame of every link layer, and checks that everything it reports lies inside the input; so
+//! too for the query an ICMP error quotes, as userspace reads it from captures.
 //! The input is also parsed as a bare DNS message, which reaches deep into `parse_dns` faster.
 #![no_main]
 
 use dnsloop_ebpf::parse::{
-    classify, name_hash, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, LinkLayer,
-    PacketClass, Segment, SlicePacket, Transport, DNS_BUF_LEN, MAX_TCP_MESSAGES,
+    classify, name_hash, parse_dns, refused_query, tcp_framing, udp_message, DnsMessageRef,
+    DnsPorts, LinkLayer, PacketClass, Segment, SlicePacket, Transport, DNS_BUF_LEN,
+    MAX_TCP_MESSAGES,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -21,6 +23,9 @@ fuzz_target!(|data: &[u8]| {
     for link in LINKS {
         if let PacketClass::Dns(segment) = classify(&SlicePacket(data), link, &ports) {
             check_segment(data, &segment);
+        }
+        if let Some(refused) = refused_query(&SlicePacket(data), link, &ports) {
+            check_segment(data, &refused.query);
         }
     }
     check_dns(&data[..data.len().min(DNS_BUF_LEN)]);

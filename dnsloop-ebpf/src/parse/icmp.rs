@@ -1,18 +1,65 @@
 //! ICMP errors about DNS: a client whose socket refused a reply (a reply from an unexpected
-//! source, for one) answers with a port unreachable quoting that reply.
+//! source, for one) answers with a port unreachable quoting that reply; a host where nothing
+//! listens on a DNS port answers a query with one quoting the query.
 
 use super::bytes::{read_u16, PacketBytes};
 use super::ip::IpFamily;
+use super::link::NetworkStart;
 use super::transport::DnsPorts;
 
 const ICMPV4_DEST_UNREACHABLE: u8 = 3;
+const ICMPV4_HOST_UNREACHABLE: u8 = 1;
 const ICMPV4_PORT_UNREACHABLE: u8 = 3;
 const ICMPV6_DEST_UNREACHABLE: u8 = 1;
+const ICMPV6_ADDRESS_UNREACHABLE: u8 = 3;
 const ICMPV6_PORT_UNREACHABLE: u8 = 4;
 /// Type, code, checksum and 4 unused bytes precede the quoted datagram.
 const ICMP_HEADER_LEN: usize = 8;
 const IPPROTO_UDP: u8 = 17;
 const IPV6_HEADER_LEN: usize = 40;
+
+/// Whether the ICMP message at `offset` is a port unreachable.
+#[inline(always)]
+fn is_port_unreachable<P: PacketBytes>(pkt: &P, family: IpFamily, offset: usize) -> bool {
+    let Some([kind, code]) = pkt.read::<2>(offset) else {
+        return false;
+    };
+    match family {
+        IpFamily::V4 => kind == ICMPV4_DEST_UNREACHABLE && code == ICMPV4_PORT_UNREACHABLE,
+        IpFamily::V6 => kind == ICMPV6_DEST_UNREACHABLE && code == ICMPV6_PORT_UNREACHABLE,
+    }
+}
+
+/// Why a host sent back a datagram it could not deliver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unreachable {
+    /// Nothing listens on the port it was sent to.
+    Port,
+    /// No neighbour answered for its destination (ARP or neighbour discovery failed).
+    Host,
+}
+
+/// Why the ICMP message at `offset` says a datagram could not be delivered, and where the
+/// datagram it quotes starts; `None` for any other message.
+pub(crate) fn unreachable_quote<P: PacketBytes>(
+    pkt: &P,
+    family: IpFamily,
+    offset: usize,
+) -> Option<(Unreachable, NetworkStart)> {
+    let [kind, code] = pkt.read::<2>(offset)?;
+    let unreachable = match (family, kind, code) {
+        (IpFamily::V4, ICMPV4_DEST_UNREACHABLE, ICMPV4_PORT_UNREACHABLE)
+        | (IpFamily::V6, ICMPV6_DEST_UNREACHABLE, ICMPV6_PORT_UNREACHABLE) => Unreachable::Port,
+        (IpFamily::V4, ICMPV4_DEST_UNREACHABLE, ICMPV4_HOST_UNREACHABLE)
+        | (IpFamily::V6, ICMPV6_DEST_UNREACHABLE, ICMPV6_ADDRESS_UNREACHABLE) => Unreachable::Host,
+        _ => return None,
+    };
+    let quoted = NetworkStart {
+        offset: offset + ICMP_HEADER_LEN,
+        family,
+    };
+    Some((unreachable, quoted))
+}
 
 /// Whether the ICMP message at `offset` is a port unreachable quoting a UDP datagram sent from
 /// one of `ports`: a DNS reply its destination refused.
@@ -23,14 +70,7 @@ pub(crate) fn refuses_dns_reply<P: PacketBytes>(
     offset: usize,
     ports: &DnsPorts,
 ) -> bool {
-    let Some([kind, code]) = pkt.read::<2>(offset) else {
-        return false;
-    };
-    let port_unreachable = match family {
-        IpFamily::V4 => kind == ICMPV4_DEST_UNREACHABLE && code == ICMPV4_PORT_UNREACHABLE,
-        IpFamily::V6 => kind == ICMPV6_DEST_UNREACHABLE && code == ICMPV6_PORT_UNREACHABLE,
-    };
-    if !port_unreachable {
+    if !is_port_unreachable(pkt, family, offset) {
         return false;
     }
     let quoted = offset + ICMP_HEADER_LEN;

@@ -27,6 +27,7 @@ pub use dns::{
     parse_dns, parse_dns_with, DnsHeader, DnsSummary, NameWalk, PlainSteps, Question, Steps,
 };
 pub use framing::{tcp_framing, udp_message, DnsMessageRef, TcpFraming, MAX_TCP_MESSAGES};
+pub use icmp::Unreachable;
 pub use ip::IpFamily;
 pub use link::LinkLayer;
 pub use message::DNS_BUF_LEN;
@@ -68,6 +69,58 @@ pub fn classify<P: PacketBytes>(pkt: &P, link: LinkLayer, ports: &DnsPorts) -> P
         }
         Err(rejected) => rejected.into(),
     }
+}
+
+/// A DNS query sent back as undeliverable in an ICMP destination unreachable, as the ICMP
+/// quotes it: nothing listened on its port, or no neighbour answered for its destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefusedQuery {
+    pub why: Unreachable,
+    /// The ICMP message's sender, the host that refused it (IPv4 in the first 4 bytes).
+    pub refused_by: [u8; 16],
+    /// The query's datagram as sent; its payload is as much of the query as the ICMP quotes.
+    pub query: Segment,
+}
+
+/// The UDP query to one of `ports` that an ICMP port or host unreachable in `pkt` sends back;
+/// `None` for any other packet. The kernel programs see these as drops (`NO_SOCKET`,
+/// `NEIGH_FAILED`); a capture shows them only this way.
+pub fn refused_query<P: PacketBytes>(
+    pkt: &P,
+    link: LinkLayer,
+    ports: &DnsPorts,
+) -> Option<RefusedQuery> {
+    let network = link::network_start(pkt, link).ok()?;
+    let Err(Rejected::Icmp { family, offset }) = ip::parse_ip(pkt, network) else {
+        return None;
+    };
+    let (why, quoted) = icmp::unreachable_quote(pkt, family, offset)?;
+    let datagram = ip::parse_ip(pkt, quoted).ok()?;
+    if datagram.transport != Transport::Udp {
+        return None;
+    }
+    let payload = transport::parse_transport(pkt, &datagram, ports).ok()?;
+    if !ports.contains(payload.dport) {
+        return None;
+    }
+    let (refused_by, _) = ip::addresses(pkt, network);
+    let (src, dst) = ip::addresses(pkt, quoted);
+    Some(RefusedQuery {
+        why,
+        refused_by,
+        query: Segment {
+            l3_offset: quoted.offset,
+            family,
+            src,
+            dst,
+            sport: payload.sport,
+            dport: payload.dport,
+            transport: Transport::Udp,
+            payload_offset: payload.offset,
+            payload_len: payload.len,
+            declared_payload_len: payload.declared_len,
+        },
+    })
 }
 
 #[inline(always)]

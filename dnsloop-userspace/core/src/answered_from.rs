@@ -6,7 +6,8 @@
 //! a namespace from an address: a socket there answered from that address, so a question to
 //! it can be received there. A reply that only passes through (a pod's answer routed by the
 //! node, un-DNAT'ed there to the ClusterIP) shows nothing of the node, and is told apart by
-//! having entered the namespace before it left. A query over TCP shows it too: it is sent on a
+//! having entered the namespace before it left. A query that a host sent back in an ICMP port
+//! or host unreachable was taken in nowhere. A query over TCP shows it too: it is sent on a
 //! connection that a socket at its destination accepted.
 use std::{net::IpAddr, time::SystemTime};
 
@@ -15,7 +16,7 @@ use crate::{
         packet::MessageKey,
         table::{FastHash, Table},
     },
-    observation::{Namespace, Observation, Transport},
+    observation::{DroppedMessage, Namespace, Observation, Transport},
 };
 
 /// Namespaces and addresses remembered; beyond them the stalest are forgotten, and questions
@@ -28,6 +29,8 @@ const REPLY_CAPACITY: usize = 65_536;
 
 pub struct AnsweredFrom {
     answering: Table<(Namespace, IpAddr), SystemTime>,
+    /// Queries a host sent back in an ICMP destination unreachable: taken in nowhere.
+    refused: Table<MessageKey, SystemTime, FastHash>,
     /// The namespace each recent reply last entered from elsewhere.
     entered: Table<MessageKey, Namespace, FastHash>,
 }
@@ -36,6 +39,7 @@ impl Default for AnsweredFrom {
     fn default() -> Self {
         Self {
             answering: Table::new(ADDRESS_CAPACITY),
+            refused: Table::with_hasher(REPLY_CAPACITY),
             entered: Table::with_hasher(REPLY_CAPACITY),
         }
     }
@@ -50,6 +54,9 @@ impl AnsweredFrom {
             return None;
         }
         let namespace = obs.point.enters.as_ref()?;
+        if MessageKey::of(obs).is_some_and(|key| self.refused.get(&key).is_some()) {
+            return Some(false);
+        }
         // A message over TCP travels on a connection that a socket at its destination accepted.
         if obs.transport == Transport::Tcp {
             return Some(true);
@@ -57,6 +64,13 @@ impl AnsweredFrom {
         self.answering
             .get(&(namespace.clone(), obs.dst.ip()))
             .map(|_| true)
+    }
+
+    /// Learns that `dropped`, a query a host sent back as undeliverable, was taken in nowhere.
+    pub fn learn_refusal(&mut self, dropped: &DroppedMessage) {
+        if let Some(key) = dropped.query_key() {
+            self.refused.insert(key, dropped.ts);
+        }
     }
 
     /// Learns from `obs` if it is a reply.

@@ -7,8 +7,8 @@
 use std::{net::SocketAddr, sync::Arc, time::SystemTime};
 
 use dnsloop_ebpf::parse::{
-    classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, IpFamily, LinkLayer,
-    Malformed, PacketClass, Segment, SlicePacket, DNS_BUF_LEN,
+    classify, parse_dns, refused_query, tcp_framing, udp_message, DnsMessageRef, DnsPorts,
+    IpFamily, LinkLayer, Malformed, PacketClass, Segment, SlicePacket, Unreachable, DNS_BUF_LEN,
 };
 use dnsloop_ebpf::point::Direction;
 use hickory_proto::{op::Message, serialize::binary::BinDecodable};
@@ -19,6 +19,14 @@ use crate::{
     points::Seen,
     source::{socket_addr, DroppedPacket, MatchedQuery, PriorSighting, RawPacket, UnansweredQuery},
 };
+
+/// The kernel's drop reason for what an ICMP destination unreachable sends back.
+fn drop_reason(why: Unreachable) -> &'static str {
+    match why {
+        Unreachable::Port => "NO_SOCKET",
+        Unreachable::Host => "NEIGH_FAILED",
+    }
+}
 
 /// Offset of the question section in a DNS message.
 const QUESTION_OFFSET: usize = 12;
@@ -206,6 +214,35 @@ impl Decoder {
             transport: segment.transport,
             src: socket_addr(segment.family, &segment.src, segment.sport),
             dst: socket_addr(segment.family, &segment.dst, segment.dport),
+            id: decoded.id,
+            is_response: decoded.is_response,
+            question: decoded.question,
+        })
+    }
+
+    /// The query that `packet`, seen at `point`, sends back in an ICMP port or host unreachable:
+    /// a drop of it in the namespace the ICMP leaves, as the kernel would report it
+    /// (`NO_SOCKET`: nothing listens on its port; `NEIGH_FAILED`: no neighbour answered for
+    /// its destination). A capture shows no drops but these.
+    pub fn decode_refusal(&self, packet: &RawPacket, point: &Point) -> Option<DroppedMessage> {
+        let bytes = SlicePacket(&packet.bytes);
+        let refused = refused_query(&bytes, packet.link_layer, &self.ports)?;
+        let query = refused.query;
+        let message = udp_message(&query);
+        let decoded = decode_message(message_bytes(&packet.bytes, &query, &message)?).ok()?;
+        Some(DroppedMessage {
+            ts: packet.ts,
+            cause: DropCause {
+                reason: drop_reason(refused.why).into(),
+                location: None,
+                place: DropPlace {
+                    namespace: point.leaves.clone(),
+                    device: Some(point.ifname.clone()),
+                },
+            },
+            transport: Transport::Udp,
+            src: socket_addr(query.family, &query.src, query.sport),
+            dst: socket_addr(query.family, &query.dst, query.dport),
             id: decoded.id,
             is_response: decoded.is_response,
             question: decoded.question,

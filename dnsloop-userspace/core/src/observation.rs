@@ -76,6 +76,19 @@ pub struct DroppedMessage {
     pub question: Option<Question>,
 }
 
+impl DroppedMessage {
+    /// The key of the query dropped; `None` for a reply, or a message without a question.
+    pub(crate) fn query_key(&self) -> Option<crate::analyzers::packet::MessageKey> {
+        let question = self.question.as_ref().filter(|_| !self.is_response)?;
+        Some(crate::analyzers::packet::MessageKey::new(
+            question,
+            self.id,
+            self.src.port(),
+            self.transport,
+        ))
+    }
+}
+
 /// The parser's own: one type names a packet's transport from the kernel to the sinks.
 pub use dnsloop_ebpf::parse::Transport;
 

@@ -12,12 +12,16 @@ use dnsloop_ebpf::parse::Malformed;
 use thiserror::Error;
 
 use crate::{
-    analyzers::{Engine, ServerSummary},
+    analyzers::{
+        packet::MessageKey,
+        table::{FastHash, Table},
+        Engine, ServerSummary,
+    },
     answered_from::AnsweredFrom,
     decode::{Decoder, NotDecoded},
     enrich::Enricher,
     finding::Finding,
-    observation::{DropPlace, Observation, Point},
+    observation::{DropPlace, DroppedMessage, Observation, Point},
     points::{PointMap, Seen},
     schema::SummarySource,
     sink::Sink,
@@ -48,11 +52,21 @@ pub struct Pipeline<'s, S: Sink + ?Sized + 's = dyn Sink + 's> {
     /// For packets placed by their source, where no node says which addresses a namespace
     /// holds: the addresses servers were seen answering from.
     answered_from: AnsweredFrom,
+    /// When each query sent back in an ICMP destination unreachable was last seen so: the
+    /// ICMP message is seen at every hop back to the sender, and is one drop.
+    refusals: Table<MessageKey, SystemTime, FastHash>,
     findings: Vec<Finding>,
     /// Packets seen on an interface `points` could not place (it had just gone away).
     unplaced_records: u64,
     malformed_samples: SampleRate,
 }
+
+/// Sightings of an ICMP error about one query this close together are one message crossing
+/// hops; a retry refused again comes a resolver timeout later.
+const ONE_ICMP_MESSAGE: Duration = Duration::from_millis(100);
+
+/// Queries sent back in ICMP whose last sighting is kept, to tell hops from new messages.
+const REFUSALS_REMEMBERED: usize = 4096;
 
 /// Malformed packets are shown at most once per reason per this long of packet time (every one
 /// is counted): enough to see what they look like, never a flood.
@@ -95,6 +109,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
             print_packets,
             observations: Vec::new(),
             answered_from: AnsweredFrom::default(),
+            refusals: Table::with_hasher(REFUSALS_REMEMBERED),
             findings: Vec::new(),
             unplaced_records: 0,
             malformed_samples: SampleRate::default(),
@@ -135,7 +150,13 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         packet: &RawPacket,
         place: impl Fn(Seen) -> Option<&'p Point>,
     ) -> Result<Result<(), NotDecoded>, PipelineError> {
-        let decoded = self.decode(packet, place)?;
+        let decoded = self.decode(packet, &place)?;
+        // A capture shows no drops, but a host sending a query back says so in ICMP.
+        if let (Err(NotDecoded::NotDns), Some(point)) = (&decoded, place(packet.seen)) {
+            if let Some(refused) = self.decoder.decode_refusal(packet, point) {
+                self.refused(refused);
+            }
+        }
         for observation in &mut self.observations {
             self.answered_from.learn(observation);
             observation.to_own_address = self.answered_from.holds(observation);
@@ -166,6 +187,25 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
                 .and_then(|namespace| points.holds(namespace, observation.dst.ip()));
         }
         self.analyze()
+    }
+
+    /// A drop of a query that a host sent back in ICMP, at its first sighting: where it left
+    /// the namespace that sent it.
+    fn refused(&mut self, refused: DroppedMessage) {
+        let Some(key) = refused.query_key() else {
+            return;
+        };
+        let same_message = self.refusals.get(&key).is_some_and(|&last| {
+            refused
+                .ts
+                .duration_since(last)
+                .is_ok_and(|gap| gap < ONE_ICMP_MESSAGE)
+        });
+        self.refusals.insert(key, refused.ts);
+        self.answered_from.learn_refusal(&refused);
+        if !same_message {
+            self.engine.dropped(refused, &mut self.findings);
+        }
     }
 
     /// Decodes `packet`, placed by `place`, into `observations`; shows a sample of it if it is

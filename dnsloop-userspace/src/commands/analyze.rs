@@ -193,9 +193,11 @@ fn survey(path: &Path, ports: &DnsPorts) -> anyhow::Result<Surveyed> {
     })
 }
 
-/// Where the capture shows servers answering from, over the whole file: a cycle through a
-/// namespace is a loop only where it shows that the namespace holds the address the question
-/// was sent to, and a server may answer only once the loop has ended.
+/// Where the capture shows servers answering from, and which queries hosts sent back in ICMP,
+/// over the whole file: a cycle through a namespace is a loop only where it shows that the
+/// namespace holds the address the question was sent to, and a server may answer only once the
+/// loop has ended, a host send a query back only seconds after (a neighbour that never
+/// answers).
 fn answering_addresses(
     path: &Path,
     placement: &mut Placement,
@@ -211,7 +213,14 @@ fn answering_addresses(
         let mut packet = captured.packet;
         packet.seen.direction = point.direction;
         // What does not decode is counted by the analysis proper.
-        let _ = decoder.decode(&packet, |_| Some(&point), &mut observations);
+        if decoder
+            .decode(&packet, |_| Some(&point), &mut observations)
+            .is_err()
+        {
+            if let Some(refused) = decoder.decode_refusal(&packet, &point) {
+                answered_from.learn_refusal(&refused);
+            }
+        }
         for observation in observations.drain(..) {
             answered_from.learn(&observation);
         }

@@ -111,9 +111,7 @@ impl Engine {
     /// dropped where it stayed is known not to be taken in there when that is decided, `settle`
     /// after the packets around it.
     pub fn dropped(&mut self, dropped: DroppedMessage, out: &mut Vec<Finding>) {
-        if let (false, Some(question)) = (dropped.is_response, &dropped.question) {
-            let message =
-                MessageKey::new(question, dropped.id, dropped.src.port(), dropped.transport);
+        if let Some(message) = dropped.query_key() {
             let namespace = dropped.cause.place.namespace.clone();
             self.loops.dropped(message, namespace, dropped.ts);
         }

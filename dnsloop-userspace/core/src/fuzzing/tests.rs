@@ -10,8 +10,8 @@ use std::{net::IpAddr, path::Path};
 
 use dnsloop_ebpf::point::Direction;
 use dnsloop_frames::{
-    address_slot, dns_query, dns_query_wire, dns_response, tcp_stream, v6, FrameSpec, QTYPE_A,
-    QTYPE_HINFO, QTYPE_TXT,
+    address_slot, dns_query, dns_query_wire, dns_response, icmp_frame, tcp_stream, v6, FrameSpec,
+    QTYPE_A, QTYPE_HINFO, QTYPE_TXT,
 };
 
 use super::*;
@@ -222,6 +222,33 @@ fn unexpected_source() -> Sequence {
         .packet(3000, at("eth0", Ingress, 0), &query)
 }
 
+/// CoreDNS asks the client pod, where nothing listens on port 53: the pod's kernel sends the
+/// query back in an ICMP port unreachable, seen on its way at two points.
+fn refused_by_a_pod() -> Sequence {
+    let spec = udp(
+        "10.244.0.3:40000",
+        "10.244.0.2:53",
+        dns_query(99, "db.corp.example", QTYPE_A),
+    );
+    let refusal = Frame {
+        link: LinkLayer::Ethernet,
+        bytes: icmp_frame(
+            "10.244.0.2".parse().expect("an address"),
+            "10.244.0.3".parse().expect("an address"),
+            3,
+            3,
+            &spec.ip_packet(),
+        ),
+    };
+    let query = frame(spec);
+    Sequence::default()
+        .packet(0, at("veth-coredns-a", Ingress, 0), &query)
+        .packet(0, at("veth-client", Egress, 0), &query)
+        .packet(0, at("veth-client", Ingress, 0), &refusal)
+        .packet(0, at("veth-coredns-a", Egress, 0), &refusal)
+        .packet(3000, at("eth0", Ingress, 0), &query)
+}
+
 /// A query to a dead upstream beyond the uplink, unanswered past the timeout.
 fn timeout() -> Sequence {
     let query = frame(udp(
@@ -363,6 +390,7 @@ fn seeds() -> Vec<(&'static str, Sequence)> {
         ("unexpected_source_streamed", unexpected_source_streamed()),
         ("nodelocal_loop_streamed", nodelocal_loop_streamed()),
         ("timeout", timeout()),
+        ("refused_by_a_pod", refused_by_a_pod()),
         ("tcp_ipv6_loopback", tcp_ipv6_loopback()),
         ("odd_packets", odd_packets()),
     ]
@@ -401,6 +429,16 @@ fn the_seeds_reach_every_kind_of_finding() {
     assert!(json(unexpected_source_streamed()).contains(r#""kind":"unexpected_source""#));
     assert!(json(nodelocal_loop_streamed()).contains(r#""kind":"loop""#));
     assert!(json(timeout()).contains(r#""kind":"timeout""#));
+    let refused = json(refused_by_a_pod());
+    assert_eq!(
+        refused.matches(r#""kind":"drop""#).count(),
+        1,
+        "one ICMP message, seen twice, is one drop:\n{refused}"
+    );
+    assert!(
+        refused.contains(r#""reason":"NO_SOCKET""#) && refused.contains(r#""kind":"timeout""#),
+        "{refused}"
+    );
     let text = String::from_utf8(run(&odd_packets().0, OutputFormat::Text)).unwrap();
     assert!(text.contains(r"\027[31mr\007d.a\.b\\.test."), "{text}");
 }
