@@ -221,6 +221,30 @@ mod tests {
     }
 
     #[test]
+    fn a_query_sent_on_to_a_second_server_is_answered_by_either() {
+        // dnsmasq sends a query its first server left unanswered to all its servers, with the
+        // same id from the same port: the second one's reply is the answer.
+        let mut view = analyzer();
+        let second = query("a.test.")
+            .id(1)
+            .to("10.255.0.53:53")
+            .at_ms(1000)
+            .seen(CLIENT_OUT);
+        let findings = run(
+            &mut view,
+            vec![
+                client_asks(1, 0),
+                second,
+                client_gets_reply(1, "10.255.0.53:53", 1005),
+            ],
+            ms(10_000),
+        );
+        assert_eq!(kinds(&findings), Vec::<&str>::new());
+        assert_eq!(view.servers()[0].server.to_string(), "10.255.0.53:53");
+        assert_eq!(view.servers()[0].answered, 1);
+    }
+
+    #[test]
     fn a_retry_after_the_timeout_is_answered_and_counted() {
         let mut view = analyzer();
         let findings = run(

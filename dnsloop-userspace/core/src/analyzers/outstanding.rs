@@ -21,8 +21,12 @@ use crate::observation::{Namespace, Observation, Question};
 #[derive(Clone, Debug)]
 pub struct SentQuery {
     pub client: SocketAddr,
-    /// Where it was first seen addressed to.
+    /// Where it was first seen addressed to; once answered, the server that answered.
     pub server: SocketAddr,
+    /// Other servers the client sent the very same message to (a forwarder such as dnsmasq
+    /// trying a second upstream with the same id and port): a reply from one of them is an
+    /// answer, not a misdelivery.
+    pub also_sent_to: Vec<SocketAddr>,
     /// The namespace it was first seen leaving.
     pub client_namespace: Option<Namespace>,
     pub id: u16,
@@ -40,6 +44,9 @@ pub enum Reply<'a> {
     /// From elsewhere: the client drops it and goes on waiting.
     FromElsewhere(&'a SentQuery),
 }
+
+/// Servers one query is followed to: a forwarder tries two or three.
+const MAX_SERVERS_OF_ONE_QUERY: usize = 4;
 
 pub struct Outstanding {
     wait: Duration,
@@ -67,12 +74,23 @@ impl Outstanding {
         let Some(question) = &obs.question else {
             return;
         };
-        if self.queries.get(key).is_none() {
+        if let Some(query) = self.queries.get_mut(key) {
+            // Sent again from the client itself, to another server; a later hop of the same
+            // sending is seen leaving another namespace (and any DNAT made it before that).
+            let sent_elsewhere = obs.point.leaves == query.client_namespace
+                && obs.src == query.client
+                && obs.dst != query.server
+                && !query.also_sent_to.contains(&obs.dst);
+            if sent_elsewhere && query.also_sent_to.len() < MAX_SERVERS_OF_ONE_QUERY {
+                query.also_sent_to.push(obs.dst);
+            }
+        } else {
             self.queries.insert(
                 key.clone(),
                 SentQuery {
                     client: obs.src,
                     server: obs.dst,
+                    also_sent_to: Vec::new(),
                     client_namespace: obs.point.leaves.clone(),
                     id: obs.id,
                     question: question.clone(),
@@ -90,8 +108,10 @@ impl Outstanding {
         if obs.dst != query.client || obs.point.enters != query.client_namespace {
             return None;
         }
-        if obs.src == query.server {
-            self.queries.remove(key).map(Reply::Answer)
+        if obs.src == query.server || query.also_sent_to.contains(&obs.src) {
+            let mut answered = self.queries.remove(key)?;
+            answered.server = obs.src;
+            Some(Reply::Answer(answered))
         } else {
             self.queries.get(key).map(Reply::FromElsewhere)
         }
