@@ -16,8 +16,9 @@ use dnsloop_tests::{
     dead_upstream, dns_query,
     findings::{fqdn, LoopRecordExt as _, SummaryExt as _, Trace},
     lab::{
-        dead_stub_domains, dns_server, Lab, Pod, Scenario, CLUSTER_DNS, CLUSTER_DNS_V6, DEAD_DNS,
-        EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, UPSTREAM_DNS,
+        dead_stub_domains, dns_server, upstream_failure_domains, Lab, Pod, Scenario, CLUSTER_DNS,
+        CLUSTER_DNS_V6, DEAD_DNS, EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, GONE_DNS,
+        NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, ODD_DNS, UPSTREAM_DNS,
     },
     privilege::{can_run, dnsloop_bin, Need},
     tracer::{self, Tracer},
@@ -439,6 +440,84 @@ fn servers_gone_or_with_their_port_closed_are_timeouts_naming_them_never_loops()
                 .iter()
                 .any(|timeout| timeout.server == node_resolver),
             "{how}: no timeout naming the node's own resolver {node_resolver}:\n{trace}"
+        );
+    }
+}
+
+#[test]
+fn upstreams_answering_refused_servfail_late_or_on_a_second_try_are_no_loop() {
+    // CoreDNS forwards stub domains to a server that answers REFUSED or SERVFAIL at once, or
+    // only after dnsloop's timeout, and to two servers of which the first is gone. A pod asks
+    // each through its node cache, at once; a host process asks CoreDNS the late one directly.
+    let test = "upstream-failures";
+    let names = upstream_failure_domains().map(|(zone, what)| (format!("db.{zone}"), what));
+    let Some((trace, analysed)) = traced_and_captured(test, Scenario::DeadUpstream, |lab| {
+        thread::scope(|scope| {
+            for (name, _) in &names {
+                scope.spawn(move || lab.dig(Pod::Client, &node_cache(), &[name]));
+            }
+        });
+        thread::sleep(TIMEOUT_REPORTED_WITHIN);
+    }) else {
+        return;
+    };
+    let [refused, servfail, slow, retry] = names.each_ref().map(|(name, _)| fqdn(name));
+    let odd = SocketAddr::new(ODD_DNS.into(), 53);
+    let gone = SocketAddr::new(GONE_DNS.into(), 53);
+    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
+        assert!(trace.loops().is_empty(), "{how}: no loop:\n{trace}");
+        assert!(
+            trace.possible_loops().is_empty(),
+            "{how}: nor a possible one:\n{trace}"
+        );
+        // dnsmasq sends the query its gone server left unanswered to both servers, with the
+        // same id from the same socket: the second's reply is its answer.
+        assert!(
+            trace.unexpected_sources().is_empty(),
+            "{how}: every reply came from a server its query went to:\n{trace}"
+        );
+        let timeouts = trace.timeouts();
+        // A refusal and a failure are answers, however unwelcome.
+        for name in [&refused, &servfail] {
+            assert!(
+                timeouts.iter().all(|timeout| &timeout.qname != name),
+                "{how}: {name} was answered at once:\n{trace}"
+            );
+        }
+        assert!(
+            timeouts
+                .iter()
+                .any(|timeout| timeout.qname == slow && timeout.server == odd),
+            "{how}: no timeout naming {odd} for {slow}:\n{trace}"
+        );
+        // The second server answered the retried query; the first one's loss is a drop (in a
+        // capture, the ICMP host unreachable the node sends back).
+        assert!(
+            timeouts.iter().all(|timeout| timeout.qname != retry),
+            "{how}: {retry} was answered by the second server:\n{trace}"
+        );
+        assert!(
+            trace
+                .drops()
+                .iter()
+                .any(|dropped| dropped.reason == "NEIGH_FAILED"
+                    && dropped.dst == gone
+                    && dropped.qname.as_deref() == Some(retry.as_str())),
+            "{how}: no NEIGH_FAILED drop of {retry} to {gone}:\n{trace}"
+        );
+    }
+    // The kernel counts every answer by server and rcode (the late one came after its client
+    // had given up).
+    let answers = trace
+        .summary()
+        .servers
+        .iter()
+        .find(|answers| answers.server == odd)
+        .unwrap_or_else(|| panic!("no answers counted from {odd}:\n{trace}"));
+    for rcode in ["REFUSED", "SERVFAIL"] {
+        assert!(
+            answers.rcodes.get(rcode).is_some_and(|&count| count > 0),
+            "no {rcode} from {odd}:\n{trace}"
         );
     }
 }

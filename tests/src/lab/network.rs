@@ -23,7 +23,7 @@ use super::{
         node_underlay_on, node_uplink_on, overlay_address_on, overlay_mac_on, pod_cidr6_on,
         pod_cidr_on, pod_gateway6_on, pod_gateway_on, Namespaces, NodeNamespaces, Pod, PodNetwork,
         CLOSED_DNS, CLUSTER_DNS, CLUSTER_DNS_UPSTREAM, GONE_SUBNET, NODE_LOCAL_DNS,
-        NODE_LOCAL_DNS_V6, NODE_LOCAL_NET, NODE_LOCAL_NET_V6, NODE_UPLINK, NODE_UPLINK_V6,
+        NODE_LOCAL_DNS_V6, NODE_LOCAL_NET, NODE_LOCAL_NET_V6, NODE_UPLINK, NODE_UPLINK_V6, ODD_DNS,
         OVERLAY_DEVICE, POD_PREFIX_LEN, POD_PREFIX_LEN_V6, ROUTED_HOST_VETH_MAC,
         ROUTED_POD_GATEWAY, ROUTED_POD_GATEWAY_V6, UNDERLAY_DEVICE, UNDERLAY_PREFIX_LEN,
         UPLINK_DEVICE, UPLINK_PREFIX_LEN, UPLINK_PREFIX_LEN_V6, UPSTREAM_DNS, UPSTREAM_DNS_V6,
@@ -129,6 +129,16 @@ pub(crate) fn wire(names: &Namespaces, settings: &NodeSettings, state_dir: &Path
                 "addr",
                 "add",
                 &format!("{CLOSED_DNS}/{UPLINK_PREFIX_LEN}"),
+                "dev",
+                "eth0",
+            ],
+        )?;
+        netns::ip(
+            names.upstream(),
+            &[
+                "addr",
+                "add",
+                &format!("{ODD_DNS}/{UPLINK_PREFIX_LEN}"),
                 "dev",
                 "eth0",
             ],

@@ -8,11 +8,12 @@ use std::{
 
 use super::{
     network::NodeSettings,
-    servers::{Forward, ServerConfig, Software, Transport, ROOT},
+    servers::{Forward, ServerConfig, Software, Transport, ZoneAnswer, ROOT},
     topology::{
-        dead_stub_domains, Pod, PodNetwork, Server, CLUSTER_DNS, CLUSTER_DNS_UPSTREAM,
-        CLUSTER_DOMAIN, CLUSTER_RECORDS, DEAD_DNS, EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME,
-        NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, STUB_DOMAIN, UPSTREAM_DNS, UPSTREAM_DNS_V6,
+        dead_stub_domains, upstream_failure_domains, Pod, PodNetwork, Server, CLUSTER_DNS,
+        CLUSTER_DNS_UPSTREAM, CLUSTER_DOMAIN, CLUSTER_RECORDS, DEAD_DNS, EXTERNAL_A, EXTERNAL_AAAA,
+        EXTERNAL_NAME, GONE_DNS, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, ODD_DNS, ODD_DNS_DELAY,
+        STUB_DOMAIN, UPSTREAM_DNS, UPSTREAM_DNS_V6,
     },
 };
 
@@ -152,6 +153,7 @@ impl Scenario {
             .filter(|server| match (server, server.pod()) {
                 (Server::Upstream, _) => node == 0,
                 (Server::UpstreamDelay, _) => node == 0 && self.upstream_answer_delay().is_some(),
+                (Server::OddUpstream, _) => node == 0 && *self == Scenario::DeadUpstream,
                 (_, Some(pod)) => pods.contains(&pod),
                 (_, None) => true,
             })
@@ -242,15 +244,18 @@ impl Scenario {
             Server::UpstreamDelay => {
                 upstream_delay(self.upstream_answer_delay().unwrap_or(SLOW_UPSTREAM_DELAY))
             }
+            Server::OddUpstream => odd_upstream(),
         };
         config.node = if server.is_upstream_side() { 0 } else { node };
         if self.is_cluster() {
             config.software = match server {
                 // dnsdist forwards like CoreDNS's `forward`: a new ID for every query it sends,
                 // and a query that comes back around a loop is just one more query.
-                Server::NodeCache | Server::CoreDnsA | Server::CoreDnsB | Server::UpstreamDelay => {
-                    Software::Dnsdist
-                }
+                Server::NodeCache
+                | Server::CoreDnsA
+                | Server::CoreDnsB
+                | Server::UpstreamDelay
+                | Server::OddUpstream => Software::Dnsdist,
                 // A resolver of another make than the cluster's own servers, as a datacenter's
                 // is; it answers from its own local data.
                 Server::Upstream => Software::KnotResolver,
@@ -335,6 +340,7 @@ impl Scenario {
             forwards,
             transport,
             answer_delay: None,
+            zone_answers: Vec::new(),
         }
     }
 
@@ -356,6 +362,7 @@ impl Scenario {
                 dead_stub_domains()
                     .into_iter()
                     .map(|(zone, server, _)| forward(zone, server))
+                    .chain(odd_upstream_forwards())
                     .chain([
                         forward(STUB_DOMAIN, DEAD_DNS.into()),
                         forward(ROOT, UPSTREAM_DNS.into()),
@@ -395,6 +402,7 @@ impl Scenario {
             forwards,
             transport: Transport::Udp,
             answer_delay: None,
+            zone_answers: Vec::new(),
         }
     }
 }
@@ -423,6 +431,51 @@ fn upstream_delay(delay: Duration) -> ServerConfig {
         forwards: vec![forward(ROOT, UPSTREAM_BEHIND_DELAY[0])],
         transport: Transport::Udp,
         answer_delay: Some(delay),
+        zone_answers: Vec::new(),
+    }
+}
+
+/// The stub domains of [`upstream_failure_domains`], in order: the first three to [`ODD_DNS`],
+/// the last to a gone server, then the upstream resolver.
+fn odd_upstream_forwards() -> Vec<Forward> {
+    let [refused, servfail, slow, retry] = upstream_failure_domains().map(|(zone, _)| zone);
+    vec![
+        forward(refused, ODD_DNS.into()),
+        forward(servfail, ODD_DNS.into()),
+        forward(slow, ODD_DNS.into()),
+        forward(retry, GONE_DNS.into()),
+        forward(retry, UPSTREAM_DNS.into()),
+    ]
+}
+
+/// The dnsdist answering [`upstream_failure_domains`] badly, at [`ODD_DNS`].
+fn odd_upstream() -> ServerConfig {
+    let [refused, servfail, slow, _] = upstream_failure_domains().map(|(zone, _)| zone);
+    ServerConfig {
+        server: Server::OddUpstream,
+        node: 0,
+        software: Software::Dnsdist,
+        listen: vec![ODD_DNS.into()],
+        local_zones: vec![],
+        records: vec![],
+        forwards: vec![],
+        transport: Transport::Udp,
+        answer_delay: None,
+        zone_answers: vec![
+            ZoneAnswer::Rcode {
+                zone: refused,
+                rcode: "REFUSED",
+            },
+            ZoneAnswer::Rcode {
+                zone: servfail,
+                rcode: "SERVFAIL",
+            },
+            ZoneAnswer::Late {
+                zone: slow,
+                address: EXTERNAL_A.into(),
+                delay: ODD_DNS_DELAY,
+            },
+        ],
     }
 }
 
@@ -453,6 +506,7 @@ fn upstream_resolver(listen: Vec<IpAddr>) -> ServerConfig {
         forwards: vec![],
         transport: Transport::Udp,
         answer_delay: None,
+        zone_answers: Vec::new(),
     }
 }
 

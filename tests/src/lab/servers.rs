@@ -74,6 +74,22 @@ pub(crate) struct Forward {
     pub to: IpAddr,
 }
 
+/// How a dnsdist answers a zone's names itself, the way a broken upstream does.
+#[derive(Clone, Debug)]
+pub(crate) enum ZoneAnswer {
+    /// At once, with `rcode` (`REFUSED`, `SERVFAIL`: dnsdist's `DNSRCode` names).
+    Rcode {
+        zone: &'static str,
+        rcode: &'static str,
+    },
+    /// `address`, after `delay` (UDP only, as dnsdist's DelayAction).
+    Late {
+        zone: &'static str,
+        address: IpAddr,
+        delay: Duration,
+    },
+}
+
 /// What one DNS server does.
 #[derive(Clone, Debug)]
 pub(crate) struct ServerConfig {
@@ -92,6 +108,8 @@ pub(crate) struct ServerConfig {
     /// How long it holds every answer it forwards back before sending it on (dnsdist only, UDP
     /// only: dnsdist's DelayResponseAction).
     pub answer_delay: Option<Duration>,
+    /// Zones it answers itself badly (dnsdist only).
+    pub zone_answers: Vec<ZoneAnswer>,
 }
 
 impl ServerConfig {
@@ -237,8 +255,8 @@ impl ServerConfig {
     /// Refuses a setting the server's software is not rendered with, rather than ignore it.
     fn ensure_no_answer_delay(&self) -> Result<()> {
         ensure!(
-            self.answer_delay.is_none(),
-            "{}: only the lab's dnsdist delays answers",
+            self.answer_delay.is_none() && self.zone_answers.is_empty(),
+            "{}: only the lab's dnsdist delays answers or answers zones badly",
             self.server.name()
         );
         Ok(())
@@ -292,6 +310,27 @@ impl ServerConfig {
                 "addAction(QNameRule(\"{name}.\"), SpoofAction({{{}}}))",
                 addresses.join(", ")
             )?;
+        }
+        for answer in &self.zone_answers {
+            match answer {
+                ZoneAnswer::Rcode { zone, rcode } => writeln!(
+                    conf,
+                    "addAction({}, RCodeAction(DNSRCode.{rcode}))",
+                    dnsdist_zone_rule(zone)
+                )?,
+                ZoneAnswer::Late {
+                    zone,
+                    address,
+                    delay,
+                } => writeln!(
+                    conf,
+                    "-- {zone}: answered, {ms} ms late.\n\
+                     addAction({rule}, DelayAction({ms}))\n\
+                     addAction({rule}, SpoofAction({{\"{address}\"}}))",
+                    rule = dnsdist_zone_rule(zone),
+                    ms = delay.as_millis()
+                )?,
+            }
         }
         for zone in &self.local_zones {
             writeln!(

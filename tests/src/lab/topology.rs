@@ -44,6 +44,29 @@ pub const GONE_SUBNET: &str = "10.99.0.0/24";
 /// query with an ICMP port unreachable.
 pub const CLOSED_DNS: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 98);
 
+/// A server beyond the node that answers badly (`dead-upstream`): at once with REFUSED or
+/// SERVFAIL, or only after longer than dnsloop's timeout ([`upstream_failure_domains`]).
+pub const ODD_DNS: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 96);
+/// How long [`ODD_DNS`] takes to answer `slow.corp.example`: past dnsloop's 2 s timeout,
+/// within dig's 5 s.
+pub const ODD_DNS_DELAY: std::time::Duration = std::time::Duration::from_millis(2_500);
+
+/// The stub domains CoreDNS forwards, in `dead-upstream`, to servers that answer badly or
+/// only on a second try, each with what happens: at once REFUSED, at once SERVFAIL, after
+/// [`ODD_DNS_DELAY`] (all by [`ODD_DNS`]), and from the second of two servers, the first gone
+/// ([`GONE_DNS`]), the second the upstream resolver (NXDOMAIN).
+pub fn upstream_failure_domains() -> [(&'static str, &'static str); 4] {
+    [
+        ("refused.corp.example", "answered REFUSED at once"),
+        ("servfail.corp.example", "answered SERVFAIL at once"),
+        ("slow.corp.example", "answered after 2.5 s"),
+        (
+            "retry.corp.example",
+            "first server gone, the second answers NXDOMAIN",
+        ),
+    ]
+}
+
 /// The stub domains CoreDNS forwards, in `dead-upstream`, to servers that never answer, each
 /// under [`STUB_DOMAIN`] (which node caches send to CoreDNS), with its server and what is wrong
 /// with it: besides [`DEAD_DNS`], where packets vanish, a server gone from an attached subnet,
@@ -231,16 +254,20 @@ pub enum Server {
     /// A dnsdist in the upstream namespace in front of the resolver, holding back every answer
     /// (cluster-slow-upstream only): the nodes see a slow upstream.
     UpstreamDelay,
+    /// A dnsdist in the upstream namespace answering some stub domains badly ([`ODD_DNS`],
+    /// dead-upstream only).
+    OddUpstream,
 }
 
 impl Server {
     /// In the order a pod's query meets them.
-    pub const ALL: [Server; 5] = [
+    pub const ALL: [Server; 6] = [
         Server::NodeCache,
         Server::CoreDnsA,
         Server::CoreDnsB,
         Server::Upstream,
         Server::UpstreamDelay,
+        Server::OddUpstream,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -250,13 +277,17 @@ impl Server {
             Server::CoreDnsB => "coredns-b",
             Server::Upstream => "upstream",
             Server::UpstreamDelay => "upstream-delay",
+            Server::OddUpstream => "upstream-odd",
         }
     }
 
     /// Whether it runs in the upstream namespace, once for the whole lab (as node 0's) rather
     /// than on every node.
     pub fn is_upstream_side(&self) -> bool {
-        matches!(self, Server::Upstream | Server::UpstreamDelay)
+        matches!(
+            self,
+            Server::Upstream | Server::UpstreamDelay | Server::OddUpstream
+        )
     }
 
     /// The pod the server runs in, if it is one of the node's pods on `cni0`.
@@ -264,7 +295,9 @@ impl Server {
         match self {
             Server::CoreDnsA => Some(Pod::CoreDnsA),
             Server::CoreDnsB => Some(Pod::CoreDnsB),
-            Server::NodeCache | Server::Upstream | Server::UpstreamDelay => None,
+            Server::NodeCache | Server::Upstream | Server::UpstreamDelay | Server::OddUpstream => {
+                None
+            }
         }
     }
 }
@@ -375,6 +408,7 @@ pub(crate) fn role_of_address(address: IpAddr) -> Option<&'static str> {
         IpAddr::V4(a) if a == DEAD_DNS => "dead server: nothing answers",
         IpAddr::V4(a) if a == GONE_DNS => "gone server: nothing answers ARP",
         IpAddr::V4(a) if a == CLOSED_DNS => "host with no DNS server",
+        IpAddr::V4(a) if a == ODD_DNS => "server answering REFUSED, SERVFAIL or late",
         a if a.is_loopback() => "loopback: this server itself",
         _ => return None,
     };
@@ -543,7 +577,7 @@ impl Namespaces {
             Server::NodeCache => Some(names.node()),
             Server::CoreDnsA => names.pod(Pod::CoreDnsA),
             Server::CoreDnsB => names.pod(Pod::CoreDnsB),
-            Server::Upstream | Server::UpstreamDelay => Some(self.upstream()),
+            Server::Upstream | Server::UpstreamDelay | Server::OddUpstream => Some(self.upstream()),
         }
     }
 
