@@ -448,20 +448,20 @@ fn servers_gone_or_with_their_port_closed_are_timeouts_naming_them_never_loops()
 fn upstreams_answering_refused_servfail_late_or_on_a_second_try_are_no_loop() {
     // CoreDNS forwards stub domains to a server that answers REFUSED or SERVFAIL at once, or
     // only after dnsloop's timeout, and to two servers of which the first is gone. A pod asks
-    // each through its node cache, at once; a host process asks CoreDNS the late one directly.
+    // each through its node cache.
     let test = "upstream-failures";
-    let names = upstream_failure_domains().map(|(zone, what)| (format!("db.{zone}"), what));
+    let [refused, servfail, slow, _, retry] =
+        upstream_failure_domains().map(|(zone, _)| fqdn(&format!("db.{zone}")));
     let Some((trace, analysed)) = traced_and_captured(test, Scenario::DeadUpstream, |lab| {
-        thread::scope(|scope| {
-            for (name, _) in &names {
-                scope.spawn(move || lab.dig(Pod::Client, &node_cache(), &[name]));
-            }
-        });
+        // One at a time, each failure on its own, the retried one first: the node drops the
+        // query to its gone server seconds later, while the others are asked.
+        for name in [&retry, &refused, &servfail, &slow] {
+            let _ = lab.dig(Pod::Client, &node_cache(), &[name]);
+        }
         thread::sleep(TIMEOUT_REPORTED_WITHIN);
     }) else {
         return;
     };
-    let [refused, servfail, slow, retry] = names.each_ref().map(|(name, _)| fqdn(name));
     let odd = SocketAddr::new(ODD_DNS.into(), 53);
     let gone = SocketAddr::new(GONE_DNS.into(), 53);
     for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
@@ -520,6 +520,82 @@ fn upstreams_answering_refused_servfail_late_or_on_a_second_try_are_no_loop() {
             "no {rcode} from {odd}:\n{trace}"
         );
     }
+}
+
+#[test]
+fn an_answer_truncated_over_udp_and_asked_again_over_tcp_is_no_loop() {
+    // The question goes round the same servers twice, over UDP then over TCP, each time on
+    // new sockets: a client asking again, not a loop.
+    let [_, _, _, big, _] = upstream_failure_domains().map(|(zone, _)| fqdn(&format!("db.{zone}")));
+    let Some((trace, outcome)) = traced("truncated-then-tcp", Scenario::DeadUpstream, |lab| {
+        lab.dig(Pod::Client, &node_cache(), &[&big])
+            .unwrap_or_else(|error| panic!("{error:#}"))
+    }) else {
+        return;
+    };
+    assert_eq!(
+        outcome.answers,
+        [EXTERNAL_A.to_string()],
+        "{big} is answered over TCP:\n{}",
+        outcome.stdout
+    );
+    assert!(trace.loops().is_empty(), "no loop:\n{trace}");
+    assert!(
+        trace.possible_loops().is_empty(),
+        "nor a possible one:\n{trace}"
+    );
+    assert!(
+        trace.timeouts().is_empty(),
+        "every query was answered:\n{trace}"
+    );
+}
+
+#[test]
+fn a_policy_dropping_a_clients_queries_to_the_cluster_ip_is_a_drop_and_a_timeout() {
+    // What a NetworkPolicy denying the client DNS comes to, before kube-proxy's DNAT: the
+    // node drops its queries to the ClusterIP. The client asks twice, as resolvers retry.
+    let test = "policy-client-cluster-ip";
+    let service = SocketAddr::new(CLUSTER_DNS.into(), 53);
+    let Some((trace, analysed)) = traced_and_captured(test, Scenario::Healthy, |lab| {
+        let rules = format!(
+            "add table inet netpol; \
+             add chain inet netpol pre {{ type filter hook prerouting priority -150; }}; \
+             add rule inet netpol pre ip saddr {} ip daddr {CLUSTER_DNS} udp dport 53 drop",
+            Pod::Client.ip()
+        );
+        let added = lab.exec(lab.node_ns(), &["nft", &rules]).expect("nft runs");
+        assert!(added.status.success(), "nft refused the rule: {added:?}");
+        for _ in 0..2 {
+            let _ = lab.dig(Pod::Client, &CLUSTER_DNS.to_string(), &[EXTERNAL_NAME]);
+        }
+        thread::sleep(TIMEOUT_REPORTED_WITHIN);
+        // A capture's clock is its packets: one past the timeout shows that it ran that long.
+        lab.dig_or_fail(Pod::Client, &node_cache(), &[EXTERNAL_NAME]);
+    }) else {
+        return;
+    };
+    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
+        assert!(trace.loops().is_empty(), "{how}: no loop:\n{trace}");
+        assert!(
+            trace.possible_loops().is_empty(),
+            "{how}: nor a possible one:\n{trace}"
+        );
+        assert!(
+            trace.timeouts().iter().any(|timeout| timeout.server == service
+                && timeout.client.ip() == Pod::Client.ip()),
+            "{how}: no timeout naming {service} for the client:\n{trace}"
+        );
+    }
+    // Live, the kernel says where and why.
+    assert!(
+        trace
+            .drops()
+            .iter()
+            .any(|dropped| dropped.reason == "NETFILTER_DROP"
+                && dropped.dst == service
+                && dropped.namespace.as_deref() == Some("node")),
+        "no NETFILTER_DROP of the client's query to {service} in the node:\n{trace}"
+    );
 }
 
 #[test]

@@ -7,8 +7,8 @@
 //! it can be received there. A reply that only passes through (a pod's answer routed by the
 //! node, un-DNAT'ed there to the ClusterIP) shows nothing of the node, and is told apart by
 //! having entered the namespace before it left. A query that a host sent back in an ICMP port
-//! or host unreachable was taken in nowhere. A query over TCP shows it too: it is sent on a
-//! connection that a socket at its destination accepted.
+//! or host unreachable was taken in nowhere. (A query over TCP shows that some socket accepted
+//! its connection, but not in which namespace: the node may route it on, unseen.)
 use std::{net::IpAddr, time::SystemTime};
 
 use crate::{
@@ -16,7 +16,7 @@ use crate::{
         packet::MessageKey,
         table::{FastHash, Table},
     },
-    observation::{DroppedMessage, Namespace, Observation, Transport},
+    observation::{DroppedMessage, Namespace, Observation},
 };
 
 /// Namespaces and addresses remembered; beyond them the stalest are forgotten, and questions
@@ -56,10 +56,6 @@ impl AnsweredFrom {
         let namespace = obs.point.enters.as_ref()?;
         if MessageKey::of(obs).is_some_and(|key| self.refused.get(&key).is_some()) {
             return Some(false);
-        }
-        // A message over TCP travels on a connection that a socket at its destination accepted.
-        if obs.transport == Transport::Tcp {
-            return Some(true);
         }
         self.answering
             .get(&(namespace.clone(), obs.dst.ip()))
@@ -137,12 +133,5 @@ mod tests {
         assert_eq!(answered.holds(&to_service.seen(NODE_FROM_BRIDGE)), None);
         let to_pod = query(NAME).id(2).to(coredns).seen(COREDNS_IN);
         assert_eq!(answered.holds(&to_pod), Some(true), "the pod answered");
-    }
-
-    #[test]
-    fn a_query_over_tcp_went_to_a_socket_that_accepted_its_connection() {
-        let answered = AnsweredFrom::default();
-        let to_cache = query(NAME).id(1).tcp().seen(NODE_FROM_BRIDGE);
-        assert_eq!(answered.holds(&to_cache), Some(true));
     }
 }

@@ -435,14 +435,15 @@ fn upstream_delay(delay: Duration) -> ServerConfig {
     }
 }
 
-/// The stub domains of [`upstream_failure_domains`], in order: the first three to [`ODD_DNS`],
+/// The stub domains of [`upstream_failure_domains`], in order: the first four to [`ODD_DNS`],
 /// the last to a gone server, then the upstream resolver.
 fn odd_upstream_forwards() -> Vec<Forward> {
-    let [refused, servfail, slow, retry] = upstream_failure_domains().map(|(zone, _)| zone);
+    let [refused, servfail, slow, big, retry] = upstream_failure_domains().map(|(zone, _)| zone);
     vec![
         forward(refused, ODD_DNS.into()),
         forward(servfail, ODD_DNS.into()),
         forward(slow, ODD_DNS.into()),
+        forward(big, ODD_DNS.into()),
         forward(retry, GONE_DNS.into()),
         forward(retry, UPSTREAM_DNS.into()),
     ]
@@ -450,7 +451,7 @@ fn odd_upstream_forwards() -> Vec<Forward> {
 
 /// The dnsdist answering [`upstream_failure_domains`] badly, at [`ODD_DNS`].
 fn odd_upstream() -> ServerConfig {
-    let [refused, servfail, slow, _] = upstream_failure_domains().map(|(zone, _)| zone);
+    let [refused, servfail, slow, big, _] = upstream_failure_domains().map(|(zone, _)| zone);
     ServerConfig {
         server: Server::OddUpstream,
         node: 0,
@@ -474,6 +475,10 @@ fn odd_upstream() -> ServerConfig {
                 zone: slow,
                 address: EXTERNAL_A.into(),
                 delay: ODD_DNS_DELAY,
+            },
+            ZoneAnswer::TruncatedOverUdp {
+                zone: big,
+                address: EXTERNAL_A.into(),
             },
         ],
     }

@@ -88,6 +88,8 @@ pub(crate) enum ZoneAnswer {
         address: IpAddr,
         delay: Duration,
     },
+    /// Truncated (TC) over UDP, so that it is asked again over TCP; `address` over TCP.
+    TruncatedOverUdp { zone: &'static str, address: IpAddr },
 }
 
 /// What one DNS server does.
@@ -329,6 +331,13 @@ impl ServerConfig {
                      addAction({rule}, SpoofAction({{\"{address}\"}}))",
                     rule = dnsdist_zone_rule(zone),
                     ms = delay.as_millis()
+                )?,
+                ZoneAnswer::TruncatedOverUdp { zone, address } => writeln!(
+                    conf,
+                    "-- {zone}: truncated over UDP, answered over TCP.\n\
+                     addAction(AndRule({{{rule}, TCPRule(false)}}), TCAction())\n\
+                     addAction({rule}, SpoofAction({{\"{address}\"}}))",
+                    rule = dnsdist_zone_rule(zone)
                 )?,
             }
         }

@@ -53,13 +53,15 @@ pub const ODD_DNS_DELAY: std::time::Duration = std::time::Duration::from_millis(
 
 /// The stub domains CoreDNS forwards, in `dead-upstream`, to servers that answer badly or
 /// only on a second try, each with what happens: at once REFUSED, at once SERVFAIL, after
-/// [`ODD_DNS_DELAY`] (all by [`ODD_DNS`]), and from the second of two servers, the first gone
-/// ([`GONE_DNS`]), the second the upstream resolver (NXDOMAIN).
-pub fn upstream_failure_domains() -> [(&'static str, &'static str); 4] {
+/// [`ODD_DNS_DELAY`], truncated over UDP so that the client asks again over TCP (all by
+/// [`ODD_DNS`]), and from the second of two servers, the first gone ([`GONE_DNS`]), the second
+/// the upstream resolver (NXDOMAIN).
+pub fn upstream_failure_domains() -> [(&'static str, &'static str); 5] {
     [
         ("refused.corp.example", "answered REFUSED at once"),
         ("servfail.corp.example", "answered SERVFAIL at once"),
         ("slow.corp.example", "answered after 2.5 s"),
+        ("big.corp.example", "truncated over UDP, answered over TCP"),
         (
             "retry.corp.example",
             "first server gone, the second answers NXDOMAIN",
