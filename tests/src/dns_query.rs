@@ -1,6 +1,7 @@
 //! Hand-made DNS traffic inside a lab namespace, for what dig cannot make: one query sent twice
-//! from one socket with one id, as a stub resolver retries; a burst of queries sent without
-//! waiting; a server that never reads its socket.
+//! from one socket with one id, as a stub resolver retries; A and AAAA at once from one socket,
+//! as glibc asks; a burst of queries sent without waiting; a server that never reads its
+//! socket.
 use std::{
     net::{SocketAddr, UdpSocket},
     path::Path,
@@ -13,6 +14,7 @@ use anyhow::{Context as _, Result};
 use crate::netns;
 
 const QTYPE_A: u16 = 1;
+const QTYPE_AAAA: u16 = 28;
 const QCLASS_IN: u16 = 1;
 /// Recursion desired, as every stub resolver sets it.
 const FLAGS_RD: u16 = 0x0100;
@@ -30,7 +32,7 @@ pub fn send_twice(
     id: u16,
     gap: Duration,
 ) -> Result<usize> {
-    let query = a_query(id, name)?;
+    let query = query(id, name, QTYPE_A)?;
     netns::run_in(netns, || -> Result<usize> {
         let socket = UdpSocket::bind(unspecified_for(server)).context("binding a UDP socket")?;
         socket.set_read_timeout(Some(REPLY_WAIT))?;
@@ -56,6 +58,38 @@ pub fn send_twice(
     .with_context(|| format!("entering the namespace at {}", netns.display()))?
 }
 
+/// Sends `A` and `AAAA` queries for `name` to `server` back to back from one socket (ids `id`
+/// and `id + 1`), as glibc's resolver does unless told `single-request`, and returns how many
+/// of the two were answered within a second.
+pub fn send_a_and_aaaa(netns: &Path, server: SocketAddr, name: &str, id: u16) -> Result<usize> {
+    let ids = [id, id.wrapping_add(1)];
+    let queries = [
+        query(ids[0], name, QTYPE_A)?,
+        query(ids[1], name, QTYPE_AAAA)?,
+    ];
+    netns::run_in(netns, || -> Result<usize> {
+        let socket = UdpSocket::bind(unspecified_for(server)).context("binding a UDP socket")?;
+        socket.set_read_timeout(Some(REPLY_WAIT))?;
+        for query in &queries {
+            socket
+                .send_to(query, server)
+                .with_context(|| format!("sending to {server}"))?;
+        }
+        let mut answered = [false; 2];
+        let mut buffer = [0u8; 1500];
+        while answered.contains(&false) {
+            let Ok((len, _)) = socket.recv_from(&mut buffer) else {
+                break;
+            };
+            for (slot, id) in answered.iter_mut().zip(ids) {
+                *slot |= len >= 2 && buffer[..2] == id.to_be_bytes();
+            }
+        }
+        Ok(answered.iter().filter(|&&answered| answered).count())
+    })
+    .with_context(|| format!("entering the namespace at {}", netns.display()))?
+}
+
 /// Sends `count` `A` queries for `name` to `server` from one socket in the namespace at
 /// `netns`, ids from `first_id` on, without waiting for replies (none are read).
 pub fn send_burst(
@@ -66,7 +100,7 @@ pub fn send_burst(
     count: u16,
 ) -> Result<()> {
     let queries = (0..count)
-        .map(|offset| a_query(first_id.wrapping_add(offset), name))
+        .map(|offset| query(first_id.wrapping_add(offset), name, QTYPE_A))
         .collect::<Result<Vec<_>>>()?;
     netns::run_in(netns, || -> Result<()> {
         let socket = UdpSocket::bind(unspecified_for(server)).context("binding a UDP socket")?;
@@ -113,8 +147,9 @@ fn unspecified_for(server: SocketAddr) -> SocketAddr {
     }
 }
 
-/// A standard query with recursion desired for `name` (dotted, trailing dot optional), type A.
-fn a_query(id: u16, name: &str) -> Result<Vec<u8>> {
+/// A standard query with recursion desired for `name` (dotted, trailing dot optional) of type
+/// `qtype`.
+fn query(id: u16, name: &str, qtype: u16) -> Result<Vec<u8>> {
     let mut message = Vec::with_capacity(17 + name.len());
     message.extend_from_slice(&id.to_be_bytes());
     message.extend_from_slice(&FLAGS_RD.to_be_bytes());
@@ -129,7 +164,7 @@ fn a_query(id: u16, name: &str) -> Result<Vec<u8>> {
         message.extend_from_slice(label.as_bytes());
     }
     message.push(0);
-    message.extend_from_slice(&QTYPE_A.to_be_bytes());
+    message.extend_from_slice(&qtype.to_be_bytes());
     message.extend_from_slice(&QCLASS_IN.to_be_bytes());
     Ok(message)
 }
@@ -140,12 +175,12 @@ mod tests {
 
     #[test]
     fn builds_the_wire_form_of_a_query() {
-        let query = a_query(0x1234, "api.default.").expect("valid name");
+        let built = query(0x1234, "api.default.", QTYPE_A).expect("valid name");
         assert_eq!(
-            query,
+            built,
             b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\
               \x03api\x07default\x00\x00\x01\x00\x01"
         );
-        assert!(a_query(1, &"x".repeat(64)).is_err());
+        assert!(query(1, &"x".repeat(64), QTYPE_A).is_err());
     }
 }
