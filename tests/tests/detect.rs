@@ -599,6 +599,47 @@ fn a_policy_dropping_a_clients_queries_to_the_cluster_ip_is_a_drop_and_a_timeout
 }
 
 #[test]
+fn a_dns_pod_deleted_in_the_middle_of_a_lookup_is_a_timeout_naming_it() {
+    // The client asks CoreDNS pod A a name it forwards to a server that never answers; while
+    // the lookup waits, the pod goes (its veth is deleted, as when its sandbox is torn down),
+    // and the client asks again, now of pod B.
+    let coredns_a = SocketAddr::new(Pod::CoreDnsA.ip().into(), 53);
+    let name = format!("db.{}", dead_stub_domains()[0].0);
+    let Some((trace, ())) = traced("pod-deleted-mid-lookup", Scenario::DeadUpstream, |lab| {
+        thread::scope(|scope| {
+            let asking = scope.spawn(|| {
+                let _ = lab.dig(Pod::Client, &Pod::CoreDnsA.ip().to_string(), &[&name]);
+            });
+            thread::sleep(Duration::from_millis(300));
+            let deleted = lab
+                .exec(
+                    lab.node_ns(),
+                    &["ip", "link", "del", &Pod::CoreDnsA.host_veth()],
+                )
+                .expect("ip runs");
+            assert!(deleted.status.success(), "deleting the veth: {deleted:?}");
+            asking.join().expect("dig runs");
+        });
+        let _ = lab.dig(Pod::Client, &Pod::CoreDnsB.ip().to_string(), &[&name]);
+        thread::sleep(TIMEOUT_REPORTED_WITHIN);
+    }) else {
+        return;
+    };
+    assert!(trace.loops().is_empty(), "no loop:\n{trace}");
+    assert!(
+        trace.possible_loops().is_empty(),
+        "nor a possible one:\n{trace}"
+    );
+    assert!(
+        trace
+            .timeouts()
+            .iter()
+            .any(|timeout| timeout.server == coredns_a && timeout.qname == fqdn(&name)),
+        "no timeout naming the deleted pod {coredns_a}:\n{trace}"
+    );
+}
+
+#[test]
 fn a_client_retrying_a_dead_server_directly_times_out_naming_it() {
     // No forwarder is involved: only the client's own query, sent again after a second on the
     // same socket with the same id, as glibc retries.
