@@ -442,6 +442,18 @@ fn servers_gone_or_with_their_port_closed_are_timeouts_naming_them_never_loops()
             "{how}: no timeout naming the node's own resolver {node_resolver}:\n{trace}"
         );
     }
+    // Live, before the kernel gives up on the gone server (NEIGH_FAILED, seconds later), the
+    // node's neighbour table says why it did not answer.
+    let gone = SocketAddr::new(GONE_DNS.into(), 53);
+    let arp = format!("no host answers ARP for {} on cni0", GONE_DNS);
+    assert!(
+        trace
+            .timeouts()
+            .iter()
+            .filter(|timeout| timeout.server == gone)
+            .all(|timeout| timeout.summary.contains(&arp)),
+        "a timeout naming {gone} without saying that nothing answers ARP for it:\n{trace}"
+    );
 }
 
 #[test]

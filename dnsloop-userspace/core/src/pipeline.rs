@@ -334,6 +334,7 @@ fn emit(
             (Finding::UnexpectedSource(unexpected), Some(enricher)) => enricher.enrich(unexpected),
             (Finding::Loop(found), Some(enricher)) => enricher.enrich_loop(found),
             (Finding::Lookup(found), Some(enricher)) => enricher.enrich_lookup(found),
+            (Finding::Timeout(found), Some(enricher)) => enricher.enrich_timeout(found),
             _ => {}
         }
         sink.finding(&finding).map_err(PipelineError::Write)?;

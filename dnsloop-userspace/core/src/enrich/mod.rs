@@ -1,6 +1,7 @@
-//! Evidence enrichment: what the node's conntrack table and bridge settings say about a finding,
-//! and the cause they establish (for an unexpected source) or the services behind the DNAT'ed
-//! forwards (for a loop, and a slow lookup).
+//! Evidence enrichment: what the node's conntrack table, neighbour table and bridge settings
+//! say about a finding, and the cause they establish (for an unexpected source, or a timeout to
+//! a server gone from an attached network) or the services behind the DNAT'ed forwards (for a
+//! loop, and a slow lookup).
 //!
 //! Best effort throughout: evidence that cannot be had (no entry, no permission, a timeout) is
 //! left out and logged at debug level, and the cause claims no more than the evidence shows.
@@ -8,6 +9,8 @@ mod bridge_netfilter;
 mod cause;
 pub mod conntrack;
 mod dnat;
+mod neighbour;
+mod netlink_socket;
 
 use std::{collections::HashMap, path::Path};
 
@@ -17,7 +20,10 @@ use self::{
 };
 use crate::{
     analyzers::lookup_summary,
-    finding::{ConntrackEvidence, Dnat, LookupFinding, LoopFinding, UnexpectedSourceFinding},
+    finding::{
+        ConntrackEvidence, Dnat, LookupFinding, LoopFinding, TimeoutFinding,
+        UnexpectedSourceFinding,
+    },
     observation::Transport,
 };
 
@@ -60,6 +66,23 @@ impl Enricher {
     pub fn enrich_loop(&mut self, finding: &mut LoopFinding) {
         finding.dnat = self.translations(dnat::flows_to_look_up(&finding.path));
         finding.summary = dnat::name_services(&finding.summary, &finding.dnat);
+    }
+
+    /// Says in `finding.summary` why its server did not answer when the kernel has not said yet
+    /// and the node's neighbour table does: nothing answers ARP for it. (The kernel drops such
+    /// a query, `NEIGH_FAILED`, only seconds after its resolver gave up.)
+    pub fn enrich_timeout(&mut self, finding: &mut TimeoutFinding) {
+        if finding.dropped.is_some() {
+            return;
+        }
+        let server = finding.server.ip();
+        match neighbour::unresolved(server) {
+            Ok(Some(unresolved)) => {
+                finding.summary = format!("{}; {}", finding.summary, unresolved.explain(server));
+            }
+            Ok(None) => {}
+            Err(error) => tracing::debug!("reading the neighbour table for {server}: {error}"),
+        }
     }
 
     /// Names the service each of `finding`'s forwards was sent to where a DNAT before its first

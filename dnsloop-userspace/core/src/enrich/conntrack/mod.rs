@@ -1,7 +1,6 @@
 //! What conntrack knows about a query's flow, asked over ctnetlink in the calling thread's
 //! network namespace.
 mod message;
-mod socket;
 
 use std::{
     io,
@@ -11,7 +10,9 @@ use std::{
 
 use thiserror::Error;
 
-use self::socket::NetfilterSocket;
+use netlink_sys::protocols::NETLINK_NETFILTER;
+
+use super::netlink_socket::NetlinkSocket;
 use crate::{finding::ConntrackEvidence, observation::Transport};
 
 /// How long a lookup may wait for the kernel: enrichment runs inline with the analysis, and a
@@ -58,7 +59,7 @@ pub enum KeyTuple {
 /// then, and a netlink socket stays bound to the namespace it was opened in.
 #[derive(Debug, Default)]
 pub struct ConntrackTable {
-    socket: Option<NetfilterSocket>,
+    socket: Option<NetlinkSocket>,
 }
 
 impl ConntrackTable {
@@ -88,10 +89,15 @@ impl ConntrackTable {
         let request = message::get_request(flow, by)?;
         let socket = match &mut self.socket {
             Some(socket) => socket,
-            None => self.socket.insert(NetfilterSocket::open(REPLY_TIMEOUT)?),
+            None => self.socket.insert(
+                NetlinkSocket::open(NETLINK_NETFILTER, REPLY_TIMEOUT)
+                    .map_err(ConntrackError::Open)?,
+            ),
         };
         let result = socket
-            .exchange(&request)
+            .send(&request)
+            .map_err(ConntrackError::Send)
+            .and_then(|()| socket.receive().map_err(ConntrackError::Receive))
             .and_then(|reply| message::parse_reply(&reply));
         if result.is_err() {
             // The kernel may still answer a request we gave up on; a fresh socket next time
