@@ -65,13 +65,36 @@ pub struct LoopFinding {
     pub unconfirmed: Vec<Unconfirmed>,
 }
 
-/// A question that stayed in `namespace`, addressed to `at`, without evidence that a server
-/// there took it in: the namespace's addresses are not known (a capture), so it may have been
-/// routed on or dropped unseen.
+/// A question that stayed in `namespace`, addressed to `at`, without evidence that it was the
+/// question of the cycle, taken in there: see `why`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unconfirmed {
     pub namespace: Namespace,
     pub at: SocketAddr,
+    pub why: Unconfirmable,
+}
+
+/// What evidence a delivery of a possible loop lacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unconfirmable {
+    /// Nothing shows that the namespace holds the address (its addresses are not known, as in
+    /// a capture, and no reply came from it there): the question may have been routed on, or
+    /// dropped there, unseen.
+    AddressNotShown,
+    /// The question came back from other nodes to the namespace that had sent it off the node,
+    /// with no forward between two namespaces of this node in the round: clients on other
+    /// nodes asking it the same name look the same from here.
+    BackAtItsSender,
+}
+
+impl Unconfirmable {
+    /// A stable snake_case name for the JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AddressNotShown => "address_not_shown",
+            Self::BackAtItsSender => "back_at_its_sender",
+        }
+    }
 }
 
 impl LoopFinding {

@@ -16,7 +16,10 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use super::*;
 use crate::kernel::counters::{GlobalCounts, PointCount};
 use dnsloop_core::{
-    finding::{Finding, LoopFinding, LoopId, TimeoutFinding, Unconfirmed, UnexpectedSourceFinding},
+    finding::{
+        Finding, LoopFinding, LoopId, TimeoutFinding, Unconfirmable, Unconfirmed,
+        UnexpectedSourceFinding,
+    },
     observation::{Namespace, Transport},
     sink::TextSink,
 };
@@ -53,6 +56,7 @@ fn a_possible_loop() -> Finding {
         unconfirmed: vec![Unconfirmed {
             namespace: Namespace::new("node"),
             at: address("169.254.25.10:53"),
+            why: Unconfirmable::AddressNotShown,
         }],
         unanswered: 3,
         ..found

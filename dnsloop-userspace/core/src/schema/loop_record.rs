@@ -95,6 +95,12 @@ pub struct Unconfirmed {
     pub namespace: String,
     /// The address the question was sent to there.
     pub at: SocketAddr,
+    /// What is missing: `address_not_shown` (nothing shows that the namespace holds the
+    /// address: its addresses are not known and no reply came from it there), or
+    /// `back_at_its_sender` (the question came back from other nodes to the namespace that had
+    /// sent it off the node, and no namespace of this node forwarded it to another: other
+    /// nodes' clients asking it look the same; their tracers' findings tell).
+    pub why: String,
 }
 
 /// A forward's destination as its sender addressed it and as conntrack's DNAT rewrote it.
@@ -130,6 +136,7 @@ impl LoopRecord {
                 .map(|delivery| Unconfirmed {
                     namespace: delivery.namespace.to_string(),
                     at: delivery.at,
+                    why: delivery.why.as_str().to_owned(),
                 })
                 .collect(),
             node: node.to_owned(),

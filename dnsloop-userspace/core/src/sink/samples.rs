@@ -14,7 +14,8 @@ use crate::{
     analyzers::{testkit::*, HopTimes, LookupCounts, LookupSummary, ServerSummary, Summary},
     finding::{
         ConntrackEvidence, Dnat, DropCause, DropFinding, Finding, Hop, LookupFinding, LookupHop,
-        LoopFinding, LoopId, OffNode, TimeoutFinding, Unconfirmed, UnexpectedSourceFinding,
+        LoopFinding, LoopId, OffNode, TimeoutFinding, Unconfirmable, Unconfirmed,
+        UnexpectedSourceFinding,
     },
     observation::{DropPlace, Namespace, Transport},
     points::Seen,
@@ -73,6 +74,7 @@ pub fn a_possible_loop() -> Finding {
         unconfirmed: vec![Unconfirmed {
             namespace: Namespace::new("node"),
             at: addr("169.254.25.10:53"),
+            why: Unconfirmable::AddressNotShown,
         }],
         summary: "possible loop: www.example.test. A: node -> 10.244.0.3 (pod 10.244.0.3) -> 169.254.25.10 (node) (2 hops): check the upstream. Not confirmed: nothing shows that node holds 169.254.25.10 (its addresses were not listed, and no reply came from it there), so the question may have been routed on or dropped there unseen".into(),
         ..a_loop_finding(Probe::None)

@@ -1,9 +1,11 @@
 //! Turning a cycle into a finding a person can act on.
 use std::{net::IpAddr, time::SystemTime};
 
+use dnsloop_ebpf::parse::Probe;
+
 use crate::{
     analyzers::{mnemonic, packet::QuestionKey},
-    finding::{Hop, LoopFinding, LoopId, OffNode, Unconfirmed},
+    finding::{Hop, LoopFinding, LoopId, OffNode, Unconfirmable, Unconfirmed},
     observation::Namespace,
     points::NODE,
 };
@@ -48,10 +50,7 @@ pub fn loop_finding(cycle: &[&Flight], rounds: u64, at: SystemTime) -> Option<Lo
     let servers: Vec<IpAddr> = cycle.iter().map(|flight| flight.server.ip()).collect();
     let qname = arrival.question.name.presentation();
     let off_node = off_node(cycle);
-    let unconfirmed: Vec<Unconfirmed> = cycle
-        .iter()
-        .filter_map(|flight| flight.unconfirmed_delivery())
-        .collect();
+    let unconfirmed = unconfirmed(cycle);
     let kind = if unconfirmed.is_empty() {
         "loop"
     } else {
@@ -97,19 +96,71 @@ pub fn loop_finding(cycle: &[&Flight], rounds: u64, at: SystemTime) -> Option<Lo
     })
 }
 
+/// The deliveries of `cycle` (its flights in the order sent, the arrival last) that lack
+/// evidence; none in a loop.
+///
+/// Each delivery must be to an address its namespace is known to hold. And a round through
+/// other nodes must show, on this node, the question forwarded from one namespace to another:
+/// a question that only left a namespace and came back to it from other nodes may be other
+/// nodes' clients asking that namespace what it asks its own upstream over the same device.
+/// (Node-local loops through other nodes, the kubespray kind, pass through the node cache and a
+/// CoreDNS pod on every node; and a loop probe's name is its sender's alone.)
+pub fn unconfirmed(cycle: &[&Flight]) -> Vec<Unconfirmed> {
+    let mut unconfirmed: Vec<Unconfirmed> = cycle
+        .iter()
+        .filter_map(|flight| flight.unconfirmed_delivery())
+        .collect();
+    let through_other_nodes = cycle.iter().any(|flight| flight.came_back());
+    let forwarded_on_this_node = cycle.iter().any(|flight| {
+        flight.origin.is_some()
+            && flight
+                .delivered_to()
+                .is_some_and(|(namespace, _)| flight.origin.as_ref() != Some(namespace))
+    });
+    let probe = cycle.iter().any(|flight| flight.probe != Probe::None);
+    if through_other_nodes && !forwarded_on_this_node && !probe {
+        let back = cycle.iter().rev().find(|flight| flight.came_back());
+        if let Some((namespace, at)) = back.and_then(|flight| flight.delivered_to()) {
+            unconfirmed.push(Unconfirmed {
+                namespace: namespace.clone(),
+                at,
+                why: Unconfirmable::BackAtItsSender,
+            });
+        }
+    }
+    unconfirmed
+}
+
 /// Why a cycle is only a possible loop: `Not confirmed: nothing shows that node holds
 /// 169.254.25.10 (its addresses were not listed, and no reply came from it there), so the
 /// question may have been routed on or dropped there unseen`.
 fn why_possible(unconfirmed: &[Unconfirmed]) -> String {
     let places: Vec<String> = unconfirmed
         .iter()
+        .filter(|delivery| delivery.why == Unconfirmable::AddressNotShown)
         .map(|delivery| format!("{} holds {}", delivery.namespace, delivery.at.ip()))
         .collect();
-    format!(
-        "Not confirmed: nothing shows that {} (its addresses were not listed, and no reply came \
-         from it there), so the question may have been routed on or dropped there unseen",
-        places.join(", or that ")
-    )
+    let mut why = Vec::new();
+    if !places.is_empty() {
+        why.push(format!(
+            "nothing shows that {} (its addresses were not listed, and no reply came from it \
+             there), so the question may have been routed on or dropped there unseen",
+            places.join(", or that ")
+        ));
+    }
+    for delivery in unconfirmed
+        .iter()
+        .filter(|delivery| delivery.why == Unconfirmable::BackAtItsSender)
+    {
+        why.push(format!(
+            "the question came back from other nodes to {namespace}, which had sent it off the \
+             node, and no namespace of this node forwarded it to another: clients on other \
+             nodes asking {namespace} the same name look the same from here. The other nodes' \
+             findings with this loop_id show whether it went round there",
+            namespace = delivery.namespace
+        ));
+    }
+    format!("Not confirmed: {}", why.join("; and "))
 }
 
 /// Each query of the cycle that left the node and the question it came back as.

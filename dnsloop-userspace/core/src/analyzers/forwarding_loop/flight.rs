@@ -12,7 +12,7 @@ use crate::{
         packet::MessageKey,
         table::{FastHash, Table},
     },
-    finding::{Hop, Unconfirmed},
+    finding::{Hop, Unconfirmable, Unconfirmed},
     observation::{Namespace, Observation, Question},
 };
 
@@ -223,6 +223,7 @@ impl Flight {
             } => Some(Unconfirmed {
                 namespace: namespace.clone(),
                 at: *at,
+                why: Unconfirmable::AddressNotShown,
             }),
             _ => None,
         }

@@ -450,9 +450,7 @@ impl ForwardingLoops {
         let key = LoopKey::new(
             question,
             flights.iter().any(|flight| flight.came_back()),
-            flights
-                .iter()
-                .any(|flight| flight.unconfirmed_delivery().is_some()),
+            !describe::unconfirmed(&flights).is_empty(),
         );
         let finding = self.reports.occurred_after(key, at, cycle.rounds - 1, || {
             describe::loop_finding(&flights, cycle.rounds, at)

@@ -3,6 +3,7 @@
 //! question back over the overlay to CoreDNS on node A (10.244.0.3), which forwards it to node
 //! A's cache. Node B's part of the round is out of sight.
 use super::*;
+use crate::{finding::Unconfirmable, observation::Namespace};
 
 /// Node B's address on the overlay, which its cache's queries to node A's pods come from.
 const NODE_B: &str = "10.244.1.0";
@@ -269,4 +270,44 @@ fn a_loop_through_another_node_and_through_the_node_alone_is_reported_as_both() 
     assert_eq!(found[0].off_node.len(), 1);
     assert_eq!(found[1].off_node, []);
     assert_eq!(found[0].loop_id, found[1].loop_id);
+}
+
+#[test]
+fn clients_on_another_node_asking_what_a_pod_forwards_to_a_dead_server_over_the_overlay_is_no_loop()
+{
+    // CoreDNS on node A forwards a stub domain to a server gone from node B's pod network,
+    // reached over the same overlay device its clients on node B come in by. Those clients ask
+    // it the name every 10 ms, each within a few ms of its last forward leaving.
+    let mut observations = Vec::new();
+    for n in 0..20u16 {
+        let at = 10 * u64::from(n);
+        observations.extend(
+            query(NAME)
+                .id(7000 + n)
+                .from(&format!("10.244.1.2:{}", 30000 + n))
+                .to("10.244.0.3:53")
+                .at_ms(at)
+                .route(&[NODE_FROM_OVERLAY, NODE_TO_BRIDGE, COREDNS_IN]),
+        );
+        observations.extend(
+            query(NAME)
+                .id(8000 + n)
+                .from(&format!("10.244.0.3:{}", 31000 + n))
+                .to("10.244.1.99:53")
+                .at_ms(at + 1)
+                .route(&[COREDNS_OUT, NODE_FROM_BRIDGE, NODE_TO_OVERLAY]),
+        );
+    }
+    // From here it may be a loop (a server on node B that forwards back to CoreDNS on node A
+    // would look the same): possible, never more, and saying why.
+    let found = loops(run(&mut analyzer(), observations, ms(3_000)));
+    assert!(found.iter().all(LoopFinding::is_possible), "{found:?}");
+    assert!(
+        found.iter().all(|found| found
+            .unconfirmed
+            .iter()
+            .any(|delivery| delivery.why == Unconfirmable::BackAtItsSender
+                && delivery.namespace == Namespace::new(COREDNS))),
+        "{found:?}"
+    );
 }
