@@ -345,8 +345,6 @@ fn candidate_namespaces() -> Vec<PathBuf> {
 struct Inspection {
     links: Vec<Link>,
     cookie: u64,
-    /// The first address of each of the namespace's veths, by index.
-    addresses: Vec<(u32, Option<std::net::IpAddr>)>,
     /// Every address the namespace holds, with the link holding it.
     held: Vec<(u32, std::net::IpAddr)>,
 }
@@ -371,11 +369,12 @@ impl Inspection {
                     .iter()
                     .find(|veth| veth.index == peer_index && veth.peer_index == link.index)?;
                 let kind = if node_veth.bridged { "pod" } else { "netns" };
-                let address = self
-                    .addresses
+                let on_link = self
+                    .held
                     .iter()
-                    .find(|(index, _)| *index == link.index)
-                    .and_then(|(_, address)| *address);
+                    .filter(|(index, _)| *index == link.index)
+                    .map(|&(_, address)| address);
+                let address = topology::naming_order(on_link).first().copied();
                 let label = match (pod, address) {
                     // Whatever the CNI's veths look like (Calico's are not bridged), it is a pod.
                     (Some(pod), _) => pod_label(pod),
@@ -412,21 +411,9 @@ fn inspect(path: &Path) -> Result<Inspection, NamespaceError> {
                 .enable_all()
                 .build()?;
             runtime.block_on(async {
-                let links = topology::list_links().await?;
-                let mut addresses = Vec::new();
-                for link in &links {
-                    if matches!(link.role, LinkRole::Veth { .. }) {
-                        let first = topology::addresses(Some(link.index))
-                            .await?
-                            .into_iter()
-                            .next();
-                        addresses.push((link.index, first));
-                    }
-                }
                 Ok(Inspection {
-                    links,
+                    links: topology::list_links().await?,
                     cookie: current_cookie()?,
-                    addresses,
                     held: topology::held_addresses(None).await?,
                 })
             })

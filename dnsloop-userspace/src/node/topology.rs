@@ -181,14 +181,19 @@ pub async fn list_links() -> Result<Vec<Link>, TopologyError> {
 /// The addresses of the calling thread's network namespace, of link `index` only if given,
 /// IPv4 first (IPv6 link-local ones left out).
 pub async fn addresses(index: Option<u32>) -> Result<Vec<IpAddr>, TopologyError> {
-    let mut addresses: Vec<IpAddr> = held_addresses(index)
-        .await?
+    let held = held_addresses(index).await?;
+    Ok(naming_order(held.into_iter().map(|(_, address)| address)))
+}
+
+/// `addresses` as a namespace is named and described by them: IPv4 first, IPv6 link-local
+/// ones left out.
+pub fn naming_order(addresses: impl IntoIterator<Item = IpAddr>) -> Vec<IpAddr> {
+    let mut addresses: Vec<IpAddr> = addresses
         .into_iter()
-        .map(|(_, address)| address)
         .filter(|address| !matches!(address, IpAddr::V6(v6) if v6.is_unicast_link_local()))
         .collect();
     addresses.sort_by_key(IpAddr::is_ipv6);
-    Ok(addresses)
+    addresses
 }
 
 fn link_of(message: &LinkMessage) -> Option<Link> {
