@@ -30,7 +30,7 @@ const REPLY_CAPACITY: usize = 65_536;
 pub struct AnsweredFrom {
     answering: Table<(Namespace, IpAddr), SystemTime>,
     /// Queries a host sent back in an ICMP destination unreachable: taken in nowhere.
-    refused: Table<MessageKey, SystemTime, FastHash>,
+    refused: Table<MessageKey, (), FastHash>,
     /// The namespace each recent reply last entered from elsewhere.
     entered: Table<MessageKey, Namespace, FastHash>,
 }
@@ -65,7 +65,7 @@ impl AnsweredFrom {
     /// Learns that `dropped`, a query a host sent back as undeliverable, was taken in nowhere.
     pub fn learn_refusal(&mut self, dropped: &DroppedMessage) {
         if let Some(key) = dropped.query_key() {
-            self.refused.insert(key, dropped.ts);
+            self.refused.insert(key, ());
         }
     }
 

@@ -31,11 +31,14 @@ use dnsloop_core::{
         SummarySource,
     },
     sink,
-    source::capture_file::{
-        link_names,
-        order::TimeOrder,
-        placement::{Placement, Survey},
-        CaptureFile, CaptureInterface, CapturedPacket, Format,
+    source::{
+        capture_file::{
+            link_names,
+            order::TimeOrder,
+            placement::{Placement, Survey},
+            CaptureFile, CaptureInterface, CapturedPacket, Format,
+        },
+        RawPacket,
     },
 };
 
@@ -207,11 +210,9 @@ fn answering_addresses(
     let mut answered_from = AnsweredFrom::default();
     let mut observations = Vec::new();
     while let Some(captured) = file.next_packet() {
-        let Some(point) = placement.place(&captured) else {
+        let Some((packet, point)) = placed(captured, placement) else {
             continue;
         };
-        let mut packet = captured.packet;
-        packet.seen.direction = point.direction;
         // What does not decode is counted by the analysis proper.
         if decoder
             .decode(&packet, |_| Some(&point), &mut observations)
@@ -251,18 +252,25 @@ fn feed(
     counts: &mut Counts,
 ) -> anyhow::Result<SystemTime> {
     let ts = captured.packet.ts;
-    let Some(point) = placement.place(&captured) else {
+    let Some((packet, point)) = placed(captured, placement) else {
         counts.unplaced += 1;
         return Ok(ts);
     };
-    let mut packet = captured.packet;
-    packet.seen.direction = point.direction;
     let decoded = pipeline
         .ingest_placed(&packet, |_| Some(&point))
         .context("analysing the capture")?;
     counts.count(packet.seen.interface.ifindex, &point, decoded);
     pipeline.advance(ts)?;
     Ok(ts)
+}
+
+/// `captured` with the point `placement` puts it at, its direction set from it; `None` if it
+/// places it nowhere.
+fn placed(captured: CapturedPacket, placement: &mut Placement) -> Option<(RawPacket, Point)> {
+    let point = placement.place(&captured)?;
+    let mut packet = captured.packet;
+    packet.seen.direction = point.direction;
+    Some((packet, point))
 }
 
 /// What became of the packets, per interface and in all.

@@ -84,16 +84,10 @@ fn unresolved_entry(entry: &NeighbourMessage, address: IpAddr) -> Option<Unresol
         NeighbourState::Incomplete => false,
         _ => return None,
     };
-    let of_address = entry.attributes.iter().any(|attribute| {
-        matches!(
-            (attribute, address),
-            (NeighbourAttribute::Destination(NeighbourAddress::Inet(found)), IpAddr::V4(wanted))
-                if *found == wanted
-        ) || matches!(
-            (attribute, address),
-            (NeighbourAttribute::Destination(NeighbourAddress::Inet6(found)), IpAddr::V6(wanted))
-                if *found == wanted
-        )
+    let of_address = entry.attributes.iter().any(|attribute| match attribute {
+        NeighbourAttribute::Destination(NeighbourAddress::Inet(found)) => address == *found,
+        NeighbourAttribute::Destination(NeighbourAddress::Inet6(found)) => address == *found,
+        _ => false,
     });
     of_address.then(|| Unresolved {
         device: device_name(entry.header.ifindex),
