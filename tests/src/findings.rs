@@ -126,6 +126,19 @@ impl Trace {
             .collect()
     }
 
+    /// Fails, naming `context`, if it reports a loop or a possible one: where dnsloop has all
+    /// the evidence (live, or a capture that shows it), a fault that is no loop is neither.
+    pub fn assert_no_loop(&self, context: &str) {
+        assert!(
+            self.loops().is_empty(),
+            "{context}: a loop where there is none:\n{self}"
+        );
+        assert!(
+            self.possible_loops().is_empty(),
+            "{context}: a possible loop where there is none:\n{self}"
+        );
+    }
+
     /// The possible-loop reports, in the order printed.
     pub fn possible_loops(&self) -> Vec<&LoopRecord> {
         self.records

@@ -477,11 +477,7 @@ fn upstreams_answering_refused_servfail_late_or_on_a_second_try_are_no_loop() {
     let odd = SocketAddr::new(ODD_DNS.into(), 53);
     let gone = SocketAddr::new(GONE_DNS.into(), 53);
     for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
-        assert!(trace.loops().is_empty(), "{how}: no loop:\n{trace}");
-        assert!(
-            trace.possible_loops().is_empty(),
-            "{how}: nor a possible one:\n{trace}"
-        );
+        trace.assert_no_loop(how);
         // dnsmasq sends the query its gone server left unanswered to both servers, with the
         // same id from the same socket: the second's reply is its answer.
         assert!(
@@ -551,11 +547,7 @@ fn an_answer_truncated_over_udp_and_asked_again_over_tcp_is_no_loop() {
         "{big} is answered over TCP:\n{}",
         outcome.stdout
     );
-    assert!(trace.loops().is_empty(), "no loop:\n{trace}");
-    assert!(
-        trace.possible_loops().is_empty(),
-        "nor a possible one:\n{trace}"
-    );
+    trace.assert_no_loop("trace");
     assert!(
         trace.timeouts().is_empty(),
         "every query was answered:\n{trace}"
@@ -587,11 +579,7 @@ fn a_policy_dropping_a_clients_queries_to_the_cluster_ip_is_a_drop_and_a_timeout
         return;
     };
     for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
-        assert!(trace.loops().is_empty(), "{how}: no loop:\n{trace}");
-        assert!(
-            trace.possible_loops().is_empty(),
-            "{how}: nor a possible one:\n{trace}"
-        );
+        trace.assert_no_loop(how);
         assert!(
             trace.timeouts().iter().any(|timeout| timeout.server == service
                 && timeout.client.ip() == Pod::Client.ip()),
@@ -637,11 +625,7 @@ fn a_dns_pod_deleted_in_the_middle_of_a_lookup_is_a_timeout_naming_it() {
     }) else {
         return;
     };
-    assert!(trace.loops().is_empty(), "no loop:\n{trace}");
-    assert!(
-        trace.possible_loops().is_empty(),
-        "nor a possible one:\n{trace}"
-    );
+    trace.assert_no_loop("trace");
     assert!(
         trace
             .timeouts()

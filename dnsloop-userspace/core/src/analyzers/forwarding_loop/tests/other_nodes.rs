@@ -154,16 +154,21 @@ fn a_loop_id_is_the_questions_whatever_the_case_and_the_node() {
     assert_ne!(on_node_a[0].loop_id, other_question[0].loop_id);
 }
 
+/// A client on node B asks CoreDNS on node A (query `n`, at `at` ms), over the overlay.
+fn client_on_node_b_asks(at: u64, n: u16) -> Vec<Observation> {
+    query(NAME)
+        .id(7000 + n)
+        .from(&format!("10.244.1.2:{}", 30000 + n))
+        .to("10.244.0.3:53")
+        .at_ms(at)
+        .route(&[NODE_FROM_OVERLAY, NODE_TO_BRIDGE, COREDNS_IN])
+}
+
 /// A client on node B asks CoreDNS on node A the name at `at`, which CoreDNS forwards to the
 /// upstream beyond the uplink.
 fn client_on_node_b_asks_coredns_a(at: u64, n: u16) -> Vec<Vec<Observation>> {
     vec![
-        query(NAME)
-            .id(7000 + n)
-            .from(&format!("10.244.1.2:{}", 30000 + n))
-            .to("10.244.0.3:53")
-            .at_ms(at)
-            .route(&[NODE_FROM_OVERLAY, NODE_TO_BRIDGE, COREDNS_IN]),
+        client_on_node_b_asks(at, n),
         query(NAME)
             .id(8000 + n)
             .from(&format!("10.244.0.3:{}", 31000 + n))
@@ -281,14 +286,7 @@ fn clients_on_another_node_asking_what_a_pod_forwards_to_a_dead_server_over_the_
     let mut observations = Vec::new();
     for n in 0..20u16 {
         let at = 10 * u64::from(n);
-        observations.extend(
-            query(NAME)
-                .id(7000 + n)
-                .from(&format!("10.244.1.2:{}", 30000 + n))
-                .to("10.244.0.3:53")
-                .at_ms(at)
-                .route(&[NODE_FROM_OVERLAY, NODE_TO_BRIDGE, COREDNS_IN]),
-        );
+        observations.extend(client_on_node_b_asks(at, n));
         observations.extend(
             query(NAME)
                 .id(8000 + n)
