@@ -69,6 +69,10 @@ enum Task {
         /// BENCHMARKS.md alone.
         #[arg(long, value_enum, value_name = "PIECE", conflicts_with = "compare")]
         only: Option<bench::Piece>,
+        /// How long the soak runs, in minutes: mixed healthy and failing DNS on two nodes.
+        #[arg(long, value_name = "MINUTES", default_value_t = 10,
+              value_parser = clap::value_parser!(u64).range(1..))]
+        soak_minutes: u64,
     },
 }
 
@@ -115,7 +119,15 @@ fn main() -> Result<()> {
             Some(rounds) => test::repeat(rounds.into()),
             None => test::run(),
         },
-        Task::Bench { compare, only } => bench::run(compare.as_deref(), only),
+        Task::Bench {
+            compare,
+            only,
+            soak_minutes,
+        } => bench::run(
+            compare.as_deref(),
+            only,
+            std::time::Duration::from_secs(soak_minutes * 60),
+        ),
         Task::Fuzz { seconds } => fuzz::run(seconds),
     }
 }

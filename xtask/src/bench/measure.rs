@@ -95,11 +95,21 @@ pub fn cpu_time(pid: u32) -> Result<Duration> {
 
 /// The most memory a process has had resident (VmHWM), in bytes.
 pub fn peak_rss(pid: u32) -> Result<u64> {
+    memory_status(pid, "VmHWM")
+}
+
+/// The memory a process has resident now (VmRSS), in bytes.
+pub fn resident_memory(pid: u32) -> Result<u64> {
+    memory_status(pid, "VmRSS")
+}
+
+/// One of the kB figures of /proc/PID/status, in bytes.
+fn memory_status(pid: u32, field: &str) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|value| {
             value
                 .trim()
@@ -109,7 +119,7 @@ pub fn peak_rss(pid: u32) -> Result<u64> {
                 .ok()
         })
         .map(|kib| kib * 1024)
-        .context("no VmHWM in /proc/PID/status")
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
 }
 
 /// What one dnsperf run achieved.

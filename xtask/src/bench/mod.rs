@@ -15,6 +15,9 @@
 //! - A CoreDNS-like loop storm across two nodes (see `cluster_storm`): DNS packets/s, findings
 //!   by kind, per second and per report interval, lost events, peak memory, and how soon the
 //!   first loop is reported.
+//! - A soak (see `soak`): minutes of mixed healthy and failing DNS on two nodes, each traced:
+//!   loop findings (none expected), the dead servers named, memory and the kernel's tables
+//!   sampled each minute.
 //! - Attach time on a namespace of 100 veths: TCX links (with and without `--expedite-attach`)
 //!   and, as kernels before 6.6 attach, filters on the clsact qdisc.
 //! - The programs on single packets of each kind (`BPF_PROG_TEST_RUN`), and the verifier's
@@ -22,7 +25,8 @@
 //!
 //! `--only storm` runs the two storms alone and prints their rows (a minute or so);
 //! `--only saturation` the saturation rows of the three topologies (about six minutes);
-//! `--only flood` the non-DNS flood's rows, the drop program's among them (a minute or so).
+//! `--only flood` the non-DNS flood's rows, the drop program's among them (a minute or so);
+//! `--only soak` the soak (`--soak-minutes`, 10 by default).
 mod cluster_storm;
 mod compare;
 mod flood;
@@ -30,6 +34,7 @@ mod floor;
 mod measure;
 mod namespace;
 mod report;
+mod soak;
 
 use std::{
     io::{BufRead as _, BufReader, Read as _},
@@ -135,11 +140,13 @@ pub enum Piece {
     /// The non-DNS flood: what the classifiers and the drop program cost on packets that are
     /// not DNS, all of them dropped by the kernel.
     Flood,
+    /// The soak: mixed healthy and failing DNS on two nodes for `--soak-minutes`.
+    Soak,
 }
 
-/// The full bench; with `compare`, the A/B of this build against that dnsloop binary; with
-/// `only`, that piece alone.
-pub fn run(compare: Option<&Path>, only: Option<Piece>) -> Result<()> {
+/// The full bench, its soak `soak` long; with `compare`, the A/B of this build against that
+/// dnsloop binary; with `only`, that piece alone.
+pub fn run(compare: Option<&Path>, only: Option<Piece>, soak: Duration) -> Result<()> {
     if let Some(baseline) = compare {
         compare::check_baseline(baseline)?;
     }
@@ -166,6 +173,7 @@ pub fn run(compare: Option<&Path>, only: Option<Piece>) -> Result<()> {
                 };
                 non_dns_flood(&context, &mut report)?;
             }
+            Piece::Soak => soak_for(&dnsloop, soak, &mut report)?,
         }
         print!("{}", report.table());
         return Ok(());
@@ -208,6 +216,7 @@ pub fn run(compare: Option<&Path>, only: Option<Piece>) -> Result<()> {
     }
 
     storms(&dnsloop, &mut report)?;
+    soak_for(&dnsloop, soak, &mut report)?;
     eprintln!("bench: attaching to {} veths", 2 * VETH_PAIRS);
     attach_time(&dnsloop, &mut report)?;
     eprintln!("bench: the programs on single packets (BPF_PROG_TEST_RUN, {REPEATS} runs)");
@@ -1058,6 +1067,14 @@ fn storms(dnsloop: &Path, report: &mut Report) -> Result<()> {
     storm(dnsloop, report)?;
     eprintln!("bench: a CoreDNS-like loop storm across two nodes ({REPEATS} runs)");
     cluster_storm::run(dnsloop, report)
+}
+
+fn soak_for(dnsloop: &Path, duration: Duration, report: &mut Report) -> Result<()> {
+    eprintln!(
+        "bench: a soak of {} min, healthy and failing DNS on two nodes",
+        duration.as_secs() / 60
+    );
+    soak::run(dnsloop, duration, report)
 }
 
 fn storm(dnsloop: &Path, report: &mut Report) -> Result<()> {
