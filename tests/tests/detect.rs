@@ -86,12 +86,13 @@ fn trace_lab<T>(
 }
 
 /// As `traced`, with tcpdump capturing every interface of the node at the same time (DNS and
-/// ICMP, as an operator would); returns the trace and `dnsloop analyze` of the capture.
-fn traced_and_captured(
+/// ICMP, as an operator would); returns the trace, `dnsloop analyze` of the capture, and what
+/// `traffic` returned.
+fn traced_and_captured<T>(
     test: &str,
     scenario: Scenario,
-    traffic: impl FnOnce(&Lab),
-) -> Option<(Trace, Trace)> {
+    traffic: impl FnOnce(&Lab) -> T,
+) -> Option<(Trace, Trace, T)> {
     if !can_run(
         test,
         &[Need::Root, Need::Tool("tcpdump"), Need::DnsloopBinary],
@@ -105,14 +106,18 @@ fn traced_and_captured(
     let capture = lab
         .capture_pcap(lab.node_ns(), "any", "port 53 or icmp or icmp6", &file)
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let (trace, ()) = trace_lab(test, &lab, &[], traffic);
+    let (trace, returned) = trace_lab(test, &lab, &[], traffic);
     capture
         .stop()
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let _ = std::fs::copy(
+        &file,
+        format!("/tmp/keep-{test}-{}.pcap", std::process::id()),
+    );
     let analysed = tracer::analyze(&dnsloop_bin(), &file, &[])
         .and_then(Trace::from_output)
         .unwrap_or_else(|error| panic!("{test}: dnsloop analyze: {error:#}"));
-    Some((trace, analysed))
+    Some((trace, analysed, returned))
 }
 
 fn node_cache() -> String {
@@ -389,7 +394,7 @@ fn servers_gone_or_with_their_port_closed_are_timeouts_naming_them_never_loops()
     let stubs = dead_stub_domains();
     let node_resolver = SocketAddr::from((Ipv4Addr::LOCALHOST, 53));
     let test = "dead-and-closed";
-    let Some((trace, analysed)) = traced_and_captured(test, Scenario::DeadUpstream, |lab| {
+    let Some((trace, analysed, ())) = traced_and_captured(test, Scenario::DeadUpstream, |lab| {
         thread::scope(|scope| {
             for (zone, _, _) in &stubs {
                 scope.spawn(move || {
@@ -464,7 +469,7 @@ fn upstreams_answering_refused_servfail_late_or_on_a_second_try_are_no_loop() {
     let test = "upstream-failures";
     let [refused, servfail, slow, _, retry] =
         upstream_failure_domains().map(|(zone, _)| fqdn(&format!("db.{zone}")));
-    let Some((trace, analysed)) = traced_and_captured(test, Scenario::DeadUpstream, |lab| {
+    let Some((trace, analysed, ())) = traced_and_captured(test, Scenario::DeadUpstream, |lab| {
         // One at a time, each failure on its own, the retried one first: the node drops the
         // query to its gone server seconds later, while the others are asked.
         for name in [&retry, &refused, &servfail, &slow] {
@@ -535,10 +540,13 @@ fn an_answer_truncated_over_udp_and_asked_again_over_tcp_is_no_loop() {
     // The question goes round the same servers twice, over UDP then over TCP, each time on
     // new sockets: a client asking again, not a loop.
     let [_, _, _, big, _] = upstream_failure_domains().map(|(zone, _)| fqdn(&format!("db.{zone}")));
-    let Some((trace, outcome)) = traced("truncated-then-tcp", Scenario::DeadUpstream, |lab| {
-        lab.dig(Pod::Client, &node_cache(), &[&big])
-            .unwrap_or_else(|error| panic!("{error:#}"))
-    }) else {
+    let test = "truncated-then-tcp";
+    let Some((trace, analysed, outcome)) =
+        traced_and_captured(test, Scenario::DeadUpstream, |lab| {
+            lab.dig(Pod::Client, &node_cache(), &[&big])
+                .unwrap_or_else(|error| panic!("{error:#}"))
+        })
+    else {
         return;
     };
     assert_eq!(
@@ -547,11 +555,13 @@ fn an_answer_truncated_over_udp_and_asked_again_over_tcp_is_no_loop() {
         "{big} is answered over TCP:\n{}",
         outcome.stdout
     );
-    trace.assert_no_loop("trace");
-    assert!(
-        trace.timeouts().is_empty(),
-        "every query was answered:\n{trace}"
-    );
+    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
+        trace.assert_no_loop(how);
+        assert!(
+            trace.timeouts().is_empty(),
+            "{how}: every query was answered:\n{trace}"
+        );
+    }
 }
 
 #[test]
@@ -560,7 +570,7 @@ fn a_policy_dropping_a_clients_queries_to_the_cluster_ip_is_a_drop_and_a_timeout
     // node drops its queries to the ClusterIP. The client asks twice, as resolvers retry.
     let test = "policy-client-cluster-ip";
     let service = SocketAddr::new(CLUSTER_DNS.into(), 53);
-    let Some((trace, analysed)) = traced_and_captured(test, Scenario::Healthy, |lab| {
+    let Some((trace, analysed, ())) = traced_and_captured(test, Scenario::Healthy, |lab| {
         let rules = format!(
             "add table inet netpol; \
              add chain inet netpol pre {{ type filter hook prerouting priority -150; }}; \
@@ -605,7 +615,8 @@ fn a_dns_pod_deleted_in_the_middle_of_a_lookup_is_a_timeout_naming_it() {
     // and the client asks again, now of pod B.
     let coredns_a = SocketAddr::new(Pod::CoreDnsA.ip().into(), 53);
     let name = format!("db.{}", dead_stub_domains()[0].0);
-    let Some((trace, ())) = traced("pod-deleted-mid-lookup", Scenario::DeadUpstream, |lab| {
+    let test = "pod-deleted-mid-lookup";
+    let Some((trace, analysed, ())) = traced_and_captured(test, Scenario::DeadUpstream, |lab| {
         thread::scope(|scope| {
             let asking = scope.spawn(|| {
                 let _ = lab.dig(Pod::Client, &Pod::CoreDnsA.ip().to_string(), &[&name]);
@@ -625,14 +636,16 @@ fn a_dns_pod_deleted_in_the_middle_of_a_lookup_is_a_timeout_naming_it() {
     }) else {
         return;
     };
-    trace.assert_no_loop("trace");
-    assert!(
-        trace
-            .timeouts()
-            .iter()
-            .any(|timeout| timeout.server == coredns_a && timeout.qname == fqdn(&name)),
-        "no timeout naming the deleted pod {coredns_a}:\n{trace}"
-    );
+    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
+        trace.assert_no_loop(how);
+        assert!(
+            trace
+                .timeouts()
+                .iter()
+                .any(|timeout| timeout.server == coredns_a && timeout.qname == fqdn(&name)),
+            "{how}: no timeout naming the deleted pod {coredns_a}:\n{trace}"
+        );
+    }
 }
 
 #[test]

@@ -6,8 +6,10 @@
 //! a namespace from an address: a socket there answered from that address, so a question to
 //! it can be received there. A reply that only passes through (a pod's answer routed by the
 //! node, un-DNAT'ed there to the ClusterIP) shows nothing of the node, and is told apart by
-//! having entered the namespace before it left. A query that a host sent back in an ICMP port
-//! or host unreachable was taken in nowhere. (A query over TCP shows that some socket accepted
+//! having entered the namespace before it left. An address seen answering in one namespace is
+//! that namespace's: a question to it that stays in another was routed on unseen (a capture
+//! misses packets), not taken in there; loopback addresses, every namespace's own, excepted.
+//! A query that a host sent back in an ICMP port or host unreachable was taken in nowhere. (A query over TCP shows that some socket accepted
 //! its connection, but not in which namespace: the node may route it on, unseen.)
 use std::{net::IpAddr, time::SystemTime};
 
@@ -29,6 +31,8 @@ const REPLY_CAPACITY: usize = 65_536;
 
 pub struct AnsweredFrom {
     answering: Table<(Namespace, IpAddr), SystemTime>,
+    /// The namespace each address was last seen answering in.
+    answered_in: Table<IpAddr, Namespace>,
     /// Queries a host sent back in an ICMP destination unreachable: taken in nowhere.
     refused: Table<MessageKey, (), FastHash>,
     /// The namespace each recent reply last entered from elsewhere.
@@ -39,6 +43,7 @@ impl Default for AnsweredFrom {
     fn default() -> Self {
         Self {
             answering: Table::new(ADDRESS_CAPACITY),
+            answered_in: Table::new(ADDRESS_CAPACITY),
             refused: Table::with_hasher(REPLY_CAPACITY),
             entered: Table::with_hasher(REPLY_CAPACITY),
         }
@@ -47,8 +52,8 @@ impl Default for AnsweredFrom {
 
 impl AnsweredFrom {
     /// For a query, whether it is addressed to where a server in the namespace it enters was
-    /// seen answering: `Some(true)` if so, `None` (not known) otherwise, since a capture cannot
-    /// show that a namespace does not hold an address.
+    /// seen answering: `Some(true)` if so, `Some(false)` if the address was seen answering only
+    /// in other namespaces, `None` (not known) otherwise.
     pub fn holds(&self, obs: &Observation) -> Option<bool> {
         if obs.is_response {
             return None;
@@ -57,9 +62,12 @@ impl AnsweredFrom {
         if MessageKey::of(obs).is_some_and(|key| self.refused.get(&key).is_some()) {
             return Some(false);
         }
-        self.answering
-            .get(&(namespace.clone(), obs.dst.ip()))
-            .map(|_| true)
+        let address = obs.dst.ip();
+        if self.answering.get(&(namespace.clone(), address)).is_some() {
+            return Some(true);
+        }
+        let held_elsewhere = !address.is_loopback() && self.answered_in.get(&address).is_some();
+        held_elsewhere.then_some(false)
     }
 
     /// Learns that `dropped`, a query a host sent back as undeliverable, was taken in nowhere.
@@ -74,10 +82,16 @@ impl AnsweredFrom {
         let Some(key) = MessageKey::of(obs).filter(|_| obs.is_response) else {
             return;
         };
+        let entered_before = self.entered.get(&key);
+        // The crossing it already made, seen again at a second point (a bridge and its port).
+        if entered_before.is_some() && entered_before == obs.point.enters.as_ref() {
+            return;
+        }
         if let Some(left) = &obs.point.leaves {
-            let passed_through = self.entered.get(&key) == Some(left);
+            let passed_through = entered_before == Some(left);
             if !passed_through {
                 self.answering.insert((left.clone(), obs.src.ip()), obs.ts);
+                self.answered_in.insert(obs.src.ip(), left.clone());
             }
         }
         match &obs.point.enters {
@@ -93,11 +107,21 @@ impl AnsweredFrom {
 mod tests {
     use super::*;
     use crate::analyzers::testkit::{
-        query, reply, CLIENT_IN, CLIENT_OUT, COREDNS_IN, COREDNS_OUT, NODE_FROM_BRIDGE,
-        NODE_TO_BRIDGE,
+        query, reply, spot, Spot, CLIENT_IN, CLIENT_OUT, COREDNS, COREDNS_IN, COREDNS_LO,
+        COREDNS_OUT, NODE_FROM_BRIDGE, NODE_LO, NODE_TO_BRIDGE,
     };
+    use crate::points::NODE;
+    use dnsloop_ebpf::point::Direction::{Egress, Ingress};
 
     const NAME: &str = "www.example.test.";
+    /// Where a capture of every interface places what it sees, by the addresses: the
+    /// uplink's other side is the host at the address beyond it.
+    const UPSTREAM: &str = "host 10.255.0.96";
+    const FROM_UPSTREAM: Spot = spot("uplink", Ingress, Some(UPSTREAM), Some(NODE));
+    const NODE_TO_UPSTREAM: Spot = spot("uplink", Egress, Some(NODE), Some(UPSTREAM));
+    const NODE_TO_POD_AT_BRIDGE: Spot = spot("cni0", Egress, Some(NODE), Some(COREDNS));
+    const NODE_TO_POD_AT_PORT: Spot = spot("veth-coredns-a", Egress, Some(NODE), Some(COREDNS));
+    const POD_TO_NODE_AT_PORT: Spot = spot("veth-coredns-a", Ingress, Some(COREDNS), Some(NODE));
 
     #[test]
     fn a_reply_starting_in_a_namespace_shows_it_answers_from_that_address() {
@@ -111,6 +135,36 @@ mod tests {
             .seen(NODE_TO_BRIDGE);
         answered.learn(&answer);
         assert_eq!(answered.holds(&to_cache), Some(true));
+    }
+
+    #[test]
+    fn a_reply_seen_leaving_at_a_bridge_and_its_port_shows_nothing_of_the_namespace() {
+        // A capture of every interface places the bridge and the port by the addresses, so
+        // the reply from beyond the uplink crosses from the node into the pod twice.
+        let upstream = "10.255.0.96:53";
+        let mut answered = AnsweredFrom::default();
+        for spot in [FROM_UPSTREAM, NODE_TO_POD_AT_BRIDGE, NODE_TO_POD_AT_PORT] {
+            let answer = reply(NAME).id(1).from(upstream).to("10.244.0.3:42278");
+            answered.learn(&answer.seen(spot));
+        }
+        // A forward to the upstream that the capture saw enter the node, and never leave it.
+        let forward = query(NAME).id(2).to(upstream).seen(POD_TO_NODE_AT_PORT);
+        assert_eq!(
+            answered.holds(&forward),
+            Some(false),
+            "the upstream answers beyond the uplink, not in the node"
+        );
+        let to_upstream = query(NAME).id(2).to(upstream).seen(NODE_TO_UPSTREAM);
+        assert_eq!(answered.holds(&to_upstream), Some(true));
+    }
+
+    #[test]
+    fn loopback_addresses_are_held_by_every_namespace() {
+        let mut answered = AnsweredFrom::default();
+        let node_stub = reply(NAME).id(1).from("127.0.0.1:53").to("127.0.0.1:41234");
+        answered.learn(&node_stub.seen(NODE_LO));
+        let to_stub_in_pod = query(NAME).id(2).to("127.0.0.1:53").seen(COREDNS_LO);
+        assert_eq!(answered.holds(&to_stub_in_pod), None);
     }
 
     #[test]

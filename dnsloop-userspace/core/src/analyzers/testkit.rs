@@ -34,7 +34,7 @@ pub struct Spot {
     pub enters: Option<&'static str>,
 }
 
-const fn spot(
+pub const fn spot(
     ifname: &'static str,
     direction: Direction,
     leaves: Option<&'static str>,
