@@ -6,6 +6,7 @@
 //! its own `NODE_NAME`, as a DaemonSet would.
 use std::{
     net::SocketAddr,
+    path::Path,
     thread,
     time::{Duration, SystemTime},
 };
@@ -47,12 +48,56 @@ fn traced_cluster(
     nodes: usize,
     traffic: impl FnOnce(&mut Lab, &mut [Tracer]),
 ) -> Option<Vec<Trace>> {
-    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
+    let observed = observed_cluster(test, scenario, nodes, false, traffic)?;
+    Some(observed.into_iter().map(|(trace, _)| trace).collect())
+}
+
+/// As `traced_cluster`, with tcpdump capturing every interface of every node at the same time
+/// (DNS and ICMP, as an operator would); returns each node's trace and `dnsloop analyze` of its
+/// capture.
+fn traced_and_captured_cluster(
+    test: &str,
+    scenario: Scenario,
+    nodes: usize,
+    traffic: impl FnOnce(&mut Lab, &mut [Tracer]),
+) -> Option<Vec<(Trace, Trace)>> {
+    let observed = observed_cluster(test, scenario, nodes, true, traffic)?;
+    Some(
+        observed
+            .into_iter()
+            .map(|(trace, analysed)| (trace, analysed.expect("every node captured")))
+            .collect(),
+    )
+}
+
+fn observed_cluster(
+    test: &str,
+    scenario: Scenario,
+    nodes: usize,
+    captured: bool,
+    traffic: impl FnOnce(&mut Lab, &mut [Tracer]),
+) -> Option<Vec<(Trace, Option<Trace>)>> {
+    let mut needs = vec![Need::Root, Need::DnsloopBinary];
+    if captured {
+        needs.push(Need::Tool("tcpdump"));
+    }
+    if !can_run(test, &needs) {
         return None;
     }
+    let files = tempfile::tempdir().expect("a temporary directory");
     let _alone = lab::one_lab_at_a_time();
     let mut lab =
         Lab::up_nodes(scenario, nodes).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let captures: Vec<_> = (0..nodes)
+        .filter(|_| captured)
+        .map(|node| {
+            let namespace = lab.node_ns_of(node).expect("a node of the lab");
+            let file = files.path().join(format!("node{node}-any.pcap"));
+            lab.capture_pcap(namespace, "any", "port 53 or icmp or icmp6", &file)
+                .map(|capture| (capture, file))
+                .unwrap_or_else(|error| panic!("{test}: capture on node {node}: {error:#}"))
+        })
+        .collect();
     let mut tracers: Vec<Tracer> = (0..nodes)
         .map(|node| {
             let namespace = lab.node_ns_of(node).expect("a node of the lab");
@@ -68,17 +113,37 @@ fn traced_cluster(
         })
         .collect();
     traffic(&mut lab, &mut tracers);
-    Some(
-        tracers
-            .into_iter()
-            .map(|tracer| {
-                let output = tracer
-                    .interrupt()
-                    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-                Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"))
-            })
-            .collect(),
-    )
+    let traces = tracers.into_iter().map(|tracer| {
+        let output = tracer
+            .interrupt()
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"))
+    });
+    let mut analysed: Vec<Option<Trace>> = Vec::new();
+    for (node, (capture, file)) in captures.into_iter().enumerate() {
+        capture
+            .stop()
+            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        analysed.push(Some(analyze_node_capture(&lab, node, &file)));
+    }
+    analysed.resize_with(nodes, || None);
+    Some(traces.zip(analysed).collect())
+}
+
+/// `dnsloop analyze` of node `node`'s capture in `file`, named as its tracer names the node.
+fn analyze_node_capture(lab: &Lab, node: usize, file: &Path) -> Trace {
+    // A cooked v2 capture numbers its interfaces: `ip -o link` names them.
+    let namespace = lab.node_ns_of(node).expect("a node of the lab");
+    let ip_link = lab
+        .exec(namespace, &["ip", "-o", "link"])
+        .unwrap_or_else(|error| panic!("ip -o link on node {node}: {error:#}"));
+    let links = file.with_extension("links");
+    std::fs::write(&links, &ip_link.stdout).expect("writing the interface names");
+    let links = links.to_str().expect("a UTF-8 path");
+    let name = node_name(node);
+    tracer::analyze(&dnsloop_bin(), file, &["--node", &name, "--links", links])
+        .and_then(Trace::from_output)
+        .unwrap_or_else(|error| panic!("dnsloop analyze of node {node}'s capture: {error:#}"))
 }
 
 /// The client on `node` asks `server` for `name`, and gets an answer (NOERROR).
@@ -259,7 +324,7 @@ fn a_and_aaaa_asked_at_once_on_one_socket_from_both_nodes_are_no_loop() {
     // glibc asks A and AAAA back to back from one socket; CoreDNS-like servers forward each on
     // its own. Both nodes' clients do so at the same time, through the ClusterIP (DNAT'ed to
     // the CoreDNS pods in turn) and through their node caches.
-    let Some(traces) = traced_cluster(
+    let Some(observed) = traced_and_captured_cluster(
         "a_and_aaaa_asked_at_once_on_one_socket_from_both_nodes_are_no_loop",
         Scenario::ClusterHealthy,
         2,
@@ -294,12 +359,14 @@ fn a_and_aaaa_asked_at_once_on_one_socket_from_both_nodes_are_no_loop() {
     ) else {
         return;
     };
-    assert_no_loop_on_any_node(&traces);
-    for (node, trace) in traces.iter().enumerate() {
-        assert!(
-            trace.unexpected_sources().is_empty() && trace.timeouts().is_empty(),
-            "node {node}: every query answered from where it went\n{trace}"
-        );
+    for (node, (trace, analysed)) in observed.iter().enumerate() {
+        for (how, trace) in [("trace", trace), ("analyze of a capture", analysed)] {
+            trace.assert_no_loop(&format!("node {node}, {how}"));
+            assert!(
+                trace.unexpected_sources().is_empty() && trace.timeouts().is_empty(),
+                "node {node}, {how}: every query answered from where it went\n{trace}"
+            );
+        }
     }
 }
 
