@@ -16,8 +16,8 @@ use dnsloop_tests::{
     dns_query,
     findings::{fqdn, SummaryExt as _, Trace},
     lab::{
-        self, Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_NAME, NODE_LOCAL_DNS, OVERLAY_DEVICE,
-        STUB_DOMAIN,
+        self, Lab, Pod, Scenario, CLUSTER_DNS, DEAD_DNS, EXTERNAL_NAME, NODE_LOCAL_DNS,
+        OVERLAY_DEVICE, STUB_DOMAIN,
     },
     privilege::{can_run, dnsloop_bin, Need},
     tracer::{self, Tracer},
@@ -159,10 +159,11 @@ fn client_gets_an_answer(lab: &Lab, node: usize, server: &str, name: &str) {
     );
 }
 
-fn assert_no_loop_on_any_node(traces: &[Trace]) {
-    // Live, every namespace's addresses and drops are known: nothing is left possible.
-    for (node, trace) in traces.iter().enumerate() {
-        trace.assert_no_loop(&format!("node {node}"));
+/// No loop, nor a possible one, on any node, live or in its capture.
+fn assert_no_loop_traced_or_captured(observed: &[(Trace, Trace)]) {
+    for (node, (trace, analysed)) in observed.iter().enumerate() {
+        trace.assert_no_loop(&format!("node {node}, trace"));
+        analysed.assert_no_loop(&format!("node {node}, analyze of a capture"));
     }
 }
 
@@ -372,7 +373,7 @@ fn a_and_aaaa_asked_at_once_on_one_socket_from_both_nodes_are_no_loop() {
 
 #[test]
 fn clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop() {
-    let Some(traces) = traced_cluster(
+    let Some(observed) = traced_and_captured_cluster(
         "clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop",
         Scenario::ClusterHealthy,
         2,
@@ -417,8 +418,8 @@ fn clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop() {
     ) else {
         return;
     };
-    assert_no_loop_on_any_node(&traces);
-    for (node, trace) in traces.iter().enumerate() {
+    assert_no_loop_traced_or_captured(&observed);
+    for (node, (trace, _)) in observed.iter().enumerate() {
         let overlay = trace.summary().dns_packets(OVERLAY_DEVICE, "ingress")
             + trace.summary().dns_packets(OVERLAY_DEVICE, "egress");
         assert!(
@@ -515,7 +516,7 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop() {
     // no-false-loop case: a false loop may need a later round's forward to meet an earlier one.
     let name = format!("db.{STUB_DOMAIN}");
     let coredns_a = Pod::CoreDnsA.ip().to_string();
-    let Some(traces) = traced_cluster(
+    let Some(observed) = traced_and_captured_cluster(
         "other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop",
         Scenario::DeadUpstream,
         2,
@@ -537,12 +538,18 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop() {
     ) else {
         return;
     };
-    assert_no_loop_on_any_node(&traces);
-    assert!(
-        !traces[0].timeouts().is_empty(),
-        "node 0 should report the dead upstream's timeouts\n{}",
-        traces[0]
-    );
+    assert_no_loop_traced_or_captured(&observed);
+    let (trace, analysed) = &observed[0];
+    for (how, trace) in [("trace", trace), ("analyze of a capture", analysed)] {
+        let dead = SocketAddr::new(DEAD_DNS.into(), 53);
+        assert!(
+            trace
+                .timeouts()
+                .iter()
+                .any(|timeout| timeout.server == dead),
+            "node 0, {how}: no timeout naming the dead upstream {dead}\n{trace}"
+        );
+    }
 }
 
 #[test]
@@ -553,7 +560,7 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_slow_upstream_is_no_loop() {
     // forwards are still unanswered, and the answers come back late, out of step with the
     // questions. Slow is not dead: every question gets its answer.
     let coredns_a = Pod::CoreDnsA.ip().to_string();
-    let Some(traces) = traced_cluster(
+    let Some(observed) = traced_and_captured_cluster(
         "other_nodes_asking_a_pod_what_it_forwards_to_a_slow_upstream_is_no_loop",
         Scenario::ClusterSlowUpstream,
         2,
@@ -572,5 +579,5 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_slow_upstream_is_no_loop() {
     ) else {
         return;
     };
-    assert_no_loop_on_any_node(&traces);
+    assert_no_loop_traced_or_captured(&observed);
 }
