@@ -609,6 +609,57 @@ fn a_policy_dropping_a_clients_queries_to_the_cluster_ip_is_a_drop_and_a_timeout
 }
 
 #[test]
+fn a_policy_dropping_corednss_queries_to_its_upstream_is_a_drop_and_timeouts() {
+    // What a NetworkPolicy limiting CoreDNS's egress comes to: the node drops its forwards to
+    // the upstream. The client asks through the node cache, which forwards everything to the
+    // ClusterIP (slow-upstream's caches do): the question goes pod -> cache -> CoreDNS pod ->
+    // node, where it is dropped, so it comes back into the namespace that forwarded it without
+    // being taken in there.
+    let test = "policy-coredns-upstream";
+    let upstream = SocketAddr::new(UPSTREAM_DNS.into(), 53);
+    let blocked = format!("blocked.{EXTERNAL_NAME}");
+    let Some((trace, analysed, ())) = traced_and_captured(test, Scenario::SlowUpstream, |lab| {
+        // Before the policy, as in any capture of a node that ran a while, the upstream
+        // answers from where it is.
+        lab.dig_or_fail(Pod::Client, &node_cache(), &[EXTERNAL_NAME]);
+        let rules = format!(
+            "add table inet netpol; \
+             add chain inet netpol forward {{ type filter hook forward priority 0; }}; \
+             add rule inet netpol forward ip daddr {UPSTREAM_DNS} udp dport 53 drop"
+        );
+        let added = lab.exec(lab.node_ns(), &["nft", &rules]).expect("nft runs");
+        assert!(added.status.success(), "nft refused the rule: {added:?}");
+        for _ in 0..2 {
+            let _ = lab.dig(Pod::Client, &node_cache(), &[&blocked]);
+        }
+        thread::sleep(TIMEOUT_REPORTED_WITHIN);
+        // A capture's clock is its packets: one past the timeout shows that it ran that long.
+        lab.dig_or_fail(Pod::Client, &node_cache(), &[CLUSTER_NAME]);
+    }) else {
+        return;
+    };
+    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
+        trace.assert_no_loop(how);
+        assert!(
+            trace
+                .timeouts()
+                .iter()
+                .any(|timeout| timeout.server == upstream && timeout.qname == fqdn(&blocked)),
+            "{how}: no timeout naming the upstream {upstream}:\n{trace}"
+        );
+    }
+    assert!(
+        trace
+            .drops()
+            .iter()
+            .any(|dropped| dropped.reason == "NETFILTER_DROP"
+                && dropped.dst == upstream
+                && dropped.namespace.as_deref() == Some("node")),
+        "no NETFILTER_DROP of CoreDNS's forward to {upstream} in the node:\n{trace}"
+    );
+}
+
+#[test]
 fn a_dns_pod_deleted_in_the_middle_of_a_lookup_is_a_timeout_naming_it() {
     // The client asks CoreDNS pod A a name it forwards to a server that never answers; while
     // the lookup waits, the pod goes (its veth is deleted, as when its sandbox is torn down),
