@@ -122,7 +122,7 @@ fn observed_cluster(
     let mut analysed: Vec<Option<Trace>> = Vec::new();
     for (node, (capture, file)) in captures.into_iter().enumerate() {
         capture
-            .stop()
+            .stop_complete()
             .unwrap_or_else(|error| panic!("{test}: {error:#}"));
         analysed.push(Some(analyze_node_capture(&lab, node, &file)));
     }

@@ -103,12 +103,24 @@ impl PcapCapture {
         // -y: the link type to capture with (LINUX_SLL for `-i any` in cooked v1).
         let link_type: Vec<&str> = link_type.map(|name| vec!["-y", name]).unwrap_or_default();
         // --immediate-mode: packets are not held in the kernel's buffer, where SIGINT would
-        // leave them. -U: each packet is written as it arrives. -Z root: Debian's tcpdump
-        // drops to its own user, which could not write into the lab's state directory.
+        // leave them. -U: each packet is written as it arrives. -B: room for bursts: at the
+        // default snapshot length (256 KiB) the default 2 MiB ring holds 8 packets, and a
+        // lookup's hops overflow it (tcpdump then counts "packets dropped by kernel"). -Z root:
+        // Debian's tcpdump drops to its own user, which could not write into the lab's state
+        // directory.
         let tcpdump = Tcpdump::start(
             namespace,
             &[
-                &["--immediate-mode", "-U", "-Z", "root", "-i", interface][..],
+                &[
+                    "--immediate-mode",
+                    "-U",
+                    "-B",
+                    "16384",
+                    "-Z",
+                    "root",
+                    "-i",
+                    interface,
+                ][..],
                 &link_type,
                 &["-w", file_arg, filter],
             ]
@@ -120,8 +132,25 @@ impl PcapCapture {
     }
 
     /// Stops tcpdump with SIGINT, as a person would, so that it writes out what it holds.
+    /// A storm may outrun it: the capture then lacks packets.
     pub fn stop(self) -> Result<()> {
-        self.tcpdump.stop()
+        self.tcpdump.stop().map(drop)
+    }
+
+    /// As [`PcapCapture::stop`], and fails if tcpdump says the kernel dropped packets it
+    /// should have captured: a capture missing packets shows what did not happen (a forward
+    /// that never left, a reply never sent), so a test of what is not a fault needs all of
+    /// them.
+    pub fn stop_complete(self) -> Result<()> {
+        let said = self.tcpdump.stop()?;
+        let dropped = said.lines().find_map(|line| {
+            let count = line.trim().strip_suffix(" packets dropped by kernel")?;
+            count.parse::<u64>().ok()
+        });
+        if let Some(dropped) = dropped.filter(|&dropped| dropped > 0) {
+            bail!("the capture is incomplete: tcpdump says the kernel dropped {dropped} packets:\n{said}");
+        }
+        Ok(())
     }
 }
 
@@ -179,13 +208,14 @@ impl Tcpdump {
         }
     }
 
-    /// Ends tcpdump; fails unless it exits cleanly.
-    fn stop(mut self) -> Result<()> {
+    /// Ends tcpdump; fails unless it exits cleanly. Returns what it said, its closing
+    /// counts among it.
+    fn stop(mut self) -> Result<String> {
         let status = self.end().context("waiting for tcpdump")?;
         if !status.success() {
             bail!("tcpdump exited with {status}: {}", self.said());
         }
-        Ok(())
+        Ok(self.said())
     }
 
     fn end(&mut self) -> std::io::Result<ExitStatus> {
