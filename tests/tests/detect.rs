@@ -661,6 +661,54 @@ fn a_policy_dropping_corednss_queries_to_its_upstream_is_a_drop_and_timeouts() {
 }
 
 #[test]
+fn clients_beside_the_forwarders_asking_again_are_no_loop() {
+    // Processes in the CoreDNS pod (a sidecar, a health check) and on the node ask the node
+    // cache stub names, dig's tries a second apart with new ids. Each question goes pod ->
+    // cache -> ClusterIP -> a CoreDNS pod -> dead server, so a try that follows one the
+    // ClusterIP sent to the asker's own pod leaves a namespace that has taken the question in:
+    // asking again, not sending it on. Three names from the pod: the ClusterIP picks a pod at
+    // random, so that some try follows one sent to its own.
+    let test = "clients-beside-forwarders";
+    let dead = SocketAddr::new(DEAD_DNS.into(), 53);
+    let names = [
+        "sidecar1.corp.example",
+        "sidecar2.corp.example",
+        "sidecar3.corp.example",
+        "host.corp.example",
+    ];
+    let Some((trace, analysed, ())) = traced_and_captured(test, Scenario::DeadUpstream, |lab| {
+        let tries = ["dig", "+tries=3", "+timeout=1", "@169.254.25.10"];
+        let coredns = lab.pod_ns(Pod::CoreDnsA);
+        let askers = [&coredns, &coredns, &coredns, lab.node_ns()];
+        thread::scope(|scope| {
+            for (namespace, name) in askers.into_iter().zip(names) {
+                scope.spawn(move || {
+                    let argv = [&tries[..], &[name]].concat();
+                    let _ = lab.exec(namespace, &argv);
+                });
+            }
+        });
+        thread::sleep(TIMEOUT_REPORTED_WITHIN);
+        // A capture's clock is its packets: one past the timeout shows that it ran that long.
+        lab.dig_or_fail(Pod::Client, &node_cache(), &[CLUSTER_NAME]);
+    }) else {
+        return;
+    };
+    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
+        trace.assert_no_loop(how);
+        for name in names {
+            assert!(
+                trace
+                    .timeouts()
+                    .iter()
+                    .any(|timeout| timeout.server == dead && timeout.qname == fqdn(name)),
+                "{how}: no timeout naming {dead} for {name}:\n{trace}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_dns_pod_deleted_in_the_middle_of_a_lookup_is_a_timeout_naming_it() {
     // The client asks CoreDNS pod A a name it forwards to a server that never answers; while
     // the lookup waits, the pod goes (its veth is deleted, as when its sandbox is torn down),

@@ -61,6 +61,12 @@ const RECENT_DEPARTURES: usize = 16;
 /// node asking again takes a resolver timeout (a second at least).
 const RETURN_WINDOW: Duration = Duration::from_millis(500);
 
+/// How soon after a namespace was delivered a question it had asked itself a query for it
+/// from there is still its forward of that question, not its own client asking again: a
+/// forwarder sends on within milliseconds, and no resolver retries in under a second (the
+/// least `timeout` resolv.conf takes).
+const FORWARD_BEFORE_A_RETRY: Duration = Duration::from_millis(500);
+
 /// A query that left the node over `ifname` at `at`, unless it turns up again.
 struct Departure {
     at: SystemTime,
@@ -102,6 +108,9 @@ pub struct ForwardingLoops {
     /// question carries its keyed hash and the node names its namespaces, so no packet chooses
     /// where a key lands: `FastHash`.
     sent_out: Table<(QuestionKey, Namespace), SystemTime, FastHash>,
+    /// When each namespace last asked each question itself: sent a query for it that was no
+    /// forward of one it had taken in (a client there, beside a server or not).
+    asked: Table<(QuestionKey, Namespace), SystemTime, FastHash>,
     reports: Repeats<LoopKey, LoopFinding>,
     next_id: FlightId,
 }
@@ -126,6 +135,7 @@ impl ForwardingLoops {
             probes: Table::with_hasher(capacity),
             drops: Table::with_hasher(capacity),
             sent_out: Table::with_hasher(capacity),
+            asked: Table::with_hasher(capacity),
             reports: Repeats::new(report_interval, capacity),
             next_id: 0,
         }
@@ -245,6 +255,7 @@ impl ForwardingLoops {
             + self.deliveries.evictions()
             + self.departures.evictions()
             + self.sent_out.evictions()
+            + self.asked.evictions()
             + self.probes.evictions()
             + self.drops.evictions()
             + self.reports.evictions()
@@ -304,6 +315,13 @@ impl ForwardingLoops {
             .or_else(|| self.came_back_as(id, since));
         if let Some(flight) = self.flights.get_mut(&id) {
             flight.parent = parent;
+            if let (None, None, Some(sender)) = (parent, flight.returning, &flight.origin) {
+                let key = (question.clone(), sender.clone());
+                let started = flight.started;
+                if !self.asked_within(&key, started) {
+                    self.asked.insert(key, started);
+                }
+            }
         }
         self.remember_delivery(question.clone(), delivery);
         let probe_origin = self.probes.get(&question).copied();
@@ -329,17 +347,36 @@ impl ForwardingLoops {
         Some(parent)
     }
 
-    /// `parent_of`, without keeping the parent any longer.
+    /// Whether the namespace in `key` asked the question in it itself (see `asked`) within
+    /// `forward_window` before `at`: the first time it did, of those.
+    fn asked_within(&self, key: &(QuestionKey, Namespace), at: SystemTime) -> bool {
+        self.asked.get(key).is_some_and(|asked| {
+            at.duration_since(*asked)
+                .is_ok_and(|ago| ago <= self.forward_window)
+        })
+    }
+
+    /// `parent_of`, without keeping the parent any longer. Where the sender asked the question
+    /// itself within `forward_window`, a query it sent later than `FORWARD_BEFORE_A_RETRY`
+    /// after a delivery may be its own client asking again: then it is no forward of that one.
     fn sent_as_forward_of(&self, id: FlightId) -> Option<FlightId> {
         let child = self.flights.get(&id)?;
         let sender = child.origin.as_ref()?;
+        let window = if self.asked_within(
+            &(child.message.question.clone(), sender.clone()),
+            child.started,
+        ) {
+            FORWARD_BEFORE_A_RETRY
+        } else {
+            self.forward_window
+        };
         let forwarded_as_child = |delivery: &Delivery| {
             let to_sender = delivery.namespace == *sender;
             let in_time = || {
                 child
                     .started
                     .duration_since(delivery.since)
-                    .is_ok_and(|gap| gap <= self.forward_window)
+                    .is_ok_and(|gap| gap <= window)
             };
             let still_owed = || {
                 self.flights.get(&delivery.flight).is_some_and(|parent| {
