@@ -68,7 +68,7 @@ pub enum LoadError {
         #[source]
         source: ProgramError,
     },
-    #[error("reading this network namespace's cookie failed (SO_NETNS_COOKIE needs Linux 5.14)")]
+    #[error("telling this network namespace apart failed: neither its cookie (SO_NETNS_COOKIE) nor its inode (/proc/thread-self/ns/net) could be read")]
     NetnsCookie(#[source] std::io::Error),
     #[error(transparent)]
     Pin(#[from] PinError),

@@ -286,8 +286,24 @@ pub fn in_namespace<T: Send>(
 /// `SO_NETNS_COOKIE` (Linux 5.14+): the same cookie `bpf_get_netns_cookie` returns in the kernel.
 const SO_NETNS_COOKIE: libc::c_int = 71;
 
-/// The cookie of the calling thread's network namespace.
+/// What names the calling thread's network namespace: its cookie (`SO_NETNS_COOKIE`, Linux
+/// 5.14+), the one `bpf_get_netns_cookie` returns in the kernel; on older kernels its inode
+/// number (`/proc/thread-self/ns/net`), as unique among the namespaces that exist. A kernel
+/// gives either every namespace a cookie or none, so one run never mixes the two.
 pub fn current_cookie() -> io::Result<u64> {
+    match socket_netns_cookie() {
+        Err(error) if error.raw_os_error() == Some(libc::ENOPROTOOPT) => namespace_inode(),
+        result => result,
+    }
+}
+
+/// The inode number of the calling thread's network namespace.
+fn namespace_inode() -> io::Result<u64> {
+    Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino())
+}
+
+/// The cookie of the calling thread's network namespace, from `SO_NETNS_COOKIE`.
+fn socket_netns_cookie() -> io::Result<u64> {
     // SAFETY: plain socket/getsockopt/close calls on a descriptor we own.
     unsafe {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
@@ -500,6 +516,15 @@ mod tests {
             [(7, "pod default/client")]
         );
         assert!(awaiting.is_empty(), "named once");
+    }
+
+    #[test]
+    fn before_netns_cookies_a_namespace_is_named_by_its_inode() {
+        // What every kernel gives, and what `ip netns identify` compares.
+        let inode = std::fs::metadata("/proc/self/ns/net")
+            .expect("this process's namespace")
+            .ino();
+        assert_eq!(namespace_inode().expect("the thread's namespace"), inode);
     }
 
     #[test]
