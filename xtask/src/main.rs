@@ -38,9 +38,14 @@ enum Task {
     },
     /// Show dnsloop on the lab.
     Demo,
-    /// Boot Debian 12's Linux 6.1 under QEMU and check dnsloop loads, attaches (with the
-    /// clsact fallback) and counts DNS there.
-    Kernels,
+    /// Boot Debian's kernels under QEMU (6.1, with the clsact fallback, and 6.12) and check
+    /// dnsloop loads, attaches and counts DNS there.
+    Kernels {
+        /// Only these kernel series (repeatable), among them 5.10, Debian 11's, which is not in
+        /// the matrix yet: dnsloop does not start there.
+        #[arg(long, value_name = "SERIES")]
+        series: Vec<String>,
+    },
     /// Run every test: unit, property, the privileged end-to-end tests on the lab, and the
     /// kernel matrix.
     Test {
@@ -114,7 +119,7 @@ fn main() -> Result<()> {
         Task::Build => build_release().map(|_| ()),
         Task::Lab { action } => run_lab(action),
         Task::Demo => demo::run(),
-        Task::Kernels => kernels::run(),
+        Task::Kernels { series } => kernels::run(&series),
         Task::Test { repeat } => match repeat {
             Some(rounds) => test::repeat(rounds.into()),
             None => test::run(),

@@ -1,5 +1,6 @@
-//! Debian 12's packaged kernels, fetched with apt and unpacked once under
-//! `target/kernels/<package>/`.
+//! Debian's packaged kernels, fetched with apt and unpacked once under
+//! `target/kernels/<package>/`: Debian 12's from the system's own package sources, Debian 11's
+//! through package lists of their own, so that the system's are left alone.
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -11,6 +12,63 @@ use crate::command;
 
 /// The modules the guest loads: the clsact qdisc and the tc BPF classifier.
 const MODULES: [&str; 2] = ["net/sched/sch_ingress.ko", "net/sched/cls_bpf.ko"];
+
+/// The Debian release a kernel is packaged for.
+#[derive(Clone, Copy, Debug)]
+pub enum Suite {
+    /// Debian 12, from the system's package sources.
+    Bookworm,
+    /// Debian 11 (`bullseye` and `bullseye-security`), from `target/kernels/apt-bullseye/`:
+    /// its own sources list, package lists and cache.
+    Bullseye,
+}
+
+/// Debian 11's archives, signed with the keys Debian 12's keyring holds too.
+const BULLSEYE_SOURCES: &str = "\
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bullseye main
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security bullseye-security main
+";
+
+/// How apt is run for one suite: the options that point it at the suite's package lists.
+struct Apt {
+    options: Vec<String>,
+}
+
+impl Apt {
+    fn for_suite(suite: Suite, cache: &Path) -> Result<Self> {
+        let options = match suite {
+            Suite::Bookworm => Vec::new(),
+            Suite::Bullseye => {
+                let root = cache.join("apt-bullseye");
+                for dir in ["lists/partial", "cache/archives/partial"] {
+                    std::fs::create_dir_all(root.join(dir))
+                        .with_context(|| format!("creating {}", root.join(dir).display()))?;
+                }
+                let sources = root.join("sources.list");
+                std::fs::write(&sources, BULLSEYE_SOURCES)
+                    .with_context(|| format!("writing {}", sources.display()))?;
+                let path = |name: &str| root.join(name).display().to_string();
+                vec![
+                    format!("Dir::Etc::SourceList={}", sources.display()),
+                    "Dir::Etc::SourceParts=/dev/null".to_owned(),
+                    format!("Dir::State::Lists={}", path("lists")),
+                    format!("Dir::Cache={}", path("cache")),
+                ]
+            }
+        };
+        Ok(Self { options })
+    }
+
+    /// `program` (`apt-get`, `apt-cache`) with this suite's options, then `args`.
+    fn command(&self, program: &str, args: &[&str]) -> Command {
+        let mut command = Command::new(program);
+        for option in &self.options {
+            command.args(["-o", option]);
+        }
+        command.args(args);
+        command
+    }
+}
 
 /// An unpacked kernel package.
 pub struct Kernel {
@@ -25,12 +83,13 @@ pub struct Kernel {
 
 /// The kernel image `metapackage` depends on, which must be of `series` (`6.1`), downloaded
 /// unless it already is. Only what the guest needs is kept: the image and the modules.
-pub fn kernel(metapackage: &str, series: &str, cache: &Path) -> Result<Kernel> {
-    let package = current_image_package(metapackage, series)?;
+pub fn kernel(suite: Suite, metapackage: &str, series: &str, cache: &Path) -> Result<Kernel> {
+    let apt = Apt::for_suite(suite, cache)?;
+    let package = current_image_package(&apt, suite, metapackage, series)?;
     let dir = cache.join(&package);
     let vmlinuz = dir.join("vmlinuz");
     if !vmlinuz.is_file() {
-        unpack(&package, &dir)?;
+        unpack(&apt, &package, &dir)?;
     }
     let modules = MODULES
         .iter()
@@ -60,8 +119,8 @@ pub fn kernel(metapackage: &str, series: &str, cache: &Path) -> Result<Kernel> {
 
 /// Downloads `package` and keeps its image and [`MODULES`] in `dir`; the image goes last, as
 /// the mark of a complete unpacking.
-fn unpack(package: &str, dir: &Path) -> Result<()> {
-    let deb = download(package, dir)?;
+fn unpack(apt: &Apt, package: &str, dir: &Path) -> Result<()> {
+    let deb = download(apt, package, dir)?;
     let root = dir.join("unpacked");
     let _ = std::fs::remove_dir_all(&root);
     command::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
@@ -85,19 +144,24 @@ fn unpack(package: &str, dir: &Path) -> Result<()> {
 }
 
 /// What `metapackage` depends on: `linux-image-amd64` on `linux-image-6.1.0-<abi>-amd64` in
-/// Debian 12.
-fn current_image_package(metapackage: &str, series: &str) -> Result<String> {
-    let mut dependencies = apt_cache(&["depends", metapackage]);
+/// Debian 12, on `linux-image-5.10.0-<abi>-amd64` in Debian 11.
+fn current_image_package(
+    apt: &Apt,
+    suite: Suite,
+    metapackage: &str,
+    series: &str,
+) -> Result<String> {
+    let mut dependencies = apt_cache(apt, &["depends", metapackage]);
     if dependencies.is_err() {
-        // A fresh container has no package lists yet.
-        command::run(Command::new("apt-get").args(["update", "-qq"]))?;
-        dependencies = apt_cache(&["depends", metapackage]);
+        // A fresh container, or a suite not fetched before, has no package lists yet.
+        command::run(&mut apt.command("apt-get", &["update", "-qq"]))?;
+        dependencies = apt_cache(apt, &["depends", metapackage]);
     }
     let package = image_dependency(&dependencies?)
         .with_context(|| format!("`apt-cache depends {metapackage}` names no kernel image"))?;
     ensure!(
         package.starts_with(&format!("linux-image-{series}.")),
-        "{metapackage} is {package} here, not Linux {series}: `cargo xtask kernels` needs Debian 12 (bookworm) package sources"
+        "{metapackage} is {package} in {suite:?}, not Linux {series}: `cargo xtask kernels` needs a Debian 12 (bookworm) system's package sources"
     );
     Ok(package)
 }
@@ -110,9 +174,9 @@ fn image_dependency(depends: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn apt_cache(args: &[&str]) -> Result<String> {
-    let output = Command::new("apt-cache")
-        .args(args)
+fn apt_cache(apt: &Apt, args: &[&str]) -> Result<String> {
+    let output = apt
+        .command("apt-cache", args)
         .output()
         .context("running apt-cache")?;
     if !output.status.success() {
@@ -126,12 +190,11 @@ fn apt_cache(args: &[&str]) -> Result<String> {
 }
 
 /// Downloads `package`'s .deb into `dir` and notes its version there.
-fn download(package: &str, dir: &Path) -> Result<PathBuf> {
+fn download(apt: &Apt, package: &str, dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    eprintln!("kernels: downloading {package} (70 to 110 MB, once)");
+    eprintln!("kernels: downloading {package} (50 to 110 MB, once)");
     command::run(
-        Command::new("apt-get")
-            .args(["download", "-qq", package])
+        apt.command("apt-get", &["download", "-qq", package])
             .current_dir(dir),
     )?;
     let deb = std::fs::read_dir(dir)?
