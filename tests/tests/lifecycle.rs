@@ -245,7 +245,25 @@ fn on_the_clsact_path_an_exit_removes_the_filters_and_qdiscs_it_added() {
     let output = tracer.terminate().expect("tracer ends on SIGTERM");
     assert!(output.status.success(), "{}", output.stderr);
     assert!(output.stderr.contains(CLSACT_WARNING), "{}", output.stderr);
-    assert!(client_queries(&summary_of(&output)) >= QUERIES);
+    // What it did without, in one line at start and in the summary.
+    assert!(
+        output
+            .stderr
+            .lines()
+            .any(|line| line.starts_with("dnsloop: this kernel (Linux ")
+                && line.contains("lacks TCX (6.6): attached through tc clsact")),
+        "{}",
+        output.stderr
+    );
+    let summary = summary_of(&output);
+    assert!(client_queries(&summary) >= QUERIES);
+    assert!(
+        summary["kernel_lacks"]
+            .as_array()
+            .is_some_and(|lacks| lacks.contains(&"tcx".into())),
+        "{}",
+        summary["kernel_lacks"]
+    );
     for ns in [lab.node_ns(), &client] {
         assert_no_dnsloop_filters(&lab, ns);
         assert_eq!(clsact_qdiscs(&lab, ns), Vec::<String>::new(), "in {ns}");

@@ -181,6 +181,12 @@ impl Attachments {
         }
     }
 
+    /// Whether classifiers attach through tc clsact: the kernel has no TCX (or the tests
+    /// said so).
+    pub fn on_clsact(&self) -> bool {
+        self.hooks.current == TcHook::Clsact
+    }
+
     pub fn is_attached(&self, index: u32) -> bool {
         self.by_index.contains_key(&index)
     }

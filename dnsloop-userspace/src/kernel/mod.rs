@@ -3,13 +3,15 @@
 //! (`point_table`), attaching them (`attach`, with `clsact` on kernels without TCX, `orphans`
 //! for what a killed run left, `expedited_rcu` to attach fast), and reading what they stream and
 //! count (`ringbuf`, `unanswered`, `counters`, `summary`) on their clock (`clock`), and the
-//! kernel's own drops of DNS packets (`drops`, located in the kernel by `symbols`).
+//! kernel's own drops of DNS packets (`drops`, located in the kernel by `symbols`); what an
+//! older kernel lacks of all that, and what it costs (`features`).
 pub mod attach;
 pub mod clock;
 pub mod clsact;
 pub mod counters;
 pub mod drops;
 pub mod expedited_rcu;
+pub mod features;
 mod map_batch;
 pub mod orphans;
 pub mod pinning;

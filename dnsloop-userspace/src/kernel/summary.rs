@@ -5,15 +5,20 @@ use std::sync::Arc;
 use dnsloop_core::schema::{InterfaceCount, KernelSummary, SummarySource};
 use dnsloop_ebpf::counter::Counter;
 
-use crate::kernel::counters::{GlobalCounts, PointCount};
+use crate::kernel::{
+    counters::{GlobalCounts, PointCount},
+    features::Lack,
+};
 
-/// The kernel's side of the summary; `drops` per reason, `None` when drops were not watched.
+/// The kernel's side of the summary; `drops` per reason, `None` when drops were not watched;
+/// `lacks`, what this kernel lacks of what dnsloop uses.
 pub fn summary_extra(
     interfaces: &[PointCount],
     kernel: &GlobalCounts,
     drops: Option<&[(Arc<str>, u64)]>,
     undecodable_records: u64,
     unplaced_records: u64,
+    lacks: &[Lack],
 ) -> SummarySource {
     SummarySource::Kernel(KernelSummary {
         interfaces: interfaces
@@ -44,6 +49,7 @@ pub fn summary_extra(
         lost_events: kernel.get(Counter::LostRecords),
         undecodable_records,
         unplaced_records,
+        kernel_lacks: lacks.iter().map(|lack| lack.name().to_owned()).collect(),
     })
 }
 
@@ -65,7 +71,9 @@ mod tests {
             counters: vec![(Counter::LostRecords, 3), (Counter::Packets, 10)],
             malformed: vec![(Malformed::DnsCompressionPointer, 2)],
         };
-        let SummarySource::Kernel(extra) = summary_extra(&interfaces, &kernel, None, 1, 0) else {
+        let SummarySource::Kernel(extra) =
+            summary_extra(&interfaces, &kernel, None, 1, 0, &[Lack::Tcx])
+        else {
             panic!("the kernel's numbers");
         };
         assert_eq!(extra.interfaces[0].ifname, "cni0");
@@ -78,5 +86,6 @@ mod tests {
         // In the kernel's order, as read.
         let names: Vec<&str> = extra.kernel.iter().map(|(name, _)| name).collect();
         assert_eq!(names, ["lost_records", "packets"]);
+        assert_eq!(extra.kernel_lacks, ["tcx"]);
     }
 }

@@ -10,6 +10,7 @@ mod address;
 mod findings;
 mod http;
 mod kernel;
+mod lacks;
 mod latency_histogram;
 mod servers;
 
@@ -24,11 +25,15 @@ pub use address::parse_listen_address;
 use self::{
     findings::{CountingSink, FindingCounts},
     kernel::{KernelSnapshot, SharedSnapshot},
+    lacks::KernelLacks,
     servers::{ServerLabels, MAX_SERVER_LABELS},
 };
 use aya::Ebpf;
 
-use crate::{kernel::drops::Drops, node::topology::Link};
+use crate::{
+    kernel::{drops::Drops, features::Lack},
+    node::topology::Link,
+};
 use dnsloop_core::sink::Sink;
 
 /// How often the kernel's counters are read for the scrapes: how stale they may be.
@@ -50,6 +55,7 @@ pub enum ServeError {
 pub struct Exporter {
     address: SocketAddr,
     findings: FindingCounts,
+    lacks: KernelLacks,
     servers: Rc<RefCell<ServerLabels>>,
     snapshot: SharedSnapshot,
     server: JoinHandle<()>,
@@ -66,11 +72,12 @@ impl Exporter {
             })?;
         // Port 0 is the kernel's choice: say which one it made.
         let address = listener.local_addr().unwrap_or(address);
-        let (registry, findings, snapshot) = registry();
+        let (registry, findings, lacks, snapshot) = registry();
         let server = tokio::spawn(http::serve(listener, Arc::new(registry)));
         Ok(Self {
             address,
             findings,
+            lacks,
             servers: Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS))),
             snapshot,
             server,
@@ -79,6 +86,11 @@ impl Exporter {
 
     pub fn url(&self) -> String {
         format!("http://{}{}", self.address, http::PATH)
+    }
+
+    /// Serves what this kernel lacks (see `kernel::features`).
+    pub fn note_lacks(&self, lacks: &[Lack]) {
+        self.lacks.note(lacks);
     }
 
     /// `sink`, with every finding written to it counted.
@@ -109,12 +121,13 @@ impl Drop for Exporter {
 }
 
 /// The registry every metric is in, and the handles that fill it.
-fn registry() -> (Registry, FindingCounts, SharedSnapshot) {
+fn registry() -> (Registry, FindingCounts, KernelLacks, SharedSnapshot) {
     let mut registry = Registry::default();
     let findings = FindingCounts::register(&mut registry);
+    let lacks = KernelLacks::register(&mut registry);
     let snapshot = SharedSnapshot::default();
     registry.register_collector(Box::new(snapshot.clone()));
-    (registry, findings, snapshot)
+    (registry, findings, lacks, snapshot)
 }
 
 #[cfg(test)]

@@ -141,7 +141,7 @@ fn exposition(registry: &Registry) -> String {
 
 #[test]
 fn a_registry_of_known_values_reads_as_prometheus_text() {
-    let (registry, findings, snapshot) = registry();
+    let (registry, findings, _, snapshot) = registry();
     let servers = Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS)));
     let mut sink = CountingSink::new(Box::new(TextSink::new(io::sink())), findings, servers);
     for finding in [
@@ -246,7 +246,7 @@ dnsloop_answers_total{server="169.254.25.10:53",rcode="NXDOMAIN"} 1
 
 #[test]
 fn the_counting_sink_passes_everything_on() {
-    let (_, findings, _) = registry();
+    let (_, findings, _, _) = registry();
     let servers = Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS)));
     let mut written = Vec::new();
     {
@@ -262,7 +262,7 @@ fn the_counting_sink_passes_everything_on() {
 
 #[test]
 fn timeouts_past_the_server_cap_are_counted_as_other() {
-    let (registry, findings, _) = registry();
+    let (registry, findings, _, _) = registry();
     let servers = Rc::new(RefCell::new(ServerLabels::new(2)));
     let mut sink = CountingSink::new(Box::new(TextSink::new(io::sink())), findings, servers);
     for server in [
@@ -369,7 +369,7 @@ fn a_port_in_use_is_a_clear_error_at_startup() {
 
 #[test]
 fn every_timed_out_query_is_counted_though_a_storm_is_reported_in_few_findings() {
-    let (registry, findings, _) = registry();
+    let (registry, findings, _, _) = registry();
     let servers = Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS)));
     let mut sink = CountingSink::new(Box::new(TextSink::new(io::sink())), findings, servers);
     let repeated = |count| {
@@ -421,7 +421,7 @@ fn a_node_past_every_label_cap_serves_the_worst_case_of_the_series_formula() {
     const INTERFACES: usize = 20;
     const DROP_REASONS: usize = 3;
     let server = |n: u16| SocketAddr::from(([10, 96, (n >> 8) as u8, n as u8], 53));
-    let (registry, findings, snapshot) = registry();
+    let (registry, findings, _, snapshot) = registry();
     let labels = Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS)));
     let mut sink = CountingSink::new(
         Box::new(TextSink::new(io::sink())),
@@ -474,4 +474,23 @@ fn a_node_past_every_label_cap_serves_the_worst_case_of_the_series_formula() {
         + 4;
     assert_eq!(series, formula, "{text}");
     assert_eq!(formula, 665, "docs/operations.md's worst case");
+}
+
+#[test]
+fn what_the_kernel_lacks_is_one_series_per_feature() {
+    let (registry, _, lacks, _) = registry();
+    assert!(
+        !exposition(&registry).contains("dnsloop_kernel_lacks{"),
+        "no series while nothing is lacking"
+    );
+    lacks.note(&[Lack::Tcx, Lack::TcNetnsCookie]);
+    let text = exposition(&registry);
+    assert!(
+        text.contains("dnsloop_kernel_lacks{feature=\"tcx\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("dnsloop_kernel_lacks{feature=\"tc_netns_cookie\"} 1\n"),
+        "{text}"
+    );
 }

@@ -297,6 +297,11 @@ pub fn current_cookie() -> io::Result<u64> {
     }
 }
 
+/// Whether this kernel gives network namespaces cookies (`SO_NETNS_COOKIE`, Linux 5.14).
+pub fn cookies_exist() -> bool {
+    !matches!(socket_netns_cookie(), Err(error) if error.raw_os_error() == Some(libc::ENOPROTOOPT))
+}
+
 /// The inode number of the calling thread's network namespace.
 fn namespace_inode() -> io::Result<u64> {
     Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino())

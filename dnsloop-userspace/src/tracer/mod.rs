@@ -37,8 +37,9 @@ use crate::{
         attach,
         clock::{monotonic_now_ns, MonotonicClock},
         counters,
-        drops::{Drops, KernelDrops},
+        drops::{Drops, DropsUnavailable, KernelDrops},
         expedited_rcu::ExpeditedRcu,
+        features::{self, Lack},
         pinning::PinDir,
         programs::{self, Settings},
         ringbuf::RingBufSource,
@@ -47,6 +48,7 @@ use crate::{
     },
     metrics,
     node::{
+        namespaces,
         pods::{self, CriSocket, PodNames, RuntimePods},
         topology::{self, Link, LinkEvent, LinkRole},
     },
@@ -184,6 +186,8 @@ pub struct Tracer {
     /// Held until the run ends: a second dnsloop cannot count into the same maps meanwhile.
     _pins: Option<PinDir>,
     exporter: Option<metrics::Exporter>,
+    /// What this kernel lacks of what dnsloop uses.
+    lacks: Vec<Lack>,
 }
 
 /// The programs as loaded, with the maps the tracer reads taken out.
@@ -193,6 +197,8 @@ struct Loaded {
     clock: MonotonicClock,
     unanswered: Option<UnansweredQueries>,
     drops: Option<Drops>,
+    /// Whether drops went unwatched for want of the kernel's drop reasons.
+    drops_lack_reasons: bool,
 }
 
 impl Tracer {
@@ -222,7 +228,12 @@ impl Tracer {
         let mut watch = attach(config, loaded.ebpf, links, bridges, whole_node, pod_names)?;
         // Listed once its changes are followed (`link_events`), so that none is missed.
         watch.hold_addresses(topology::held_addresses(None).await?);
+        let lacks = kernel_lacks(loaded.drops_lack_reasons, &watch);
+        if let Some(said) = features::describe(&kernel_version(), &lacks) {
+            eprintln!("dnsloop: {said}");
+        }
         if let Some(exporter) = &exporter {
+            exporter.note_lacks(&lacks);
             eprintln!("dnsloop: serving metrics at {}", exporter.url());
         }
         eprintln!("dnsloop: {}", watch.describe());
@@ -238,6 +249,7 @@ impl Tracer {
             unanswered: loaded.unanswered,
             _pins: pins,
             exporter,
+            lacks,
         })
     }
 
@@ -348,6 +360,7 @@ impl Tracer {
                 drops.as_deref(),
                 undecodable_records,
                 unplaced_records,
+                &self.lacks,
             )
         })?;
         self.detach();
@@ -392,6 +405,26 @@ impl Tracer {
     }
 }
 
+/// What this kernel lacks, once the programs are attached: `drops_lack_reasons` when drops
+/// went unwatched for want of reasons.
+fn kernel_lacks(drops_lack_reasons: bool, watch: &Watch) -> Vec<Lack> {
+    [
+        (!namespaces::cookies_exist()).then_some(Lack::NetnsCookie),
+        drops_lack_reasons.then_some(Lack::DropReasons),
+        watch.on_clsact().then_some(Lack::Tcx),
+        (!programs::tc_knows_netns_cookie()).then_some(Lack::TcNetnsCookie),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// The running kernel's version, as dnsloop compares them.
+fn kernel_version() -> String {
+    aya::util::KernelVersion::current()
+        .map_or_else(|_| "unknown".to_owned(), |version| version.to_string())
+}
+
 /// Waits for the next drops, if drops are watched; else forever.
 async fn next_drops(
     drops: &mut Option<Drops>,
@@ -416,13 +449,20 @@ async fn start_exporter(address: Option<SocketAddr>) -> anyhow::Result<Option<me
 async fn load(config: &Config, pins: Option<&PinDir>) -> anyhow::Result<Loaded> {
     let reused = pins.is_some_and(PinDir::holds_maps);
     let run_started_ns = monotonic_now_ns();
+    let mut drops_lack_reasons = false;
     let kernel_drops = config
         .programs
         .watch_drops
         .then(|| {
             KernelDrops::discover()
-                .inspect_err(|error| {
-                    eprintln!("dnsloop: not watching the kernel's drops of DNS packets: {error}")
+                .inspect_err(|error| match error {
+                    // Said among what the kernel lacks.
+                    DropsUnavailable::NoReasons => drops_lack_reasons = true,
+                    error => {
+                        eprintln!(
+                            "dnsloop: not watching the kernel's drops of DNS packets: {error}"
+                        )
+                    }
                 })
                 .ok()
         })
@@ -463,6 +503,7 @@ async fn load(config: &Config, pins: Option<&PinDir>) -> anyhow::Result<Loaded> 
         clock,
         unanswered,
         drops,
+        drops_lack_reasons,
     })
 }
 

@@ -98,6 +98,11 @@ impl Watch {
     }
 
     /// The loaded programs, whose maps hold what they counted.
+    /// Whether the classifiers attach through tc clsact (no TCX).
+    pub fn on_clsact(&self) -> bool {
+        self.attachments.on_clsact()
+    }
+
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
     }

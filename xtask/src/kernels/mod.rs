@@ -41,6 +41,8 @@ struct Target {
     metapackage: &'static str,
     series: &'static str,
     hook: Hook,
+    /// What dnsloop must say the kernel lacks, in the summary's `kernel_lacks`.
+    lacks: &'static [&'static str],
 }
 
 /// The matrix: what `cargo xtask kernels` boots, and CI with it.
@@ -50,12 +52,14 @@ const TARGETS: [Target; 2] = [
         metapackage: "linux-image-amd64",
         series: "6.1",
         hook: Hook::Clsact,
+        lacks: &["tcx", "tc_netns_cookie"],
     },
     Target {
         suite: Suite::Bookworm,
         metapackage: "linux-image-6.12-amd64",
         series: "6.12",
         hook: Hook::Tcx,
+        lacks: &["tc_netns_cookie"],
     },
 ];
 
@@ -65,6 +69,7 @@ const PENDING: [Target; 1] = [Target {
     metapackage: "linux-image-amd64",
     series: "5.10",
     hook: Hook::Clsact,
+    lacks: &["netns_cookie", "drop_reasons", "tcx", "tc_netns_cookie"],
 }];
 
 /// Asked from the guest, one A query each.
@@ -452,6 +457,23 @@ impl Report {
             .lines()
             .filter_map(|line| serde_json::from_str(line).ok())
             .collect();
+        // Said at start, and in the summary.
+        ensure!(
+            self.stderr
+                .contains(&format!("dnsloop: this kernel (Linux {}", target.series)),
+            "dnsloop did not say what {kernel} lacks:\n{}",
+            self.stderr
+        );
+        let summary = lines
+            .iter()
+            .find(|line| line["kind"] == "summary")
+            .with_context(|| format!("no summary on {kernel}:\n{}", self.stdout))?;
+        ensure!(
+            summary["kernel_lacks"] == serde_json::json!(target.lacks),
+            "the summary on {kernel} lists {} as lacking, not {:?}",
+            summary["kernel_lacks"],
+            target.lacks
+        );
         for name in QUERY_NAMES {
             ensure!(
                 lines.iter().any(|line| line["kind"] == "packet"
@@ -564,15 +586,20 @@ mod tests {
             .iter()
             .map(|name| format!("{{\"kind\":\"packet\",\"ifname\":\"lo\",\"dir\":\"egress\",\"qname\":\"{name}.\"}}\n{{\"kind\":\"drop\",\"reason\":\"NO_SOCKET\",\"qname\":\"{name}.\"}}\n"))
             .collect();
+        let (version, lacks) = if kernel.starts_with("6.1.") {
+            ("6.1.192", r#"["tcx","tc_netns_cookie"]"#)
+        } else {
+            ("6.12.117", r#"["tc_netns_cookie"]"#)
+        };
         format!(
             "\u{1b}c\u{1b}[?7l\u{1b}[2Jdnsloop-kernels: booted {kernel} (Linux version {kernel})\n\
              dnsloop-kernels: ready yes\n\
              dnsloop-kernels: attached-begin\nxdp:\n\ntc:\n{attached}\nflow_dissector:\n\ndnsloop-kernels: attached-end\n\
              dnsloop-kernels: descriptors-begin\n{descriptors}dnsloop-kernels: descriptors-end\n\
              dnsloop-kernels: exit {exit}\n\
-             dnsloop-kernels: stderr-begin\n{stderr}dnsloop: watching 1 interface(s): lo\ndnsloop-kernels: stderr-end\n\
+             dnsloop-kernels: stderr-begin\n{stderr}dnsloop: this kernel (Linux {version}) lacks ...\ndnsloop: watching 1 interface(s): lo\ndnsloop-kernels: stderr-end\n\
              dnsloop-kernels: stdout-begin\n{packets}\
-             {{\"kind\":\"summary\",\"interfaces\":[{{\"ifname\":\"lo\",\"dir\":\"egress\",\"dns_packets\":6,\"packets\":12}}],\"drops\":{{\"NO_SOCKET\":3}}}}\n\
+             {{\"kind\":\"summary\",\"interfaces\":[{{\"ifname\":\"lo\",\"dir\":\"egress\",\"dns_packets\":6,\"packets\":12}}],\"drops\":{{\"NO_SOCKET\":3}},\"kernel_lacks\":{lacks}}}\n\
              dnsloop-kernels: stdout-end\n\
              dnsloop-kernels: after-exit-begin\nxdp:\n\ntc:\n\nflow_dissector:\n\ndnsloop-kernels: after-exit-end\n\
              dnsloop-kernels: done\n[   26.873268] reboot: Power down\n"
@@ -645,6 +672,11 @@ mod tests {
         );
         let error = Report::parse(&no_drops).check(TCX).unwrap_err();
         assert!(error.to_string().contains("no drop line"), "{error}");
+
+        let lacking_more = console("6.12.117+deb12-amd64", "", TCX_DESCRIPTORS, "", 0)
+            .replace(r#"["tc_netns_cookie"]"#, r#"["tcx","tc_netns_cookie"]"#);
+        let error = Report::parse(&lacking_more).check(TCX).unwrap_err();
+        assert!(error.to_string().contains("as lacking"), "{error}");
 
         let rejected = "dnsloop-kernels: booted 6.1.0-56-amd64 (Linux)\ndnsloop-kernels: ready no\n\
             dnsloop-kernels: exit 2\ndnsloop-kernels: stderr-begin\nBPF program is too large\ndnsloop-kernels: stderr-end\n";

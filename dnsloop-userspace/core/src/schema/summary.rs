@@ -155,6 +155,10 @@ pub struct KernelSummary {
     pub undecodable_records: u64,
     /// Records seen on an interface that had just gone away, so not placed.
     pub unplaced_records: u64,
+    /// Kernel features dnsloop did without on this node, each costing a function (`tcx`,
+    /// `tc_netns_cookie`, `drop_reasons`, `netns_cookie`; see the README's kernel table);
+    /// empty on a kernel that has them all.
+    pub kernel_lacks: Vec<String>,
 }
 
 /// What a capture file held and how its packets were placed, in place of the kernel's

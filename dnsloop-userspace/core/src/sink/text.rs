@@ -210,7 +210,11 @@ impl<W: Write> TextSink<W> {
             "undecodable_records: {}",
             kernel.undecodable_records
         ))?;
-        self.line(&format!("unplaced_records: {}", kernel.unplaced_records))
+        self.line(&format!("unplaced_records: {}", kernel.unplaced_records))?;
+        if !kernel.kernel_lacks.is_empty() {
+            self.line(&format!("kernel lacks: {}", kernel.kernel_lacks.join(", ")))?;
+        }
+        Ok(())
     }
 
     /// The capture file's numbers below the summary.
