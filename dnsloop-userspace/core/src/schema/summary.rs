@@ -157,7 +157,8 @@ pub struct KernelSummary {
     pub unplaced_records: u64,
     /// Kernel features dnsloop did without on this node, each costing a function (`tcx`,
     /// `tc_netns_cookie`, `drop_reasons`, `netns_cookie`; see the README's kernel table);
-    /// empty on a kernel that has them all.
+    /// empty on a kernel that has them all, or in a record of a dnsloop that did not say.
+    #[serde(default)]
     pub kernel_lacks: Vec<String>,
 }
 
