@@ -2,6 +2,7 @@
 //! cannot run dnsloop says why, and what to do, rather than failing halfway.
 use std::{io, path::Path};
 
+use aya::{maps::MapType, sys::is_map_supported};
 use thiserror::Error;
 
 /// Where the kernel publishes its own BTF (`CONFIG_DEBUG_INFO_BTF`).
@@ -36,6 +37,8 @@ pub enum PreflightError {
     NoBpf,
     #[error("the bpf() system call failed ({0}): check `dmesg` for why")]
     Bpf(String),
+    #[error("this kernel has no BPF ring buffer (Linux 5.8 added it), which carries every packet and drop to dnsloop: run dnsloop on a node with Linux 5.8 or later (Debian 11, Amazon Linux 2's 5.10 and every kernel since have it)")]
+    NoRingBuffer,
 }
 
 /// Something that does not stop dnsloop but is worth knowing when things go wrong.
@@ -66,6 +69,10 @@ pub fn check() -> Result<Vec<Note>, PreflightError> {
         Err(error) => tracing::debug!("reading this process's capabilities: {error}"),
     }
     probe_bpf_syscall().map_err(bpf_error)?;
+    // A failed probe says nothing either way: loading the programs then tells.
+    if is_map_supported(MapType::RingBuf).is_ok_and(|supported| !supported) {
+        return Err(PreflightError::NoRingBuffer);
+    }
     let mut notes = Vec::new();
     if !Path::new(KERNEL_BTF).exists() {
         notes.push(Note::NoKernelBtf);
@@ -206,6 +213,15 @@ mod tests {
             bpf_error(io::Error::from_raw_os_error(libc::ENOMEM)),
             PreflightError::Bpf(_)
         ));
+    }
+
+    #[test]
+    fn a_kernel_without_ring_buffers_is_told_what_it_needs() {
+        let said = PreflightError::NoRingBuffer.to_string();
+        assert!(
+            said.contains("ring buffer") && said.contains("5.8"),
+            "{said}"
+        );
     }
 
     #[test]
