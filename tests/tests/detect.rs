@@ -578,8 +578,7 @@ fn a_policy_dropping_a_clients_queries_to_the_cluster_ip_is_a_drop_and_a_timeout
              add rule inet netpol pre ip saddr {} ip daddr {CLUSTER_DNS} udp dport 53 drop",
             Pod::Client.ip()
         );
-        let added = lab.exec(lab.node_ns(), &["nft", &rules]).expect("nft runs");
-        assert!(added.status.success(), "nft refused the rule: {added:?}");
+        add_policy(lab, &rules);
         for _ in 0..2 {
             let _ = lab.dig(Pod::Client, &CLUSTER_DNS.to_string(), &[EXTERNAL_NAME]);
         }
@@ -598,15 +597,7 @@ fn a_policy_dropping_a_clients_queries_to_the_cluster_ip_is_a_drop_and_a_timeout
         );
     }
     // Live, the kernel says where and why.
-    assert!(
-        trace
-            .drops()
-            .iter()
-            .any(|dropped| dropped.reason == "NETFILTER_DROP"
-                && dropped.dst == service
-                && dropped.namespace.as_deref() == Some("node")),
-        "no NETFILTER_DROP of the client's query to {service} in the node:\n{trace}"
-    );
+    assert_netfilter_drop_in_the_node(&trace, service, "the client's query");
 }
 
 #[test]
@@ -628,8 +619,7 @@ fn a_policy_dropping_corednss_queries_to_its_upstream_is_a_drop_and_timeouts() {
              add chain inet netpol forward {{ type filter hook forward priority 0; }}; \
              add rule inet netpol forward ip daddr {UPSTREAM_DNS} udp dport 53 drop"
         );
-        let added = lab.exec(lab.node_ns(), &["nft", &rules]).expect("nft runs");
-        assert!(added.status.success(), "nft refused the rule: {added:?}");
+        add_policy(lab, &rules);
         for _ in 0..2 {
             let _ = lab.dig(Pod::Client, &node_cache(), &[&blocked]);
         }
@@ -639,24 +629,41 @@ fn a_policy_dropping_corednss_queries_to_its_upstream_is_a_drop_and_timeouts() {
     }) else {
         return;
     };
-    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
+    assert_no_loop_and_a_timeout(&trace, &analysed, upstream, &blocked);
+    assert_netfilter_drop_in_the_node(&trace, upstream, "CoreDNS's forward");
+}
+
+/// Neither `trace` nor `analysed` (of a capture of the same traffic) reports a loop or a
+/// possible one, and each reports a timeout naming `server` for `name`.
+fn assert_no_loop_and_a_timeout(trace: &Trace, analysed: &Trace, server: SocketAddr, name: &str) {
+    for (how, trace) in [("trace", trace), ("analyze of a capture", analysed)] {
         trace.assert_no_loop(how);
         assert!(
             trace
                 .timeouts()
                 .iter()
-                .any(|timeout| timeout.server == upstream && timeout.qname == fqdn(&blocked)),
-            "{how}: no timeout naming the upstream {upstream}:\n{trace}"
+                .any(|timeout| timeout.server == server && timeout.qname == fqdn(name)),
+            "{how}: no timeout naming {server} for {name}:\n{trace}"
         );
     }
+}
+
+/// Adds nftables `rules` in the lab's node, as a NetworkPolicy's come to.
+fn add_policy(lab: &Lab, rules: &str) {
+    let added = lab.exec(lab.node_ns(), &["nft", rules]).expect("nft runs");
+    assert!(added.status.success(), "nft refused the rule: {added:?}");
+}
+
+/// `trace` shows the kernel dropping `what`, a query to `server`, in the node, by a rule.
+fn assert_netfilter_drop_in_the_node(trace: &Trace, server: SocketAddr, what: &str) {
     assert!(
         trace
             .drops()
             .iter()
             .any(|dropped| dropped.reason == "NETFILTER_DROP"
-                && dropped.dst == upstream
+                && dropped.dst == server
                 && dropped.namespace.as_deref() == Some("node")),
-        "no NETFILTER_DROP of CoreDNS's forward to {upstream} in the node:\n{trace}"
+        "no NETFILTER_DROP of {what} to {server} in the node:\n{trace}"
     );
 }
 
@@ -694,17 +701,8 @@ fn clients_beside_the_forwarders_asking_again_are_no_loop() {
     }) else {
         return;
     };
-    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
-        trace.assert_no_loop(how);
-        for name in names {
-            assert!(
-                trace
-                    .timeouts()
-                    .iter()
-                    .any(|timeout| timeout.server == dead && timeout.qname == fqdn(name)),
-                "{how}: no timeout naming {dead} for {name}:\n{trace}"
-            );
-        }
+    for name in names {
+        assert_no_loop_and_a_timeout(&trace, &analysed, dead, name);
     }
 }
 
@@ -736,16 +734,7 @@ fn a_dns_pod_deleted_in_the_middle_of_a_lookup_is_a_timeout_naming_it() {
     }) else {
         return;
     };
-    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
-        trace.assert_no_loop(how);
-        assert!(
-            trace
-                .timeouts()
-                .iter()
-                .any(|timeout| timeout.server == coredns_a && timeout.qname == fqdn(&name)),
-            "{how}: no timeout naming the deleted pod {coredns_a}:\n{trace}"
-        );
-    }
+    assert_no_loop_and_a_timeout(&trace, &analysed, coredns_a, &name);
 }
 
 #[test]
