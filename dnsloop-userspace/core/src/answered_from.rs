@@ -9,8 +9,9 @@
 //! having entered the namespace before it left. An address seen answering in one namespace is
 //! that namespace's: a question to it that stays in another was routed on unseen (a capture
 //! misses packets), not taken in there; loopback addresses, every namespace's own, excepted.
-//! A query that a host sent back in an ICMP port or host unreachable was taken in nowhere. (A query over TCP shows that some socket accepted
-//! its connection, but not in which namespace: the node may route it on, unseen.)
+//! A query that a host sent back in an ICMP port or host unreachable was taken in nowhere. (A
+//! query over TCP shows that some socket accepted its connection, but not in which namespace:
+//! the node may route it on, unseen.)
 use std::{net::IpAddr, time::SystemTime};
 
 use crate::{
@@ -31,8 +32,8 @@ const REPLY_CAPACITY: usize = 65_536;
 
 pub struct AnsweredFrom {
     answering: Table<(Namespace, IpAddr), SystemTime>,
-    /// The namespace each address was last seen answering in.
-    answered_in: Table<IpAddr, Namespace>,
+    /// The addresses seen answering in some namespace (which ones, `answering` says).
+    answering_anywhere: Table<IpAddr, ()>,
     /// Queries a host sent back in an ICMP destination unreachable: taken in nowhere.
     refused: Table<MessageKey, (), FastHash>,
     /// The namespace each recent reply last entered from elsewhere.
@@ -43,7 +44,7 @@ impl Default for AnsweredFrom {
     fn default() -> Self {
         Self {
             answering: Table::new(ADDRESS_CAPACITY),
-            answered_in: Table::new(ADDRESS_CAPACITY),
+            answering_anywhere: Table::new(ADDRESS_CAPACITY),
             refused: Table::with_hasher(REPLY_CAPACITY),
             entered: Table::with_hasher(REPLY_CAPACITY),
         }
@@ -66,7 +67,8 @@ impl AnsweredFrom {
         if self.answering.get(&(namespace.clone(), address)).is_some() {
             return Some(true);
         }
-        let held_elsewhere = !address.is_loopback() && self.answered_in.get(&address).is_some();
+        let held_elsewhere =
+            !address.is_loopback() && self.answering_anywhere.get(&address).is_some();
         held_elsewhere.then_some(false)
     }
 
@@ -91,7 +93,7 @@ impl AnsweredFrom {
             let passed_through = entered_before == Some(left);
             if !passed_through {
                 self.answering.insert((left.clone(), obs.src.ip()), obs.ts);
-                self.answered_in.insert(obs.src.ip(), left.clone());
+                self.answering_anywhere.insert(obs.src.ip(), ());
             }
         }
         match &obs.point.enters {

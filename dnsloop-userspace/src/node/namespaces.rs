@@ -292,14 +292,20 @@ const SO_NETNS_COOKIE: libc::c_int = 71;
 /// gives either every namespace a cookie or none, so one run never mixes the two.
 pub fn current_cookie() -> io::Result<u64> {
     match socket_netns_cookie() {
-        Err(error) if error.raw_os_error() == Some(libc::ENOPROTOOPT) => namespace_inode(),
+        Err(error) if no_cookies(&error) => namespace_inode(),
         result => result,
     }
 }
 
 /// Whether this kernel gives network namespaces cookies (`SO_NETNS_COOKIE`, Linux 5.14).
 pub fn cookies_exist() -> bool {
-    !matches!(socket_netns_cookie(), Err(error) if error.raw_os_error() == Some(libc::ENOPROTOOPT))
+    !socket_netns_cookie().is_err_and(|error| no_cookies(&error))
+}
+
+/// `SO_NETNS_COOKIE` failing with `error` means the kernel has no namespace cookies: before
+/// 5.14 it knows no such option.
+fn no_cookies(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(libc::ENOPROTOOPT)
 }
 
 /// The inode number of the calling thread's network namespace.

@@ -97,12 +97,12 @@ impl Watch {
         }
     }
 
-    /// The loaded programs, whose maps hold what they counted.
     /// Whether the classifiers attach through tc clsact (no TCX).
     pub fn on_clsact(&self) -> bool {
         self.attachments.on_clsact()
     }
 
+    /// The loaded programs, whose maps hold what they counted.
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
     }

@@ -851,9 +851,15 @@ impl Topology {
 
 /// Writes `QUERIES` for dnsperf into `lab`'s state directory, and returns the file's path.
 fn queries_file(lab: &Lab) -> Result<String> {
-    let queries = lab.state_dir().join("bench-queries.txt");
-    std::fs::write(&queries, QUERIES).context("writing dnsperf's queries")?;
-    Ok(queries.to_str().context("a UTF-8 path")?.to_owned())
+    lab_file(lab, "bench-queries.txt", QUERIES)
+}
+
+/// Writes `contents` (dnsperf's queries, say) to `name` in `lab`'s state directory, which goes
+/// with the lab; returns its path.
+fn lab_file(lab: &Lab, name: &str, contents: &str) -> Result<String> {
+    let path = lab.state_dir().join(name);
+    std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path.to_str().context("a UTF-8 path")?.to_owned())
 }
 
 /// The saturation rows of `topology`, on a lab of its own.

@@ -25,13 +25,14 @@ use anyhow::{Context as _, Result};
 use dnsloop_tests::{
     lab::{
         dead_stub_domains, upstream_failure_domains, Lab, Scenario, CLUSTER_DOMAIN, DEAD_DNS,
-        NODE_LOCAL_DNS, STUB_DOMAIN,
+        EXTERNAL_NAME, NODE_LOCAL_DNS, STUB_DOMAIN,
     },
     tracer::READY_MARKER,
 };
 use serde_json::Value;
 
 use super::{
+    lab_file,
     measure::{resident_memory, Dnsperf, Load},
     report::{Report, Row},
     Process,
@@ -99,19 +100,12 @@ fn dead_servers() -> Vec<(SocketAddr, &'static str)> {
 /// The soak, for `duration`, and its rows.
 pub fn run(dnsloop: &Path, duration: Duration, report: &mut Report) -> Result<()> {
     let lab = Lab::up_nodes(Scenario::DeadUpstream, 2)?;
-    let queries = lab.state_dir().join("soak-queries.txt");
-    std::fs::write(&queries, query_list()).context("writing the soak's queries")?;
-    let queries = queries.to_str().context("a UTF-8 path")?.to_owned();
-    let resolver_queries = lab.state_dir().join("soak-node-resolver.txt");
-    std::fs::write(
-        &resolver_queries,
-        "www.example.test A\nwww.example.test AAAA\n",
-    )
-    .context("writing the node resolver's queries")?;
-    let resolver_queries = resolver_queries
-        .to_str()
-        .context("a UTF-8 path")?
-        .to_owned();
+    let queries = lab_file(&lab, "soak-queries.txt", &query_list())?;
+    let resolver_queries = lab_file(
+        &lab,
+        "soak-node-resolver.txt",
+        &format!("{EXTERNAL_NAME} A\n{EXTERNAL_NAME} AAAA\n"),
+    )?;
 
     // Each tracer's kernel tables are the ones that appeared while it started.
     let mut tracers = Vec::new();

@@ -4,8 +4,9 @@
 //! libraries, busybox and bpftool: 6.1, Debian 12's own, which has no TCX (dnsloop attaches with
 //! tc clsact there), and 6.12, which has TCX but predates `bpf_get_netns_cookie` in TC programs
 //! (6.13). Debian 11's 5.10 is fetched and booted alike on request (`--series 5.10`): it is not
-//! in the matrix until dnsloop starts there (it lacks `bpf_loop` and `SO_NETNS_COOKIE`). The guest (`init.sh`) loads and attaches the programs to loopback, asks a few DNS
-//! names that nothing answers, stops dnsloop with SIGTERM and reports on the serial console;
+//! in the matrix until dnsloop starts there (it lacks `bpf_loop` and `SO_NETNS_COOKIE`). The
+//! guest (`init.sh`) loads and attaches the programs to loopback, asks a few DNS names that
+//! nothing answers, stops dnsloop with SIGTERM and reports on the serial console;
 //! [`Report::check`] reads that report.
 //!
 //! KVM hangs on this machine's kind of host, so QEMU emulates the CPU (TCG, `-cpu max`); the
@@ -92,16 +93,10 @@ pub fn run(series: &[String]) -> Result<()> {
         series
             .iter()
             .map(|wanted| {
-                TARGETS
-                    .iter()
-                    .chain(&PENDING)
+                every_target()
                     .find(|target| target.series == wanted)
                     .with_context(|| {
-                        let known: Vec<&str> = TARGETS
-                            .iter()
-                            .chain(&PENDING)
-                            .map(|target| target.series)
-                            .collect();
+                        let known: Vec<&str> = every_target().map(|target| target.series).collect();
                         format!(
                             "no kernel {wanted} to boot: choose among {}",
                             known.join(", ")
@@ -116,6 +111,11 @@ pub fn run(series: &[String]) -> Result<()> {
         &command::workspace_root().join("target/debug/dnsloop"),
         &targets,
     )
+}
+
+/// The matrix's kernels, then those booted only on request.
+fn every_target() -> impl Iterator<Item = &'static Target> {
+    TARGETS.iter().chain(&PENDING)
 }
 
 /// Boots every kernel of the matrix with `dnsloop` and checks what each guest reports.
