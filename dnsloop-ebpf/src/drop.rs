@@ -24,6 +24,9 @@ pub const fn reason_slot(reason: u32) -> u32 {
     }
 }
 
+/// A [`DropRecord::reason`] where the tracepoint gives none (Linux < 5.17).
+pub const UNKNOWN_REASON: u32 = u32::MAX;
+
 /// The raw tracepoint's arguments (its `TP_PROTO`), in order.
 pub const SKB_ARGUMENT: usize = 0;
 pub const LOCATION_ARGUMENT: usize = 1;
@@ -44,8 +47,10 @@ pub struct DropLayout {
     /// Of `struct net_device`: `ifindex` (i32) and `nd_net.net` (a pointer).
     pub dev_ifindex: u16,
     pub dev_net: u16,
-    /// Of `struct net`: `net_cookie` (u64).
+    /// Of `struct net`: `net_cookie` (u64), or 0 where namespaces go by their inode number
+    /// (Linux < 5.14, see `namespaces`): then `ns.inum` (u32).
     pub net_cookie: u16,
+    pub net_inum: u16,
 }
 
 impl DropLayout {
@@ -59,6 +64,7 @@ impl DropLayout {
         dev_ifindex: 0,
         dev_net: 0,
         net_cookie: 0,
+        net_inum: 0,
     };
 
     /// Whether userspace gave a layout (`head` is never a socket buffer's first field).
@@ -75,11 +81,13 @@ pub struct DropRecord {
     pub ts_ns: u64,
     /// The kernel text address that dropped it (the tracepoint's `location`).
     pub location: u64,
-    /// The network namespace of the device it was on, 0 when it had none (or none readable).
+    /// The network namespace of the device it was on (its cookie or inode number, as
+    /// `DropLayout` says), 0 when it had none (or none readable).
     pub netns_cookie: u64,
     /// That device, 0 for none.
     pub ifindex: u32,
-    /// The kernel's `enum skb_drop_reason`, whose numbering is the running kernel's own.
+    /// The kernel's `enum skb_drop_reason`, whose numbering is the running kernel's own, or
+    /// [`UNKNOWN_REASON`].
     pub reason: u32,
     /// Bytes from the IP header to the end of the packet's linear data.
     pub linear_len: u32,
@@ -117,7 +125,7 @@ mod tests {
     /// The layouts are a contract with the kernel programs: no implicit padding anywhere.
     #[test]
     fn the_drop_types_have_no_implicit_padding() {
-        assert_eq!(size_of::<DropLayout>(), 8 * 2);
+        assert_eq!(size_of::<DropLayout>(), 9 * 2);
         assert_eq!(
             size_of::<DropRecord>(),
             8 * 3 + 4 * 3 + 2 * 2 + DROP_SNAP_MAX

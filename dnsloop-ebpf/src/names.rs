@@ -51,9 +51,12 @@ pub const ZERO_SERVER_STATS_MAP: &str = "ZERO_SERVER_STATS";
 pub const DNS_BUFFER_MAP: &str = "DNS_BUFFER";
 pub const VERDICT_MAP: &str = "VERDICT";
 pub const DROP_SCRATCH_MAP: &str = "DROP_SCRATCH";
+/// Only in the build for kernels before 5.17.
+pub const NAME_WALK_MAP: &str = "NAME_WALK";
+pub const PARSED_MAP: &str = "PARSED";
 
 /// Every map in the object.
-pub const MAPS: [&str; 15] = [
+pub const MAPS: [&str; 17] = [
     POINTS_MAP,
     POINT_COUNTERS_MAP,
     COUNTERS_MAP,
@@ -69,6 +72,8 @@ pub const MAPS: [&str; 15] = [
     DNS_BUFFER_MAP,
     VERDICT_MAP,
     DROP_SCRATCH_MAP,
+    NAME_WALK_MAP,
+    PARSED_MAP,
 ];
 
 /// The longest name the kernel keeps for a program or map (`BPF_OBJ_NAME_LEN` less its NUL):

@@ -39,10 +39,10 @@ enum Task {
     /// Show dnsloop on the lab.
     Demo,
     /// Boot Debian's kernels under QEMU (6.1, with the clsact fallback, and 6.12) and check
-    /// dnsloop loads, attaches and counts DNS there.
+    /// dnsloop loads, attaches, counts DNS and reports drops there.
     Kernels {
         /// Only these kernel series (repeatable), among them 5.10, Debian 11's, which is not in
-        /// the matrix yet: dnsloop does not start there.
+        /// the matrix yet: its verifier refuses dnsloop's programs.
         #[arg(long, value_name = "SERIES")]
         series: Vec<String>,
     },

@@ -16,8 +16,9 @@ const MAX_LABEL_LEN: u8 = 63;
 /// Label types 0b11 (a pointer); 0b01 and 0b10 (64..=191) are the extended and reserved ones.
 const COMPRESSION_POINTER: u8 = 0xc0;
 const TYPE_CLASS_LEN: usize = 4;
-/// The most labels a name can have (127, of one byte each) and its root label.
-const MAX_NAME_STEPS: u32 = 128;
+/// The most labels a name can have (127, of one byte each) and its root label: the most steps
+/// of a walk label by label.
+pub const MAX_NAME_LABEL_STEPS: u32 = 128;
 
 const _: () = assert!(NAME_OFFSET + MAX_NAME_WIRE_LEN + TYPE_CLASS_LEN <= DNS_BUF_LEN);
 
@@ -94,22 +95,23 @@ pub struct DnsSummary {
 /// Only the first question is read; answers and further questions are not needed to follow
 /// a query around a loop, so a message cut after its first question still parses.
 pub fn parse_dns(buf: &[u8; DNS_BUF_LEN], len: usize) -> Result<DnsSummary, Malformed> {
-    parse_dns_with(buf, len, &mut NameWalk::default(), PlainSteps)
+    parse_dns_with(buf, len, &mut NameWalk::default(), PlainWalk)
 }
 
-/// [`parse_dns`], with the name walk kept in `walk` and its steps run by `steps`.
+/// [`parse_dns`], with the name walk kept in `walk`, which the caller sets to its default, and
+/// run by `walker`.
 ///
-/// In BPF, `walk` is a per-CPU map value and `steps` is `bpf_loop`: the verifier then checks one
-/// step of the walk, whatever the name, instead of following every byte of every possible
+/// In BPF, `walk` is a per-CPU map value and `walker` a walk the verifier checks once (in
+/// `bpf_loop`, or in a function of its own), instead of following every byte of every possible
 /// name (which took Linux 6.1 past its budget of one million instructions). For the same
 /// reason nothing here branches on what the walk found except through values read back from
 /// `walk`, which the verifier does not track.
 #[inline(always)]
-pub fn parse_dns_with<S: Steps>(
+pub fn parse_dns_with<W: NameWalker>(
     buf: &[u8; DNS_BUF_LEN],
     len: usize,
     walk: &mut NameWalk,
-    steps: S,
+    walker: W,
 ) -> Result<DnsSummary, Malformed> {
     let msg = Message::new(buf, len).ok_or(Malformed::DnsBadLength)?;
     let header = read_header(&msg).ok_or(Malformed::DnsTruncatedHeader)?;
@@ -119,8 +121,7 @@ pub fn parse_dns_with<S: Steps>(
             question: None,
         });
     }
-    *walk = NameWalk::default();
-    steps.run(MAX_NAME_STEPS, || walk.step(&msg));
+    walker.walk(walk, &msg);
     let name_len = walk.finished()?;
     let type_class = NAME_OFFSET + usize::from(name_len);
     let (Some(qtype), Some(qclass)) = (msg.u16_at(type_class), msg.u16_at(type_class + 2)) else {
@@ -170,22 +171,34 @@ impl AcceptedName<'_, '_> {
     }
 }
 
-/// Runs the steps of a name walk until one breaks, at most `max` of them.
-pub trait Steps {
-    fn run<F: FnMut() -> ControlFlow<()>>(self, max: u32, step: F);
+/// Runs a walk of the first question's name. The walk is the same everywhere; how its steps
+/// run is what a kernel's verifier can check.
+pub trait NameWalker {
+    /// Walks the name at the start of `msg`'s question with `walk`, at its default.
+    fn walk(self, walk: &mut NameWalk, msg: &Message);
 }
 
-/// Steps run by a plain loop.
-pub struct PlainSteps;
+/// Label by label, in a plain loop: userspace's walk.
+pub struct PlainWalk;
 
-impl Steps for PlainSteps {
+impl NameWalker for PlainWalk {
     #[inline(always)]
-    fn run<F: FnMut() -> ControlFlow<()>>(self, max: u32, mut step: F) {
-        for _ in 0..max {
-            if step().is_break() {
+    fn walk(self, walk: &mut NameWalk, msg: &Message) {
+        for _ in 0..MAX_NAME_LABEL_STEPS {
+            if walk.label_step(msg).is_break() {
                 return;
             }
         }
+    }
+}
+
+/// Byte by byte (see [`NameWalk::walk_bytes`]).
+pub struct ByteWalk;
+
+impl NameWalker for ByteWalk {
+    #[inline(always)]
+    fn walk(self, walk: &mut NameWalk, msg: &Message) {
+        walk.walk_bytes(msg);
     }
 }
 
@@ -222,9 +235,10 @@ const ACCEPTED: u8 = 1;
 const REJECTED: u8 = 2;
 
 impl NameWalk {
-    /// Reads the label at `next`: its length octet and bytes.
+    /// Reads the label at `next`: its length octet and bytes. A walk takes at most
+    /// [`MAX_NAME_LABEL_STEPS`] of them.
     #[inline(always)]
-    fn step(&mut self, msg: &Message) -> ControlFlow<()> {
+    pub fn label_step(&mut self, msg: &Message) -> ControlFlow<()> {
         let at = usize::from(self.next);
         let Some(len) = msg.byte_at(NAME_OFFSET + at) else {
             return self.reject(Malformed::DnsTruncatedQuestion);
@@ -266,6 +280,53 @@ impl NameWalk {
         }
     }
 
+    /// The whole walk, a byte per step, in a plain loop: what a verifier without `bpf_loop`
+    /// (Linux < 5.17) can check. It follows every iteration of a loop, and label by label that
+    /// is 128 labels of up to 63 bytes each; byte by byte it is 255 short steps, whose states it
+    /// prunes. Same outcome, hash and labels as [`Self::label_step`]'s walk.
+    #[inline(always)]
+    pub fn walk_bytes(&mut self, msg: &Message) {
+        for at in 0..MAX_NAME_WIRE_LEN {
+            if self.byte_step(msg, at).is_break() {
+                return;
+            }
+        }
+    }
+
+    /// Reads the name's byte at wire index `at`: a label's length octet where `next` says, one
+    /// of its bytes before that.
+    #[inline(always)]
+    fn byte_step(&mut self, msg: &Message, at: usize) -> ControlFlow<()> {
+        let Some(byte) = msg.byte_at(NAME_OFFSET + at) else {
+            return self.reject(Malformed::DnsTruncatedQuestion);
+        };
+        self.hash = name_hash_fold(self.hash, byte);
+        if at != usize::from(self.next) {
+            return ControlFlow::Continue(());
+        }
+        match byte {
+            0 => {
+                // `at` < MAX_NAME_WIRE_LEN, the loop's bound.
+                self.next = (at + 1) as u16;
+                self.outcome = ACCEPTED;
+                ControlFlow::Break(())
+            }
+            1..=MAX_LABEL_LEN => {
+                let next = at + 1 + usize::from(byte);
+                // The root label must still fit at `next`.
+                if next >= MAX_NAME_WIRE_LEN {
+                    return self.reject(Malformed::DnsNameTooLong);
+                }
+                self.labels += 1;
+                // Below MAX_NAME_WIRE_LEN, so the cast is exact.
+                self.next = next as u16;
+                ControlFlow::Continue(())
+            }
+            COMPRESSION_POINTER..=u8::MAX => self.reject(Malformed::DnsCompressionPointer),
+            _ => self.reject(Malformed::DnsLabelTooLong),
+        }
+    }
+
     #[inline(always)]
     fn reject(&mut self, reason: Malformed) -> ControlFlow<()> {
         self.outcome = REJECTED + reason as u8;
@@ -280,9 +341,21 @@ impl NameWalk {
             // Every step but the last reads a label of at least two bytes: a walk that never
             // broke ran past MAX_NAME_WIRE_LEN.
             WALKING => Err(Malformed::DnsNameTooLong),
-            rejected => {
-                Err(Malformed::from_u8(rejected - REJECTED).unwrap_or(Malformed::DnsNameTooLong))
-            }
+            rejected => Err(Self::rejection(rejected - REJECTED)),
         }
+    }
+
+    /// The reason `reject` noted as `code`. Compared one by one, not looked up in
+    /// `Malformed::ALL`: the verifier of Linux 5.10 cannot bound a table's index.
+    #[inline(always)]
+    fn rejection(code: u8) -> Malformed {
+        [
+            Malformed::DnsTruncatedQuestion,
+            Malformed::DnsLabelTooLong,
+            Malformed::DnsCompressionPointer,
+        ]
+        .into_iter()
+        .find(|reason| *reason as u8 == code)
+        .unwrap_or(Malformed::DnsNameTooLong)
     }
 }

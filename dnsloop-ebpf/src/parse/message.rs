@@ -7,7 +7,7 @@ pub const DNS_BUF_LEN: usize = 512;
 const _: () = assert!(DNS_BUF_LEN.is_power_of_two());
 
 /// The valid bytes of a DNS buffer.
-pub(crate) struct Message<'a> {
+pub struct Message<'a> {
     buf: &'a [u8; DNS_BUF_LEN],
     len: usize,
 }
@@ -15,8 +15,14 @@ pub(crate) struct Message<'a> {
 impl<'a> Message<'a> {
     /// The first `len` bytes of `buf`, if `len` fits in it.
     #[inline(always)]
-    pub(crate) fn new(buf: &'a [u8; DNS_BUF_LEN], len: usize) -> Option<Self> {
+    pub fn new(buf: &'a [u8; DNS_BUF_LEN], len: usize) -> Option<Self> {
         (len <= DNS_BUF_LEN).then_some(Self { buf, len })
+    }
+
+    /// How many of the buffer's bytes are valid.
+    #[inline(always)]
+    pub fn valid_len(&self) -> usize {
+        self.len
     }
 
     /// The byte at `idx`, if it is one of the valid bytes.

@@ -24,13 +24,14 @@ mod transport;
 pub use bytes::{PacketBytes, SlicePacket};
 pub use class::{Malformed, PacketClass, Skip};
 pub use dns::{
-    parse_dns, parse_dns_with, DnsHeader, DnsSummary, NameWalk, PlainSteps, Question, Steps,
+    parse_dns, parse_dns_with, ByteWalk, DnsHeader, DnsSummary, NameWalk, NameWalker, PlainWalk,
+    Question, MAX_NAME_LABEL_STEPS,
 };
 pub use framing::{tcp_framing, udp_message, DnsMessageRef, TcpFraming, MAX_TCP_MESSAGES};
 pub use icmp::Unreachable;
 pub use ip::IpFamily;
 pub use link::LinkLayer;
-pub use message::DNS_BUF_LEN;
+pub use message::{Message, DNS_BUF_LEN};
 pub use name_hash::{name_hash, name_hash_fold, NAME_HASH_SEED};
 pub use probe::Probe;
 pub use transport::{DnsPorts, TooManyDnsPorts, Transport, MAX_DNS_PORTS};

@@ -13,19 +13,19 @@ use dnsloop_ebpf::{
     counter::Counter,
     drop::{
         reason_slot, DropLayout, DropRecord, DROP_SNAP_MAX, LOCATION_ARGUMENT, REASON_ARGUMENT,
-        SKB_ARGUMENT,
+        SKB_ARGUMENT, UNKNOWN_REASON,
     },
     parse::{classify, LinkLayer, PacketBytes, PacketClass},
 };
 
-use super::{counters, maps};
+use super::{counters, maps, Linux};
 
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
 
 /// Looks at one freed socket buffer; streams it if it held DNS.
 #[inline(always)]
-pub fn observe(ctx: &RawTracePointContext) {
+pub fn observe<L: Linux>(ctx: &RawTracePointContext) {
     let layout = maps::drop_layout();
     if !layout.is_set() {
         return;
@@ -49,7 +49,13 @@ pub fn observe(ctx: &RawTracePointContext) {
         return;
     }
     counters::bump(Counter::DnsDrops);
-    let reason = ctx.arg::<u64>(REASON_ARGUMENT) as u32;
+    // Not read where the tracepoint has no such argument: the kernel refuses to attach a
+    // program that reads past a raw tracepoint's arguments.
+    let reason = if L::DROP_REASONS {
+        ctx.arg::<u64>(REASON_ARGUMENT) as u32
+    } else {
+        UNKNOWN_REASON
+    };
     if let Some(count) = maps::DROP_REASONS.get_ptr_mut(reason_slot(reason)) {
         // SAFETY: per-CPU slot, so nothing else writes it concurrently.
         unsafe { *count += 1 };
@@ -155,9 +161,14 @@ fn place(skb: u64, layout: &DropLayout, record: &mut DropRecord) {
     };
     record.ifindex = ifindex as u32;
     let net: u64 = read(dev, layout.dev_net).unwrap_or(0);
-    if net != 0 {
-        record.netns_cookie = read(net, layout.net_cookie).unwrap_or(0);
+    if net == 0 {
+        return;
     }
+    record.netns_cookie = if layout.net_cookie != 0 {
+        read(net, layout.net_cookie).unwrap_or(0)
+    } else {
+        read::<u32>(net, layout.net_inum).map_or(0, u64::from)
+    };
 }
 
 /// The `T` at `offset` into the kernel object at `base`.

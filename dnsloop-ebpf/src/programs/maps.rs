@@ -23,6 +23,8 @@ use dnsloop_ebpf::{
     stores,
 };
 
+use super::linux::ParsedMessage;
+
 /// The watched observation points (see `PointSlot`).
 #[map]
 pub static POINTS: Array<PointSlot> = Array::with_max_entries(POINT_SLOTS, 0);
@@ -90,6 +92,12 @@ pub static DROP_SCRATCH: PerCpuArray<DropRecord> = PerCpuArray::with_max_entries
 #[map]
 pub static DNS_BUFFER: PerCpuArray<[u8; DNS_BUF_LEN]> = PerCpuArray::with_max_entries(1, 0);
 
+/// Where `dnsloop_parse_dns` walks a name, and what it parsed (`Linux510`'s programs only).
+#[map]
+pub static NAME_WALK: PerCpuArray<NameWalk> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+pub static PARSED: PerCpuArray<ParsedMessage> = PerCpuArray::with_max_entries(1, 0);
+
 /// What the messages of the packet being inspected concluded (see `inspect_dns`).
 #[map]
 pub static VERDICT: PerCpuArray<Verdict> = PerCpuArray::with_max_entries(1, 0);
@@ -125,6 +133,8 @@ pub struct Verdict {
     pub matched_query: QueryState,
     /// The name walk of the message being parsed: here, where the verifier does not track it.
     pub name_walk: NameWalk,
+    /// Non-zero once a message parsed with a question, which `follow_question` is to follow.
+    pub question_to_follow: u8,
     /// A query met for the first time, built here before it is copied into `QUERIES`.
     pub new_query: QueryEntry,
     /// This CPU's last look into `QUERIES` and last parsed message (both kept from packet to
@@ -301,18 +311,15 @@ impl LastParse {
 
     /// What the noted message held.
     #[inline(always)]
-    pub fn summary(&self) -> DnsSummary {
-        DnsSummary {
-            header: self.header,
-            question: (self.has_question != 0).then_some(Question {
-                name_hash: self.name_hash,
-                name_len: self.name_len,
-                labels: self.labels,
-                qtype: self.qtype,
-                qclass: self.qclass,
-                probe: self.probe,
-            }),
-        }
+    pub fn question(&self) -> Option<Question> {
+        (self.has_question != 0).then_some(Question {
+            name_hash: self.name_hash,
+            name_len: self.name_len,
+            labels: self.labels,
+            qtype: self.qtype,
+            qclass: self.qclass,
+            probe: self.probe,
+        })
     }
 }
 

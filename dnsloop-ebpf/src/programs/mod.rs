@@ -1,9 +1,13 @@
 //! What the classifiers do with one packet.
-mod bounded_loop;
+#[macro_use]
+mod entry_points;
 mod counters;
 mod drops;
 mod forwarders;
 mod hook;
+// Each build (main.rs, before_5_17.rs) takes one `Linux`; the other's items go unused there.
+#[allow(dead_code)]
+pub mod linux;
 mod maps;
 mod queries;
 mod questions;
@@ -13,29 +17,27 @@ use aya_ebpf::helpers::bpf_ktime_get_ns;
 use dnsloop_ebpf::{
     counter::Counter,
     parse::{
-        classify, parse_dns_with, tcp_framing, udp_message, DnsMessageRef, DnsSummary, LinkLayer,
-        PacketBytes, PacketClass, Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
+        classify, tcp_framing, udp_message, DnsMessageRef, LinkLayer, PacketBytes, PacketClass,
+        Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
     },
     point::{via_gateway, Direction, ObservationPoint, PointNamespaces, MAC_HEADER_LEN},
     question::Heat,
     record::{StreamReason, MALFORMED_SAMPLE_INTERVAL_NS},
 };
 
-use core::ops::ControlFlow;
-
-use self::{
-    bounded_loop::{bounded_loop, BpfSteps},
-    hook::{Hook, HookBytes},
-    maps::{config, LastParse, Verdict, NO_POINT_SLOT},
-};
 pub use self::{
     drops::observe as observe_drop,
     hook::{Skb, Xdp},
 };
+use self::{
+    hook::{Hook, HookBytes},
+    linux::Linux,
+    maps::{config, LastParse, Verdict, NO_POINT_SLOT},
+};
 
 /// Counts the packet at `hook`, seen in `direction`, and streams it if userspace needs it.
 #[inline(always)]
-pub fn observe<H: Hook>(hook: H, direction: Direction) {
+pub fn observe<L: Linux, H: Hook>(hook: H, direction: Direction) {
     counters::bump(Counter::Packets);
     // Always there: a per-CPU array's one slot.
     let Some(verdict) = maps::verdict() else {
@@ -51,7 +53,7 @@ pub fn observe<H: Hook>(hook: H, direction: Direction) {
             (*verdict).direction = direction as u8;
         }
         through_gateway(hook, direction, verdict);
-        inspect_dns(&HookBytes(hook), verdict)
+        inspect_dns::<L, H>(&HookBytes(hook), verdict)
     } else {
         None
     };
@@ -192,21 +194,26 @@ fn classify_into<H: Hook>(hook: H, link: LinkLayer, verdict: *mut Verdict) -> bo
 /// Parses the DNS messages of the segment in `verdict` and decides whether userspace needs the
 /// packet. `None` when no message could be parsed (the packet is then not counted as DNS).
 ///
-/// One call site parses every message, UDP's single one as TCP's several, inside a `bpf_loop`:
-/// the verifier re-checks a message's inspection (thousands of instructions) per call site and per
-/// distinct state it is reached with, so unrolled calls exhaust its budget. The packet's state
-/// lives in a per-CPU map value, not on the 512-byte stack (which the loop body's frame shares),
-/// and its contents are opaque to the verifier, so the loop body's state converges at once.
+/// One call site parses every message, UDP's single one as TCP's several, inside a `bpf_loop`
+/// where the kernel has one: the verifier re-checks a message's inspection (thousands of
+/// instructions) per call site and per distinct state it is reached with, so unrolled calls
+/// cost it dear. The packet's state lives in a per-CPU map value, not on the 512-byte stack
+/// (which the loop body's frame shares), and its contents are opaque to the verifier, so the
+/// loop body's state converges at once.
 #[inline(always)]
-fn inspect_dns<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) -> Option<Inspection> {
+fn inspect_dns<L: Linux, H: Hook>(
+    packet: &HookBytes<H>,
+    verdict: *mut Verdict,
+) -> Option<Inspection> {
     frame_messages(packet, verdict);
     // Only the messages found: each `bpf_loop` iteration is an indirect call.
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     let messages = unsafe { (*verdict).framing.count } as u32;
-    bounded_loop(messages, |index| {
-        inspect_message(packet, verdict, index & (MAX_TCP_MESSAGES - 1));
-        ControlFlow::Continue(())
-    });
+    L::each_message(
+        messages,
+        |index| inspect_message::<L, H>(packet, verdict, index & (MAX_TCP_MESSAGES - 1)),
+        || follow_question(packet, verdict),
+    );
     // SAFETY: as above.
     let verdict = unsafe { &mut *verdict };
     if verdict.framing.split {
@@ -270,40 +277,43 @@ fn parsed_just_before<H: Hook>(
     packet: &HookBytes<H>,
     message: &DnsMessageRef,
     verdict: &Verdict,
-) -> Option<DnsSummary> {
+) -> bool {
     let last = &verdict.last_parse;
     if last.parsed == 0 || !last.seen.just_before_elsewhere(verdict) {
-        return None;
+        return false;
     }
-    let [id_high, id_low, flags_high, flags_low] = packet.read::<4>(message.offset)?;
+    let Some([id_high, id_low, flags_high, flags_low]) = packet.read::<4>(message.offset) else {
+        return false;
+    };
     let (id, flags) = (
         u16::from_be_bytes([id_high, id_low]),
         u16::from_be_bytes([flags_high, flags_low]),
     );
     last.is_seen_again(verdict, message.offset, id, flags)
-        .then(|| last.summary())
 }
 
 /// Parses message `index` of the packet in `verdict`, recording whether it parsed and why to
 /// stream the packet. Unused slots have length 0.
 #[inline(always)]
-fn inspect_message<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index: usize) {
+fn inspect_message<L: Linux, H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index: usize) {
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     let verdict = unsafe { &mut *verdict };
     let message = verdict.framing.messages[index];
     if message.len == 0 {
         return;
     }
-    let summary = match parsed_just_before(packet, &message, verdict) {
-        Some(summary) => summary,
-        None => {
+    if !parsed_just_before(packet, &message, verdict) {
+        {
             verdict.last_parse.parsed = 0;
             let load_len = message.load_len(&verdict.segment);
             let Some((buffer, len)) = hook::load_dns_buffer(packet, message.offset, load_len)
             else {
                 return;
             };
-            let summary = match parse_dns_with(buffer, len, &mut verdict.name_walk, BpfSteps) {
+            let Some(parsed) = L::parse_dns(buffer, len, &mut verdict.name_walk) else {
+                return;
+            };
+            let summary = match parsed {
                 Ok(summary) => summary,
                 // A message cut by the segment's end is not malformed: the rest is in the next
                 // segment.
@@ -315,20 +325,40 @@ fn inspect_message<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index:
                 }
             };
             LastParse::note(verdict, message.offset, &summary);
-            summary
         }
-    };
+    }
     counters::bump(Counter::DnsMessages);
     verdict.parsed = 1;
-    let Some(question) = summary.question else {
+    verdict.question_to_follow = 1;
+}
+
+/// Follows the question of the message `inspect_message` just parsed, if it has one, as
+/// `verdict.last_parse` holds it: its query or answer, its heat; decides whether to stream the
+/// packet for it.
+///
+/// Apart from `inspect_message`, and reading the message from the map: `Linux510`'s programs
+/// call each in a function of its own, one after the other, since together their frames pass
+/// the 512-byte stack, and a summary passed between them would be copied with its question's
+/// bytes unset where it has none, which the verifier refuses.
+#[inline(always)]
+fn follow_question<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) {
+    // SAFETY: the per-CPU value belongs to this program run until it returns.
+    let verdict = unsafe { &mut *verdict };
+    if verdict.question_to_follow == 0 {
+        return;
+    }
+    verdict.question_to_follow = 0;
+    let Some(question) = verdict.last_parse.question() else {
         return;
     };
-    let id = summary.header.id;
+    let header = verdict.last_parse.header;
+    let message_offset = verdict.last_parse.message_offset as usize;
+    let id = header.id;
     // With every packet streamed, userspace has the queries already: nothing to attach.
     let attach_unstreamed = config().stream_every_packet == 0;
-    if summary.header.qr() {
+    if header.qr() {
         forwarders::note_responder(&verdict.segment);
-        if let Some(query) = queries::answered_at_client(id, summary.header.rcode(), verdict) {
+        if let Some(query) = queries::answered_at_client(id, header.rcode(), verdict) {
             if attach_unstreamed && queries::from_elsewhere(&verdict.segment, &query) {
                 verdict.matched_query.copy_from(&query);
                 verdict.stream_because(StreamReason::UnexpectedSource);
@@ -337,7 +367,7 @@ fn inspect_message<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index:
                 verdict.stream_unless_set(StreamReason::Retried);
             }
         }
-    } else if let Some(first) = queries::remember(packet, message.offset, &question, id, verdict) {
+    } else if let Some(first) = queries::remember(packet, message_offset, &question, id, verdict) {
         if attach_unstreamed {
             verdict.matched_query.copy_from(&first);
             verdict.stream_because(StreamReason::Retried);
@@ -346,7 +376,7 @@ fn inspect_message<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index:
     let window = config().hot_window_ns;
     if !matches!(question.probe, Probe::None) {
         verdict.stream_unless_set(StreamReason::Probe);
-    } else if summary.header.qr() {
+    } else if header.qr() {
         if questions::answer_sighting(&question, window, verdict) {
             verdict.stream_unless_set(StreamReason::HotQuestion);
         }

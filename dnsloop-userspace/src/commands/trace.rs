@@ -149,6 +149,7 @@ impl TraceArgs {
                 ring_buffer_mib: self.ring_buffer_mib,
                 xdp_ingress: self.xdp,
                 watch_drops: !self.no_drops,
+                build: None,
             },
             interfaces: self.interfaces.clone(),
             print_packets: self.packets,

@@ -16,13 +16,14 @@ use btfparse::{Offset, Readable, TypeInformation, TypeVariant};
 use bytes::Bytes;
 use dnsloop_core::source::{DroppedPacket, InterfaceRef};
 use dnsloop_ebpf::{
-    drop::{reason_slot, DropLayout, DropRecord, DROP_REASON_SLOTS, DROP_SNAP_MAX},
+    drop::{reason_slot, DropLayout, DropRecord, DROP_REASON_SLOTS, DROP_SNAP_MAX, UNKNOWN_REASON},
     names::{DROPS_MAP, DROP_PROGRAM, DROP_REASONS_MAP},
 };
 use thiserror::Error;
 use tokio::io::unix::AsyncFd;
 
-use super::{clock::MonotonicClock, symbols::KernelSymbols};
+use super::{clock::MonotonicClock, programs::Build, symbols::KernelSymbols};
+use crate::node::namespaces;
 
 /// The tracepoint the drop program attaches to.
 const TRACEPOINT: &str = "kfree_skb";
@@ -32,11 +33,13 @@ const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 const REASON_PREFIX: &str = "SKB_DROP_REASON_";
 /// The name the last counter slot goes by when no reason has its number.
 const OTHER_REASONS: &str = "OTHER";
+/// The reason of every drop where the tracepoint gives none.
+pub const UNKNOWN_REASON_NAME: &str = "unknown (Linux < 5.17)";
 
 /// Why drops cannot be watched on this kernel. None stops dnsloop: it traces without them.
 #[derive(Debug, Error)]
 pub enum DropsUnavailable {
-    #[error("this kernel's kfree_skb tracepoint gives no drop reason (Linux 5.17 added it)")]
+    #[error("this kernel's kfree_skb tracepoint gives no drop reason (Linux 5.17 added it), which the programs for Linux 5.17+ read")]
     NoReasons,
     #[error("this kernel publishes no BTF at {KERNEL_BTF} (CONFIG_DEBUG_INFO_BTF): the drop program cannot find its way in the kernel's socket buffers")]
     NoBtf(#[source] io::Error),
@@ -69,15 +72,25 @@ pub struct KernelDrops {
 }
 
 impl KernelDrops {
-    /// Reads the kernel's BTF.
-    pub fn discover() -> Result<Self, DropsUnavailable> {
+    /// Reads the kernel's BTF, for the drop program of `build`.
+    pub fn discover(build: Build) -> Result<Self, DropsUnavailable> {
         let btf = std::fs::read(KERNEL_BTF).map_err(DropsUnavailable::NoBtf)?;
         let types = TypeInformation::new(&BtfBytes(btf))
             .map_err(|error| DropsUnavailable::Btf(format!("{error:?}")))?;
-        // The tracepoint's record declares what its arguments are: the reason came with them.
-        byte_offset(&types, "trace_event_raw_kfree_skb", "reason")
-            .map_err(|_| DropsUnavailable::NoReasons)?;
+        let reasons = if kernel_gives_reasons(&types) {
+            DropReasons::from_btf(&types)
+        } else if build.reads_drop_reasons() {
+            return Err(DropsUnavailable::NoReasons);
+        } else {
+            DropReasons::unknown()
+        };
         let offset = |structure: &str, path: &str| byte_offset(&types, structure, path);
+        // The namespace of a drop's device goes by what every namespace goes by here.
+        let (net_cookie, net_inum) = if namespaces::cookies_exist() {
+            (offset("net", "net_cookie")?, 0)
+        } else {
+            (0, offset("net", "ns.inum")?)
+        };
         let layout = DropLayout {
             skb_protocol: offset("sk_buff", "protocol")?,
             skb_head: offset("sk_buff", "head")?,
@@ -86,12 +99,15 @@ impl KernelDrops {
             skb_dev: offset("sk_buff", "dev")?,
             dev_ifindex: offset("net_device", "ifindex")?,
             dev_net: offset("net_device", "nd_net.net")?,
-            net_cookie: offset("net", "net_cookie")?,
+            net_cookie,
+            net_inum,
         };
-        Ok(Self {
-            layout,
-            reasons: DropReasons::from_btf(&types),
-        })
+        Ok(Self { layout, reasons })
+    }
+
+    /// Whether drops are reported with their reason.
+    pub fn gives_reasons(&self) -> bool {
+        !self.reasons.unknown
     }
 
     /// Where the drop program is to read: patched into it at load time.
@@ -207,13 +223,29 @@ fn dropped_packet(
     })
 }
 
+/// Whether the kernel's `kfree_skb` tracepoint gives the drop's reason: its record declares
+/// what its arguments are, and the reason came with them (Linux 5.17).
+fn kernel_gives_reasons(types: &TypeInformation) -> bool {
+    byte_offset(types, "trace_event_raw_kfree_skb", "reason").is_ok()
+}
+
 /// The running kernel's names of its drop reasons (`NETFILTER_DROP`), by number.
 #[derive(Debug, Default)]
 pub struct DropReasons {
     names: HashMap<u32, Arc<str>>,
+    /// The kernel gives no reasons: every drop's is [`UNKNOWN_REASON_NAME`].
+    unknown: bool,
 }
 
 impl DropReasons {
+    /// Where the kernel gives no reasons.
+    fn unknown() -> Self {
+        Self {
+            names: HashMap::new(),
+            unknown: true,
+        }
+    }
+
     /// From `enum skb_drop_reason` in the kernel's BTF; none if it has no such enum.
     fn from_btf(types: &TypeInformation) -> Self {
         let Some(TypeVariant::Enum(reasons)) = types
@@ -241,11 +273,15 @@ impl DropReasons {
                     (number, Arc::from(short))
                 })
                 .collect(),
+            unknown: false,
         }
     }
 
     /// The name of reason `number`; `REASON_<number>` for one the kernel does not name.
     pub fn of(&self, number: u32) -> Arc<str> {
+        if self.unknown || number == UNKNOWN_REASON {
+            return UNKNOWN_REASON_NAME.into();
+        }
         self.names
             .get(&number)
             .cloned()
@@ -254,6 +290,9 @@ impl DropReasons {
 
     /// The name of the counter slot `slot` (see `drop::reason_slot`).
     fn of_slot(&self, slot: u32) -> Arc<str> {
+        if self.unknown {
+            return UNKNOWN_REASON_NAME.into();
+        }
         let shared = slot == reason_slot(u32::MAX);
         if shared
             && self
@@ -324,11 +363,25 @@ mod tests {
         assert_eq!(&*shared.of_slot(last), OTHER_REASONS);
     }
 
+    #[test]
+    fn without_reasons_every_drop_and_slot_is_unknown() {
+        let unknown = DropReasons::unknown();
+        assert_eq!(&*unknown.of(UNKNOWN_REASON), UNKNOWN_REASON_NAME);
+        assert_eq!(&*unknown.of(3), UNKNOWN_REASON_NAME);
+        assert_eq!(
+            &*unknown.of_slot(DROP_REASON_SLOTS - 1),
+            UNKNOWN_REASON_NAME
+        );
+        // A build that reads no reason, on a kernel that names them.
+        let named = DropReasons::from_names([(3, "SKB_DROP_REASON_NO_SOCKET")]);
+        assert_eq!(&*named.of(UNKNOWN_REASON), UNKNOWN_REASON_NAME);
+    }
+
     /// On the machine running the tests: a kernel with drop reasons and BTF gives a layout
     /// whose every offset was found, and names the reasons the lab's scenarios make.
     #[test]
     fn this_kernels_layout_is_found() {
-        let drops = match KernelDrops::discover() {
+        let drops = match KernelDrops::discover(Build::Linux517) {
             Ok(drops) => drops,
             Err(error) if std::env::var_os("CI").is_none() => {
                 eprintln!("skipped outside CI: {error}");
@@ -339,6 +392,7 @@ mod tests {
         let layout = drops.layout();
         assert!(layout.is_set());
         assert!(layout.skb_head > 0 && layout.net_cookie > 0, "{layout:?}");
+        assert!(drops.gives_reasons());
         for reason in ["NETFILTER_DROP", "NO_SOCKET", "SOCKET_RCVBUFF"] {
             assert!(
                 drops.reasons.names.values().any(|name| &**name == reason),

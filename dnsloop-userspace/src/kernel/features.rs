@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 pub enum Lack {
     /// `SO_NETNS_COOKIE` (Linux 5.14).
     NetnsCookie,
+    /// `bpf_loop` (Linux 5.17).
+    BpfLoop,
     /// The drop reason in the `skb:kfree_skb` tracepoint (Linux 5.17).
     DropReasons,
     /// TCX (Linux 6.6).
@@ -21,6 +23,7 @@ impl Lack {
     pub fn name(self) -> &'static str {
         match self {
             Lack::NetnsCookie => "netns_cookie",
+            Lack::BpfLoop => "bpf_loop",
             Lack::DropReasons => "drop_reasons",
             Lack::Tcx => "tcx",
             Lack::TcNetnsCookie => "tc_netns_cookie",
@@ -31,6 +34,7 @@ impl Lack {
     fn feature(self) -> &'static str {
         match self {
             Lack::NetnsCookie => "SO_NETNS_COOKIE (5.14)",
+            Lack::BpfLoop => "bpf_loop (5.17)",
             Lack::DropReasons => "drop reasons in the kfree_skb tracepoint (5.17)",
             Lack::Tcx => "TCX (6.6)",
             Lack::TcNetnsCookie => "bpf_get_netns_cookie in TC programs (6.13)",
@@ -41,7 +45,14 @@ impl Lack {
     fn costs(self) -> &'static str {
         match self {
             Lack::NetnsCookie => "network namespaces are told apart by their inode",
-            Lack::DropReasons => "the kernel's drops of DNS packets are not watched",
+            Lack::BpfLoop => {
+                "the programs built for older kernels run, which find the same but walk names \
+                 a byte at a time"
+            }
+            Lack::DropReasons => {
+                "the kernel's drops of DNS packets are reported without their reason, as \
+                 \"unknown (Linux < 5.17)\""
+            }
             Lack::Tcx => {
                 "attached through tc clsact, whose filters a SIGKILL leaves behind until the \
                  next dnsloop starts"

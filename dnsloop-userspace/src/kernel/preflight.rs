@@ -39,14 +39,13 @@ pub enum PreflightError {
     Bpf(String),
     #[error("this kernel has no BPF ring buffer (Linux 5.8 added it), which carries every packet and drop to dnsloop: run dnsloop on a node with Linux 5.8 or later (Debian 11, Amazon Linux 2's 5.10 and every kernel since have it)")]
     NoRingBuffer,
+    #[error("this kernel publishes no BTF at {KERNEL_BTF}, which dnsloop reads to find its way in the kernel's socket buffers and to name drop reasons: run dnsloop on a kernel built with CONFIG_DEBUG_INFO_BTF=y (Debian 11, Amazon Linux 2's 5.10, Ubuntu 20.10, RHEL 8.2 and every kernel of theirs since have it)")]
+    NoKernelBtf,
 }
 
 /// Something that does not stop dnsloop but is worth knowing when things go wrong.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Note {
-    /// No kernel BTF: the packet programs need none (no CO-RE relocations); only the kernel's
-    /// drops go unwatched.
-    NoKernelBtf,
     /// No BPF filesystem: fine unless `--pin` is given.
     NoBpffs,
 }
@@ -54,8 +53,10 @@ pub enum Note {
 impl std::fmt::Display for Note {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Note::NoKernelBtf => write!(f, "this kernel publishes no BTF ({KERNEL_BTF}): the packet programs need none (no CO-RE relocations), but the kernel's drops of DNS packets go unwatched"),
-            Note::NoBpffs => write!(f, "no BPF filesystem at {BPFFS}: not needed, unless --pin keeps the maps on one"),
+            Note::NoBpffs => write!(
+                f,
+                "no BPF filesystem at {BPFFS}: not needed, unless --pin keeps the maps on one"
+            ),
         }
     }
 }
@@ -73,10 +74,10 @@ pub fn check() -> Result<Vec<Note>, PreflightError> {
     if is_map_supported(MapType::RingBuf).is_ok_and(|supported| !supported) {
         return Err(PreflightError::NoRingBuffer);
     }
-    let mut notes = Vec::new();
     if !Path::new(KERNEL_BTF).exists() {
-        notes.push(Note::NoKernelBtf);
+        return Err(PreflightError::NoKernelBtf);
     }
+    let mut notes = Vec::new();
     if !is_bpffs(Path::new(BPFFS)) {
         notes.push(Note::NoBpffs);
     }
@@ -225,8 +226,16 @@ mod tests {
     }
 
     #[test]
-    fn missing_btf_and_bpffs_are_notes_not_errors() {
-        assert!(Note::NoKernelBtf.to_string().contains("drops"));
+    fn a_kernel_without_btf_is_told_what_it_needs() {
+        let said = PreflightError::NoKernelBtf.to_string();
+        assert!(
+            said.contains(KERNEL_BTF) && said.contains("CONFIG_DEBUG_INFO_BTF"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn a_missing_bpffs_is_a_note_not_an_error() {
         let no_bpffs = Note::NoBpffs.to_string();
         assert!(no_bpffs.contains("not needed"), "{no_bpffs}");
         assert!(

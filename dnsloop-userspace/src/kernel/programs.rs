@@ -27,8 +27,56 @@ use crate::{
     node::namespaces,
 };
 
-/// The BPF object built by build.rs from the dnsloop-ebpf crate.
+/// The BPF objects built by build.rs from the dnsloop-ebpf crate: see [`Build`].
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dnsloop"));
+static OBJECT_BEFORE_5_17: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dnsloop-before-5-17"));
+
+/// A build of the kernel programs. Linux 5.17 brought both `bpf_loop`, by which the programs
+/// loop in a way the verifier checks once, and the drop reason of the `kfree_skb` tracepoint;
+/// older kernels take the same programs with their loops in another shape (dnsloop-ebpf's
+/// `programs::linux`), and drops without a reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Build {
+    /// Linux 5.17 and later.
+    Linux517,
+    /// Linux 5.10 to 5.16.
+    Before517,
+}
+
+impl Build {
+    #[cfg(test)]
+    pub const ALL: [Build; 2] = [Build::Linux517, Build::Before517];
+
+    /// The build this kernel takes: the one for its loops.
+    pub fn for_this_kernel() -> Self {
+        static BUILD: OnceLock<Build> = OnceLock::new();
+        *BUILD.get_or_init(|| {
+            match is_helper_supported(ProgramType::SchedClassifier, BpfHelper::BPF_FUNC_loop) {
+                Ok(true) => Build::Linux517,
+                Ok(false) => Build::Before517,
+                // The verifier then says what it lacks, if anything (see `rejected`).
+                Err(error) => {
+                    tracing::warn!("probing TC programs for bpf_loop failed ({error}): loading the programs for Linux 5.17+");
+                    Build::Linux517
+                }
+            }
+        })
+    }
+
+    /// Its object file.
+    pub fn object(self) -> &'static [u8] {
+        match self {
+            Build::Linux517 => OBJECT,
+            Build::Before517 => OBJECT_BEFORE_5_17,
+        }
+    }
+
+    /// Whether its drop program reads the drop's reason, which the kernel must then give.
+    pub fn reads_drop_reasons(self) -> bool {
+        self == Build::Linux517
+    }
+}
 
 pub use dnsloop_ebpf::names::{
     COUNTERS_MAP, EGRESS_PROGRAM, INGRESS_PROGRAM, POINTS_MAP, POINT_COUNTERS_MAP, QUERIES_MAP,
@@ -96,6 +144,15 @@ pub struct Settings {
     pub xdp_ingress: bool,
     /// Watch the kernel's drops of DNS packets, where the kernel allows (not `--no-drops`).
     pub watch_drops: bool,
+    /// The programs to load; `None` for those this kernel takes.
+    pub build: Option<Build>,
+}
+
+impl Settings {
+    /// The programs to load.
+    pub fn build(&self) -> Build {
+        self.build.unwrap_or_else(Build::for_this_kernel)
+    }
 }
 
 /// Questions the kernel remembers by default: about 460 bytes each, 15 MiB in all.
@@ -117,6 +174,7 @@ impl Default for Settings {
             ring_buffer_mib: DEFAULT_RING_BUFFER_MIB,
             xdp_ingress: false,
             watch_drops: true,
+            build: None,
         }
     }
 }
@@ -152,32 +210,36 @@ pub fn load(
         .map_max_entries(QUESTIONS_MAP, questions)
         .map_max_entries(QUERIES_MAP, queries)
         .map_max_entries(RECORDS_MAP, ring_bytes);
+    let build = settings.build();
     if let Some(pins) = pins {
-        for (name, shape) in pinned_shapes(&[(QUERIES_MAP, queries)])? {
+        for (name, shape) in pinned_shapes(build, &[(QUERIES_MAP, queries)])? {
             pins.check(name, shape)?;
             // Only the maps named here are pinned: none is declared pinned in the object, so
             // aya's default of pinning those under /sys/fs/bpf never applies.
             loader.map_pin_path(name, pins.map_path(name));
         }
     }
-    let mut ebpf = loader.load(OBJECT).map_err(LoadError::Object)?;
+    let mut ebpf = loader.load(build.object()).map_err(LoadError::Object)?;
     let kernel = KernelVersion::current().ok();
     for name in [INGRESS_PROGRAM, EGRESS_PROGRAM] {
         classifier(&mut ebpf, name)?
             .load()
-            .map_err(|source| rejected(name, kernel, source))?;
+            .map_err(|source| rejected(name, build, kernel, source))?;
     }
     if settings.xdp_ingress {
         xdp(&mut ebpf)?
             .load()
-            .map_err(|source| rejected(XDP_INGRESS_PROGRAM, kernel, source))?;
+            .map_err(|source| rejected(XDP_INGRESS_PROGRAM, build, kernel, source))?;
     }
     Ok(ebpf)
 }
 
 /// The shape of each map `--pin` keeps, as the object defines it and with `max_entries` applied.
-fn pinned_shapes(max_entries: &[(&str, u32)]) -> Result<Vec<(&'static str, Shape)>, LoadError> {
-    let object = aya_obj::Object::parse(OBJECT).map_err(LoadError::ObjectDefinitions)?;
+fn pinned_shapes(
+    build: Build,
+    max_entries: &[(&str, u32)],
+) -> Result<Vec<(&'static str, Shape)>, LoadError> {
+    let object = aya_obj::Object::parse(build.object()).map_err(LoadError::ObjectDefinitions)?;
     PINNED_MAPS
         .iter()
         .map(|&name| {
@@ -198,18 +260,27 @@ fn pinned_shapes(max_entries: &[(&str, u32)]) -> Result<Vec<(&'static str, Shape
         .collect()
 }
 
-/// The oldest kernel with every helper program `name` calls, and the newest of those helpers.
-fn requirement(name: &str) -> (KernelVersion, &'static str) {
-    if name == XDP_INGRESS_PROGRAM {
-        (KernelVersion::new(5, 18, 0), "bpf_xdp_load_bytes")
-    } else {
-        (KernelVersion::new(5, 17, 0), "bpf_loop")
+/// The oldest kernel with everything program `name` of `build` uses, and the newest of that.
+fn requirement(name: &str, build: Build) -> (KernelVersion, &'static str) {
+    match (name, build) {
+        (XDP_INGRESS_PROGRAM, _) => (KernelVersion::new(5, 18, 0), "bpf_xdp_load_bytes"),
+        (_, Build::Linux517) => (KernelVersion::new(5, 17, 0), "bpf_loop"),
+        (_, Build::Before517) => (
+            KernelVersion::new(5, 10, 0),
+            "the BPF features dnsloop's programs use",
+        ),
     }
 }
 
-/// Why the verifier rejected program `name` on `kernel`: a kernel too old for it, or a bug.
-fn rejected(name: &'static str, kernel: Option<KernelVersion>, source: ProgramError) -> LoadError {
-    let (needed, feature) = requirement(name);
+/// Why the verifier rejected program `name` of `build` on `kernel`: a kernel too old for it,
+/// or a bug.
+fn rejected(
+    name: &'static str,
+    build: Build,
+    kernel: Option<KernelVersion>,
+    source: ProgramError,
+) -> LoadError {
+    let (needed, feature) = requirement(name, build);
     match kernel {
         Some(kernel) if kernel < needed => LoadError::KernelTooOld {
             name,
@@ -370,45 +441,56 @@ mod tests {
     /// aya pins a map the object declares pinned under /sys/fs/bpf when no path is given:
     /// without `--pin` nothing may outlive the run.
     #[test]
-    fn no_map_is_declared_pinned_in_the_object() {
-        let object = aya_obj::Object::parse(OBJECT).expect("the object parses");
-        for (name, map) in &object.maps {
-            assert_eq!(
-                map.pinning(),
-                aya_obj::maps::PinningType::None,
-                "map {name} is declared pinned"
-            );
+    fn no_map_is_declared_pinned_in_the_objects() {
+        for build in Build::ALL {
+            let object = aya_obj::Object::parse(build.object()).expect("the object parses");
+            for (name, map) in &object.maps {
+                assert_eq!(
+                    map.pinning(),
+                    aya_obj::maps::PinningType::None,
+                    "map {name} is declared pinned in {build:?}"
+                );
+            }
         }
     }
 
     /// aya names the programs and maps after the kernel side's functions and statics: they must
     /// be the names userspace and xtask know them by.
     #[test]
-    fn the_object_has_exactly_the_named_programs_and_maps() {
+    fn the_objects_have_exactly_the_named_programs_and_maps() {
         use std::collections::BTreeSet;
 
         use aya_obj::EbpfSectionKind;
-        let object = aya_obj::Object::parse(OBJECT).expect("the object parses");
-        let programs: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
-        assert_eq!(programs, BTreeSet::from(dnsloop_ebpf::names::PROGRAMS));
-        // Not the globals' sections (.rodata...), which aya also loads as maps.
-        let maps: BTreeSet<&str> = object
-            .maps
-            .iter()
-            .filter(|(_, map)| {
-                matches!(
-                    map.section_kind(),
-                    EbpfSectionKind::Maps | EbpfSectionKind::BtfMaps
-                )
-            })
-            .map(|(name, _)| name.as_str())
-            .collect();
-        assert_eq!(maps, BTreeSet::from(dnsloop_ebpf::names::MAPS));
+        use dnsloop_ebpf::names::{MAPS, NAME_WALK_MAP, PARSED_MAP, PROGRAMS};
+        for build in Build::ALL {
+            let object = aya_obj::Object::parse(build.object()).expect("the object parses");
+            let programs: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
+            assert_eq!(programs, BTreeSet::from(PROGRAMS), "{build:?}");
+            // Not the globals' sections (.rodata...), which aya also loads as maps.
+            let maps: BTreeSet<&str> = object
+                .maps
+                .iter()
+                .filter(|(_, map)| {
+                    matches!(
+                        map.section_kind(),
+                        EbpfSectionKind::Maps | EbpfSectionKind::BtfMaps
+                    )
+                })
+                .map(|(name, _)| name.as_str())
+                .collect();
+            let mut expected = BTreeSet::from(MAPS);
+            if build == Build::Linux517 {
+                expected.remove(NAME_WALK_MAP);
+                expected.remove(PARSED_MAP);
+            }
+            assert_eq!(maps, expected, "{build:?}");
+        }
     }
 
     #[test]
     fn pinned_maps_are_checked_against_the_object_with_this_runs_sizes() {
-        let shapes = pinned_shapes(&[(QUERIES_MAP, 4096)]).expect("the object has every map");
+        let shapes = pinned_shapes(Build::Linux517, &[(QUERIES_MAP, 4096)])
+            .expect("the object has every map");
         let names: Vec<&str> = shapes.iter().map(|(name, _)| *name).collect();
         assert_eq!(names, PINNED_MAPS);
         let (_, queries) = shapes
@@ -450,6 +532,7 @@ mod tests {
             ring_buffer_mib: 4,
             xdp_ingress: false,
             watch_drops: true,
+            build: None,
         }
     }
 
@@ -492,6 +575,7 @@ mod tests {
     fn a_kernel_too_old_for_a_helper_is_named_as_the_cause() {
         let error = rejected(
             EGRESS_PROGRAM,
+            Build::Linux517,
             Some(KernelVersion::new(5, 15, 0)),
             ProgramError::NotLoaded,
         );
@@ -501,6 +585,7 @@ mod tests {
         );
         let xdp = rejected(
             XDP_INGRESS_PROGRAM,
+            Build::Before517,
             Some(KernelVersion::new(5, 17, 3)),
             ProgramError::NotLoaded,
         );
@@ -511,33 +596,27 @@ mod tests {
                 ..
             }
         ));
+        let old = rejected(
+            INGRESS_PROGRAM,
+            Build::Before517,
+            Some(KernelVersion::new(5, 4, 0)),
+            ProgramError::NotLoaded,
+        );
+        assert!(
+            matches!(old, LoadError::KernelTooOld { needed, .. } if needed == KernelVersion::new(5, 10, 0))
+        );
         // On a recent kernel a rejection is a bug to report.
         for kernel in [Some(KernelVersion::new(6, 1, 0)), None] {
             assert!(matches!(
-                rejected(INGRESS_PROGRAM, kernel, ProgramError::NotLoaded),
+                rejected(
+                    INGRESS_PROGRAM,
+                    Build::Linux517,
+                    kernel,
+                    ProgramError::NotLoaded
+                ),
                 LoadError::Verifier { .. }
             ));
         }
-    }
-
-    /// The preflight lets a kernel without BTF through: that holds while the object asks for
-    /// no CO-RE relocation, which only the kernel's BTF could resolve.
-    #[test]
-    fn the_programs_need_no_kernel_btf() {
-        use object::{Object as _, ObjectSection as _};
-        let file = object::File::parse(OBJECT).expect("the BPF object is ELF");
-        let ext = file
-            .section_by_name(".BTF.ext")
-            .expect("the BPF object has .BTF.ext")
-            .data()
-            .expect(".BTF.ext is readable");
-        // struct btf_ext_header: magic, version, flags, hdr_len, then func_info, line_info
-        // and (when hdr_len allows) core_relo offset/length pairs.
-        let word = |at: usize| u32::from_le_bytes(ext[at..at + 4].try_into().unwrap());
-        assert_eq!(u16::from_le_bytes([ext[0], ext[1]]), 0xeb9f);
-        let header_len = word(4) as usize;
-        let core_relo_len = if header_len >= 32 { word(28) } else { 0 };
-        assert_eq!(core_relo_len, 0, "the programs now need the kernel's BTF");
     }
 
     /// LLVM turns a whole-struct or array copy in BPF into a call to bpf-linker's `memmove`,
@@ -546,18 +625,24 @@ mod tests {
     #[test]
     fn the_programs_call_no_byte_at_a_time_copies() {
         use object::{Object as _, ObjectSection as _, ObjectSymbol as _, RelocationTarget};
-        let file = object::File::parse(OBJECT).expect("the BPF object is ELF");
         let mut calls = Vec::new();
-        for section in file.sections() {
-            for (_, relocation) in section.relocations() {
-                let RelocationTarget::Symbol(index) = relocation.target() else {
-                    continue;
-                };
-                let Ok(name) = file.symbol_by_index(index).and_then(|symbol| symbol.name()) else {
-                    continue;
-                };
-                if ["memmove", "memcpy", "memset", "bcmp", "memcmp"].contains(&name) {
-                    calls.push(format!("{} calls {name}", section.name().unwrap_or("?")));
+        for build in Build::ALL {
+            let file = object::File::parse(build.object()).expect("the BPF object is ELF");
+            for section in file.sections() {
+                for (_, relocation) in section.relocations() {
+                    let RelocationTarget::Symbol(index) = relocation.target() else {
+                        continue;
+                    };
+                    let Ok(name) = file.symbol_by_index(index).and_then(|symbol| symbol.name())
+                    else {
+                        continue;
+                    };
+                    if ["memmove", "memcpy", "memset", "bcmp", "memcmp"].contains(&name) {
+                        calls.push(format!(
+                            "{build:?}: {} calls {name}",
+                            section.name().unwrap_or("?")
+                        ));
+                    }
                 }
             }
         }

@@ -35,7 +35,7 @@ use crate::{
         clock::{monotonic_now_ns, MonotonicClock},
         counters::{read_global, GlobalCounts},
         point_table::{self, ethernet_point, PointTable},
-        programs::{self, Settings, EGRESS_PROGRAM, INGRESS_PROGRAM, POINT_COUNTERS_MAP},
+        programs::{self, Build, Settings, EGRESS_PROGRAM, INGRESS_PROGRAM, POINT_COUNTERS_MAP},
         unanswered::UnansweredQueries,
     },
     node::namespaces,
@@ -56,21 +56,20 @@ const ETHERTYPE_VLAN: u16 = 0x8100;
 
 #[test]
 fn a_dns_query_is_counted_and_handed_on_unchanged() {
-    let Some(mut kernel) = Kernel::load(trace_settings()) else {
-        return;
-    };
-    let query = FrameSpec::default().build();
+    for_each_build(trace_settings(), |mut kernel| {
+        let query = FrameSpec::default().build();
 
-    kernel.run(Direction::Ingress, &query);
-    kernel.run(Direction::Egress, &query);
+        kernel.run(Direction::Ingress, &query);
+        kernel.run(Direction::Egress, &query);
 
-    assert_eq!(kernel.counts(), dns_packets_of_one_message(2));
-    let one_dns_packet = PointCounters {
-        packets: 1,
-        dns_packets: 1,
-    };
-    assert_eq!(kernel.point_counters(Direction::Ingress), one_dns_packet);
-    assert_eq!(kernel.point_counters(Direction::Egress), one_dns_packet);
+        assert_eq!(kernel.counts(), dns_packets_of_one_message(2));
+        let one_dns_packet = PointCounters {
+            packets: 1,
+            dns_packets: 1,
+        };
+        assert_eq!(kernel.point_counters(Direction::Ingress), one_dns_packet);
+        assert_eq!(kernel.point_counters(Direction::Egress), one_dns_packet);
+    });
 }
 
 #[test]
@@ -151,56 +150,56 @@ fn frames_that_are_not_dns_count_only_as_packets_even_when_every_packet_is_asked
 
 #[test]
 fn malformed_frames_are_counted_by_reason() {
-    let Some(mut kernel) = Kernel::load(trace_settings()) else {
-        return;
-    };
-    let valid = FrameSpec::default();
-    let udp_start = valid.link_header_len() + 20;
-    // BPF_PROG_TEST_RUN refuses a frame that ends inside the fixed IPv4 header, so this one
-    // ends inside the options its header length announces.
-    let with_options = FrameSpec {
-        ipv4_options: vec![1; 40],
-        ..FrameSpec::default()
-    };
-    let truncated_ipv4 = with_options.build()[..with_options.link_header_len() + 30].to_vec();
-    let mut udp_length_below_its_header = valid.build();
-    udp_length_below_its_header[udp_start + 4..udp_start + 6].copy_from_slice(&4u16.to_be_bytes());
-    let short_dns_header = FrameSpec {
-        payload: vec![0x12, 0x34, 0x01, 0x00, 0x00],
-        ..FrameSpec::default()
-    };
-    // A pointer to the header, where a query's first question must spell its name out.
-    let pointer_in_question = FrameSpec {
-        payload: dns_query_wire(0x1234, &[0xc0, 0x0c], QTYPE_A),
-        ..FrameSpec::default()
-    };
+    for_each_build(trace_settings(), |mut kernel| {
+        let valid = FrameSpec::default();
+        let udp_start = valid.link_header_len() + 20;
+        // BPF_PROG_TEST_RUN refuses a frame that ends inside the fixed IPv4 header, so this one
+        // ends inside the options its header length announces.
+        let with_options = FrameSpec {
+            ipv4_options: vec![1; 40],
+            ..FrameSpec::default()
+        };
+        let truncated_ipv4 = with_options.build()[..with_options.link_header_len() + 30].to_vec();
+        let mut udp_length_below_its_header = valid.build();
+        udp_length_below_its_header[udp_start + 4..udp_start + 6]
+            .copy_from_slice(&4u16.to_be_bytes());
+        let short_dns_header = FrameSpec {
+            payload: vec![0x12, 0x34, 0x01, 0x00, 0x00],
+            ..FrameSpec::default()
+        };
+        // A pointer to the header, where a query's first question must spell its name out.
+        let pointer_in_question = FrameSpec {
+            payload: dns_query_wire(0x1234, &[0xc0, 0x0c], QTYPE_A),
+            ..FrameSpec::default()
+        };
 
-    // The sampling of malformed packets is per CPU: all four must run on the same one.
-    stay_on_one_cpu();
-    for frame in [
-        &truncated_ipv4,
-        &udp_length_below_its_header,
-        &short_dns_header.build(),
-        &pointer_in_question.build(),
-    ] {
-        kernel.run(Direction::Ingress, frame);
-    }
+        // The sampling of malformed packets is per CPU: all four must run on the same one.
+        stay_on_one_cpu();
+        for frame in [
+            &truncated_ipv4,
+            &udp_length_below_its_header,
+            &short_dns_header.build(),
+            &pointer_in_question.build(),
+        ] {
+            kernel.run(Direction::Ingress, frame);
+        }
 
-    assert_eq!(
-        kernel.counts(),
-        counted(
-            &[(Counter::Packets, 4), (Counter::StreamedRecords, 1)],
-            &[
-                (Malformed::TruncatedIpv4, 1),
-                (Malformed::BadUdpLength, 1),
-                (Malformed::DnsTruncatedHeader, 1),
-                (Malformed::DnsCompressionPointer, 1),
-            ]
-        )
-    );
-    assert_eq!(kernel.point_counters(Direction::Ingress).dns_packets, 0);
-    // Every one is counted; the first is shown as a sample, the others came too soon after it.
-    kernel.assert_streamed(&[(&truncated_ipv4, Direction::Ingress, StreamReason::Malformed)]);
+        assert_eq!(
+            kernel.counts(),
+            counted(
+                &[(Counter::Packets, 4), (Counter::StreamedRecords, 1)],
+                &[
+                    (Malformed::TruncatedIpv4, 1),
+                    (Malformed::BadUdpLength, 1),
+                    (Malformed::DnsTruncatedHeader, 1),
+                    (Malformed::DnsCompressionPointer, 1),
+                ]
+            )
+        );
+        assert_eq!(kernel.point_counters(Direction::Ingress).dns_packets, 0);
+        // Every one is counted; the first is shown as a sample, the others came too soon after it.
+        kernel.assert_streamed(&[(&truncated_ipv4, Direction::Ingress, StreamReason::Malformed)]);
+    });
 }
 
 /// Pins the calling test thread to the CPU it is on, so that every program it runs sees the
@@ -1070,6 +1069,20 @@ fn raw_ip_frame() -> Vec<u8> {
     .build()
 }
 
+/// Runs `check` on the programs of every build loaded with `settings`: on this kernel, which
+/// takes both, the build for kernels before 5.17 must find what the other finds.
+fn for_each_build(settings: Settings, check: impl Fn(Kernel)) {
+    for build in Build::ALL {
+        let Some(kernel) = Kernel::load(Settings {
+            build: Some(build),
+            ..settings.clone()
+        }) else {
+            return;
+        };
+        check(kernel);
+    }
+}
+
 /// What `dnsloop trace` loads without `--packets`.
 fn trace_settings() -> Settings {
     Settings {
@@ -1081,6 +1094,7 @@ fn trace_settings() -> Settings {
         ring_buffer_mib: 4,
         xdp_ingress: false,
         watch_drops: false,
+        build: None,
     }
 }
 

@@ -22,7 +22,7 @@ impl KernelLacks {
         let lacks = Self::default();
         registry.register(
             "dnsloop_kernel_lacks",
-            "Kernel features dnsloop does without on this node, by name (tcx, tc_netns_cookie, \
+            "Kernel features dnsloop does without on this node, by name (tcx, tc_netns_cookie, bpf_loop, \
              drop_reasons, netns_cookie): 1 for each one lacking; what each costs is said at start",
             lacks.0.clone(),
         );

@@ -37,11 +37,11 @@ use crate::{
         attach,
         clock::{monotonic_now_ns, MonotonicClock},
         counters,
-        drops::{Drops, DropsUnavailable, KernelDrops},
+        drops::{Drops, KernelDrops},
         expedited_rcu::ExpeditedRcu,
         features::{self, Lack},
         pinning::PinDir,
-        programs::{self, Settings},
+        programs::{self, Build, Settings},
         ringbuf::RingBufSource,
         summary,
         unanswered::UnansweredQueries,
@@ -197,7 +197,9 @@ struct Loaded {
     clock: MonotonicClock,
     unanswered: Option<UnansweredQueries>,
     drops: Option<Drops>,
-    /// Whether drops went unwatched for want of the kernel's drop reasons.
+    /// The programs loaded.
+    build: Build,
+    /// Whether drops are watched without the kernel's drop reasons.
     drops_lack_reasons: bool,
 }
 
@@ -228,7 +230,7 @@ impl Tracer {
         let mut watch = attach(config, loaded.ebpf, links, bridges, whole_node, pod_names)?;
         // Listed once its changes are followed (`link_events`), so that none is missed.
         watch.hold_addresses(topology::held_addresses(None).await?);
-        let lacks = kernel_lacks(loaded.drops_lack_reasons, &watch);
+        let lacks = kernel_lacks(loaded.build, loaded.drops_lack_reasons, &watch);
         if let Some(said) = features::describe(&kernel_version(), &lacks) {
             eprintln!("dnsloop: {said}");
         }
@@ -405,11 +407,12 @@ impl Tracer {
     }
 }
 
-/// What this kernel lacks, once the programs are attached: `drops_lack_reasons` when drops
-/// went unwatched for want of reasons.
-fn kernel_lacks(drops_lack_reasons: bool, watch: &Watch) -> Vec<Lack> {
+/// What this kernel lacks, once `build`'s programs are attached: `drops_lack_reasons` when
+/// drops are watched without reasons.
+fn kernel_lacks(build: Build, drops_lack_reasons: bool, watch: &Watch) -> Vec<Lack> {
     [
         (!namespaces::cookies_exist()).then_some(Lack::NetnsCookie),
+        (build == Build::Before517).then_some(Lack::BpfLoop),
         drops_lack_reasons.then_some(Lack::DropReasons),
         watch.on_clsact().then_some(Lack::Tcx),
         (!programs::tc_knows_netns_cookie()).then_some(Lack::TcNetnsCookie),
@@ -449,24 +452,21 @@ async fn start_exporter(address: Option<SocketAddr>) -> anyhow::Result<Option<me
 async fn load(config: &Config, pins: Option<&PinDir>) -> anyhow::Result<Loaded> {
     let reused = pins.is_some_and(PinDir::holds_maps);
     let run_started_ns = monotonic_now_ns();
-    let mut drops_lack_reasons = false;
+    let build = config.programs.build();
     let kernel_drops = config
         .programs
         .watch_drops
         .then(|| {
-            KernelDrops::discover()
-                .inspect_err(|error| match error {
-                    // Said among what the kernel lacks.
-                    DropsUnavailable::NoReasons => drops_lack_reasons = true,
-                    error => {
-                        eprintln!(
-                            "dnsloop: not watching the kernel's drops of DNS packets: {error}"
-                        )
-                    }
+            KernelDrops::discover(build)
+                .inspect_err(|error| {
+                    eprintln!("dnsloop: not watching the kernel's drops of DNS packets: {error}")
                 })
                 .ok()
         })
         .flatten();
+    let drops_lack_reasons = kernel_drops
+        .as_ref()
+        .is_some_and(|drops| !drops.gives_reasons());
     let layout = kernel_drops
         .as_ref()
         .map_or(DropLayout::NONE, KernelDrops::layout);
@@ -503,6 +503,7 @@ async fn load(config: &Config, pins: Option<&PinDir>) -> anyhow::Result<Loaded> 
         clock,
         unanswered,
         drops,
+        build,
         drops_lack_reasons,
     })
 }

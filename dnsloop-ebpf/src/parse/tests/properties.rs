@@ -7,8 +7,8 @@ use proptest::prelude::*;
 
 use super::common::*;
 use crate::parse::{
-    classify, name_hash, parse_dns, tcp_framing, DnsPorts, LinkLayer, PacketClass, Probe, Segment,
-    SlicePacket, Transport, DNS_BUF_LEN,
+    classify, name_hash, parse_dns, parse_dns_with, tcp_framing, ByteWalk, DnsPorts, LinkLayer,
+    NameWalk, PacketClass, Probe, Segment, SlicePacket, Transport, DNS_BUF_LEN,
 };
 
 fn link_layer() -> impl Strategy<Value = LinkLayer> {
@@ -173,6 +173,27 @@ proptest! {
                 prop_assert_eq!(question.name_hash, name_hash(&buf[12..name_end]));
             }
         }
+    }
+
+    /// The programs for kernels without `bpf_loop` walk names byte by byte: the outcome, hash,
+    /// length and labels are those of the walk label by label, on valid names as on any bytes.
+    #[test]
+    fn the_byte_walk_finds_what_the_label_walk_finds(
+        labels in probe_like_labels(),
+        noise in prop::collection::vec(any::<u8>(), DNS_BUF_LEN),
+        noisy in any::<bool>(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let mut buf: [u8; DNS_BUF_LEN] = noise.try_into().unwrap();
+        let len = if noisy {
+            cut.index(DNS_BUF_LEN + 1)
+        } else {
+            let msg = dns_query(1, &labels.join("."), QTYPE_A);
+            buf[..msg.len()].copy_from_slice(&msg);
+            cut.index(msg.len() + 1)
+        };
+        let by_bytes = parse_dns_with(&buf, len, &mut NameWalk::default(), ByteWalk);
+        prop_assert_eq!(by_bytes, parse_dns(&buf, len));
     }
 
     #[test]
