@@ -51,7 +51,7 @@ pub const ZERO_SERVER_STATS_MAP: &str = "ZERO_SERVER_STATS";
 pub const DNS_BUFFER_MAP: &str = "DNS_BUFFER";
 pub const VERDICT_MAP: &str = "VERDICT";
 pub const DROP_SCRATCH_MAP: &str = "DROP_SCRATCH";
-/// Only in the build for kernels before 5.17.
+/// Used only by the build for kernels before 5.17 (in both, as every map the programs declare).
 pub const NAME_WALK_MAP: &str = "NAME_WALK";
 pub const PARSED_MAP: &str = "PARSED";
 

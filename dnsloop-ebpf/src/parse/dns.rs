@@ -337,7 +337,10 @@ impl NameWalk {
     #[inline(always)]
     fn finished(&self) -> Result<u16, Malformed> {
         match self.outcome {
-            ACCEPTED => Ok(self.next),
+            // Never past MAX_NAME_WIRE_LEN once accepted; said again for verifiers that cannot
+            // see it (5.10's, where the compiler then drops `Message`'s index mask as
+            // redundant with its length check).
+            ACCEPTED => Ok(self.next.min(MAX_NAME_WIRE_LEN as u16)),
             // Every step but the last reads a label of at least two bytes: a walk that never
             // broke ran past MAX_NAME_WIRE_LEN.
             WALKING => Err(Malformed::DnsNameTooLong),

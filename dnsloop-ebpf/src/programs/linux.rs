@@ -17,9 +17,18 @@ pub trait Linux {
     /// Whether the `kfree_skb` tracepoint gives the drop's reason, as its third argument.
     const DROP_REASONS: bool;
 
+    /// Whether a message's question is followed apart from its inspection, by `follow` below
+    /// (the question passed on in `Verdict`), rather than within it.
+    const FOLLOW_APART: bool;
+
     /// Calls `inspect(index)` then `follow()` for each of a packet's first `count` DNS
-    /// messages (at most `MAX_TCP_MESSAGES`).
-    fn each_message<I: FnMut(usize), F: FnMut()>(count: u32, inspect: I, follow: F);
+    /// messages (at most `MAX_TCP_MESSAGES`). `inspect` always continues: its type is the one
+    /// `bpf_loop`'s body has, so that it is the body itself, with no frame around it.
+    fn each_message<I: FnMut(usize) -> ControlFlow<()>, F: FnMut()>(
+        count: u32,
+        inspect: I,
+        follow: F,
+    );
 
     /// Parses the first `len` bytes of `buffer`, which is `DNS_BUFFER`'s, with `walk`; `None`
     /// if it could not.
@@ -35,14 +44,16 @@ pub struct Linux517;
 
 impl Linux for Linux517 {
     const DROP_REASONS: bool = true;
+    const FOLLOW_APART: bool = false;
 
     #[inline(always)]
-    fn each_message<I: FnMut(usize), F: FnMut()>(count: u32, mut inspect: I, mut follow: F) {
-        bounded_loop(count, |index| {
-            inspect(index);
-            follow();
-            ControlFlow::Continue(())
-        });
+    /// `inspect` follows the question itself: `follow` has nothing to do.
+    fn each_message<I: FnMut(usize) -> ControlFlow<()>, F: FnMut()>(
+        count: u32,
+        inspect: I,
+        _follow: F,
+    ) {
+        bounded_loop(count, inspect);
     }
 
     #[inline(always)]
@@ -64,14 +75,22 @@ pub struct Linux510;
 
 impl Linux for Linux510 {
     const DROP_REASONS: bool = false;
+    /// Each in a BPF function of its own: together their frames pass the 512-byte stack.
+    const FOLLOW_APART: bool = true;
 
     #[inline(always)]
-    fn each_message<I: FnMut(usize), F: FnMut()>(count: u32, mut inspect: I, mut follow: F) {
+    fn each_message<I: FnMut(usize) -> ControlFlow<()>, F: FnMut()>(
+        count: u32,
+        mut inspect: I,
+        mut follow: F,
+    ) {
         for index in 0..MAX_TCP_MESSAGES {
             if index as u32 >= count {
                 return;
             }
-            call_apart(|| inspect(index));
+            call_apart(|| {
+                let _ = inspect(index);
+            });
             call_apart(&mut follow);
         }
     }

@@ -311,6 +311,15 @@ impl LastParse {
 
     /// What the noted message held.
     #[inline(always)]
+    pub fn summary(&self) -> DnsSummary {
+        DnsSummary {
+            header: self.header,
+            question: self.question(),
+        }
+    }
+
+    /// The noted message's question, if it has one.
+    #[inline(always)]
     pub fn question(&self) -> Option<Question> {
         (self.has_question != 0).then_some(Question {
             name_hash: self.name_hash,

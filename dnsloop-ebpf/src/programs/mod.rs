@@ -17,8 +17,8 @@ use aya_ebpf::helpers::bpf_ktime_get_ns;
 use dnsloop_ebpf::{
     counter::Counter,
     parse::{
-        classify, tcp_framing, udp_message, DnsMessageRef, LinkLayer, PacketBytes, PacketClass,
-        Probe, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
+        classify, tcp_framing, udp_message, DnsHeader, DnsMessageRef, DnsSummary, LinkLayer,
+        PacketBytes, PacketClass, Probe, Question, Skip, TcpFraming, Transport, MAX_TCP_MESSAGES,
     },
     point::{via_gateway, Direction, ObservationPoint, PointNamespaces, MAC_HEADER_LEN},
     question::Heat,
@@ -29,6 +29,8 @@ pub use self::{
     drops::observe as observe_drop,
     hook::{Skb, Xdp},
 };
+use core::ops::ControlFlow;
+
 use self::{
     hook::{Hook, HookBytes},
     linux::Linux,
@@ -211,8 +213,11 @@ fn inspect_dns<L: Linux, H: Hook>(
     let messages = unsafe { (*verdict).framing.count } as u32;
     L::each_message(
         messages,
-        |index| inspect_message::<L, H>(packet, verdict, index & (MAX_TCP_MESSAGES - 1)),
-        || follow_question(packet, verdict),
+        |index| {
+            inspect_message::<L, H>(packet, verdict, index & (MAX_TCP_MESSAGES - 1));
+            ControlFlow::Continue(())
+        },
+        || follow_noted_question(packet, verdict),
     );
     // SAFETY: as above.
     let verdict = unsafe { &mut *verdict };
@@ -277,19 +282,18 @@ fn parsed_just_before<H: Hook>(
     packet: &HookBytes<H>,
     message: &DnsMessageRef,
     verdict: &Verdict,
-) -> bool {
+) -> Option<DnsSummary> {
     let last = &verdict.last_parse;
     if last.parsed == 0 || !last.seen.just_before_elsewhere(verdict) {
-        return false;
+        return None;
     }
-    let Some([id_high, id_low, flags_high, flags_low]) = packet.read::<4>(message.offset) else {
-        return false;
-    };
+    let [id_high, id_low, flags_high, flags_low] = packet.read::<4>(message.offset)?;
     let (id, flags) = (
         u16::from_be_bytes([id_high, id_low]),
         u16::from_be_bytes([flags_high, flags_low]),
     );
     last.is_seen_again(verdict, message.offset, id, flags)
+        .then(|| last.summary())
 }
 
 /// Parses message `index` of the packet in `verdict`, recording whether it parsed and why to
@@ -302,8 +306,9 @@ fn inspect_message<L: Linux, H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdi
     if message.len == 0 {
         return;
     }
-    if !parsed_just_before(packet, &message, verdict) {
-        {
+    let summary = match parsed_just_before(packet, &message, verdict) {
+        Some(summary) => summary,
+        None => {
             verdict.last_parse.parsed = 0;
             let load_len = message.load_len(&verdict.segment);
             let Some((buffer, len)) = hook::load_dns_buffer(packet, message.offset, load_len)
@@ -325,23 +330,22 @@ fn inspect_message<L: Linux, H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdi
                 }
             };
             LastParse::note(verdict, message.offset, &summary);
+            summary
         }
-    }
+    };
     counters::bump(Counter::DnsMessages);
     verdict.parsed = 1;
-    verdict.question_to_follow = 1;
+    if L::FOLLOW_APART {
+        verdict.question_to_follow = 1;
+    } else if let Some(question) = summary.question {
+        follow_question(packet, verdict, message.offset, summary.header, &question);
+    }
 }
 
-/// Follows the question of the message `inspect_message` just parsed, if it has one, as
-/// `verdict.last_parse` holds it: its query or answer, its heat; decides whether to stream the
-/// packet for it.
-///
-/// Apart from `inspect_message`, and reading the message from the map: `Linux510`'s programs
-/// call each in a function of its own, one after the other, since together their frames pass
-/// the 512-byte stack, and a summary passed between them would be copied with its question's
-/// bytes unset where it has none, which the verifier refuses.
+/// Follows the question of the message `inspect_message` just parsed, if it has one and left
+/// it to follow apart (`Linux::FOLLOW_APART`), as `verdict.last_parse` holds it.
 #[inline(always)]
-fn follow_question<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) {
+fn follow_noted_question<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) {
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     let verdict = unsafe { &mut *verdict };
     if verdict.question_to_follow == 0 {
@@ -351,8 +355,23 @@ fn follow_question<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) {
     let Some(question) = verdict.last_parse.question() else {
         return;
     };
-    let header = verdict.last_parse.header;
-    let message_offset = verdict.last_parse.message_offset as usize;
+    let (header, message_offset) = (
+        verdict.last_parse.header,
+        verdict.last_parse.message_offset as usize,
+    );
+    follow_question(packet, verdict, message_offset, header, &question);
+}
+
+/// Follows the `question` of the message with `header` at `message_offset` of the packet in
+/// `verdict`: its query or answer, its heat; decides whether to stream the packet for it.
+#[inline(always)]
+fn follow_question<H: Hook>(
+    packet: &HookBytes<H>,
+    verdict: &mut Verdict,
+    message_offset: usize,
+    header: DnsHeader,
+    question: &Question,
+) {
     let id = header.id;
     // With every packet streamed, userspace has the queries already: nothing to attach.
     let attach_unstreamed = config().stream_every_packet == 0;

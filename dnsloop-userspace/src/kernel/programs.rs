@@ -5,7 +5,7 @@ use aya::{
     programs::{ProgramError, ProgramType, SchedClassifier, Xdp},
     sys::{is_helper_supported, BpfHelper},
     util::KernelVersion,
-    Ebpf, EbpfLoader,
+    Ebpf, EbpfLoader, VerifierLogLevel,
 };
 use std::{net::IpAddr, sync::OnceLock};
 
@@ -204,6 +204,10 @@ pub fn load(
     } = map_sizes(settings)?;
     let mut loader = EbpfLoader::new();
     loader
+        // On a rejection, the verifier's error and statistics: the whole walk it logs by
+        // default runs past the largest log buffer for these programs on kernels before 6.4,
+        // which then say only that the log was full.
+        .verifier_log_level(VerifierLogLevel::STATS)
         .override_global("DNS_PORTS", &ports, true)
         .override_global("CONFIG", &config, true)
         .override_global("DROP_LAYOUT", drops, true)
@@ -461,7 +465,7 @@ mod tests {
         use std::collections::BTreeSet;
 
         use aya_obj::EbpfSectionKind;
-        use dnsloop_ebpf::names::{MAPS, NAME_WALK_MAP, PARSED_MAP, PROGRAMS};
+        use dnsloop_ebpf::names::{MAPS, PROGRAMS};
         for build in Build::ALL {
             let object = aya_obj::Object::parse(build.object()).expect("the object parses");
             let programs: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
@@ -478,12 +482,7 @@ mod tests {
                 })
                 .map(|(name, _)| name.as_str())
                 .collect();
-            let mut expected = BTreeSet::from(MAPS);
-            if build == Build::Linux517 {
-                expected.remove(NAME_WALK_MAP);
-                expected.remove(PARSED_MAP);
-            }
-            assert_eq!(maps, expected, "{build:?}");
+            assert_eq!(maps, BTreeSet::from(MAPS), "{build:?}");
         }
     }
 
