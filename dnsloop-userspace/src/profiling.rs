@@ -23,6 +23,8 @@ use crate::{
     node::namespaces,
 };
 
+pub use crate::kernel::programs::Build;
+
 /// Runs per call for the kinds of packet that can repeat, and distinct packets for the others.
 const REPEAT: u32 = 100_000;
 const DISTINCT: u16 = 20_000;
@@ -43,10 +45,10 @@ pub struct Verified {
     pub jited_bytes: u32,
 }
 
-/// Loads the programs as `dnsloop trace` does and measures each kind of packet on the egress
-/// program (ingress runs the same code).
-pub fn packet_costs() -> Result<Vec<PacketCost>> {
-    let mut ebpf = load()?;
+/// Loads the programs of `build` as `dnsloop trace` does and measures each kind of packet on
+/// the egress program (ingress runs the same code).
+pub fn packet_costs(build: Build) -> Result<Vec<PacketCost>> {
+    let mut ebpf = load(build)?;
     let program = programs::classifier(&mut ebpf, EGRESS_PROGRAM)?;
     let not_dns = FrameSpec {
         dport: 80,
@@ -103,9 +105,9 @@ pub fn packet_costs() -> Result<Vec<PacketCost>> {
     Ok(costs)
 }
 
-/// What the verifier made of each program.
-pub fn verified() -> Result<Vec<Verified>> {
-    let mut ebpf = load()?;
+/// What the verifier made of each program of `build`.
+pub fn verified(build: Build) -> Result<Vec<Verified>> {
+    let mut ebpf = load(build)?;
     [INGRESS_PROGRAM, EGRESS_PROGRAM]
         .into_iter()
         .map(|name| {
@@ -122,8 +124,12 @@ pub fn verified() -> Result<Vec<Verified>> {
         .collect()
 }
 
-fn load() -> Result<Ebpf> {
-    let mut ebpf = programs::load(&Settings::default(), None, &DropLayout::NONE)?;
+fn load(build: Build) -> Result<Ebpf> {
+    let settings = Settings {
+        build: Some(build),
+        ..Settings::default()
+    };
+    let mut ebpf = programs::load(&settings, None, &DropLayout::NONE)?;
     // The frames run on this namespace's loopback: its points are registered, as `dnsloop
     // trace` registers every point it watches.
     let cookie = namespaces::current_cookie().context("reading this namespace's cookie")?;

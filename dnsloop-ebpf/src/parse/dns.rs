@@ -244,40 +244,20 @@ impl NameWalk {
             return self.reject(Malformed::DnsTruncatedQuestion);
         };
         self.hash = name_hash_fold(self.hash, len);
-        match len {
-            0 => {
-                // `at` < MAX_NAME_WIRE_LEN, checked by the step that led here.
-                self.next = (at + 1) as u16;
-                self.outcome = ACCEPTED;
-                ControlFlow::Break(())
+        let next = self.length_octet(msg, at, len)?;
+        let mut hash = self.hash;
+        // Bounded by the constant for the verifier, ended by the label length. The bytes are
+        // valid: the label's last one is.
+        for index in 0..usize::from(MAX_LABEL_LEN) {
+            if index == usize::from(len) {
+                break;
             }
-            1..=MAX_LABEL_LEN => {
-                let next = at + 1 + usize::from(len);
-                if msg.byte_at(NAME_OFFSET + next - 1).is_none() {
-                    return self.reject(Malformed::DnsTruncatedQuestion);
-                }
-                // The root label must still fit at `next`.
-                if next >= MAX_NAME_WIRE_LEN {
-                    return self.reject(Malformed::DnsNameTooLong);
-                }
-                let mut hash = self.hash;
-                // Bounded by the constant for the verifier, ended by the label length. The bytes
-                // are valid: the label's last one is.
-                for index in 0..usize::from(MAX_LABEL_LEN) {
-                    if index == usize::from(len) {
-                        break;
-                    }
-                    hash = name_hash_fold(hash, msg.buffer_byte(NAME_OFFSET + at + 1 + index));
-                }
-                self.hash = hash;
-                self.labels += 1;
-                // Below MAX_NAME_WIRE_LEN, so the cast is exact.
-                self.next = next as u16;
-                ControlFlow::Continue(())
-            }
-            COMPRESSION_POINTER..=u8::MAX => self.reject(Malformed::DnsCompressionPointer),
-            _ => self.reject(Malformed::DnsLabelTooLong),
+            hash = name_hash_fold(hash, msg.buffer_byte(NAME_OFFSET + at + 1 + index));
         }
+        self.hash = hash;
+        // Below MAX_NAME_WIRE_LEN, so the cast is exact.
+        self.next = next as u16;
+        ControlFlow::Continue(())
     }
 
     /// The whole walk, a byte per step, in a plain loop: what a verifier without `bpf_loop`
@@ -304,23 +284,34 @@ impl NameWalk {
         if at != usize::from(self.next) {
             return ControlFlow::Continue(());
         }
-        match byte {
+        let next = self.length_octet(msg, at, byte)?;
+        // Below MAX_NAME_WIRE_LEN, so the cast is exact.
+        self.next = next as u16;
+        ControlFlow::Continue(())
+    }
+
+    /// Reads the length octet `len` at wire index `at` (below MAX_NAME_WIRE_LEN): the root
+    /// label accepts the name; a label must end inside the message and leave room for the root
+    /// label, and gives the wire index of the next length octet; a pointer or a reserved label
+    /// type rejects the name.
+    #[inline(always)]
+    fn length_octet(&mut self, msg: &Message, at: usize, len: u8) -> ControlFlow<(), usize> {
+        match len {
             0 => {
-                // `at` < MAX_NAME_WIRE_LEN, the loop's bound.
                 self.next = (at + 1) as u16;
                 self.outcome = ACCEPTED;
                 ControlFlow::Break(())
             }
             1..=MAX_LABEL_LEN => {
-                let next = at + 1 + usize::from(byte);
-                // The root label must still fit at `next`.
+                let next = at + 1 + usize::from(len);
+                if msg.byte_at(NAME_OFFSET + next - 1).is_none() {
+                    return self.reject(Malformed::DnsTruncatedQuestion);
+                }
                 if next >= MAX_NAME_WIRE_LEN {
                     return self.reject(Malformed::DnsNameTooLong);
                 }
                 self.labels += 1;
-                // Below MAX_NAME_WIRE_LEN, so the cast is exact.
-                self.next = next as u16;
-                ControlFlow::Continue(())
+                ControlFlow::Continue(next)
             }
             COMPRESSION_POINTER..=u8::MAX => self.reject(Malformed::DnsCompressionPointer),
             _ => self.reject(Malformed::DnsLabelTooLong),
@@ -328,7 +319,7 @@ impl NameWalk {
     }
 
     #[inline(always)]
-    fn reject(&mut self, reason: Malformed) -> ControlFlow<()> {
+    fn reject<T>(&mut self, reason: Malformed) -> ControlFlow<(), T> {
         self.outcome = REJECTED + reason as u8;
         ControlFlow::Break(())
     }

@@ -46,8 +46,8 @@ impl Linux for Linux517 {
     const DROP_REASONS: bool = true;
     const FOLLOW_APART: bool = false;
 
-    #[inline(always)]
     /// `inspect` follows the question itself: `follow` has nothing to do.
+    #[inline(always)]
     fn each_message<I: FnMut(usize) -> ControlFlow<()>, F: FnMut()>(
         count: u32,
         inspect: I,
@@ -68,9 +68,10 @@ impl Linux for Linux517 {
 }
 
 /// Linux 5.10 to 5.16, without `bpf_loop`. The verifier then follows each iteration of a loop:
-/// the messages' loop is unrolled (a few messages, each inspected in a call of its own, whose
-/// frame the next one reuses) and a message is parsed, its name walked byte by byte, in
-/// [`dnsloop_parse_dns`], a function the verifier checks once, apart from its callers.
+/// the messages' loop is unrolled (a few messages, each inspected, then its question followed,
+/// in calls of their own, whose frames the next ones reuse) and a message is parsed, its name
+/// walked byte by byte, in [`dnsloop_parse_dns`], a function the verifier checks once, apart
+/// from its callers.
 pub struct Linux510;
 
 impl Linux for Linux510 {
@@ -95,7 +96,8 @@ impl Linux for Linux510 {
         }
     }
 
-    /// `walk` goes unused: the parse walks in `NAME_WALK`.
+    /// `buffer` and `walk` go unused: the function reads `DNS_BUFFER`, which `buffer` is, and
+    /// walks in `NAME_WALK`.
     #[inline(always)]
     fn parse_dns(
         _buffer: &[u8; DNS_BUF_LEN],
