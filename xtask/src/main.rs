@@ -5,6 +5,7 @@
 mod bench;
 mod command;
 mod demo;
+mod dependencies;
 mod fuzz;
 mod kernels;
 mod repeat;
