@@ -340,7 +340,8 @@ impl NameWalk {
     }
 
     /// The reason `reject` noted as `code`. Compared one by one, not looked up in
-    /// `Malformed::ALL`: the verifier of Linux 5.10 cannot bound a table's index.
+    /// `Malformed::ALL`: in the programs for kernels before 5.17 the compiler bounded one copy
+    /// of the index and read the table with another, which the verifier refused.
     #[inline(always)]
     fn rejection(code: u8) -> Malformed {
         [

@@ -15,14 +15,8 @@ pub struct Message<'a> {
 impl<'a> Message<'a> {
     /// The first `len` bytes of `buf`, if `len` fits in it.
     #[inline(always)]
-    pub fn new(buf: &'a [u8; DNS_BUF_LEN], len: usize) -> Option<Self> {
+    pub(crate) fn new(buf: &'a [u8; DNS_BUF_LEN], len: usize) -> Option<Self> {
         (len <= DNS_BUF_LEN).then_some(Self { buf, len })
-    }
-
-    /// How many of the buffer's bytes are valid.
-    #[inline(always)]
-    pub fn valid_len(&self) -> usize {
-        self.len
     }
 
     /// The byte at `idx`, if it is one of the valid bytes.

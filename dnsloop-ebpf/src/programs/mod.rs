@@ -386,7 +386,7 @@ fn follow_question<H: Hook>(
                 verdict.stream_unless_set(StreamReason::Retried);
             }
         }
-    } else if let Some(first) = queries::remember(packet, message_offset, &question, id, verdict) {
+    } else if let Some(first) = queries::remember(packet, message_offset, question, id, verdict) {
         if attach_unstreamed {
             verdict.matched_query.copy_from(&first);
             verdict.stream_because(StreamReason::Retried);
@@ -396,11 +396,11 @@ fn follow_question<H: Hook>(
     if !matches!(question.probe, Probe::None) {
         verdict.stream_unless_set(StreamReason::Probe);
     } else if header.qr() {
-        if questions::answer_sighting(&question, window, verdict) {
+        if questions::answer_sighting(question, window, verdict) {
             verdict.stream_unless_set(StreamReason::HotQuestion);
         }
     } else {
-        match questions::query_sighting(&question, id, window, verdict) {
+        match questions::query_sighting(question, id, window, verdict) {
             Heat::Cold => {}
             Heat::BecameHot | Heat::Hot => verdict.stream_unless_set(StreamReason::HotQuestion),
         }

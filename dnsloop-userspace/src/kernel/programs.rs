@@ -50,18 +50,21 @@ impl Build {
 
     /// The build this kernel takes: the one for its loops.
     pub fn for_this_kernel() -> Self {
-        static BUILD: OnceLock<Build> = OnceLock::new();
-        *BUILD.get_or_init(|| {
-            match is_helper_supported(ProgramType::SchedClassifier, BpfHelper::BPF_FUNC_loop) {
-                Ok(true) => Build::Linux517,
-                Ok(false) => Build::Before517,
-                // The verifier then says what it lacks, if anything (see `rejected`).
-                Err(error) => {
-                    tracing::warn!("probing TC programs for bpf_loop failed ({error}): loading the programs for Linux 5.17+");
-                    Build::Linux517
-                }
-            }
-        })
+        static HAS_BPF_LOOP: OnceLock<bool> = OnceLock::new();
+        // Unknown, the programs for 5.17+: the verifier then says what it lacks, if anything
+        // (see `rejected`).
+        let has_bpf_loop = *HAS_BPF_LOOP.get_or_init(|| {
+            tc_has_helper(
+                BpfHelper::BPF_FUNC_loop,
+                true,
+                "loading the programs for Linux 5.17+",
+            )
+        });
+        if has_bpf_loop {
+            Build::Linux517
+        } else {
+            Build::Before517
+        }
     }
 
     /// Its object file.
@@ -376,14 +379,20 @@ pub fn read_servers(ebpf: &Ebpf) -> Result<Vec<(ServerKey, ServerStats)>, LoadEr
 pub fn tc_knows_netns_cookie() -> bool {
     static KNOWN: OnceLock<bool> = OnceLock::new();
     *KNOWN.get_or_init(|| {
-        let probed = is_helper_supported(
-            ProgramType::SchedClassifier,
+        tc_has_helper(
             BpfHelper::BPF_FUNC_get_netns_cookie,
-        );
-        probed.unwrap_or_else(|error| {
-            tracing::warn!("probing TC programs for bpf_get_netns_cookie failed ({error}): watching this namespace's loopback alone");
-            false
-        })
+            false,
+            "watching this namespace's loopback alone",
+        )
+    })
+}
+
+/// Whether TC programs may call `helper`; `unknown` when the probe fails, which the warning
+/// says with what dnsloop does then (`meaning`).
+fn tc_has_helper(helper: BpfHelper, unknown: bool, meaning: &str) -> bool {
+    is_helper_supported(ProgramType::SchedClassifier, helper).unwrap_or_else(|error| {
+        tracing::warn!("probing TC programs for {helper:?} failed ({error}): {meaning}");
+        unknown
     })
 }
 
