@@ -24,8 +24,9 @@ use serde_json::Value;
 
 use super::{
     measure::peak_rss,
+    process::Process,
     report::{Report, Row},
-    Process, REPEATS,
+    REPEATS,
 };
 
 /// Distinct external names the client asks at once: each starts a loop of its own.

@@ -12,8 +12,9 @@ use anyhow::{bail, Result};
 use super::{
     measure::{self, Dnsperf},
     report::{Report, Row},
-    Context, RunValue, SaturationRun, Topology, Watcher, SATURATION_KERNEL_PER_QUERY,
-    SATURATION_QUERIES, SATURATION_RUNS_PER_QUERY,
+    watcher::Watcher,
+    Context, RunValue, SaturationRun, Topology, SATURATION_KERNEL_PER_QUERY, SATURATION_QUERIES,
+    SATURATION_RUNS_PER_QUERY,
 };
 
 /// Pairs per load: enough for a median that one disturbed run does not move.

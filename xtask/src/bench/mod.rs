@@ -33,23 +33,21 @@ mod flood;
 mod floor;
 mod measure;
 mod namespace;
+mod process;
 mod report;
 mod soak;
+mod watcher;
 
 use std::{
-    io::{BufRead as _, BufReader, Read as _},
     net::SocketAddr,
     path::Path,
-    process::{Child, Command, Stdio},
-    sync::mpsc,
+    process::{Command, Stdio},
     thread,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::{bail, Context as _, Result};
-use dnsloop_ebpf::names::{
-    kernel_name, DROP_PROGRAM, EGRESS_PROGRAM, INGRESS_PROGRAM, XDP_INGRESS_PROGRAM,
-};
+use dnsloop_ebpf::names::{kernel_name, DROP_PROGRAM, EGRESS_PROGRAM, INGRESS_PROGRAM};
 use dnsloop_tests::{
     findings::parse_rfc3339_millis,
     lab::{Lab, Pod, Scenario, CLUSTER_DNS, NODE_LOCAL_DNS},
@@ -58,9 +56,10 @@ use dnsloop_tests::{
 use serde_json::Value;
 
 use self::{
-    floor::Attached,
-    measure::{cpu_time, peak_rss, Dnsperf, ProgramStats},
+    measure::{peak_rss, Dnsperf, ProgramStats},
+    process::Process,
     report::{Report, Row},
+    watcher::{summed, values_of, Running, Watcher},
 };
 use crate::{build_release, command};
 
@@ -106,8 +105,6 @@ const PROBE_SPACING: Duration = Duration::from_millis(500);
 /// veth pairs of the attach-time namespace (two interfaces each).
 const VETH_PAIRS: usize = 50;
 
-/// The programs as the kernel names them (it keeps 15 characters of a name).
-const DNSLOOP_PROGRAMS: [&str; 2] = [kernel_name(INGRESS_PROGRAM), kernel_name(EGRESS_PROGRAM)];
 /// The program on the kernel's drops: it runs apart from the packets' path, on drops only.
 const DROP_PROGRAMS: [&str; 1] = [kernel_name(DROP_PROGRAM)];
 /// Every program `dnsloop trace` loads by default, for its maps' memory.
@@ -115,11 +112,6 @@ const DNSLOOP_ALL_PROGRAMS: [&str; 3] = [
     kernel_name(INGRESS_PROGRAM),
     kernel_name(EGRESS_PROGRAM),
     kernel_name(DROP_PROGRAM),
-];
-const DNSLOOP_XDP_PROGRAMS: [&str; 3] = [
-    kernel_name(INGRESS_PROGRAM),
-    kernel_name(EGRESS_PROGRAM),
-    kernel_name(XDP_INGRESS_PROGRAM),
 ];
 
 /// Names the CoreDNS pods answer themselves, so that every query crosses nodelocal ->
@@ -233,241 +225,6 @@ struct Context<'a> {
     lab: &'a Lab,
     dnsloop: &'a Path,
     floor_object: &'a Path,
-}
-
-/// What runs on the node during a measurement.
-#[derive(Clone, Copy, PartialEq)]
-enum Watcher {
-    Nothing,
-    Floor,
-    /// The classifier making one hash-map lookup per packet.
-    OneLookup,
-    Dnsloop,
-    DnsloopXdp,
-    DnsloopPackets,
-    Tcpdump,
-    /// tcpdump decoding each packet and printing it as a line of text, as `--packets` does in
-    /// JSON.
-    TcpdumpPrinting,
-}
-
-impl Watcher {
-    fn name(self) -> &'static str {
-        match self {
-            Watcher::Nothing => "no program",
-            Watcher::Floor => "empty classifier",
-            Watcher::OneLookup => "classifier with one hash-map lookup",
-            Watcher::Dnsloop => "dnsloop trace",
-            Watcher::DnsloopXdp => "dnsloop trace --xdp",
-            Watcher::DnsloopPackets => "dnsloop trace --packets",
-            Watcher::Tcpdump => "tcpdump -i any -w FILE port 53",
-            Watcher::TcpdumpPrinting => "tcpdump -i any -n -l port 53 (a line per packet)",
-        }
-    }
-
-    fn programs(self) -> &'static [&'static str] {
-        match self {
-            Watcher::Floor => &[floor::EMPTY],
-            Watcher::OneLookup => &[floor::ONE_LOOKUP],
-            Watcher::Dnsloop | Watcher::DnsloopPackets => &DNSLOOP_PROGRAMS,
-            Watcher::DnsloopXdp => &DNSLOOP_XDP_PROGRAMS,
-            Watcher::Nothing | Watcher::Tcpdump | Watcher::TcpdumpPrinting => &[],
-        }
-    }
-}
-
-/// A watcher running on every node of the lab, stopped when dropped.
-enum Running {
-    Nothing,
-    /// Held for their `Drop`, which detaches them: one per node.
-    Reference {
-        _attached: Vec<Attached>,
-    },
-    /// One per node.
-    Processes(Vec<Process>),
-}
-
-impl Running {
-    fn start(context: &Context, watcher: Watcher) -> Result<Self> {
-        let lab = context.lab;
-        let nodes = (0..lab.nodes())
-            .map(|node| lab.node_ns_of(node))
-            .collect::<Result<Vec<_>>>()?;
-        match watcher {
-            Watcher::Nothing => Ok(Running::Nothing),
-            Watcher::Floor | Watcher::OneLookup => {
-                let program = watcher.programs()[0];
-                let attached = nodes
-                    .iter()
-                    .map(|node| {
-                        Attached::attach(context.floor_object, program, &lab.netns_path(node))
-                    })
-                    .collect::<Result<_>>()?;
-                Ok(Running::Reference {
-                    _attached: attached,
-                })
-            }
-            _ => nodes
-                .iter()
-                .map(|node| Self::start_process(context, watcher, node))
-                .collect::<Result<_>>()
-                .map(Running::Processes),
-        }
-    }
-
-    /// `watcher`'s process in namespace `node`.
-    fn start_process(context: &Context, watcher: Watcher, node: &str) -> Result<Process> {
-        let lab = context.lab;
-        let dnsloop = context.dnsloop.to_str().context("a UTF-8 path")?;
-        // A file per node: the nodes' tcpdumps run at once.
-        let pcap = lab.state_dir().join(format!("bench-tcpdump-{node}.pcap"));
-        let argv: Vec<&str> = match watcher {
-            Watcher::Nothing | Watcher::Floor | Watcher::OneLookup => {
-                bail!("{} runs no process", watcher.name())
-            }
-            Watcher::Dnsloop => vec![dnsloop, "trace", "--output", "json"],
-            Watcher::DnsloopXdp => vec![dnsloop, "trace", "--output", "json", "--xdp"],
-            Watcher::DnsloopPackets => {
-                vec![dnsloop, "trace", "--output", "json", "--packets"]
-            }
-            Watcher::Tcpdump => vec![
-                "tcpdump",
-                "-i",
-                "any",
-                "-w",
-                pcap.to_str().context("a UTF-8 path")?,
-                "port",
-                "53",
-            ],
-            Watcher::TcpdumpPrinting => vec!["tcpdump", "-i", "any", "-n", "-l", "port", "53"],
-        };
-        let ready = if matches!(watcher, Watcher::Tcpdump | Watcher::TcpdumpPrinting) {
-            "listening on"
-        } else {
-            READY_MARKER
-        };
-        let child = lab.spawn(node, &argv)?;
-        Process::started(child, ready)
-    }
-
-    /// The CPU time its processes have used so far, together; `None` when it is no process.
-    fn cpu_time(&self) -> Result<Option<Duration>> {
-        match self {
-            Running::Processes(processes) => processes
-                .iter()
-                .map(|process| cpu_time(process.child.id()))
-                .sum::<Result<Duration>>()
-                .map(Some),
-            _ => Ok(None),
-        }
-    }
-
-    /// Stops it; for dnsloop, returns each node's summary (`None` where it printed none).
-    fn stop(self) -> Result<Vec<Option<Value>>> {
-        let Running::Processes(processes) = self else {
-            return Ok(Vec::new());
-        };
-        processes
-            .into_iter()
-            .map(|process| {
-                process.interrupt().map(|lines| {
-                    lines.into_iter().rev().find_map(|(_, line)| {
-                        serde_json::from_str::<Value>(&line)
-                            .ok()
-                            .filter(|value| value["kind"] == "summary")
-                    })
-                })
-            })
-            .collect()
-    }
-}
-
-/// The number at `pointer` (a JSON pointer) in every node's summary, added up; `None` unless
-/// every node printed a summary holding it.
-fn summed(summaries: &[Option<Value>], pointer: &str) -> Option<f64> {
-    if summaries.is_empty() {
-        return None;
-    }
-    summaries
-        .iter()
-        .map(|summary| summary.as_ref()?.pointer(pointer)?.as_f64())
-        .sum()
-}
-
-/// A process on the node whose stdout lines are stamped as they arrive.
-struct Process {
-    child: Child,
-    lines: mpsc::Receiver<(Instant, String)>,
-    stderr: Option<thread::JoinHandle<String>>,
-}
-
-impl Process {
-    /// Waits until its stderr shows `ready`.
-    fn started(mut child: Child, ready: &str) -> Result<Self> {
-        let stdout = child.stdout.take().context("no stdout")?;
-        let stderr = child.stderr.take().context("no stderr")?;
-        let (line_sender, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line_sender.send((Instant::now(), line)).is_err() {
-                    break;
-                }
-            }
-        });
-        let (ready_sender, ready_seen) = mpsc::channel();
-        let ready = ready.to_owned();
-        let stderr = thread::spawn(move || {
-            let mut reader = BufReader::new(stderr);
-            let mut text = String::new();
-            let mut line = String::new();
-            while reader.read_line(&mut line).unwrap_or(0) > 0 {
-                if line.contains(&ready) {
-                    let _ = ready_sender.send(());
-                }
-                text.push_str(&line);
-                line.clear();
-            }
-            let _ = reader.read_to_string(&mut text);
-            text
-        });
-        let process = Self {
-            child,
-            lines,
-            stderr: Some(stderr),
-        };
-        if ready_seen.recv_timeout(Duration::from_secs(30)).is_err() {
-            let output = process.interrupt();
-            bail!("a watcher did not start: {output:?}");
-        }
-        Ok(process)
-    }
-
-    /// SIGINT, then every stdout line with its arrival time.
-    fn interrupt(mut self) -> Result<Vec<(Instant, String)>> {
-        // SAFETY: signalling our own child by its PID.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
-        let status = self.child.wait().context("waiting for a watcher")?;
-        let stderr = self
-            .stderr
-            .take()
-            .and_then(|reader| reader.join().ok())
-            .unwrap_or_default();
-        if !status.success() {
-            bail!("a watcher failed ({status}):\n{stderr}");
-        }
-        // The reader thread may still be reading what the process wrote last (its summary): it
-        // ends, and so does this, at the end of the pipe, which came with the process's exit.
-        Ok(self.lines.iter().collect())
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 /// One fixed-load measurement.
@@ -747,14 +504,6 @@ fn non_dns_flood(context: &Context, report: &mut Report) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// What the runs of `watcher` measured, in the order they ran.
-fn values_of(runs: &[(Watcher, f64)], watcher: Watcher) -> Vec<f64> {
-    runs.iter()
-        .filter(|(w, _)| *w == watcher)
-        .map(|(_, value)| *value)
-        .collect()
 }
 
 /// Queries completed in the runs of `watcher`, on average (for a per-query cost).

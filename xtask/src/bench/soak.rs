@@ -34,8 +34,8 @@ use serde_json::Value;
 use super::{
     lab_file,
     measure::{resident_memory, Dnsperf, Load},
+    process::Process,
     report::{Report, Row},
-    Process,
 };
 
 /// Queries/s each node's client asks: about 2,000 a second in all.
