@@ -12,9 +12,13 @@ use anyhow::{bail, Result};
 use super::{
     measure::{self, Dnsperf},
     report::{Report, Row},
+    saturation::{
+        RunValue, SaturationRun, SATURATION_KERNEL_PER_QUERY, SATURATION_QUERIES,
+        SATURATION_RUNS_PER_QUERY,
+    },
+    topology::Topology,
     watcher::Watcher,
-    Context, RunValue, SaturationRun, Topology, SATURATION_KERNEL_PER_QUERY, SATURATION_QUERIES,
-    SATURATION_RUNS_PER_QUERY,
+    Context,
 };
 
 /// Pairs per load: enough for a median that one disturbed run does not move.

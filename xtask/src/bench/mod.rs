@@ -35,7 +35,9 @@ mod measure;
 mod namespace;
 mod process;
 mod report;
+mod saturation;
 mod soak;
+mod topology;
 mod watcher;
 
 use std::{
@@ -50,7 +52,7 @@ use anyhow::{bail, Context as _, Result};
 use dnsloop_ebpf::names::{kernel_name, DROP_PROGRAM, EGRESS_PROGRAM, INGRESS_PROGRAM};
 use dnsloop_tests::{
     findings::parse_rfc3339_millis,
-    lab::{Lab, Pod, Scenario, CLUSTER_DNS, NODE_LOCAL_DNS},
+    lab::{Lab, Pod, Scenario},
     tracer::READY_MARKER,
 };
 use serde_json::Value;
@@ -59,6 +61,8 @@ use self::{
     measure::{peak_rss, Dnsperf, ProgramStats},
     process::Process,
     report::{Report, Row},
+    saturation::{SATURATION_FLAGS, SATURATION_SECONDS},
+    topology::Topology,
     watcher::{summed, values_of, Running, Watcher},
 };
 use crate::{build_release, command};
@@ -69,34 +73,8 @@ use crate::{build_release, command};
 /// would then measure the lab's overload.
 const FIXED_RATE: u64 = 20_000;
 const FIXED_SECONDS: u64 = 10;
-/// Flags of every run at saturation: enough clients and queries in flight to keep the lab busy.
-const SATURATION_FLAGS: [&str; 6] = ["-c", "8", "-T", "2", "-q", "500"];
 /// Repetitions of each fixed-load measurement, interleaved.
 const REPEATS: usize = 3;
-/// Saturation runs: rounds of every configuration in turn, each run this long.
-const ROUNDS: usize = 5;
-const SATURATION_SECONDS: u64 = 5;
-/// What runs on the node during the saturation runs, in the order of every round; the first
-/// is the baseline the others are set against. The machine drifts (clock frequency,
-/// temperature, the lab's caches, whatever else runs) by as much as the differences measured
-/// here, so one configuration measured all at once would take a drift the others escape.
-/// Alternating them in a fixed order puts each next to the same neighbours in every round,
-/// so that the drift falls on all of them alike.
-const SATURATION_WATCHERS: [Watcher; 4] = [
-    Watcher::Nothing,
-    Watcher::Dnsloop,
-    Watcher::Floor,
-    Watcher::Tcpdump,
-];
-/// The saturation rows' measurements; each topology's rows add its name
-/// ([`Topology::section`]).
-const SATURATION_QUERIES: &str = "queries/s at saturation";
-const SATURATION_SHARE: &str = "% of no program's queries/s in its round, at saturation";
-const SATURATION_KERNEL_PER_QUERY: &str = "kernel ns per query at saturation";
-const SATURATION_RUNS_PER_QUERY: &str = "program runs per query at saturation";
-const SATURATION_KERNEL_PER_RUN: &str = "kernel ns per program run, DNS at saturation";
-const SATURATION_LOST: &str = "lost events per run at saturation";
-const SATURATION_PACKETS: &str = "DNS packets/s the programs parsed at saturation";
 /// Where the non-DNS loads go on a CoreDNS pod: nothing listens there.
 const NOT_DNS_PORT: u16 = 5300;
 /// Loop probes sent into the storm, and how far apart.
@@ -151,7 +129,7 @@ pub fn run(compare: Option<&Path>, only: Option<Piece>, soak: Duration) -> Resul
                 let floor_object = floor::build()?;
                 let _stats = BpfStats::enable()?;
                 for topology in Topology::ALL {
-                    saturation_on(topology, &dnsloop, &floor_object, &mut report)?;
+                    saturation::on_own_lab(topology, &dnsloop, &floor_object, &mut report)?;
                 }
             }
             Piece::Flood => {
@@ -201,10 +179,10 @@ pub fn run(compare: Option<&Path>, only: Option<Piece>, soak: Duration) -> Resul
     );
     fixed_load(&context, &node_cache, &not_dns, rate, &mut report)?;
     // The bridged node's lab is up already; the other topologies bring up labs of their own.
-    saturation(&context, &node_cache, Topology::BridgedNode, &mut report)?;
+    saturation::run(&context, &node_cache, Topology::BridgedNode, &mut report)?;
     drop(lab);
     for topology in [Topology::RoutedNode, Topology::TwoNodes] {
-        saturation_on(topology, &dnsloop, &floor_object, &mut report)?;
+        saturation::on_own_lab(topology, &dnsloop, &floor_object, &mut report)?;
     }
 
     storms(&dnsloop, &mut report)?;
@@ -516,88 +494,6 @@ fn mean_completed(runs: &[(Watcher, Measured)], watcher: Watcher) -> f64 {
     (completed.iter().sum::<f64>() / completed.len().max(1) as f64).max(1.0)
 }
 
-/// The labs the saturation rows are measured on, each with rows of its own: what watching
-/// costs a query depends on how many of a node's interfaces it crosses, and on how many nodes.
-#[derive(Clone, Copy)]
-enum Topology {
-    /// The `healthy` lab: its pods on the `cni0` bridge, so that a packet is seen at its pod's
-    /// veth and again at the bridge.
-    BridgedNode,
-    /// `cluster-healthy-routed` on one node: its pods routed Calico-style, each behind a veth
-    /// of its own and no bridge.
-    RoutedNode,
-    /// `cluster-healthy` on two nodes, their pods on bridges, joined by the VXLAN overlay.
-    TwoNodes,
-}
-
-impl Topology {
-    const ALL: [Topology; 3] = [
-        Topology::BridgedNode,
-        Topology::RoutedNode,
-        Topology::TwoNodes,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            Topology::BridgedNode => "bridged node",
-            Topology::RoutedNode => "routed node",
-            Topology::TwoNodes => "two nodes",
-        }
-    }
-
-    /// The table's name for the measurement `what` on this topology.
-    fn section(self, what: &str) -> String {
-        format!("{what}, {}", self.name())
-    }
-
-    fn lab(self) -> Result<Lab> {
-        match self {
-            Topology::BridgedNode => Lab::up(Scenario::Healthy),
-            Topology::RoutedNode => Lab::up_nodes(Scenario::ClusterHealthyRouted, 1),
-            Topology::TwoNodes => Lab::up_nodes(Scenario::ClusterHealthy, 2),
-        }
-    }
-
-    /// Where `load` sends the queries, for the notes.
-    fn path(self) -> &'static str {
-        match self {
-            Topology::BridgedNode => {
-                "client pod -> node-local cache -> ClusterIP -> CoreDNS pod, all on the bridge"
-            }
-            Topology::RoutedNode => "client pod -> ClusterIP -> CoreDNS pod, routed",
-            Topology::TwoNodes => {
-                "client pod on node 1 -> CoreDNS pod on node 0, over the VXLAN overlay; every \
-                 watcher on both nodes"
-            }
-        }
-    }
-
-    /// dnsperf's load on `lab`, a lab of this topology, asking the names in the file `queries`.
-    ///
-    /// The cluster labs' node caches are dnsdist with a storm budget (20,000 forwards, then 50
-    /// a second) that a load at saturation spends within a second, so there the client skips
-    /// the cache. On one node it asks the ClusterIP, whose DNAT has the node's CoreDNS pod as
-    /// its only endpoint. Across two nodes the DNAT would pick a replica at random for each of
-    /// dnsperf's sockets, so that a share of the queries, different in every run, would stay
-    /// on the client's node: the client on node 1 asks node 0's CoreDNS pod at its address
-    /// instead, as a query does once the DNAT has picked the remote replica, and every query
-    /// and answer crosses the overlay.
-    fn load<'a>(self, lab: &'a Lab, queries: &'a str) -> Dnsperf<'a> {
-        let (node, server) = match self {
-            Topology::BridgedNode => (0, NODE_LOCAL_DNS),
-            Topology::RoutedNode => (0, CLUSTER_DNS),
-            Topology::TwoNodes => (1, Pod::CoreDnsA.ip_on(0)),
-        };
-        Dnsperf {
-            lab,
-            queries,
-            node,
-            server: server.to_string(),
-            port: 53,
-        }
-    }
-}
-
 /// Writes `QUERIES` for dnsperf into `lab`'s state directory, and returns the file's path.
 fn queries_file(lab: &Lab) -> Result<String> {
     lab_file(lab, "bench-queries.txt", QUERIES)
@@ -609,211 +505,6 @@ fn lab_file(lab: &Lab, name: &str, contents: &str) -> Result<String> {
     let path = lab.state_dir().join(name);
     std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
     Ok(path.to_str().context("a UTF-8 path")?.to_owned())
-}
-
-/// The saturation rows of `topology`, on a lab of its own.
-fn saturation_on(
-    topology: Topology,
-    dnsloop: &Path,
-    floor_object: &Path,
-    report: &mut Report,
-) -> Result<()> {
-    let lab = topology.lab()?;
-    let queries = queries_file(&lab)?;
-    let context = Context {
-        lab: &lab,
-        dnsloop,
-        floor_object,
-    };
-    saturation(&context, &topology.load(&lab, &queries), topology, report)
-}
-
-/// A figure read from a run at saturation, if it measured it.
-type RunValue = fn(&SaturationRun) -> Option<f64>;
-
-/// One run at saturation.
-struct SaturationRun {
-    watcher: Watcher,
-    load: measure::Load,
-    /// Kernel ns per run of the watcher's programs, and their runs.
-    kernel: Option<(f64, u64)>,
-    summaries: Vec<Option<Value>>,
-}
-
-impl SaturationRun {
-    fn measure(context: &Context, dns: &Dnsperf, watcher: Watcher) -> Result<Self> {
-        let running = Running::start(context, watcher)?;
-        let stats = ProgramStats::read()?;
-        let load = dns.run(SATURATION_SECONDS, None, &SATURATION_FLAGS)?;
-        let kernel = ProgramStats::read()?.since(&stats, watcher.programs());
-        Ok(Self {
-            watcher,
-            load,
-            kernel,
-            summaries: running.stop()?,
-        })
-    }
-
-    fn completed(&self) -> Option<f64> {
-        (self.load.completed > 0).then_some(self.load.completed as f64)
-    }
-
-    /// The programs' kernel time over the queries answered.
-    fn kernel_ns_per_query(&self) -> Option<f64> {
-        let (ns_per_run, runs) = self.kernel?;
-        Some(ns_per_run * runs as f64 / self.completed()?)
-    }
-
-    fn runs_per_query(&self) -> Option<f64> {
-        Some(self.kernel?.1 as f64 / self.completed()?)
-    }
-}
-
-/// Throughput at saturation on `topology` with each of `SATURATION_WATCHERS` in turn, `ROUNDS`
-/// times; what the programs cost per query there, and whether dnsloop lost anything.
-fn saturation(
-    context: &Context,
-    dns: &Dnsperf,
-    topology: Topology,
-    report: &mut Report,
-) -> Result<()> {
-    eprintln!(
-        "bench: throughput at saturation, {} ({ROUNDS} rounds of {} configurations, \
-         {SATURATION_SECONDS} s each)",
-        topology.name(),
-        SATURATION_WATCHERS.len()
-    );
-    let mut rounds: Vec<Vec<SaturationRun>> = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
-        let mut round = Vec::with_capacity(SATURATION_WATCHERS.len());
-        for watcher in SATURATION_WATCHERS {
-            round.push(SaturationRun::measure(context, dns, watcher)?);
-        }
-        rounds.push(round);
-    }
-    let values = |watcher: Watcher, value: RunValue| -> Vec<f64> {
-        rounds
-            .iter()
-            .flatten()
-            .filter(|run| run.watcher == watcher)
-            .filter_map(value)
-            .collect()
-    };
-    let mut add = |what: &str, watcher: Watcher, values: &[f64], unit: &str| {
-        report.add(Row::new(
-            &topology.section(what),
-            watcher.name(),
-            values,
-            unit,
-        ));
-    };
-    for watcher in SATURATION_WATCHERS {
-        let queries_per_second = values(watcher, |run| Some(run.load.queries_per_second));
-        add(SATURATION_QUERIES, watcher, &queries_per_second, "q/s");
-    }
-    // Each against the baseline of its own round, which ran next to it: the drift between
-    // rounds falls out.
-    for watcher in &SATURATION_WATCHERS[1..] {
-        let shares: Vec<f64> = rounds
-            .iter()
-            .filter_map(|round| {
-                let without = round.first()?.load.queries_per_second;
-                let with = round.iter().find(|run| run.watcher == *watcher)?;
-                Some(100.0 * with.load.queries_per_second / without)
-            })
-            .collect();
-        add(SATURATION_SHARE, *watcher, &shares, "%");
-    }
-    let kernel_rows: [(&str, &str, RunValue); 3] = [
-        (
-            SATURATION_KERNEL_PER_QUERY,
-            "ns",
-            SaturationRun::kernel_ns_per_query,
-        ),
-        (SATURATION_RUNS_PER_QUERY, "", SaturationRun::runs_per_query),
-        (SATURATION_KERNEL_PER_RUN, "ns", |run| Some(run.kernel?.0)),
-    ];
-    for (what, unit, value) in kernel_rows {
-        for watcher in [Watcher::Floor, Watcher::Dnsloop] {
-            add(what, watcher, &values(watcher, value), unit);
-        }
-    }
-    // The highest DNS packet rates of the bench, where the default mode must still lose nothing.
-    let lost = values(Watcher::Dnsloop, |run| {
-        summed(&run.summaries, "/lost_events")
-    });
-    add(SATURATION_LOST, Watcher::Dnsloop, &lost, "");
-    let packets = values(Watcher::Dnsloop, |run| {
-        Some(summed(&run.summaries, "/kernel/dns_packets")? / SATURATION_SECONDS as f64)
-    });
-    add(SATURATION_PACKETS, Watcher::Dnsloop, &packets, "pkt/s");
-    let note = saturation_note(report, topology, &lost);
-    report.note(note);
-    Ok(())
-}
-
-/// The saturation rows of `topology` against the issue's targets, and the lost events of
-/// dnsloop's runs there, `lost`.
-fn saturation_note(report: &Report, topology: Topology, lost: &[f64]) -> String {
-    let median =
-        |what: &str, watcher: Watcher| report.median(&topology.section(what), watcher.name());
-    let verdict = |held: bool| if held { "held" } else { "missed" };
-    let shares: Vec<String> = SATURATION_WATCHERS[1..]
-        .iter()
-        .map(|&watcher| match median(SATURATION_SHARE, watcher) {
-            Some(share) if watcher == Watcher::Dnsloop => format!(
-                "{} {share:.1} % (target >= 95 %: {})",
-                watcher.name(),
-                verdict(share >= 95.0)
-            ),
-            Some(share) => format!("{} {share:.1} %", watcher.name()),
-            None => format!("{} not measured", watcher.name()),
-        })
-        .collect();
-    let kernel = |watcher: Watcher| {
-        Some((
-            median(SATURATION_KERNEL_PER_QUERY, watcher)?,
-            median(SATURATION_RUNS_PER_QUERY, watcher)?,
-            median(SATURATION_KERNEL_PER_RUN, watcher)?,
-        ))
-    };
-    let kernel = match (kernel(Watcher::Dnsloop), kernel(Watcher::Floor)) {
-        (Some((per_query, runs, per_run)), floor) => {
-            let floor = floor.map_or(String::new(), |(_, floor_runs, floor_per_run)| {
-                format!(
-                    " ({:.1}x the empty classifier's {floor_per_run:.0} ns, which runs \
-                     {floor_runs:.1} times per query)",
-                    per_run / floor_per_run
-                )
-            });
-            format!(
-                "dnsloop's programs {:.2} µs of kernel time per query (target <= 1.5 µs: {}): \
-                 {runs:.1} program runs per query at {per_run:.0} ns per run{floor}",
-                per_query / 1000.0,
-                verdict(per_query <= 1500.0)
-            )
-        }
-        (None, _) => "dnsloop's kernel time per query not measured".to_owned(),
-    };
-    let lost = match lost.iter().copied().reduce(f64::max) {
-        None => "not reported".to_owned(),
-        Some(0.0) => {
-            format!("0 in each of {} runs (target 0: held)", lost.len())
-        }
-        Some(most) => format!(
-            "{:.0} over {} runs, up to {most:.0} in one (target 0: missed)",
-            lost.iter().sum::<f64>(),
-            lost.len()
-        ),
-    };
-    format!(
-        "Saturation, {} ({}): queries/s against no program's in the same round, medians of \
-         {ROUNDS} rounds with the configurations alternating: {}. {kernel}. dnsloop's lost \
-         events: {lost}.",
-        topology.name(),
-        topology.path(),
-        shares.join(", ")
-    )
 }
 
 /// The single-node storm of CoreDNS probes, then the CoreDNS-like loop across two nodes.
