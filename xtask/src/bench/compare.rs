@@ -10,6 +10,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 
 use super::{
+    fixed_load,
     measure::{self, Dnsperf},
     report::{Report, Row},
     saturation::{
@@ -48,7 +49,7 @@ pub fn run(
         ..*current
     };
     let builds = [("baseline", &baseline), ("this build", current)];
-    let rate = super::fixed_rate(dns, report)?;
+    let rate = fixed_load::rate(dns, report)?;
     eprintln!("bench: {PAIRS} pairs at {rate} queries/s, DNS and not, then at saturation");
     for (section, load) in [
         ("kernel ns per program run, DNS load", dns),
@@ -58,13 +59,13 @@ pub fn run(
         let mut per_build = vec![Vec::new(); builds.len()];
         for _ in 0..PAIRS {
             floor.extend(
-                super::measure(current, Watcher::Floor, load, rate)?
+                fixed_load::measure(current, Watcher::Floor, load, rate)?
                     .ns_per_run
                     .map(|(ns, _)| ns),
             );
             let mut pair = Vec::with_capacity(builds.len());
             for (_, context) in &builds {
-                let measured = super::measure(context, Watcher::Dnsloop, load, rate)?;
+                let measured = fixed_load::measure(context, Watcher::Dnsloop, load, rate)?;
                 pair.push(measured.ns_per_run.map(|(ns, _)| ns));
             }
             // A pair with a run that measured nothing is left out whole, so that the pairs stay

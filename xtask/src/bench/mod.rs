@@ -29,6 +29,7 @@
 //! `--only soak` the soak (`--soak-minutes`, 10 by default).
 mod cluster_storm;
 mod compare;
+mod fixed_load;
 mod flood;
 mod floor;
 mod measure;
@@ -49,7 +50,7 @@ use std::{
 };
 
 use anyhow::{bail, Context as _, Result};
-use dnsloop_ebpf::names::{kernel_name, DROP_PROGRAM, EGRESS_PROGRAM, INGRESS_PROGRAM};
+use dnsloop_ebpf::names::{kernel_name, DROP_PROGRAM};
 use dnsloop_tests::{
     findings::parse_rfc3339_millis,
     lab::{Lab, Pod, Scenario},
@@ -58,21 +59,15 @@ use dnsloop_tests::{
 use serde_json::Value;
 
 use self::{
+    fixed_load::FIXED_SECONDS,
     measure::{peak_rss, Dnsperf, ProgramStats},
     process::Process,
     report::{Report, Row},
-    saturation::{SATURATION_FLAGS, SATURATION_SECONDS},
     topology::Topology,
-    watcher::{summed, values_of, Running, Watcher},
+    watcher::{values_of, Running, Watcher},
 };
 use crate::{build_release, command};
 
-/// The fixed load the cost is measured at, and for how long. A machine whose lab answers less
-/// than twice this with no program attached gets half of what it answers instead: a load the lab
-/// cannot carry makes losses of its own, which dnsloop rightly reports as timeouts, and its cost
-/// would then measure the lab's overload.
-const FIXED_RATE: u64 = 20_000;
-const FIXED_SECONDS: u64 = 10;
 /// Repetitions of each fixed-load measurement, interleaved.
 const REPEATS: usize = 3;
 /// Where the non-DNS loads go on a CoreDNS pod: nothing listens there.
@@ -85,12 +80,6 @@ const VETH_PAIRS: usize = 50;
 
 /// The program on the kernel's drops: it runs apart from the packets' path, on drops only.
 const DROP_PROGRAMS: [&str; 1] = [kernel_name(DROP_PROGRAM)];
-/// Every program `dnsloop trace` loads by default, for its maps' memory.
-const DNSLOOP_ALL_PROGRAMS: [&str; 3] = [
-    kernel_name(INGRESS_PROGRAM),
-    kernel_name(EGRESS_PROGRAM),
-    kernel_name(DROP_PROGRAM),
-];
 
 /// Names the CoreDNS pods answer themselves, so that every query crosses nodelocal ->
 /// ClusterIP -> DNS pod and back.
@@ -173,11 +162,11 @@ pub fn run(compare: Option<&Path>, only: Option<Piece>, soak: Duration) -> Resul
         print!("{}", report.table());
         return Ok(());
     }
-    let rate = fixed_rate(&node_cache, &mut report)?;
+    let rate = fixed_load::rate(&node_cache, &mut report)?;
     eprintln!(
         "bench: kernel and userspace cost at {rate} queries/s ({REPEATS} x {FIXED_SECONDS} s each)"
     );
-    fixed_load(&context, &node_cache, &not_dns, rate, &mut report)?;
+    fixed_load::run(&context, &node_cache, &not_dns, rate, &mut report)?;
     // The bridged node's lab is up already; the other topologies bring up labs of their own.
     saturation::run(&context, &node_cache, Topology::BridgedNode, &mut report)?;
     drop(lab);
@@ -203,202 +192,6 @@ struct Context<'a> {
     lab: &'a Lab,
     dnsloop: &'a Path,
     floor_object: &'a Path,
-}
-
-/// One fixed-load measurement.
-struct Measured {
-    ns_per_run: Option<(f64, u64)>,
-    cpu: Option<Duration>,
-    load: measure::Load,
-    summaries: Vec<Option<Value>>,
-}
-
-fn measure(context: &Context, watcher: Watcher, load: &Dnsperf, rate: u64) -> Result<Measured> {
-    let running = Running::start(context, watcher)?;
-    let (stats, cpu) = (ProgramStats::read()?, running.cpu_time()?);
-    // Nothing answers on the port of the non-DNS load: dnsperf must not wait for answers.
-    let achieved = load.run(FIXED_SECONDS, Some(rate), &["-q", "100000", "-t", "1"])?;
-    let ns_per_run = ProgramStats::read()?.since(&stats, watcher.programs());
-    let cpu = match (running.cpu_time()?, cpu) {
-        (Some(now), Some(before)) => Some(now.saturating_sub(before)),
-        _ => None,
-    };
-    let summaries = running.stop()?;
-    Ok(Measured {
-        ns_per_run,
-        cpu,
-        load: achieved,
-        summaries,
-    })
-}
-
-/// The rate of the fixed load on this machine: `FIXED_RATE`, or half of what the lab answers at
-/// saturation with no program when that is lower.
-fn fixed_rate(dns: &Dnsperf, report: &mut Report) -> Result<u64> {
-    let saturation = dns.run(SATURATION_SECONDS, None, &SATURATION_FLAGS)?;
-    let half = (saturation.queries_per_second / 2.0 / 1000.0).floor() as u64 * 1000;
-    let rate = FIXED_RATE.min(half.max(1000));
-    report.note(format!(
-        "Fixed load: {rate} queries/s. The lab answered {:.0} queries/s at saturation with no \
-         program; the fixed load is {FIXED_RATE}, or half of that when lower, so that the lab \
-         carries it without losses of its own.",
-        saturation.queries_per_second
-    ));
-    Ok(rate)
-}
-
-fn fixed_load(
-    context: &Context,
-    dns: &Dnsperf,
-    not_dns: &Dnsperf,
-    rate: u64,
-    report: &mut Report,
-) -> Result<()> {
-    let watchers = [
-        Watcher::Nothing,
-        Watcher::Floor,
-        Watcher::OneLookup,
-        Watcher::Dnsloop,
-        Watcher::DnsloopXdp,
-        Watcher::DnsloopPackets,
-        Watcher::Tcpdump,
-        Watcher::TcpdumpPrinting,
-    ];
-    let mut runs: Vec<(Watcher, Measured)> = Vec::new();
-    for _ in 0..REPEATS {
-        for watcher in watchers {
-            runs.push((watcher, measure(context, watcher, dns, rate)?));
-        }
-    }
-    let of = |watcher: Watcher| {
-        runs.iter()
-            .filter(move |(w, _)| *w == watcher)
-            .map(|(_, m)| m)
-    };
-    for watcher in [
-        Watcher::Floor,
-        Watcher::OneLookup,
-        Watcher::Dnsloop,
-        Watcher::DnsloopXdp,
-    ] {
-        let per_run: Vec<f64> = of(watcher)
-            .filter_map(|m| m.ns_per_run)
-            .map(|(ns, _)| ns)
-            .collect();
-        report.add(Row::new(
-            "kernel ns per program run, DNS load",
-            watcher.name(),
-            &per_run,
-            "ns",
-        ));
-    }
-    for watcher in [
-        Watcher::Dnsloop,
-        Watcher::DnsloopPackets,
-        Watcher::Tcpdump,
-        Watcher::TcpdumpPrinting,
-    ] {
-        let seconds: Vec<f64> = of(watcher)
-            .filter_map(|m| m.cpu)
-            .map(|cpu| cpu.as_secs_f64() * 100_000.0 / (mean_completed(&runs, watcher)))
-            .collect();
-        report.add(Row::new(
-            "userspace CPU s per 100k queries",
-            watcher.name(),
-            &seconds,
-            "s",
-        ));
-    }
-    let kernel =
-        |watcher: Watcher| report.median("kernel ns per program run, DNS load", watcher.name());
-    let userspace =
-        |watcher: Watcher| report.median("userspace CPU s per 100k queries", watcher.name());
-    let kernel_ratio = kernel(Watcher::Dnsloop).zip(kernel(Watcher::Floor));
-    let one_lookup_ratio = kernel(Watcher::OneLookup).zip(kernel(Watcher::Floor));
-    let userspace_ratio = userspace(Watcher::Dnsloop)
-        .zip(userspace(Watcher::DnsloopPackets))
-        .zip(userspace(Watcher::Tcpdump));
-    let printing_ratio = userspace(Watcher::TcpdumpPrinting).zip(userspace(Watcher::Tcpdump));
-    if let Some((dnsloop, floor)) = kernel_ratio {
-        report.note(format!(
-            "Kernel cost on DNS packets: {:.1}x the empty classifier (target <= 3x).",
-            dnsloop / floor
-        ));
-    }
-    if let Some((one_lookup, floor)) = one_lookup_ratio {
-        report.note(format!(
-            "One hash-map lookup per packet, and nothing else: {:.1}x the empty classifier.",
-            one_lookup / floor
-        ));
-    }
-    if let Some(((dnsloop, packets), tcpdump)) = userspace_ratio {
-        report.note(format!(
-            "Userspace CPU against tcpdump's: {:.2}x in default mode (target <= 1x), {:.2}x with \
-             --packets (target <= 2x).",
-            dnsloop / tcpdump,
-            packets / tcpdump
-        ));
-    }
-    if let Some((printing, tcpdump)) = printing_ratio {
-        report.note(format!(
-            "tcpdump printing a line per packet: {:.2}x the CPU of tcpdump writing the packets to a \
-             file.",
-            printing / tcpdump
-        ));
-    }
-    let qps: Vec<f64> = of(Watcher::Dnsloop)
-        .map(|m| m.load.queries_per_second)
-        .collect();
-    report.add(Row::new(
-        "achieved queries/s at the fixed load",
-        "dnsloop trace",
-        &qps,
-        "q/s",
-    ));
-    let dns_rate: Vec<f64> = of(Watcher::Dnsloop)
-        .filter_map(|m| summed(&m.summaries, "/kernel/dns_packets"))
-        .map(|packets| packets / FIXED_SECONDS as f64)
-        .collect();
-    report.add(Row::new(
-        "DNS packets/s the programs parsed",
-        "dnsloop trace",
-        &dns_rate,
-        "pkt/s",
-    ));
-    for watcher in [Watcher::Dnsloop, Watcher::DnsloopPackets] {
-        let lost: Vec<f64> = of(watcher)
-            .filter_map(|m| summed(&m.summaries, "/lost_events"))
-            .collect();
-        report.add(Row::new("lost events per run", watcher.name(), &lost, ""));
-    }
-
-    let mut not_dns_runs = Vec::new();
-    for _ in 0..REPEATS {
-        for watcher in [Watcher::Floor, Watcher::Dnsloop] {
-            let measured = measure(context, watcher, not_dns, rate)?;
-            not_dns_runs.extend(measured.ns_per_run.map(|(ns, _)| (watcher, ns)));
-        }
-    }
-    for watcher in [Watcher::Floor, Watcher::Dnsloop] {
-        report.add(Row::new(
-            "kernel ns per program run, non-DNS load",
-            watcher.name(),
-            &values_of(&not_dns_runs, watcher),
-            "ns",
-        ));
-    }
-    non_dns_flood(context, report)?;
-    let map_memory = {
-        let running = Running::start(context, Watcher::Dnsloop)?;
-        let bytes = ProgramStats::map_memory(&DNSLOOP_ALL_PROGRAMS)?;
-        running.stop()?;
-        bytes
-    };
-    report.note(format!(
-        "Kernel map memory of `dnsloop trace` with default sizes: {:.1} MiB.",
-        map_memory as f64 / 1024.0 / 1024.0
-    ));
-    Ok(())
 }
 
 /// Kernel cost per run on other packets in a flood (see `flood`), the floor's and dnsloop's
@@ -482,16 +275,6 @@ fn non_dns_flood(context: &Context, report: &mut Report) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// Queries completed in the runs of `watcher`, on average (for a per-query cost).
-fn mean_completed(runs: &[(Watcher, Measured)], watcher: Watcher) -> f64 {
-    let completed: Vec<f64> = runs
-        .iter()
-        .filter(|(w, _)| *w == watcher)
-        .map(|(_, m)| m.load.completed as f64)
-        .collect();
-    (completed.iter().sum::<f64>() / completed.len().max(1) as f64).max(1.0)
 }
 
 /// Writes `QUERIES` for dnsperf into `lab`'s state directory, and returns the file's path.
