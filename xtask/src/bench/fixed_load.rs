@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::{
     measure::{self, Dnsperf, ProgramStats},
+    non_dns_flood,
     report::{Report, Row},
     saturation::{SATURATION_FLAGS, SATURATION_SECONDS},
     watcher::{summed, values_of, Running, Watcher},
@@ -210,7 +211,7 @@ pub fn run(
             "ns",
         ));
     }
-    super::non_dns_flood(context, report)?;
+    non_dns_flood::run(context, report)?;
     let map_memory = {
         let running = Running::start(context, Watcher::Dnsloop)?;
         let bytes = ProgramStats::map_memory(&DNSLOOP_ALL_PROGRAMS)?;

@@ -34,6 +34,7 @@ mod flood;
 mod floor;
 mod measure;
 mod namespace;
+mod non_dns_flood;
 mod process;
 mod report;
 mod saturation;
@@ -42,7 +43,6 @@ mod topology;
 mod watcher;
 
 use std::{
-    net::SocketAddr,
     path::Path,
     process::{Command, Stdio},
     thread,
@@ -50,7 +50,6 @@ use std::{
 };
 
 use anyhow::{bail, Context as _, Result};
-use dnsloop_ebpf::names::{kernel_name, DROP_PROGRAM};
 use dnsloop_tests::{
     findings::parse_rfc3339_millis,
     lab::{Lab, Pod, Scenario},
@@ -60,11 +59,10 @@ use serde_json::Value;
 
 use self::{
     fixed_load::FIXED_SECONDS,
-    measure::{peak_rss, Dnsperf, ProgramStats},
+    measure::{peak_rss, Dnsperf},
     process::Process,
     report::{Report, Row},
     topology::Topology,
-    watcher::{values_of, Running, Watcher},
 };
 use crate::{build_release, command};
 
@@ -77,9 +75,6 @@ const PROBES: usize = 20;
 const PROBE_SPACING: Duration = Duration::from_millis(500);
 /// veth pairs of the attach-time namespace (two interfaces each).
 const VETH_PAIRS: usize = 50;
-
-/// The program on the kernel's drops: it runs apart from the packets' path, on drops only.
-const DROP_PROGRAMS: [&str; 1] = [kernel_name(DROP_PROGRAM)];
 
 /// Names the CoreDNS pods answer themselves, so that every query crosses nodelocal ->
 /// ClusterIP -> DNS pod and back.
@@ -130,7 +125,7 @@ pub fn run(compare: Option<&Path>, only: Option<Piece>, soak: Duration) -> Resul
                     dnsloop: &dnsloop,
                     floor_object: &floor_object,
                 };
-                non_dns_flood(&context, &mut report)?;
+                non_dns_flood::run(&context, &mut report)?;
             }
             Piece::Soak => soak_for(&dnsloop, soak, &mut report)?,
         }
@@ -192,89 +187,6 @@ struct Context<'a> {
     lab: &'a Lab,
     dnsloop: &'a Path,
     floor_object: &'a Path,
-}
-
-/// Kernel cost per run on other packets in a flood (see `flood`), the floor's and dnsloop's
-/// runs alternating.
-fn non_dns_flood(context: &Context, report: &mut Report) -> Result<()> {
-    const SECTION: &str = "kernel ns per program run, non-DNS flood";
-    let lab = context.lab;
-    let client = lab.netns_path(&lab.pod_ns(Pod::Client));
-    let target = SocketAddr::from((Pod::CoreDnsA.ip(), NOT_DNS_PORT));
-    let watchers = [Watcher::Floor, Watcher::Dnsloop];
-    let (mut per_run, mut rates) = (Vec::new(), Vec::new());
-    // The flood's port has no listener: the kernel drops every datagram, so the drop program
-    // runs on each, its worst case (and keeps none, none being DNS).
-    let (mut drop_ns, mut drop_runs) = (Vec::new(), Vec::new());
-    for _ in 0..REPEATS {
-        for watcher in watchers {
-            let running = Running::start(context, watcher)?;
-            let stats = ProgramStats::read()?;
-            let took = flood::run(client.clone(), target)?;
-            let after = ProgramStats::read()?;
-            running.stop()?;
-            per_run.extend(
-                after
-                    .since(&stats, watcher.programs())
-                    .map(|ns| (watcher, ns.0)),
-            );
-            rates.push((watcher, flood::DATAGRAMS as f64 / took.as_secs_f64()));
-            if watcher == Watcher::Dnsloop {
-                if let Some((ns, runs)) = after.since(&stats, &DROP_PROGRAMS) {
-                    drop_ns.push(ns);
-                    drop_runs.push(runs as f64 / flood::DATAGRAMS as f64);
-                }
-            }
-        }
-    }
-    report.add(Row::new(
-        "drop program ns per run, non-DNS flood (every datagram dropped)",
-        Watcher::Dnsloop.name(),
-        &drop_ns,
-        "ns",
-    ));
-    report.add(Row::new(
-        "drop program runs per datagram, non-DNS flood",
-        Watcher::Dnsloop.name(),
-        &drop_runs,
-        "",
-    ));
-    for watcher in watchers {
-        let name = watcher.name();
-        report.add(Row::new(SECTION, name, &values_of(&per_run, watcher), "ns"));
-        report.add(Row::new(
-            "datagrams/s of the non-DNS flood",
-            name,
-            &values_of(&rates, watcher),
-            "pkt/s",
-        ));
-    }
-    let ratio = |section: &str| {
-        let dnsloop = report.median(section, Watcher::Dnsloop.name())?;
-        Some(dnsloop / report.median(section, Watcher::Floor.name())?)
-    };
-    if let Some((fixed, flood)) =
-        ratio("kernel ns per program run, non-DNS load").zip(ratio(SECTION))
-    {
-        report.note(format!(
-            "Kernel cost on other packets: {fixed:.1}x the empty classifier at the fixed load, \
-             {flood:.1}x in a flood of {} datagrams from one sender (target <= 3x).",
-            flood::DATAGRAMS
-        ));
-    }
-    let drop_section = "drop program ns per run, non-DNS flood (every datagram dropped)";
-    if let Some((drop, classifier)) = report
-        .median(drop_section, Watcher::Dnsloop.name())
-        .zip(report.median(SECTION, Watcher::Dnsloop.name()))
-    {
-        report.note(format!(
-            "The drop program (the kernel's drops of DNS packets) on a flood the kernel drops \
-             whole, none of it DNS, its worst case: {drop:.0} ns per dropped datagram, against \
-             {classifier:.0} ns per run of the classifiers on the same packets; it never runs \
-             on packets that are not dropped."
-        ));
-    }
-    Ok(())
 }
 
 /// Writes `QUERIES` for dnsperf into `lab`'s state directory, and returns the file's path.

@@ -1,0 +1,101 @@
+//! Kernel cost per run on packets that are not DNS, in a flood (see `flood`), and the drop
+//! program's on a flood the kernel drops whole.
+use std::net::SocketAddr;
+
+use anyhow::Result;
+use dnsloop_ebpf::names::{kernel_name, DROP_PROGRAM};
+use dnsloop_tests::lab::Pod;
+
+use super::{
+    flood,
+    measure::ProgramStats,
+    report::{Report, Row},
+    watcher::{values_of, Running, Watcher},
+    Context, NOT_DNS_PORT, REPEATS,
+};
+
+/// The program on the kernel's drops: it runs apart from the packets' path, on drops only.
+const DROP_PROGRAMS: [&str; 1] = [kernel_name(DROP_PROGRAM)];
+
+/// Kernel cost per run on other packets in a flood (see `flood`), the floor's and dnsloop's
+/// runs alternating.
+pub fn run(context: &Context, report: &mut Report) -> Result<()> {
+    const SECTION: &str = "kernel ns per program run, non-DNS flood";
+    let lab = context.lab;
+    let client = lab.netns_path(&lab.pod_ns(Pod::Client));
+    let target = SocketAddr::from((Pod::CoreDnsA.ip(), NOT_DNS_PORT));
+    let watchers = [Watcher::Floor, Watcher::Dnsloop];
+    let (mut per_run, mut rates) = (Vec::new(), Vec::new());
+    // The flood's port has no listener: the kernel drops every datagram, so the drop program
+    // runs on each, its worst case (and keeps none, none being DNS).
+    let (mut drop_ns, mut drop_runs) = (Vec::new(), Vec::new());
+    for _ in 0..REPEATS {
+        for watcher in watchers {
+            let running = Running::start(context, watcher)?;
+            let stats = ProgramStats::read()?;
+            let took = flood::run(client.clone(), target)?;
+            let after = ProgramStats::read()?;
+            running.stop()?;
+            per_run.extend(
+                after
+                    .since(&stats, watcher.programs())
+                    .map(|ns| (watcher, ns.0)),
+            );
+            rates.push((watcher, flood::DATAGRAMS as f64 / took.as_secs_f64()));
+            if watcher == Watcher::Dnsloop {
+                if let Some((ns, runs)) = after.since(&stats, &DROP_PROGRAMS) {
+                    drop_ns.push(ns);
+                    drop_runs.push(runs as f64 / flood::DATAGRAMS as f64);
+                }
+            }
+        }
+    }
+    report.add(Row::new(
+        "drop program ns per run, non-DNS flood (every datagram dropped)",
+        Watcher::Dnsloop.name(),
+        &drop_ns,
+        "ns",
+    ));
+    report.add(Row::new(
+        "drop program runs per datagram, non-DNS flood",
+        Watcher::Dnsloop.name(),
+        &drop_runs,
+        "",
+    ));
+    for watcher in watchers {
+        let name = watcher.name();
+        report.add(Row::new(SECTION, name, &values_of(&per_run, watcher), "ns"));
+        report.add(Row::new(
+            "datagrams/s of the non-DNS flood",
+            name,
+            &values_of(&rates, watcher),
+            "pkt/s",
+        ));
+    }
+    let ratio = |section: &str| {
+        let dnsloop = report.median(section, Watcher::Dnsloop.name())?;
+        Some(dnsloop / report.median(section, Watcher::Floor.name())?)
+    };
+    if let Some((fixed, flood)) =
+        ratio("kernel ns per program run, non-DNS load").zip(ratio(SECTION))
+    {
+        report.note(format!(
+            "Kernel cost on other packets: {fixed:.1}x the empty classifier at the fixed load, \
+             {flood:.1}x in a flood of {} datagrams from one sender (target <= 3x).",
+            flood::DATAGRAMS
+        ));
+    }
+    let drop_section = "drop program ns per run, non-DNS flood (every datagram dropped)";
+    if let Some((drop, classifier)) = report
+        .median(drop_section, Watcher::Dnsloop.name())
+        .zip(report.median(SECTION, Watcher::Dnsloop.name()))
+    {
+        report.note(format!(
+            "The drop program (the kernel's drops of DNS packets) on a flood the kernel drops \
+             whole, none of it DNS, its worst case: {drop:.0} ns per dropped datagram, against \
+             {classifier:.0} ns per run of the classifiers on the same packets; it never runs \
+             on packets that are not dropped."
+        ));
+    }
+    Ok(())
+}
