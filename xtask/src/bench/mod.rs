@@ -27,11 +27,13 @@
 //! `--only saturation` the saturation rows of the three topologies (about six minutes);
 //! `--only flood` the non-DNS flood's rows, the drop program's among them (a minute or so);
 //! `--only soak` the soak (`--soak-minutes`, 10 by default).
+mod attach;
 mod cluster_storm;
 mod compare;
 mod fixed_load;
 mod flood;
 mod floor;
+mod kernel_profile;
 mod measure;
 mod namespace;
 mod non_dns_flood;
@@ -43,24 +45,13 @@ mod storm;
 mod topology;
 mod watcher;
 
-use std::{
-    path::Path,
-    process::{Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::{path::Path, time::Duration};
 
-use anyhow::{bail, Context as _, Result};
-use dnsloop_tests::{
-    lab::{Lab, Pod},
-    tracer::READY_MARKER,
-};
+use anyhow::{Context as _, Result};
+use dnsloop_tests::lab::{Lab, Pod};
 
 use self::{
-    fixed_load::FIXED_SECONDS,
-    measure::Dnsperf,
-    process::Process,
-    report::{Report, Row},
-    storm::PROBES,
+    attach::VETH_PAIRS, fixed_load::FIXED_SECONDS, measure::Dnsperf, report::Report, storm::PROBES,
     topology::Topology,
 };
 use crate::{build_release, command};
@@ -69,8 +60,6 @@ use crate::{build_release, command};
 const REPEATS: usize = 3;
 /// Where the non-DNS loads go on a CoreDNS pod: nothing listens there.
 const NOT_DNS_PORT: u16 = 5300;
-/// veth pairs of the attach-time namespace (two interfaces each).
-const VETH_PAIRS: usize = 50;
 
 /// Names the CoreDNS pods answer themselves, so that every query crosses nodelocal ->
 /// ClusterIP -> DNS pod and back.
@@ -168,9 +157,9 @@ pub fn run(compare: Option<&Path>, only: Option<Piece>, soak: Duration) -> Resul
     storms(&dnsloop, &mut report)?;
     soak_for(&dnsloop, soak, &mut report)?;
     eprintln!("bench: attaching to {} veths", 2 * VETH_PAIRS);
-    attach_time(&dnsloop, &mut report)?;
+    attach::run(&dnsloop, &mut report)?;
     eprintln!("bench: the programs on single packets (BPF_PROG_TEST_RUN, {REPEATS} runs)");
-    kernel_profile(&mut report)?;
+    kernel_profile::run(&mut report)?;
 
     print!("{}", report.table());
     let path = command::workspace_root().join("BENCHMARKS.md");
@@ -212,164 +201,6 @@ fn soak_for(dnsloop: &Path, duration: Duration, report: &mut Report) -> Result<(
         duration.as_secs() / 60
     );
     soak::run(dnsloop, duration, report)
-}
-
-/// One way of starting dnsloop whose attach time is measured: `dnsloop trace` with `args`, in
-/// an environment with `env` added.
-struct AttachConfiguration {
-    name: &'static str,
-    args: &'static [&'static str],
-    env: &'static [(&'static str, &'static str)],
-}
-
-const ATTACH_CONFIGURATIONS: [AttachConfiguration; 3] = [
-    AttachConfiguration {
-        name: "dnsloop trace",
-        args: &[],
-        env: &[],
-    },
-    AttachConfiguration {
-        name: "dnsloop trace --expedite-attach",
-        args: &["--expedite-attach"],
-        env: &[],
-    },
-    // Quicker here than TCX links: creating a TCX link waits out an RCU grace period under
-    // RTNL, adding a filter to the clsact qdisc does not.
-    AttachConfiguration {
-        name: "dnsloop trace, tc clsact (DNSLOOP_FORCE_CLSACT=1, the path before Linux 6.6)",
-        args: &[],
-        env: &[("DNSLOOP_FORCE_CLSACT", "1")],
-    },
-];
-
-fn attach_time(dnsloop: &Path, report: &mut Report) -> Result<()> {
-    let namespace = AttachNamespace::create()?;
-    let binary = dnsloop.to_str().context("a UTF-8 path")?;
-    for configuration in &ATTACH_CONFIGURATIONS {
-        let mut times = Vec::new();
-        for _ in 0..REPEATS {
-            let started = Instant::now();
-            let child = Command::new("ip")
-                .args(["netns", "exec", &namespace.name, binary, "trace"])
-                .args(configuration.args)
-                .envs(configuration.env.iter().copied())
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .context("starting dnsloop in the attach namespace")?;
-            let process = Process::started(child, READY_MARKER)?;
-            times.push(started.elapsed().as_secs_f64() * 1000.0);
-            process.interrupt()?;
-        }
-        report.add(Row::new(
-            "start to attached, 100 veths (load, verify, attach)",
-            configuration.name,
-            &times,
-            "ms",
-        ));
-    }
-    Ok(())
-}
-
-/// The programs' own cost per kind of packet, on one CPU with nothing else running, and what
-/// the verifier made of them: the `kernel_profile` bench target of dnsloop-userspace.
-fn kernel_profile(report: &mut Report) -> Result<()> {
-    let mut costs: Vec<(String, Vec<f64>)> = Vec::new();
-    let mut verified = Vec::new();
-    for _ in 0..REPEATS {
-        let output = command::cargo_command()
-            .args([
-                "bench",
-                "--quiet",
-                "-p",
-                "dnsloop-userspace",
-                "--features",
-                "profiling",
-                "--bench",
-                "kernel_profile",
-            ])
-            .stderr(Stdio::inherit())
-            .output()
-            .context("running the kernel_profile bench")?;
-        if !output.status.success() {
-            bail!("the kernel_profile bench failed ({})", output.status);
-        }
-        verified.clear();
-        for line in String::from_utf8_lossy(&output.stdout).lines() {
-            match line.split('\t').collect::<Vec<_>>().as_slice() {
-                ["cost", kind, ns] => {
-                    let ns: f64 = ns.parse().context("a cost in ns")?;
-                    match costs.iter_mut().find(|(known, _)| known == kind) {
-                        Some((_, values)) => values.push(ns),
-                        None => costs.push(((*kind).to_owned(), vec![ns])),
-                    }
-                }
-                ["verified", program, instructions, translated, jited] => verified.push(format!(
-                    "{program}: {instructions} instructions processed by the verifier, \
-                     {translated} bytes translated, {jited} bytes JITed"
-                )),
-                _ => {}
-            }
-        }
-    }
-    for (kind, values) in &costs {
-        report.add(Row::new(
-            "kernel ns per run on one packet (BPF_PROG_TEST_RUN)",
-            kind,
-            values,
-            "ns",
-        ));
-    }
-    for line in verified {
-        report.note(line);
-    }
-    Ok(())
-}
-
-/// A namespace of its own with `VETH_PAIRS` veth pairs, deleted when dropped.
-struct AttachNamespace {
-    name: String,
-}
-
-impl AttachNamespace {
-    fn create() -> Result<Self> {
-        let name = format!("dnsloopbench-{}", std::process::id());
-        let ip = |args: &[&str]| -> Result<()> {
-            let status = Command::new("ip")
-                .args(args)
-                .status()
-                .context("running ip")?;
-            if !status.success() {
-                bail!("ip {args:?} failed");
-            }
-            Ok(())
-        };
-        ip(&["netns", "add", &name])?;
-        let namespace = Self { name };
-        let batch: String = (0..VETH_PAIRS)
-            .map(|n| format!("link add vb{n}a type veth peer name vb{n}b\nlink set vb{n}a up\nlink set vb{n}b up\n"))
-            .collect();
-        let batch_file = std::env::temp_dir().join(format!("{}.ip", namespace.name));
-        std::fs::write(&batch_file, batch).context("writing the veth batch")?;
-        ip(&[
-            "-n",
-            &namespace.name,
-            "-batch",
-            batch_file.to_str().context("a UTF-8 path")?,
-        ])?;
-        let _ = std::fs::remove_file(batch_file);
-        ip(&["-n", &namespace.name, "link", "set", "lo", "up"])?;
-        Ok(namespace)
-    }
-}
-
-impl Drop for AttachNamespace {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "delete", &self.name])
-            .status();
-    }
 }
 
 /// `kernel.bpf_stats_enabled` on for the run, as it was before afterwards.
