@@ -1,5 +1,5 @@
-//! Reading what a run cost: BPF program statistics, a process's CPU time and memory, and what
-//! dnsperf achieved.
+//! Reading what a run cost: BPF program statistics (and turning them on), a process's CPU time
+//! and memory, and what dnsperf achieved.
 use std::{collections::HashMap, process::Command, time::Duration};
 
 use anyhow::{bail, Context as _, Result};
@@ -71,6 +71,28 @@ impl ProgramStats {
             .filter(|map| map["id"].as_u64().is_some_and(|id| ids.contains(&id)))
             .map(|map| map["bytes_memlock"].as_u64().unwrap_or(0))
             .sum())
+    }
+}
+
+/// `kernel.bpf_stats_enabled` on for the run, as it was before afterwards.
+pub struct BpfStats {
+    before: String,
+}
+
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    pub fn enable() -> Result<Self> {
+        let before =
+            std::fs::read_to_string(BPF_STATS).with_context(|| format!("reading {BPF_STATS}"))?;
+        std::fs::write(BPF_STATS, "1").with_context(|| format!("enabling {BPF_STATS}"))?;
+        Ok(Self { before })
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = std::fs::write(BPF_STATS, self.before.trim());
     }
 }
 

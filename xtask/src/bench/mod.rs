@@ -51,7 +51,11 @@ use anyhow::{Context as _, Result};
 use dnsloop_tests::lab::{Lab, Pod};
 
 use self::{
-    attach::VETH_PAIRS, fixed_load::FIXED_SECONDS, measure::Dnsperf, report::Report, storm::PROBES,
+    attach::VETH_PAIRS,
+    fixed_load::FIXED_SECONDS,
+    measure::{BpfStats, Dnsperf},
+    report::Report,
+    storm::PROBES,
     topology::Topology,
 };
 use crate::{build_release, command};
@@ -201,26 +205,4 @@ fn soak_for(dnsloop: &Path, duration: Duration, report: &mut Report) -> Result<(
         duration.as_secs() / 60
     );
     soak::run(dnsloop, duration, report)
-}
-
-/// `kernel.bpf_stats_enabled` on for the run, as it was before afterwards.
-struct BpfStats {
-    before: String,
-}
-
-const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
-
-impl BpfStats {
-    fn enable() -> Result<Self> {
-        let before =
-            std::fs::read_to_string(BPF_STATS).with_context(|| format!("reading {BPF_STATS}"))?;
-        std::fs::write(BPF_STATS, "1").with_context(|| format!("enabling {BPF_STATS}"))?;
-        Ok(Self { before })
-    }
-}
-
-impl Drop for BpfStats {
-    fn drop(&mut self) {
-        let _ = std::fs::write(BPF_STATS, self.before.trim());
-    }
 }
