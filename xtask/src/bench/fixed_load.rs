@@ -71,6 +71,9 @@ pub fn rate(dns: &Dnsperf, report: &mut Report) -> Result<u64> {
     Ok(rate)
 }
 
+/// The rows of the fixed load at `rate` queries/s: the DNS load `dns` under every watcher, the
+/// non-DNS load `not_dns` and the non-DNS flood under the floor and dnsloop, and dnsloop's maps'
+/// memory.
 pub fn run(
     context: &Context,
     dns: &Dnsperf,
@@ -78,6 +81,26 @@ pub fn run(
     rate: u64,
     report: &mut Report,
 ) -> Result<()> {
+    let runs = measure_dns_load(context, dns, rate)?;
+    add_kernel_rows(&runs, report);
+    add_userspace_rows(&runs, report);
+    note_ratios(report);
+    add_dnsloop_rows(&runs, report);
+    measure_non_dns_load(context, not_dns, rate, report)?;
+    non_dns_flood::run(context, report)?;
+    note_map_memory(context, report)
+}
+
+/// The table's sections that the notes set against each other.
+const KERNEL_DNS_SECTION: &str = "kernel ns per program run, DNS load";
+const USERSPACE_SECTION: &str = "userspace CPU s per 100k queries";
+
+/// Every watcher under the DNS load, in turn, `REPEATS` times.
+fn measure_dns_load(
+    context: &Context,
+    dns: &Dnsperf,
+    rate: u64,
+) -> Result<Vec<(Watcher, Measured)>> {
     let watchers = [
         Watcher::Nothing,
         Watcher::Floor,
@@ -94,49 +117,52 @@ pub fn run(
             runs.push((watcher, measure(context, watcher, dns, rate)?));
         }
     }
-    let of = |watcher: Watcher| {
-        runs.iter()
-            .filter(move |(w, _)| *w == watcher)
-            .map(|(_, m)| m)
-    };
+    Ok(runs)
+}
+
+/// The runs of `watcher`, in the order they ran.
+fn runs_of(runs: &[(Watcher, Measured)], watcher: Watcher) -> impl Iterator<Item = &Measured> + '_ {
+    runs.iter()
+        .filter(move |(w, _)| *w == watcher)
+        .map(|(_, m)| m)
+}
+
+/// Kernel time per program run on DNS packets, for each watcher with programs.
+fn add_kernel_rows(runs: &[(Watcher, Measured)], report: &mut Report) {
     for watcher in [
         Watcher::Floor,
         Watcher::OneLookup,
         Watcher::Dnsloop,
         Watcher::DnsloopXdp,
     ] {
-        let per_run: Vec<f64> = of(watcher)
+        let per_run: Vec<f64> = runs_of(runs, watcher)
             .filter_map(|m| m.ns_per_run)
             .map(|(ns, _)| ns)
             .collect();
-        report.add(Row::new(
-            "kernel ns per program run, DNS load",
-            watcher.name(),
-            &per_run,
-            "ns",
-        ));
+        report.add(Row::new(KERNEL_DNS_SECTION, watcher.name(), &per_run, "ns"));
     }
+}
+
+/// Userspace CPU per query, for each watcher that is a process.
+fn add_userspace_rows(runs: &[(Watcher, Measured)], report: &mut Report) {
     for watcher in [
         Watcher::Dnsloop,
         Watcher::DnsloopPackets,
         Watcher::Tcpdump,
         Watcher::TcpdumpPrinting,
     ] {
-        let seconds: Vec<f64> = of(watcher)
+        let seconds: Vec<f64> = runs_of(runs, watcher)
             .filter_map(|m| m.cpu)
-            .map(|cpu| cpu.as_secs_f64() * 100_000.0 / (mean_completed(&runs, watcher)))
+            .map(|cpu| cpu.as_secs_f64() * 100_000.0 / (mean_completed(runs, watcher)))
             .collect();
-        report.add(Row::new(
-            "userspace CPU s per 100k queries",
-            watcher.name(),
-            &seconds,
-            "s",
-        ));
+        report.add(Row::new(USERSPACE_SECTION, watcher.name(), &seconds, "s"));
     }
-    let kernel =
-        |watcher: Watcher| report.median("kernel ns per program run, DNS load", watcher.name());
-    let userspace =
-        |watcher: Watcher| report.median("userspace CPU s per 100k queries", watcher.name());
+}
+
+/// The kernel and userspace rows against the floor's and tcpdump's, and the targets.
+fn note_ratios(report: &mut Report) {
+    let kernel = |watcher: Watcher| report.median(KERNEL_DNS_SECTION, watcher.name());
+    let userspace = |watcher: Watcher| report.median(USERSPACE_SECTION, watcher.name());
     let kernel_ratio = kernel(Watcher::Dnsloop).zip(kernel(Watcher::Floor));
     let one_lookup_ratio = kernel(Watcher::OneLookup).zip(kernel(Watcher::Floor));
     let userspace_ratio = userspace(Watcher::Dnsloop)
@@ -170,7 +196,12 @@ pub fn run(
             printing / tcpdump
         ));
     }
-    let qps: Vec<f64> = of(Watcher::Dnsloop)
+}
+
+/// What dnsloop's own summaries say of its runs: the load achieved, the DNS packets parsed and
+/// the events lost.
+fn add_dnsloop_rows(runs: &[(Watcher, Measured)], report: &mut Report) {
+    let qps: Vec<f64> = runs_of(runs, Watcher::Dnsloop)
         .map(|m| m.load.queries_per_second)
         .collect();
     report.add(Row::new(
@@ -179,7 +210,7 @@ pub fn run(
         &qps,
         "q/s",
     ));
-    let dns_rate: Vec<f64> = of(Watcher::Dnsloop)
+    let dns_rate: Vec<f64> = runs_of(runs, Watcher::Dnsloop)
         .filter_map(|m| summed(&m.summaries, "/kernel/dns_packets"))
         .map(|packets| packets / FIXED_SECONDS as f64)
         .collect();
@@ -190,12 +221,20 @@ pub fn run(
         "pkt/s",
     ));
     for watcher in [Watcher::Dnsloop, Watcher::DnsloopPackets] {
-        let lost: Vec<f64> = of(watcher)
+        let lost: Vec<f64> = runs_of(runs, watcher)
             .filter_map(|m| summed(&m.summaries, "/lost_events"))
             .collect();
         report.add(Row::new("lost events per run", watcher.name(), &lost, ""));
     }
+}
 
+/// Kernel time per program run on the non-DNS load, the floor's and dnsloop's runs alternating.
+fn measure_non_dns_load(
+    context: &Context,
+    not_dns: &Dnsperf,
+    rate: u64,
+    report: &mut Report,
+) -> Result<()> {
     let mut not_dns_runs = Vec::new();
     for _ in 0..REPEATS {
         for watcher in [Watcher::Floor, Watcher::Dnsloop] {
@@ -211,7 +250,11 @@ pub fn run(
             "ns",
         ));
     }
-    non_dns_flood::run(context, report)?;
+    Ok(())
+}
+
+/// The kernel memory of dnsloop's maps, with their default sizes.
+fn note_map_memory(context: &Context, report: &mut Report) -> Result<()> {
     let map_memory = {
         let running = Running::start(context, Watcher::Dnsloop)?;
         let bytes = ProgramStats::map_memory(&DNSLOOP_ALL_PROGRAMS)?;
