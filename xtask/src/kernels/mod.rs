@@ -416,16 +416,44 @@ impl Report {
         report
     }
 
+    /// What the run showed, or the first thing it should have shown and did not.
     fn check(&self, target: &Target) -> Result<Checked> {
+        let kernel = self.booted_kernel()?;
+        self.check_attached(target, &kernel)?;
+        self.check_exit()?;
+        let lines: Vec<Value> = self
+            .stdout
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect();
+        let summary = self.summary_with_lacks(&lines, target, &kernel)?;
+        self.check_packet_lines(&lines)?;
+        let closed_port_drops = self.check_drops(&lines, summary, target, &kernel)?;
+        let dns_packets = self.lo_egress_dns_packets(summary)?;
+        self.check_detached()?;
+        Ok(Checked {
+            kernel,
+            dns_packets,
+            closed_port_drops,
+            verified: self.verified_instructions(),
+        })
+    }
+
+    /// The release of the kernel the guest booted.
+    fn booted_kernel(&self) -> Result<String> {
         let booted = self
             .booted
             .as_deref()
             .context("the guest never reported booting")?;
-        let kernel = booted
+        Ok(booted
             .split_whitespace()
             .next()
             .unwrap_or_default()
-            .to_owned();
+            .to_owned())
+    }
+
+    /// dnsloop attached, on the hook `target` expects.
+    fn check_attached(&self, target: &Target, kernel: &str) -> Result<()> {
         ensure!(
             self.ready,
             "dnsloop never attached on {kernel}; its stderr (a verifier rejection ends with the verifier's log):\n{}",
@@ -461,18 +489,27 @@ impl Report {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// dnsloop ended cleanly on SIGTERM.
+    fn check_exit(&self) -> Result<()> {
         ensure!(
             self.exit == Some(0),
             "dnsloop ended with {:?} on SIGTERM, not 0:\n{}",
             self.exit,
             self.stderr
         );
-        let lines: Vec<Value> = self
-            .stdout
-            .lines()
-            .filter_map(|line| serde_json::from_str(line).ok())
-            .collect();
-        // Said at start, and in the summary.
+        Ok(())
+    }
+
+    /// The summary, once dnsloop has said what the kernel lacks: at start, and in the summary.
+    fn summary_with_lacks<'a>(
+        &self,
+        lines: &'a [Value],
+        target: &Target,
+        kernel: &str,
+    ) -> Result<&'a Value> {
         ensure!(
             self.stderr
                 .contains(&format!("dnsloop: this kernel (Linux {}", target.series)),
@@ -489,6 +526,11 @@ impl Report {
             summary["kernel_lacks"],
             target.lacks
         );
+        Ok(summary)
+    }
+
+    /// A packet line on lo for every query asked.
+    fn check_packet_lines(&self, lines: &[Value]) -> Result<()> {
         for name in QUERY_NAMES {
             ensure!(
                 lines.iter().any(|line| line["kind"] == "packet"
@@ -500,6 +542,17 @@ impl Report {
                 self.stdout
             );
         }
+        Ok(())
+    }
+
+    /// The kernel's drops of the queries, reported and counted; returns their count.
+    fn check_drops(
+        &self,
+        lines: &[Value],
+        summary: &Value,
+        target: &Target,
+        kernel: &str,
+    ) -> Result<u64> {
         // Nothing listens on port 53: the kernel drops every query, and says why.
         ensure!(
             !self.stderr.contains("not watching the kernel's drops"),
@@ -523,6 +576,11 @@ impl Report {
             "only {closed_port_drops} {reason} drops counted for {} queries: {summary}",
             QUERY_NAMES.len()
         );
+        Ok(closed_port_drops)
+    }
+
+    /// The DNS packets the summary counted on lo egress, at least one per query.
+    fn lo_egress_dns_packets(&self, summary: &Value) -> Result<u64> {
         let dns_packets = summary["interfaces"]
             .as_array()
             .into_iter()
@@ -535,23 +593,26 @@ impl Report {
             "only {dns_packets} DNS packets counted on lo egress for {} queries: {summary}",
             QUERY_NAMES.len()
         );
+        Ok(dns_packets)
+    }
+
+    /// Nothing of dnsloop's left attached after it exited.
+    fn check_detached(&self) -> Result<()> {
         ensure!(
             !self.after_exit.contains("dnsloop"),
             "dnsloop's programs are still attached after it exited:\n{}",
             self.after_exit
         );
-        let verified = self
-            .descriptors
+        Ok(())
+    }
+
+    /// Instructions the verifier processed, per loaded program.
+    fn verified_instructions(&self) -> Vec<u64> {
+        self.descriptors
             .lines()
             .filter_map(|line| line.strip_prefix("verified_insns:"))
             .filter_map(|count| count.trim().parse().ok())
-            .collect();
-        Ok(Checked {
-            kernel,
-            dns_packets,
-            closed_port_drops,
-            verified,
-        })
+            .collect()
     }
 }
 
