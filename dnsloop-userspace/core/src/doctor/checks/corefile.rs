@@ -17,7 +17,7 @@
 //! ClusterIP (`bind 169.254.20.10 10.96.0.10`) to take pods' queries before kube-proxy does, so
 //! it must then forward to another Service (`kube-dns-upstream`, the template's
 //! `__PILLAR__CLUSTER__DNS__`): forwarding to an address it binds is the first rule's loop.
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use super::node_local_dns_evidence;
 use crate::doctor::{
@@ -197,46 +197,22 @@ impl Context<'_> {
         }
     }
 
+    /// What `target`, one of `forward`'s in `server`, leads to, when that is worth a check.
     fn target(&self, server: &ServerBlock, forward: &Forward, target: &Target) -> Option<Check> {
-        let at = Location::line(&self.corefile.name, forward.line);
-        let subject = format!("{} {} {}", forward.plugin, forward.from, target.text());
-        let block = server.label();
-        let check = |id, severity, summary: String, fix: String| {
-            Some(
-                Check::new(id, severity, subject.clone(), summary)
-                    .fix(fix)
-                    .at(at.clone()),
-            )
-        };
+        let fault = self.fault(target)?;
+        Some(self.describe(fault, server, forward, target))
+    }
+
+    /// Where `target` leads, when that is a loop or a place doctor cannot follow.
+    fn fault<'t>(&self, target: &'t Target) -> Option<TargetFault<'t>> {
         let address = match target {
             Target::Address { address, .. } => *address,
             // The resolv.conf checks follow /etc/resolv.conf to kubelet's file.
             Target::File(path) if path == super::CONTAINER_RESOLV_CONF => return None,
-            Target::File(path) => {
-                return Some(
-                    Check::new(
-                        UNCHECKED,
-                        Severity::Info,
-                        subject.clone(),
-                        format!("`{subject}` in server block {block} reads {path} inside the {} container, a file doctor cannot see, so its nameservers are not checked", self.kind()),
-                    )
-                    .fix(format!("check that {path} lists real upstream servers: no loopback and no node-local-dns address"))
-                    .at(at),
-                )
-            }
+            Target::File(path) => return Some(TargetFault::UnseenFile(path)),
             // Template words are the template check's.
             Target::Other(text) if text.contains("__PILLAR__") => return None,
-            Target::Other(text) => {
-                return Some(
-                    Check::new(
-                        UNCHECKED,
-                        Severity::Info,
-                        subject.clone(),
-                        format!("`{subject}` in server block {block}: {text} is neither an address nor a path, so doctor cannot tell where it leads"),
-                    )
-                    .at(at),
-                )
-            }
+            Target::Other(text) => return Some(TargetFault::Unknown(text)),
         };
         let ip = address.ip();
         if let Some(own) = self
@@ -244,54 +220,99 @@ impl Context<'_> {
             .iter()
             .find(|own| own.address == ip && own.port.is_none_or(|port| port == address.port()))
         {
-            let fix = if self.node_local && self.cluster_dns.contains(&ip) {
-                format!("forward to the kube-dns-upstream Service's ClusterIP (the template's __PILLAR__CLUSTER__DNS__, which node-cache fills in), not to {ip}, which node-local-dns takes over")
-            } else {
-                "forward to the upstream servers' addresses, not to an address this server listens on".to_string()
-            };
-            return check(
-                SELF,
-                Severity::Error,
-                format!("`{subject}` in server block {block} sends queries to {address}, which this {} listens on itself (bind, line {}): every forwarded query comes back to it", self.kind(), own.line),
-                fix,
-            );
+            return Some(TargetFault::OwnAddress {
+                address,
+                line: own.line,
+                taken_cluster_ip: self.node_local && self.cluster_dns.contains(&ip),
+            });
         }
         if address::is_loopback(ip) {
-            let listener = address::loopback_listener(ip);
-            let own_port = self.server_ports.contains(&address.port());
-            return if self.node_local {
-                check(
-                    LOOPBACK,
-                    Severity::Warning,
-                    format!("`{subject}` in server block {block} sends queries to {address}, {listener} on the node (node-local-dns uses the host network): a loop if that resolver sends them back to the cluster DNS"),
-                    "forward to the upstream servers' addresses, so that node-local-dns does not depend on the node's own resolver".into(),
-                )
-            } else if own_port {
-                check(
-                    LOOPBACK,
-                    Severity::Error,
-                    format!("`{subject}` in server block {block} sends queries to {address}, which inside the CoreDNS pod is CoreDNS itself (not {listener} on the node): a forwarding loop"),
-                    "forward to the upstream servers' addresses (or to /etc/resolv.conf, with kubelet's resolvConf listing real upstreams)".into(),
-                )
+            return Some(if self.node_local {
+                TargetFault::NodeResolver(address)
+            } else if self.server_ports.contains(&address.port()) {
+                TargetFault::CoreDnsItself(address)
             } else {
-                check(
-                    LOOPBACK,
-                    Severity::Warning,
-                    format!("`{subject}` in server block {block} sends queries to {address} inside the CoreDNS pod, where only a sidecar container could answer, not a server on the node: without one every query there fails"),
-                    "forward to an address the CoreDNS pod can reach: the server's node or Service IP".into(),
-                )
-            };
+                TargetFault::PodLoopback(address)
+            });
         }
         if address::is_link_local(ip) && address::cloud_resolver(ip).is_none() {
-            return if self.node_local {
-                check(
-                    LINK_LOCAL,
-                    Severity::Warning,
-                    format!("`{subject}` in server block {block} sends queries to {ip}, a link-local address this Corefile does not bind: if it is another node-local-dns address, queries come back here"),
-                    "forward to the cluster DNS Service for cluster names and to the upstream servers' addresses for the rest".into(),
-                )
+            return Some(if self.node_local {
+                TargetFault::OtherLinkLocal(ip)
             } else {
-                let evidence = node_local_dns_evidence(self.node, ip);
+                TargetFault::NodeLocalDns {
+                    ip,
+                    evidence: node_local_dns_evidence(self.node, ip),
+                }
+            });
+        }
+        (!self.node_local && self.cluster_dns.contains(&ip)).then_some(TargetFault::ClusterDns(ip))
+    }
+
+    /// The check that says `fault`, found at `target` of `forward` in `server`: every target's
+    /// message and fix are here.
+    fn describe(
+        &self,
+        fault: TargetFault,
+        server: &ServerBlock,
+        forward: &Forward,
+        target: &Target,
+    ) -> Check {
+        let subject = format!("{} {} {}", forward.plugin, forward.from, target.text());
+        let block = server.label();
+        let kind = self.kind();
+        let (id, severity, summary, fix): (_, _, String, Option<String>) = match fault {
+            TargetFault::UnseenFile(path) => (
+                UNCHECKED,
+                Severity::Info,
+                format!("`{subject}` in server block {block} reads {path} inside the {kind} container, a file doctor cannot see, so its nameservers are not checked"),
+                Some(format!("check that {path} lists real upstream servers: no loopback and no node-local-dns address")),
+            ),
+            TargetFault::Unknown(text) => (
+                UNCHECKED,
+                Severity::Info,
+                format!("`{subject}` in server block {block}: {text} is neither an address nor a path, so doctor cannot tell where it leads"),
+                None,
+            ),
+            TargetFault::OwnAddress {
+                address,
+                line,
+                taken_cluster_ip,
+            } => (
+                SELF,
+                Severity::Error,
+                format!("`{subject}` in server block {block} sends queries to {address}, which this {kind} listens on itself (bind, line {line}): every forwarded query comes back to it"),
+                Some(if taken_cluster_ip {
+                    let ip = address.ip();
+                    format!("forward to the kube-dns-upstream Service's ClusterIP (the template's __PILLAR__CLUSTER__DNS__, which node-cache fills in), not to {ip}, which node-local-dns takes over")
+                } else {
+                    "forward to the upstream servers' addresses, not to an address this server listens on".to_string()
+                }),
+            ),
+            TargetFault::NodeResolver(address) => (
+                LOOPBACK,
+                Severity::Warning,
+                format!("`{subject}` in server block {block} sends queries to {address}, {} on the node (node-local-dns uses the host network): a loop if that resolver sends them back to the cluster DNS", address::loopback_listener(address.ip())),
+                Some("forward to the upstream servers' addresses, so that node-local-dns does not depend on the node's own resolver".into()),
+            ),
+            TargetFault::CoreDnsItself(address) => (
+                LOOPBACK,
+                Severity::Error,
+                format!("`{subject}` in server block {block} sends queries to {address}, which inside the CoreDNS pod is CoreDNS itself (not {} on the node): a forwarding loop", address::loopback_listener(address.ip())),
+                Some("forward to the upstream servers' addresses (or to /etc/resolv.conf, with kubelet's resolvConf listing real upstreams)".into()),
+            ),
+            TargetFault::PodLoopback(address) => (
+                LOOPBACK,
+                Severity::Warning,
+                format!("`{subject}` in server block {block} sends queries to {address} inside the CoreDNS pod, where only a sidecar container could answer, not a server on the node: without one every query there fails"),
+                Some("forward to an address the CoreDNS pod can reach: the server's node or Service IP".into()),
+            ),
+            TargetFault::OtherLinkLocal(ip) => (
+                LINK_LOCAL,
+                Severity::Warning,
+                format!("`{subject}` in server block {block} sends queries to {ip}, a link-local address this Corefile does not bind: if it is another node-local-dns address, queries come back here"),
+                Some("forward to the cluster DNS Service for cluster names and to the upstream servers' addresses for the rest".into()),
+            ),
+            TargetFault::NodeLocalDns { ip, evidence } => {
                 let (severity, whose) = match &evidence {
                     Some(evidence) => (
                         Severity::Error,
@@ -302,24 +323,59 @@ impl Context<'_> {
                         "a link-local address, where node-local-dns usually listens".to_string(),
                     ),
                 };
-                check(
+                (
                     LINK_LOCAL,
                     severity,
                     format!("`{subject}` in server block {block} sends queries to {ip}, {whose}: node-local-dns sends cache misses to CoreDNS, so they come back"),
-                    "forward to the upstream servers' addresses; only pods and the node should ask node-local-dns".into(),
+                    Some("forward to the upstream servers' addresses; only pods and the node should ask node-local-dns".into()),
                 )
-            };
-        }
-        if !self.node_local && self.cluster_dns.contains(&ip) {
-            return check(
+            }
+            TargetFault::ClusterDns(ip) => (
                 CLUSTER_DNS,
                 Severity::Error,
                 format!("`{subject}` in server block {block} sends queries to {ip}, the cluster DNS Service's ClusterIP, which kube-proxy sends to a CoreDNS pod: a forwarding loop"),
-                "forward to the upstream servers' addresses; only node-local-dns forwards to the cluster DNS Service".into(),
-            );
-        }
-        None
+                Some("forward to the upstream servers' addresses; only node-local-dns forwards to the cluster DNS Service".into()),
+            ),
+        };
+        let check = Check::new(id, severity, subject, summary);
+        let check = match fix {
+            Some(fix) => check.fix(fix),
+            None => check,
+        };
+        check.at(Location::line(&self.corefile.name, forward.line))
     }
+}
+
+/// Where a forward target leads, when doctor has something to say of it: found by
+/// `Context::fault`, worded by `Context::describe`.
+enum TargetFault<'a> {
+    /// A file inside the container (other than /etc/resolv.conf), which doctor cannot see.
+    UnseenFile(&'a str),
+    /// Neither an address nor a path.
+    Unknown(&'a str),
+    /// An address the Corefile binds (on `line`), on the same port; `taken_cluster_ip` when it
+    /// is the cluster DNS ClusterIP that node-local-dns takes over.
+    OwnAddress {
+        address: SocketAddr,
+        line: u32,
+        taken_cluster_ip: bool,
+    },
+    /// A loopback address, from node-local-dns on the host network: the node's own resolver.
+    NodeResolver(SocketAddr),
+    /// A loopback address on a port the Corefile serves, inside the CoreDNS pod: CoreDNS.
+    CoreDnsItself(SocketAddr),
+    /// A loopback address on another port, inside the CoreDNS pod: only a sidecar there.
+    PodLoopback(SocketAddr),
+    /// A link-local address the Corefile does not bind, from node-local-dns.
+    OtherLinkLocal(IpAddr),
+    /// A link-local address, from CoreDNS: node-local-dns's, with the evidence when doctor
+    /// found some.
+    NodeLocalDns {
+        ip: IpAddr,
+        evidence: Option<String>,
+    },
+    /// The cluster DNS Service's ClusterIP, from CoreDNS.
+    ClusterDns(IpAddr),
 }
 
 /// A block serving `.` forwards every external name: a loop there takes the whole server
