@@ -4,14 +4,17 @@
 //! - Kernel cost per program run at a fixed load through nodelocal -> ClusterIP -> DNS pods:
 //!   dnsloop's programs (TC, and XDP on ingress) against an empty classifier on the same
 //!   interfaces (the floor), for DNS packets and for other packets; and for other packets again
-//!   in a flood, closer together, as on a busy node. On DNS packets also a classifier making one
-//!   hash-map lookup per packet: the least that remembering anything per packet costs.
+//!   in a flood, closer together, as on a busy node (`non_dns_flood`). On DNS packets also a
+//!   classifier making one hash-map lookup per packet: the least that remembering anything per
+//!   packet costs (`fixed_load`).
 //! - Userspace CPU during that load: dnsloop (default and `--packets`) against tcpdump writing
 //!   every DNS packet.
 //! - Throughput at saturation with no program, dnsloop, the empty classifier and tcpdump, in
 //!   alternating rounds, and the programs' kernel time per query there (runs per query and
-//!   time per run): on a bridged node, a routed node, and across two nodes (see `Topology`).
-//! - A loop storm: how soon each of 20 CoreDNS probes is reported, what was lost, peak memory.
+//!   time per run): on a bridged node, a routed node, and across two nodes (`saturation`, on
+//!   each `Topology`).
+//! - A loop storm: how soon each of 20 CoreDNS probes is reported, what was lost, peak memory
+//!   (`storm`).
 //! - A CoreDNS-like loop storm across two nodes (see `cluster_storm`): DNS packets/s, findings
 //!   by kind, per second and per report interval, lost events, peak memory, and how soon the
 //!   first loop is reported.
@@ -19,9 +22,13 @@
 //!   loop findings (none expected), the dead servers named, memory and the kernel's tables
 //!   sampled each minute.
 //! - Attach time on a namespace of 100 veths: TCX links (with and without `--expedite-attach`)
-//!   and, as kernels before 6.6 attach, filters on the clsact qdisc.
+//!   and, as kernels before 6.6 attach, filters on the clsact qdisc (`attach`).
 //! - The programs on single packets of each kind (`BPF_PROG_TEST_RUN`), and the verifier's
-//!   instruction counts.
+//!   instruction counts (`kernel_profile`).
+//!
+//! Each measurement is a module with a `run`; this one holds the order they run in. What they
+//! share: `watcher` (what runs on the node while they measure), `process`, `measure` (reading
+//! what a run cost), `report` (the table and BENCHMARKS.md).
 //!
 //! `--only storm` runs the two storms alone and prints their rows (a minute or so);
 //! `--only saturation` the saturation rows of the three topologies (about six minutes);
