@@ -74,7 +74,7 @@ impl AnsweredFrom {
 
     /// Learns that `dropped`, a query a host sent back as undeliverable, was taken in nowhere.
     pub fn learn_refusal(&mut self, dropped: &DroppedMessage) {
-        if let Some(key) = dropped.query_key() {
+        if let Some(key) = MessageKey::of_dropped_query(dropped) {
             self.refused.insert(key, ());
         }
     }

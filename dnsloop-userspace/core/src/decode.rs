@@ -14,8 +14,9 @@ use dnsloop_ebpf::point::Direction;
 use hickory_proto::{op::Message, serialize::binary::BinDecodable};
 
 use crate::{
-    finding::DropCause,
-    observation::{DnsName, DropPlace, DroppedMessage, Observation, Point, Question, Transport},
+    observation::{
+        DnsName, DropCause, DropPlace, DroppedMessage, Observation, Point, Question, Transport,
+    },
     points::Seen,
     source::{socket_addr, DroppedPacket, MatchedQuery, PriorSighting, RawPacket, UnansweredQuery},
 };

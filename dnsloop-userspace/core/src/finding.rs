@@ -7,7 +7,7 @@ use std::{
 
 use dnsloop_ebpf::{parse::Probe, point::Direction};
 
-use crate::observation::{DropPlace, Namespace, Transport};
+use crate::observation::{DropCause, Namespace, Transport};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Finding {
@@ -199,17 +199,6 @@ pub struct TimeoutFinding {
     /// The kernel dropped the (latest) query, or its reply, on its way: why and where.
     pub dropped: Option<DropCause>,
     pub summary: String,
-}
-
-/// Why and where the kernel dropped a packet (its `skb:kfree_skb` drop reason).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DropCause {
-    /// The reason's name in the running kernel (`NETFILTER_DROP`, `SOCKET_RCVBUFF`, ...).
-    pub reason: Arc<str>,
-    /// The kernel function that dropped it, with the offset (`nf_hook_slow+0x9c`), when the
-    /// kernel's symbols are readable.
-    pub location: Option<Arc<str>>,
-    pub place: DropPlace,
 }
 
 /// DNS messages the kernel dropped for one reason at one place, to or from one server: the

@@ -63,30 +63,28 @@ impl std::fmt::Display for DropPlace {
     }
 }
 
+/// Why and where the kernel dropped a packet (its `skb:kfree_skb` drop reason).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DropCause {
+    /// The reason's name in the running kernel (`NETFILTER_DROP`, `SOCKET_RCVBUFF`, ...).
+    pub reason: Arc<str>,
+    /// The kernel function that dropped it, with the offset (`nf_hook_slow+0x9c`), when the
+    /// kernel's symbols are readable.
+    pub location: Option<Arc<str>>,
+    pub place: DropPlace,
+}
+
 /// A DNS message the kernel dropped, decoded: why, where, and what it was.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DroppedMessage {
     pub ts: SystemTime,
-    pub cause: crate::finding::DropCause,
+    pub cause: DropCause,
     pub transport: Transport,
     pub src: SocketAddr,
     pub dst: SocketAddr,
     pub id: u16,
     pub is_response: bool,
     pub question: Option<Question>,
-}
-
-impl DroppedMessage {
-    /// The key of the query dropped; `None` for a reply, or a message without a question.
-    pub(crate) fn query_key(&self) -> Option<crate::analyzers::packet::MessageKey> {
-        let question = self.question.as_ref().filter(|_| !self.is_response)?;
-        Some(crate::analyzers::packet::MessageKey::new(
-            question,
-            self.id,
-            self.src.port(),
-            self.transport,
-        ))
-    }
 }
 
 /// The parser's own: one type names a packet's transport from the kernel to the sinks.

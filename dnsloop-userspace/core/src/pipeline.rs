@@ -192,7 +192,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
     /// A drop of a query that a host sent back in ICMP, at its first sighting: where it left
     /// the namespace that sent it.
     fn refused(&mut self, refused: DroppedMessage) {
-        let Some(key) = refused.query_key() else {
+        let Some(key) = MessageKey::of_dropped_query(&refused) else {
             return;
         };
         let same_message = self.refusals.get(&key).is_some_and(|&last| {

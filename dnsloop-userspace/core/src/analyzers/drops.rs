@@ -16,8 +16,8 @@ use super::{
     table::Table,
 };
 use crate::{
-    finding::{DropCause, DropFinding, Finding, TimeoutFinding},
-    observation::{DropPlace, DroppedMessage},
+    finding::{DropFinding, Finding, TimeoutFinding},
+    observation::{DropCause, DropPlace, DroppedMessage},
 };
 
 /// Drops alike enough to be reported together.

@@ -111,7 +111,7 @@ impl Engine {
     /// dropped where it stayed is known not to be taken in there when that is decided, `settle`
     /// after the packets around it.
     pub fn dropped(&mut self, dropped: DroppedMessage, out: &mut Vec<Finding>) {
-        if let Some(message) = dropped.query_key() {
+        if let Some(message) = MessageKey::of_dropped_query(&dropped) {
             let namespace = dropped.cause.place.namespace.clone();
             self.loops.dropped(message, namespace, dropped.ts);
         }

@@ -9,7 +9,7 @@ use std::{
     sync::LazyLock,
 };
 
-use crate::observation::{FoldedName, Observation, Question, Transport};
+use crate::observation::{DroppedMessage, FoldedName, Observation, Question, Transport};
 
 /// The key of every key's hash, drawn once per process.
 static KEY_HASHER: LazyLock<RandomState> = LazyLock::new(RandomState::new);
@@ -80,6 +80,17 @@ impl MessageKey {
     }
 
     /// The key of the message asking `question` with `id`, from the client's `client_port`.
+    /// The key of the query dropped; `None` for a reply, or a message without a question.
+    pub fn of_dropped_query(dropped: &DroppedMessage) -> Option<Self> {
+        let question = dropped.question.as_ref().filter(|_| !dropped.is_response)?;
+        Some(Self::new(
+            question,
+            dropped.id,
+            dropped.src.port(),
+            dropped.transport,
+        ))
+    }
+
     pub fn new(question: &Question, id: u16, client_port: u16, transport: Transport) -> Self {
         let question = QuestionKey::of(question);
         // Hashed as one number: SipHash costs by the piece written to it.

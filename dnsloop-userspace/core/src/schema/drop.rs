@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::Timestamp;
-use crate::{analyzers::mnemonic, finding};
+use crate::{analyzers::mnemonic, finding, observation};
 
 /// A DNS message the kernel dropped on this node (its `skb:kfree_skb` tracepoint), with the
 /// kernel's reason. The first drop for a reason, place and server is reported at once; while
@@ -60,7 +60,7 @@ pub struct DropCause {
 }
 
 impl DropCause {
-    pub fn new(cause: &finding::DropCause) -> Self {
+    pub fn new(cause: &observation::DropCause) -> Self {
         Self {
             reason: cause.reason.to_string(),
             location: cause.location.as_deref().map(str::to_owned),

@@ -13,11 +13,10 @@ use dnsloop_frames::{dns_query, FrameSpec, QTYPE_A};
 use crate::{
     analyzers::{testkit::*, HopTimes, LookupCounts, LookupSummary, ServerSummary, Summary},
     finding::{
-        ConntrackEvidence, Dnat, DropCause, DropFinding, Finding, Hop, LookupFinding, LookupHop,
-        LoopFinding, LoopId, OffNode, TimeoutFinding, Unconfirmable, Unconfirmed,
-        UnexpectedSourceFinding,
+        ConntrackEvidence, Dnat, DropFinding, Finding, Hop, LookupFinding, LookupHop, LoopFinding,
+        LoopId, OffNode, TimeoutFinding, Unconfirmable, Unconfirmed, UnexpectedSourceFinding,
     },
-    observation::{DropPlace, Namespace, Transport},
+    observation::{DropCause, DropPlace, Namespace, Transport},
     points::Seen,
     recorder::BundleNotice,
     schema::{InterfaceCount, KernelSummary, SummarySource},
