@@ -44,11 +44,11 @@ use crate::{
     decode::Decoder,
     observation::{Namespace, Point},
     pipeline::Pipeline,
-    points::{LinkDescription, LinkPoints, Role, Seen, NODE},
+    points::{InterfaceRef, LinkDescription, LinkPoints, Role, Seen, NODE},
     schema::{CaptureFileSummary, CapturePackets, Record, SummarySource},
     sink,
     sink::OutputFormat,
-    source::{socket_addr, InterfaceRef, MatchedQuery, PriorSighting, RawPacket},
+    source::{socket_addr, MatchedQuery, PriorSighting, RawPacket},
 };
 
 /// Selector bits saying what follows a packet's header.

@@ -22,10 +22,10 @@ use crate::{
     enrich::Enricher,
     finding::Finding,
     observation::{DropPlace, DroppedMessage, Observation, Point},
-    points::{PointMap, Seen},
+    points::{InterfaceRef, PointMap, Seen},
     schema::SummarySource,
     sink::Sink,
-    source::{DroppedPacket, InterfaceRef, RawPacket, UnansweredQuery},
+    source::{DroppedPacket, RawPacket, UnansweredQuery},
 };
 
 /// What stops a pipeline: its sink could not write (a closed pipe, a full disk).

@@ -21,10 +21,7 @@ use dnsloop_ebpf::{
     point::{mac_word, via_gateway, Direction, ObservationPoint, PointNamespaces, MAC_HEADER_LEN},
 };
 
-use crate::{
-    observation::{Namespace, Point},
-    source::InterfaceRef,
-};
+use crate::observation::{Namespace, Point};
 
 /// The namespace the tracer runs in: on a node, the host's.
 pub const NODE: &str = "node";
@@ -42,6 +39,14 @@ pub struct KernelPoint {
     /// namespaces a frame to or from it crosses. 0 and none elsewhere.
     pub gateway_mac: u64,
     pub via_gateway: PointNamespaces,
+}
+
+/// The interface a packet was seen on, as its source identifies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InterfaceRef {
+    /// Non-zero only for loopback interfaces seen by the kernel programs (see `ObservationPoint`).
+    pub netns_cookie: u64,
+    pub ifindex: u32,
 }
 
 /// Where a packet was seen: what places it at a [`Point`].

@@ -22,7 +22,7 @@ use dnsloop_core::{
     finding::Finding,
     observation::{DropPlace, Observation},
     pipeline::Pipeline,
-    points::PointMap,
+    points::{InterfaceRef, PointMap},
     recorder::BundleNotice,
     schema::SummarySource,
     sink::{
@@ -30,7 +30,7 @@ use dnsloop_core::{
         pcapng::{InterfaceRecord, PcapngOptions},
         Sink,
     },
-    source::{DroppedPacket, InterfaceRef, RawPacket, UnansweredQuery},
+    source::{DroppedPacket, RawPacket, UnansweredQuery},
 };
 
 use crate::tracer::{self, Consumer, Tracer};

@@ -11,11 +11,11 @@ use dnsloop_core::{
     finding::Finding,
     observation::{DropPlace, Observation},
     pipeline::Pipeline,
-    points::PointMap,
+    points::{InterfaceRef, PointMap},
     recorder::{BundleNotice, Recorder, RecorderConfig, RecorderEvent},
     schema::SummarySource,
     sink::{NodeName, Sink},
-    source::{DroppedPacket, InterfaceRef, RawPacket, UnansweredQuery},
+    source::{DroppedPacket, RawPacket, UnansweredQuery},
 };
 use dnsloop_ebpf::parse::DnsPorts;
 

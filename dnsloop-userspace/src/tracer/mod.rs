@@ -21,9 +21,9 @@ use dnsloop_core::{
     enrich::Enricher,
     observation::DropPlace,
     pipeline::Pipeline,
-    points::PointMap,
+    points::{InterfaceRef, PointMap},
     sink::Sink,
-    source::{DroppedPacket, InterfaceRef, RawPacket, UnansweredQuery},
+    source::{DroppedPacket, RawPacket, UnansweredQuery},
 };
 use dnsloop_ebpf::{drop::DropLayout, parse::DnsPorts};
 use futures::{Stream, StreamExt as _};

@@ -17,8 +17,7 @@ use crate::{
 };
 use dnsloop_core::{
     observation::{DropPlace, Namespace},
-    points::{LinkDescription, PointMap, Role, LOOPBACK_INDEX, NODE},
-    source::InterfaceRef,
+    points::{InterfaceRef, LinkDescription, PointMap, Role, LOOPBACK_INDEX, NODE},
 };
 use dnsloop_ebpf::parse::LinkLayer;
 
@@ -518,8 +517,7 @@ fn link_layer(link: &Link) -> LinkLayer {
 
 #[cfg(test)]
 mod tests {
-    use dnsloop_core::points::Seen;
-    use dnsloop_core::source::InterfaceRef;
+    use dnsloop_core::points::{InterfaceRef, Seen};
     use dnsloop_ebpf::point::Direction;
 
     use super::*;

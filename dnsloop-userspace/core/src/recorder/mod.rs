@@ -32,10 +32,10 @@ use thiserror::Error;
 use crate::{
     bundle::{self, About, Bundle, BundleError, NodeConfig, Written},
     finding::{Finding, LoopId},
-    points::PointMap,
+    points::{InterfaceRef, PointMap},
     schema::RecordedBundle,
     sink::pcapng::{InterfaceRecord, PcapngOptions},
-    source::{InterfaceRef, RawPacket},
+    source::RawPacket,
 };
 
 use ring::{NamedInterface, Ring, Segment};

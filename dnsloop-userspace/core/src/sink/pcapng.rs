@@ -43,8 +43,8 @@ use pcap_file::{
 use crate::{
     analyzers::EngineConfig,
     finding::Finding,
-    points::LinkDescription,
-    source::{InterfaceRef, RawPacket},
+    points::{InterfaceRef, LinkDescription},
+    source::RawPacket,
 };
 
 /// `if_tsresol` 9: timestamps count nanoseconds.

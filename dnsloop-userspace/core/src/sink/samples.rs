@@ -17,10 +17,10 @@ use crate::{
         LoopId, OffNode, TimeoutFinding, Unconfirmable, Unconfirmed, UnexpectedSourceFinding,
     },
     observation::{DropCause, DropPlace, Namespace, Transport},
-    points::Seen,
+    points::{InterfaceRef, Seen},
     recorder::BundleNotice,
     schema::{InterfaceCount, KernelSummary, SummarySource},
-    source::{InterfaceRef, RawPacket},
+    source::RawPacket,
 };
 
 fn hop(ms_at: u64, ifname: &str, direction: Direction, src: &str, dst: &str, id: u16) -> Hop {

@@ -7,19 +7,14 @@ use std::{
     time::SystemTime,
 };
 
-use crate::{observation::DnsName, points::Seen};
+use crate::{
+    observation::DnsName,
+    points::{InterfaceRef, Seen},
+};
 use dnsloop_ebpf::{
     parse::{IpFamily, LinkLayer},
     point::Direction,
 };
-
-/// The interface a packet was seen on, as its source identifies it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct InterfaceRef {
-    /// Non-zero only for loopback interfaces seen by the kernel programs (see `ObservationPoint`).
-    pub netns_cookie: u64,
-    pub ifindex: u32,
-}
 
 /// One packet as captured: when, where, and its first bytes from the start of the frame.
 #[derive(Clone, Debug)]

@@ -40,8 +40,8 @@ use pcap_file::{
 use thiserror::Error;
 
 use self::cooked::{Cooked, Origin, LOOPBACK_NAME};
-use super::{InterfaceRef, RawPacket};
-use crate::points::Seen;
+use super::RawPacket;
+use crate::points::{InterfaceRef, Seen};
 
 /// Why a capture file cannot be read, or could be read only in part.
 #[derive(Debug, Error)]

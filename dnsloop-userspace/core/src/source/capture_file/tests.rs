@@ -744,7 +744,7 @@ fn what_the_pcapng_sink_writes_reads_back_as_it_was_seen() {
         |millis: u64, link, ifindex: u32, direction, frame: Vec<u8>| crate::source::RawPacket {
             ts: at(millis) + Duration::from_nanos(123),
             seen: crate::points::Seen {
-                interface: crate::source::InterfaceRef {
+                interface: crate::points::InterfaceRef {
                     netns_cookie: u64::from(ifindex) * 1000,
                     ifindex,
                 },
