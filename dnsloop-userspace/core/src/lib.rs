@@ -10,7 +10,8 @@
 //! from its files. [`schema`] declares every JSON record dnsloop prints. [`bundle`] writes a
 //! capture bundle, which `capture` and the flight [`recorder`] leave behind. Where no node
 //! says which addresses its namespaces hold (a capture), [`answered_from`] learns them from
-//! the replies the capture shows.
+//! the replies the capture shows. [`present`] names what the analyzers, the schema and the
+//! sinks show people (DNS codes, times, probes) alike.
 pub mod analyzers;
 pub mod answered_from;
 pub mod bundle;
@@ -23,6 +24,7 @@ pub mod fuzzing;
 pub mod observation;
 pub mod pipeline;
 pub mod points;
+pub mod present;
 pub mod recorder;
 pub mod schema;
 pub mod sink;

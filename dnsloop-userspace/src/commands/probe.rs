@@ -27,10 +27,11 @@ use tokio::{
 use clap::Args;
 use dnsloop_core::sink::OutputFormat;
 use dnsloop_core::{
-    analyzers::{mnemonic, Summary},
+    analyzers::Summary,
     decode::MalformedSample,
     finding::Finding,
     observation::Observation,
+    present::mnemonic,
     recorder::BundleNotice,
     schema::{ProbeRecord, ProbeResult, Record, SummarySource},
     sink::{self, Sink},

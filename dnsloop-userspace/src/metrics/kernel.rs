@@ -28,7 +28,7 @@ use crate::{
     node::topology::Link,
 };
 use dnsloop_core::{
-    analyzers::mnemonic,
+    present::mnemonic,
     source::{ip_family, socket_addr},
 };
 

@@ -11,13 +11,13 @@ use std::{
 };
 
 use super::{
-    mnemonic,
     repeats::{Repeated, Repeats},
     table::Table,
 };
 use crate::{
     finding::{DropFinding, Finding, TimeoutFinding},
     observation::{DropCause, DropPlace, DroppedMessage},
+    present::mnemonic,
 };
 
 /// Drops alike enough to be reported together.

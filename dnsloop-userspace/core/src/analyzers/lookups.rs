@@ -25,7 +25,6 @@ use super::{
     forwarding_loop::{Flight, FlightId, ForwardingLoops},
     has_waited,
     histogram::Histogram,
-    mnemonic,
     outstanding::SentQuery,
     packet::MessageKey,
     table::{FastHash, Table},
@@ -33,6 +32,7 @@ use super::{
 use crate::{
     finding::{Finding, LookupFinding, LookupHop},
     observation::{Observation, Question},
+    present::mnemonic,
 };
 
 /// Queries a lookup keeps, the client's included; later forwards are counted, not kept. A

@@ -17,7 +17,6 @@ mod engine;
 mod forwarding_loop;
 mod histogram;
 mod lookups;
-pub mod mnemonic;
 mod outstanding;
 pub(crate) mod packet;
 mod reorder;

@@ -14,13 +14,16 @@ use std::{
 };
 
 use super::{
-    has_waited, mnemonic,
+    has_waited,
     outstanding::SentQuery,
     packet::{MessageKey, QuestionKey},
     summary::TimeoutCounts,
     table::{FastHash, Table},
 };
-use crate::finding::{Finding, TimeoutFinding};
+use crate::{
+    finding::{Finding, TimeoutFinding},
+    present::mnemonic,
+};
 
 /// How long a timed-out query is remembered, so that the client's later retries of it (same
 /// id and port) are not reported again: glibc tries twice 5 s apart per server, dig three

@@ -2,7 +2,7 @@
 use std::time::SystemTime;
 
 use super::{NodeConfig, PCAPNG_FILE};
-use crate::{schema::RecordedBundle, sink, sink::pcapng::PcapngReport};
+use crate::{present::time::rfc3339, schema::RecordedBundle, sink::pcapng::PcapngReport};
 
 /// The report: findings first (as `trace` printed them, `trace_text`), then the summary, the
 /// packet file, and the node's configuration.
@@ -22,7 +22,7 @@ pub(super) fn report(
     let mut text = format!(
         "# dnsloop capture on {} at {}\n\n",
         node.hostname.as_deref().unwrap_or("this node"),
-        sink::rfc3339(started)
+        rfc3339(started)
     );
     if let Some(recorded) = recorded {
         text.push_str(&format!(

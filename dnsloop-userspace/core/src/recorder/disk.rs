@@ -6,7 +6,7 @@ use std::{
     time::SystemTime,
 };
 
-use crate::sink;
+use crate::present::time::rfc3339;
 
 /// What every bundle directory the recorder makes starts with: only these are ever removed.
 const BUNDLE_PREFIX: &str = "dnsloop-";
@@ -16,7 +16,7 @@ const BUNDLE_PREFIX: &str = "dnsloop-";
 /// ... added if that exists. The time sorts the names; it has no colons, which `kubectl cp`
 /// would take for a pod's name.
 pub(super) fn new_bundle_dir(dir: &Path, at: SystemTime, what: &str) -> io::Result<PathBuf> {
-    let time = sink::rfc3339(at).replace(':', "");
+    let time = rfc3339(at).replace(':', "");
     let name = format!("{BUNDLE_PREFIX}{time}-{what}");
     let mut attempt = 1;
     loop {

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::Timestamp;
-use crate::{analyzers::mnemonic, finding, observation};
+use crate::{finding, observation, present::mnemonic};
 
 /// A DNS message the kernel dropped on this node (its `skb:kfree_skb` tracepoint), with the
 /// kernel's reason. The first drop for a reason, place and server is reported at once; while

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::{summary::millis, Timestamp};
-use crate::{analyzers::mnemonic, finding};
+use crate::{finding, present::mnemonic};
 
 /// A client's query answered `--slow` or later, with the chain of forwards it caused on this
 /// node (pod -> cache -> ClusterIP -> CoreDNS pod -> upstream) and the time spent at each: the

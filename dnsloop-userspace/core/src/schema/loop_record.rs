@@ -5,7 +5,10 @@ use std::net::{IpAddr, SocketAddr};
 use serde::{Deserialize, Serialize};
 
 use super::Timestamp;
-use crate::{analyzers::mnemonic, finding, sink::probe_name};
+use crate::{
+    finding,
+    present::{mnemonic, probe_name},
+};
 
 /// A question that re-entered a network namespace along a chain of forwards: reported when
 /// found, then at most once per `--report-interval` while it goes on, with its count so far.

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::Timestamp;
-use crate::{decode::MalformedSample, sink::hex};
+use crate::{decode::MalformedSample, present::hex};
 
 /// A packet on a DNS port that could not be parsed, shown at most once per reason per second
 /// (every one is counted in the summary's `malformed`).

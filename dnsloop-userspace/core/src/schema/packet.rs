@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::Timestamp;
-use crate::{analyzers::mnemonic, observation::Observation};
+use crate::{observation::Observation, present::mnemonic};
 
 /// One DNS message seen at one interface and direction (`--packets`): a packet crossing several
 /// hops is shown on each.

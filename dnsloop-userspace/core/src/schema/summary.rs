@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::{Counts, Timestamp};
-use crate::analyzers::{self, mnemonic};
+use crate::{analyzers, present::mnemonic};
 
 /// The end-of-run summary: the analyzers' numbers, then those of the source the packets came
 /// from (the kernel's counters for `trace`, the file's for `analyze`).

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::{DropCause, Timestamp};
-use crate::{analyzers::mnemonic, finding};
+use crate::{finding, present::mnemonic};
 
 /// A query with no answer after `--timeout`, naming the server that did not answer. The first
 /// time a server leaves a name unanswered it is reported at once (`count` 1); its further

@@ -6,7 +6,7 @@ use std::{
 
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::sink::rfc3339;
+use crate::present::time::rfc3339;
 
 /// A time, in UTC to the millisecond: `"2025-01-01T12:00:01.123Z"` (RFC 3339). A time RFC 3339
 /// cannot show (before 1970 or after 9999, from a broken clock or capture) is written clamped

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::Timestamp;
-use crate::{analyzers::mnemonic, finding};
+use crate::{finding, present::mnemonic};
 
 /// A reply that matched a query by ID and client address but came from another source, so
 /// the client's socket drops it (typically a reply that skipped un-DNAT:

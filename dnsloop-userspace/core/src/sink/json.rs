@@ -6,12 +6,13 @@ use std::{
     net::SocketAddr,
 };
 
-use super::{ipv4_pieces, time::Rfc3339Writer, NodeName, Sink};
+use super::{ipv4_pieces, NodeName, Sink};
 use crate::{
-    analyzers::{mnemonic, Summary},
+    analyzers::Summary,
     decode::MalformedSample,
     finding::Finding,
     observation::{Namespace, Observation},
+    present::{mnemonic, time::Rfc3339Writer},
     recorder::BundleNotice,
     schema::{BundleRecord, MalformedRecord, Record, SummaryRecord, SummarySource},
 };

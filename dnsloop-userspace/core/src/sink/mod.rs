@@ -5,11 +5,8 @@ pub mod pcapng;
 #[cfg(test)]
 pub(crate) mod samples;
 mod text;
-mod time;
 
 use std::io::{self, Write};
-
-use dnsloop_ebpf::parse::Probe;
 
 use crate::{
     analyzers::Summary, decode::MalformedSample, finding::Finding, observation::Observation,
@@ -19,7 +16,6 @@ use crate::{
 pub use json::JsonSink;
 pub use node_name::NodeName;
 pub use text::TextSink;
-pub use time::rfc3339;
 
 /// How results are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -66,26 +62,6 @@ pub fn for_format<'a>(
         OutputFormat::Text => Box::new(TextSink::new(out)),
         OutputFormat::Json => Box::new(JsonSink::new(out, node)),
     }
-}
-
-/// The name of a loop-detection probe, `None` for an ordinary question.
-pub(crate) fn probe_name(probe: Probe) -> Option<&'static str> {
-    match probe {
-        Probe::None => None,
-        Probe::CoreDns => Some("coredns"),
-        Probe::Dnsmasq => Some("dnsmasq"),
-    }
-}
-
-/// Bytes as lowercase hex, two digits each.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes
-        .iter()
-        .fold(String::with_capacity(2 * bytes.len()), |mut text, byte| {
-            use std::fmt::Write as _;
-            let _ = write!(text, "{byte:02x}");
-            text
-        })
 }
 
 /// `addr` as `Display` writes it (`10.244.0.2:53`), piece by piece to `push`: `Display` takes

@@ -99,7 +99,7 @@ impl PcapngReport {
         Some(format!(
             "the packet file reached its limit of {max_bytes} bytes at {}: the {} packet(s) \
              seen after that are not in it; give more room to keep them",
-            super::time::rfc3339(full_at),
+            crate::present::time::rfc3339(full_at),
             self.left_out
         ))
     }

@@ -11,16 +11,16 @@ use std::{
     time::Duration,
 };
 
-use super::{
-    ipv4_pieces, probe_name,
-    time::{time_of_day, write_time_of_day},
-    Sink,
-};
+use super::{ipv4_pieces, Sink};
 use crate::{
-    analyzers::{destination, mnemonic, LookupSummary, Summary},
+    analyzers::{destination, LookupSummary, Summary},
     decode::MalformedSample,
     finding::{Finding, Hop, LookupFinding, LoopFinding, UnexpectedSourceFinding},
     observation::{Namespace, Observation},
+    present::{
+        hex, mnemonic, probe_name,
+        time::{time_of_day, write_time_of_day},
+    },
     recorder::BundleNotice,
     schema::{CaptureFileSummary, Counts, InterfaceCount, KernelSummary, SummarySource},
 };
@@ -352,11 +352,7 @@ impl<W: Write> Sink for TextSink<W> {
         if let Some((src, dst)) = sample.addresses {
             let _ = write!(text, ", {src} -> {dst}");
         }
-        let _ = write!(
-            text,
-            " (a sample; all are counted): {}",
-            super::hex(&sample.head)
-        );
+        let _ = write!(text, " (a sample; all are counted): {}", hex(&sample.head));
         self.line(&text)
     }
 

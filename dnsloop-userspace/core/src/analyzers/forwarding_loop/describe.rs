@@ -4,10 +4,11 @@ use std::{net::IpAddr, time::SystemTime};
 use dnsloop_ebpf::parse::Probe;
 
 use crate::{
-    analyzers::{mnemonic, packet::QuestionKey},
+    analyzers::packet::QuestionKey,
     finding::{Hop, LoopFinding, LoopId, OffNode, Unconfirmable, Unconfirmed},
     observation::Namespace,
     points::NODE,
+    present::mnemonic,
 };
 
 use super::flight::Flight;

@@ -1,4 +1,4 @@
-//! Timestamps as the sinks print them, in UTC.
+//! Timestamps as dnsloop prints them, in UTC.
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The last millisecond RFC 3339 can show: 9999-12-31T23:59:59.999Z.
