@@ -1,6 +1,7 @@
-//! What the analyzers report.
+//! What the analyzers report, and the notice of a bundle the flight recorder makes of one.
 use std::{
     net::{IpAddr, SocketAddr},
+    path::PathBuf,
     sync::Arc,
     time::{Duration, SystemTime},
 };
@@ -283,4 +284,21 @@ impl LookupHop {
     pub fn latency(&self) -> Duration {
         self.answered.duration_since(self.sent).unwrap_or_default()
     }
+}
+
+/// A finding that got a bundle: printed with it, so that whoever reads it knows where to look.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BundleNotice {
+    /// `loop`, `unexpected_source`, `timeout`, `drop` or `lookup`.
+    pub finding: &'static str,
+    pub loop_id: Option<LoopId>,
+    pub qname: Option<String>,
+    /// The bundle's directory.
+    pub path: PathBuf,
+    /// Whether the finding started the bundle; `false`: it joined one recording.
+    pub started: bool,
+    pub from: SystemTime,
+    pub until: SystemTime,
+    /// Findings with the same key that got no bundle since the last one that did.
+    pub suppressed: u64,
 }

@@ -19,11 +19,10 @@ use dnsloop_core::{
     analyzers::{EngineConfig, Summary},
     bundle::{self, About, Bundle, NodeConfig},
     decode::MalformedSample,
-    finding::Finding,
+    finding::{BundleNotice, Finding},
     observation::{DropPlace, Observation},
     pipeline::Pipeline,
     points::{InterfaceRef, PointMap},
-    recorder::BundleNotice,
     schema::SummarySource,
     sink::{
         self,

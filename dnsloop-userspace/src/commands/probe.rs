@@ -29,10 +29,9 @@ use dnsloop_core::sink::OutputFormat;
 use dnsloop_core::{
     analyzers::Summary,
     decode::MalformedSample,
-    finding::Finding,
+    finding::{BundleNotice, Finding},
     observation::Observation,
     present::mnemonic,
-    recorder::BundleNotice,
     schema::{ProbeRecord, ProbeResult, Record, SummarySource},
     sink::{self, Sink},
 };

@@ -8,11 +8,11 @@ use clap::Args;
 use dnsloop_core::{
     analyzers::Summary,
     decode::MalformedSample,
-    finding::Finding,
+    finding::{BundleNotice, Finding},
     observation::{DropPlace, Observation},
     pipeline::Pipeline,
     points::{InterfaceRef, PointMap},
-    recorder::{BundleNotice, Recorder, RecorderConfig, RecorderEvent},
+    recorder::{Recorder, RecorderConfig, RecorderEvent},
     schema::SummarySource,
     sink::{NodeName, Sink},
     source::{DroppedPacket, RawPacket, UnansweredQuery},

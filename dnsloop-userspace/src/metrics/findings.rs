@@ -11,9 +11,8 @@ use super::servers::ServerLabels;
 use dnsloop_core::{
     analyzers::Summary,
     decode::MalformedSample,
-    finding::{Finding, LoopFinding},
+    finding::{BundleNotice, Finding, LoopFinding},
     observation::Observation,
-    recorder::BundleNotice,
     schema::SummarySource,
     sink::Sink,
 };

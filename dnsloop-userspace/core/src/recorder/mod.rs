@@ -31,7 +31,7 @@ use thiserror::Error;
 
 use crate::{
     bundle::{self, About, Bundle, BundleError, NodeConfig, Written},
-    finding::{Finding, LoopId},
+    finding::{BundleNotice, Finding, LoopId},
     points::{InterfaceRef, PointMap},
     schema::RecordedBundle,
     sink::pcapng::{InterfaceRecord, PcapngOptions},
@@ -78,23 +78,6 @@ pub enum RecorderError {
     CreateDir(PathBuf, #[source] io::Error),
     #[error("starting the thread that writes bundles")]
     Thread(#[source] io::Error),
-}
-
-/// A finding that got a bundle: printed with it, so that whoever reads it knows where to look.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BundleNotice {
-    /// `loop`, `unexpected_source`, `timeout`, `drop` or `lookup`.
-    pub finding: &'static str,
-    pub loop_id: Option<LoopId>,
-    pub qname: Option<String>,
-    /// The bundle's directory.
-    pub path: PathBuf,
-    /// Whether the finding started the bundle; `false`: it joined one recording.
-    pub started: bool,
-    pub from: SystemTime,
-    pub until: SystemTime,
-    /// Findings with the same key that got no bundle since the last one that did.
-    pub suppressed: u64,
 }
 
 /// What happened to a bundle once it left the trace, for the command to tell.

@@ -2,7 +2,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Timestamp;
-use crate::recorder::BundleNotice;
+use crate::finding::BundleNotice;
 
 /// A capture bundle `trace --record DIR` writes for the finding printed just before this line:
 /// the same bundle `dnsloop capture` writes, in a new directory under DIR. It holds the packets

@@ -10,10 +10,9 @@ use super::{ipv4_pieces, NodeName, Sink};
 use crate::{
     analyzers::Summary,
     decode::MalformedSample,
-    finding::Finding,
+    finding::{BundleNotice, Finding},
     observation::{Namespace, Observation},
     present::{mnemonic, time::Rfc3339Writer},
-    recorder::BundleNotice,
     schema::{BundleRecord, MalformedRecord, Record, SummaryRecord, SummarySource},
 };
 

@@ -9,8 +9,11 @@ mod text;
 use std::io::{self, Write};
 
 use crate::{
-    analyzers::Summary, decode::MalformedSample, finding::Finding, observation::Observation,
-    recorder::BundleNotice, schema::SummarySource,
+    analyzers::Summary,
+    decode::MalformedSample,
+    finding::{BundleNotice, Finding},
+    observation::Observation,
+    schema::SummarySource,
 };
 
 pub use json::JsonSink;

@@ -13,12 +13,12 @@ use dnsloop_frames::{dns_query, FrameSpec, QTYPE_A};
 use crate::{
     analyzers::{testkit::*, HopTimes, LookupCounts, LookupSummary, ServerSummary, Summary},
     finding::{
-        ConntrackEvidence, Dnat, DropFinding, Finding, Hop, LookupFinding, LookupHop, LoopFinding,
-        LoopId, OffNode, TimeoutFinding, Unconfirmable, Unconfirmed, UnexpectedSourceFinding,
+        BundleNotice, ConntrackEvidence, Dnat, DropFinding, Finding, Hop, LookupFinding, LookupHop,
+        LoopFinding, LoopId, OffNode, TimeoutFinding, Unconfirmable, Unconfirmed,
+        UnexpectedSourceFinding,
     },
     observation::{DropCause, DropPlace, Namespace, Transport},
     points::{InterfaceRef, Seen},
-    recorder::BundleNotice,
     schema::{InterfaceCount, KernelSummary, SummarySource},
     source::RawPacket,
 };

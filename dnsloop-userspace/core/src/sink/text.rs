@@ -15,13 +15,12 @@ use super::{ipv4_pieces, Sink};
 use crate::{
     analyzers::{destination, LookupSummary, Summary},
     decode::MalformedSample,
-    finding::{Finding, Hop, LookupFinding, LoopFinding, UnexpectedSourceFinding},
+    finding::{BundleNotice, Finding, Hop, LookupFinding, LoopFinding, UnexpectedSourceFinding},
     observation::{Namespace, Observation},
     present::{
         hex, mnemonic, probe_name,
         time::{time_of_day, write_time_of_day},
     },
-    recorder::BundleNotice,
     schema::{CaptureFileSummary, Counts, InterfaceCount, KernelSummary, SummarySource},
 };
 
