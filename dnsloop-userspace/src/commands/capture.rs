@@ -17,18 +17,18 @@ use clap::Args;
 use dnsloop_core::sink::OutputFormat;
 use dnsloop_core::{
     analyzers::{EngineConfig, Summary},
-    bundle::{self, About, Bundle, NodeConfig},
+    bundle::{
+        self,
+        pcapng::{InterfaceRecord, PcapngOptions},
+        About, Bundle, NodeConfig,
+    },
     decode::MalformedSample,
     finding::{BundleNotice, Finding},
     observation::{DropPlace, Observation},
     pipeline::Pipeline,
     points::{InterfaceRef, PointMap},
     schema::SummarySource,
-    sink::{
-        self,
-        pcapng::{InterfaceRecord, PcapngOptions},
-        Sink,
-    },
+    sink::{self, Sink},
     source::{DroppedPacket, RawPacket, UnansweredQuery},
 };
 

@@ -2,7 +2,7 @@
 use std::time::SystemTime;
 
 use super::{NodeConfig, PCAPNG_FILE};
-use crate::{present::time::rfc3339, schema::RecordedBundle, sink::pcapng::PcapngReport};
+use crate::{bundle::pcapng::PcapngReport, present::time::rfc3339, schema::RecordedBundle};
 
 /// The report: findings first (as `trace` printed them, `trace_text`), then the summary, the
 /// packet file, and the node's configuration.

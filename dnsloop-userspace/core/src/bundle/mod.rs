@@ -3,7 +3,7 @@
 //!
 //! - `capture.pcapng`: the packets as the kernel programs saw them, one interface block per
 //!   interface (named, and described so that `dnsloop analyze` places them as live), direction
-//!   flags, and a comment on each packet that belongs to a finding (see [`crate::sink::pcapng`]);
+//!   flags, and a comment on each packet that belongs to a finding (see [`pcapng`]);
 //! - `report.json` ([`CaptureReport`]): the findings and summary (the records `trace --output
 //!   json` prints), the interfaces, versions, and the node's DNS configuration at capture time
 //!   (resolv.conf, sysctls, and `dnsloop doctor`'s checks of it);
@@ -13,6 +13,7 @@
 //! none of them yet.
 mod markdown;
 mod node;
+pub mod pcapng;
 
 use std::{
     fmt,
@@ -24,6 +25,8 @@ use std::{
 
 use thiserror::Error;
 
+use pcapng::{InterfaceRecord, PcapngOptions, PcapngReport, PcapngWriter};
+
 use crate::{
     analyzers::Summary,
     finding::Finding,
@@ -31,10 +34,7 @@ use crate::{
         CaptureReport, CapturedInterface, PcapngFile, Record, RecordedBundle, SummaryRecord,
         SummarySource,
     },
-    sink::{
-        pcapng::{InterfaceRecord, PcapngOptions, PcapngReport, PcapngSink},
-        Sink as _, TextSink,
-    },
+    sink::{Sink as _, TextSink},
     source::RawPacket,
 };
 
@@ -89,7 +89,7 @@ pub struct About<'a> {
 /// the findings that comment them), findings and the summary are kept for its reports.
 pub struct Bundle {
     dir: PathBuf,
-    pcapng: PcapngSink<BufWriter<File>>,
+    pcapng: PcapngWriter<BufWriter<File>>,
     /// The findings as `trace --output json` prints them.
     findings_json: Vec<Record>,
     /// The summary, likewise.
@@ -116,7 +116,7 @@ impl Bundle {
                 io::ErrorKind::AlreadyExists => BundleError::Exists(path.clone()),
                 _ => BundleError::Create(path.clone(), error),
             })?;
-        let pcapng = PcapngSink::new(BufWriter::new(file), options)
+        let pcapng = PcapngWriter::new(BufWriter::new(file), options)
             .map_err(|error| BundleError::Write(path, error))?;
         Ok(Self {
             dir: dir.to_path_buf(),

@@ -30,11 +30,14 @@ use dnsloop_ebpf::parse::DnsPorts;
 use thiserror::Error;
 
 use crate::{
-    bundle::{self, About, Bundle, BundleError, NodeConfig, Written},
+    bundle::{
+        self,
+        pcapng::{InterfaceRecord, PcapngOptions},
+        About, Bundle, BundleError, NodeConfig, Written,
+    },
     finding::{BundleNotice, Finding, LoopId},
     points::{InterfaceRef, PointMap},
     schema::RecordedBundle,
-    sink::pcapng::{InterfaceRecord, PcapngOptions},
     source::RawPacket,
 };
 

@@ -1,7 +1,6 @@
 //! Where results go: a person at a terminal, or a log shipper reading JSON lines.
 mod json;
 mod node_name;
-pub mod pcapng;
 #[cfg(test)]
 pub(crate) mod samples;
 mod text;

@@ -31,9 +31,9 @@ use super::{
     CaptureError, CaptureFile, CapturedPacket,
 };
 use crate::{
+    bundle::pcapng::{InterfaceRecord, PcapngOptions, PcapngWriter},
     observation::Namespace,
     points::{LinkDescription, Role},
-    sink::pcapng::{InterfaceRecord, PcapngOptions, PcapngSink},
 };
 
 const DNS: [u16; 1] = [53];
@@ -726,10 +726,10 @@ fn packets_come_out_in_timestamp_order() {
     assert_eq!(times, [at(10), at(20), at(30), at(35), at(40)]);
 }
 
-/// The pcapng sink's output, read back by this source, is the packets it was given, placed
+/// The pcapng writer's output, read back by this source, is the packets it was given, placed
 /// where they were seen.
 #[test]
-fn what_the_pcapng_sink_writes_reads_back_as_it_was_seen() {
+fn what_the_pcapng_writer_writes_reads_back_as_it_was_seen() {
     let veth = LinkDescription {
         role: Role::Veth { bridged: true },
         namespace: Some(Namespace::new("pod 10.244.0.2")),
@@ -789,7 +789,7 @@ fn what_the_pcapng_sink_writes_reads_back_as_it_was_seen() {
         ),
     ];
     let written = tempfile::NamedTempFile::new().unwrap();
-    let mut sink = PcapngSink::new(
+    let mut writer = PcapngWriter::new(
         written.reopen().unwrap(),
         PcapngOptions {
             hold: Duration::from_secs(1),
@@ -799,10 +799,11 @@ fn what_the_pcapng_sink_writes_reads_back_as_it_was_seen() {
     )
     .unwrap();
     for (packet, (name, description)) in &sent {
-        sink.packet(packet.clone(), InterfaceRecord { name, description })
+        writer
+            .packet(packet.clone(), InterfaceRecord { name, description })
             .unwrap();
     }
-    let report = sink.finish().unwrap();
+    let report = writer.finish().unwrap();
     assert_eq!(report.packets, 3);
 
     let placed = placed(written.path());

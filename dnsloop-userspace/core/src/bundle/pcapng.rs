@@ -10,7 +10,7 @@
 //! A comment must be written with its packet, but the engine reports a finding some time after
 //! the packets that prove it: a timeout `timeout` after its query, a loop once its last hop has
 //! settled. So packets are held for [`PcapngOptions::hold`] before they are written, and
-//! [`PcapngSink::finding`] marks the held packets a finding names (by timestamp, addresses and
+//! [`PcapngWriter::finding`] marks the held packets a finding names (by timestamp, addresses and
 //! DNS id). A finding reported later than that names packets already written, which keep no
 //! comment. The file stops growing at [`PcapngOptions::max_bytes`]: later packets are counted,
 //! not written, and [`PcapngReport`] says so.
@@ -130,7 +130,7 @@ struct Messages {
     ids: Vec<u16>,
 }
 
-pub struct PcapngSink<W: Write> {
+pub struct PcapngWriter<W: Write> {
     out: W,
     /// Serialises blocks, which are then written to `out` if they fit.
     blocks: PcapNgWriter<Vec<u8>>,
@@ -140,7 +140,7 @@ pub struct PcapngSink<W: Write> {
     report: PcapngReport,
 }
 
-impl<W: Write> PcapngSink<W> {
+impl<W: Write> PcapngWriter<W> {
     /// Starts the file: its section header says dnsloop wrote it.
     pub fn new(out: W, options: PcapngOptions) -> io::Result<Self> {
         let section = SectionHeaderBlock {
@@ -151,7 +151,7 @@ impl<W: Write> PcapngSink<W> {
             ..SectionHeaderBlock::default()
         };
         let blocks = PcapNgWriter::with_section_header(Vec::new(), section).map_err(io_error)?;
-        let mut sink = Self {
+        let mut writer = Self {
             out,
             blocks,
             options,
@@ -159,17 +159,17 @@ impl<W: Write> PcapngSink<W> {
             held: VecDeque::new(),
             report: PcapngReport::default(),
         };
-        if !sink.flush_block()? {
+        if !writer.flush_block()? {
             return Err(io::Error::other(format!(
                 "a size limit of {} bytes leaves no room for the file's header",
                 options.max_bytes
             )));
         }
-        Ok(sink)
+        Ok(writer)
     }
 
     /// Takes `packet`, seen on `interface`; it is written once it has waited `hold` (see
-    /// [`PcapngSink::advance`]).
+    /// [`PcapngWriter::advance`]).
     pub fn packet(&mut self, packet: RawPacket, interface: InterfaceRecord<'_>) -> io::Result<()> {
         let Some(interface_id) = self.interface_id(&packet, interface)? else {
             self.leave_out(&packet);
@@ -447,7 +447,7 @@ mod tests {
         }
     }
 
-    /// Writes `packets` on cni0, tells the sink `findings`, and returns the file and report.
+    /// Writes `packets` on cni0, tells the writer `findings`, and returns the file and report.
     fn write(
         packets: &[RawPacket],
         findings: &[Finding],
@@ -455,18 +455,18 @@ mod tests {
     ) -> (Vec<u8>, PcapngReport) {
         let mut out = Vec::new();
         let description = bridge();
-        let mut sink = PcapngSink::new(&mut out, options(max_bytes)).unwrap();
+        let mut writer = PcapngWriter::new(&mut out, options(max_bytes)).unwrap();
         for packet in packets {
             let interface = InterfaceRecord {
                 name: "cni0",
                 description: &description,
             };
-            sink.packet(packet.clone(), interface).unwrap();
+            writer.packet(packet.clone(), interface).unwrap();
         }
         for finding in findings {
-            sink.finding(finding);
+            writer.finding(finding);
         }
-        let report = sink.finish().unwrap();
+        let report = writer.finish().unwrap();
         (out, report)
     }
 
@@ -527,23 +527,24 @@ mod tests {
     fn packets_wait_for_findings_only_as_long_as_asked() {
         let description = bridge();
         let mut out = Vec::new();
-        let mut sink = PcapngSink::new(&mut out, options(u64::MAX)).unwrap();
+        let mut writer = PcapngWriter::new(&mut out, options(u64::MAX)).unwrap();
         let interface = InterfaceRecord {
             name: "cni0",
             description: &description,
         };
-        sink.packet(
-            query(ms(1_000), "10.244.0.3:5353", "10.255.0.99:53", 77),
-            interface,
-        )
-        .unwrap();
-        sink.advance(ms(5_999)).unwrap();
-        assert_eq!(sink.held.len(), 1);
-        sink.advance(ms(6_000)).unwrap();
-        assert!(sink.held.is_empty());
+        writer
+            .packet(
+                query(ms(1_000), "10.244.0.3:5353", "10.255.0.99:53", 77),
+                interface,
+            )
+            .unwrap();
+        writer.advance(ms(5_999)).unwrap();
+        assert_eq!(writer.held.len(), 1);
+        writer.advance(ms(6_000)).unwrap();
+        assert!(writer.held.is_empty());
         // Too late: the packet is already written without it.
-        sink.finding(&a_timeout());
-        sink.finish().unwrap();
+        writer.finding(&a_timeout());
+        writer.finish().unwrap();
         assert_eq!(comments(&out), [Vec::<String>::new()]);
     }
 
@@ -573,7 +574,7 @@ mod tests {
             gateway: None,
         };
         let file = tempfile::NamedTempFile::new().unwrap();
-        let mut sink = PcapngSink::new(file.reopen().unwrap(), options(u64::MAX)).unwrap();
+        let mut writer = PcapngWriter::new(file.reopen().unwrap(), options(u64::MAX)).unwrap();
         let packet = query(ms(1_001), "10.244.0.1:50000", "10.244.0.3:53", 1000);
         let on_lo = RawPacket {
             seen: Seen {
@@ -587,24 +588,26 @@ mod tests {
             ..query(ms(1_002), "127.0.0.1:40000", "127.0.0.1:53", 5)
         };
         let description = bridge();
-        sink.packet(
-            packet,
-            InterfaceRecord {
-                name: "cni0",
-                description: &description,
-            },
-        )
-        .unwrap();
-        sink.packet(
-            on_lo,
-            InterfaceRecord {
-                name: "lo",
-                description: &loopback,
-            },
-        )
-        .unwrap();
-        sink.finding(&a_loop(Probe::None));
-        sink.finish().unwrap();
+        writer
+            .packet(
+                packet,
+                InterfaceRecord {
+                    name: "cni0",
+                    description: &description,
+                },
+            )
+            .unwrap();
+        writer
+            .packet(
+                on_lo,
+                InterfaceRecord {
+                    name: "lo",
+                    description: &loopback,
+                },
+            )
+            .unwrap();
+        writer.finding(&a_loop(Probe::None));
+        writer.finish().unwrap();
         let output = Command::new("tshark")
             .args(["-r"])
             .arg(file.path())
