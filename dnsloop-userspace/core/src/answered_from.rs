@@ -108,11 +108,11 @@ impl AnsweredFrom {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyzers::testkit::{
+    use crate::points::NODE;
+    use crate::testkit::observations::{
         query, reply, spot, Spot, CLIENT_IN, CLIENT_OUT, COREDNS, COREDNS_IN, COREDNS_LO,
         COREDNS_OUT, NODE_FROM_BRIDGE, NODE_LO, NODE_TO_BRIDGE,
     };
-    use crate::points::NODE;
     use dnsloop_ebpf::point::Direction::{Egress, Ingress};
 
     const NAME: &str = "www.example.test.";

@@ -11,7 +11,8 @@
 //! capture bundle, which `capture` and the flight [`recorder`] leave behind. Where no node
 //! says which addresses its namespaces hold (a capture), [`answered_from`] learns them from
 //! the replies the capture shows. [`present`] names what the analyzers, the schema and the
-//! sinks show people (DNS codes, times, probes) alike.
+//! sinks show people (DNS codes, times, probes) alike. [`testkit`] is what the tests build
+//! on, the fuzzer's decode path among it.
 pub mod analyzers;
 pub mod answered_from;
 pub mod bundle;
@@ -19,8 +20,6 @@ pub mod decode;
 pub mod doctor;
 pub mod enrich;
 pub mod finding;
-#[cfg(any(test, feature = "fuzzing"))]
-pub mod fuzzing;
 pub mod observation;
 pub mod pipeline;
 pub mod points;
@@ -29,6 +28,8 @@ pub mod recorder;
 pub mod schema;
 pub mod sink;
 pub mod source;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod testkit;
 
 /// A DNS name as it was sent, and its presentation format (`\DDD` escapes, as dig writes it).
 pub use observation::DnsName;

@@ -154,7 +154,7 @@ impl super::Analyzer for ClientView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyzers::{testkit::*, Analyzer};
+    use crate::{analyzers::Analyzer, testkit::observations::*};
 
     const WAIT: Duration = Duration::from_secs(2);
 

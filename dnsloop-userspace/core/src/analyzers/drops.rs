@@ -186,8 +186,8 @@ fn lost(cause: &DropCause, dst: SocketAddr) -> String {
 mod tests {
     use super::*;
     use crate::{
-        analyzers::testkit::*,
         observation::{DnsName, Namespace, Question, Transport},
+        testkit::observations::*,
     };
 
     const INTERVAL: Duration = Duration::from_secs(10);

@@ -238,10 +238,7 @@ mod tests {
     use dnsloop_ebpf::{parse::Probe, point::Direction};
 
     use super::*;
-    use crate::{
-        analyzers::{summary::TimeoutCounts, testkit::*},
-        points::NODE,
-    };
+    use crate::{analyzers::summary::TimeoutCounts, points::NODE, testkit::observations::*};
 
     const NAME: &str = "www.example.test.";
 

@@ -444,8 +444,9 @@ impl ReportRate {
 mod tests {
     use super::*;
     use crate::{
-        analyzers::{testkit::*, Engine, EngineConfig, Summary},
+        analyzers::{Engine, EngineConfig, Summary},
         observation::Transport,
+        testkit::observations::*,
     };
 
     const NAME: &str = "www.example.test.";

@@ -24,8 +24,6 @@ mod repeats;
 mod server_answers;
 mod summary;
 pub(crate) mod table;
-#[cfg(test)]
-pub mod testkit;
 mod timeout;
 mod unexpected_source;
 

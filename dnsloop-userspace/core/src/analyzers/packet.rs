@@ -113,7 +113,7 @@ mod tests {
     use std::hash::BuildHasher;
 
     use super::*;
-    use crate::analyzers::{table::FastHash, testkit::*};
+    use crate::{analyzers::table::FastHash, testkit::observations::*};
 
     fn key(obs: &Observation) -> MessageKey {
         MessageKey::of(obs).expect("a question")

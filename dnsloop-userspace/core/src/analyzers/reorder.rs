@@ -174,7 +174,7 @@ impl Ord for Held {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyzers::testkit::{ms, query, CLIENT_OUT};
+    use crate::testkit::observations::{ms, query, CLIENT_OUT};
 
     fn ids(reorder: &mut Reorder) -> Vec<u16> {
         std::iter::from_fn(|| reorder.pop_due())

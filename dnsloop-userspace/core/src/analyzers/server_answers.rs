@@ -70,7 +70,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::analyzers::{client_view::ClientView, testkit::*};
+    use crate::{analyzers::client_view::ClientView, testkit::observations::*};
 
     /// A client query to `server` at `at` ms, answered with `rcode`: the reply leaves the node,
     /// then enters the client `after` ms after the query was sent.

@@ -244,8 +244,9 @@ fn next_window(start: SystemTime, interval: Duration, now: SystemTime) -> System
 mod tests {
     use super::*;
     use crate::{
-        analyzers::{client_view::ClientView, testkit::*, Analyzer},
+        analyzers::{client_view::ClientView, Analyzer},
         observation::Observation,
+        testkit::observations::*,
     };
 
     const WAIT: Duration = Duration::from_secs(2);

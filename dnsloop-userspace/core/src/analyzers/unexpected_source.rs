@@ -104,8 +104,9 @@ impl Repeated for UnexpectedSourceFinding {
 mod tests {
     use super::*;
     use crate::{
-        analyzers::{client_view::ClientView, testkit::*, Analyzer},
+        analyzers::{client_view::ClientView, Analyzer},
         finding::Finding,
+        testkit::observations::*,
     };
 
     fn analyzer() -> ClientView {

@@ -425,10 +425,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        analyzers::testkit::ms,
         observation::Namespace,
         points::{Role, Seen},
-        sink::samples::{a_loop, a_query as query, a_timeout, an_unexpected_source},
+        testkit::observations::ms,
+        testkit::samples::{a_loop, a_query as query, a_timeout, an_unexpected_source},
     };
 
     fn bridge() -> LinkDescription {

@@ -207,7 +207,8 @@ mod tests {
 
     #[test]
     fn a_lookups_queries_delivered_where_first_addressed_are_looked_up_once() {
-        let crate::finding::Finding::Lookup(found) = crate::sink::samples::a_slow_lookup() else {
+        let crate::finding::Finding::Lookup(found) = crate::testkit::samples::a_slow_lookup()
+        else {
             unreachable!("a lookup")
         };
         let mut hops = found.hops;

@@ -137,7 +137,7 @@ pub(super) fn between(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{analyzers::testkit::ms, sink::samples::a_query};
+    use crate::testkit::{observations::ms, samples::a_query};
 
     fn at(ms_at: u64) -> Kept {
         Kept {

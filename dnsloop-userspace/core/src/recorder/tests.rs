@@ -2,11 +2,11 @@ use dnsloop_ebpf::parse::{LinkLayer, Probe};
 
 use super::*;
 use crate::{
-    analyzers::testkit::ms,
     finding::LoopFinding,
     points::{LinkDescription, Role},
     schema::{CaptureReport, Record},
-    sink::samples::{a_loop, a_loop_through_other_nodes, a_query, an_unexpected_source},
+    testkit::observations::ms,
+    testkit::samples::{a_loop, a_loop_through_other_nodes, a_query, an_unexpected_source},
 };
 
 /// Where `a_query` packets are seen.

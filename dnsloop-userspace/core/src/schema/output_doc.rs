@@ -458,7 +458,7 @@ fn check_keys(value: &Value, name: &str, schema: &BTreeMap<String, Item>, path: 
 #[test]
 fn every_field_printed_is_declared_in_order() {
     let schema = schema();
-    for (name, value) in super::tests::every_record() {
+    for (name, value) in crate::testkit::records::every_record() {
         check_keys(&value, name, &schema, name);
     }
 }

@@ -222,7 +222,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        analyzers::testkit::*, finding::ConntrackEvidence, observation::DnsName, sink::samples::*,
+        finding::ConntrackEvidence, observation::DnsName, testkit::observations::*,
+        testkit::samples::*,
     };
 
     /// Writes with `write`, and parses each line back.

@@ -1,8 +1,6 @@
 //! Where results go: a person at a terminal, or a log shipper reading JSON lines.
 mod json;
 mod node_name;
-#[cfg(test)]
-pub(crate) mod samples;
 mod text;
 
 use std::io::{self, Write};

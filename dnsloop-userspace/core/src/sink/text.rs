@@ -606,10 +606,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        analyzers::testkit::*,
         finding::ConntrackEvidence,
         observation::{DnsName, Question},
-        sink::samples::*,
+        testkit::observations::*,
+        testkit::samples::*,
     };
 
     fn written(write: impl FnOnce(&mut TextSink<&mut Vec<u8>>) -> io::Result<()>) -> String {

@@ -4,10 +4,11 @@ use dnsloop_ebpf::{parse::Probe, point::Direction};
 
 use super::ForwardingLoops;
 use crate::{
-    analyzers::{testkit::*, Analyzer},
+    analyzers::Analyzer,
     finding::{Finding, LoopFinding},
     observation::Observation,
     points::NODE,
+    testkit::observations::*,
 };
 
 mod not_taken_in;

@@ -8,9 +8,10 @@ use dnsloop_ebpf::point::Direction;
 
 use super::{analyzer, crossing, NAME};
 use crate::{
-    analyzers::{packet::MessageKey, testkit::*},
+    analyzers::packet::MessageKey,
     finding::Finding,
     observation::{Namespace, Observation},
+    testkit::observations::*,
 };
 
 /// A process on the node asks the ClusterIP (DNAT'ed to CoreDNS's pod), at `at` ms, with a new

@@ -10,8 +10,9 @@ use dnsloop_ebpf::{
 };
 use dnsloop_frames::{dns_query, FrameSpec, QTYPE_A};
 
+use super::observations::*;
 use crate::{
-    analyzers::{testkit::*, HopTimes, LookupCounts, LookupSummary, ServerSummary, Summary},
+    analyzers::{HopTimes, LookupCounts, LookupSummary, ServerSummary, Summary},
     finding::{
         BundleNotice, ConntrackEvidence, Dnat, DropFinding, Finding, Hop, LookupFinding, LookupHop,
         LoopFinding, LoopId, OffNode, TimeoutFinding, Unconfirmable, Unconfirmed,

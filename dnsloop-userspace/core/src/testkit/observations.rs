@@ -11,8 +11,8 @@ use std::{
 
 use dnsloop_ebpf::{parse::Probe, point::Direction};
 
-use super::{packet::MessageKey, Analyzer};
 use crate::{
+    analyzers::{packet::MessageKey, Analyzer},
     finding::Finding,
     observation::{DnsName, Namespace, Observation, Point, Question, Transport},
     points::NODE,
