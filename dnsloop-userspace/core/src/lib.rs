@@ -13,6 +13,11 @@
 //! the replies the capture shows. [`present`] names what the analyzers, the schema and the
 //! sinks show people (DNS codes, times, probes) alike. [`testkit`] is what the tests build
 //! on, the fuzzer's decode path among it.
+//!
+//! Modules use only those below them, bottom first: `present`; `observation`, `finding`;
+//! `points`, `source`, `decode`; `analyzers`, `answered_from`, `enrich`; `schema`; `sink`;
+//! `doctor`; `bundle`, `recorder`; `pipeline`; and `testkit` for the tests. A test in
+//! `layers.rs` holds them to it.
 pub mod analyzers;
 pub mod answered_from;
 pub mod bundle;
@@ -20,6 +25,8 @@ pub mod decode;
 pub mod doctor;
 pub mod enrich;
 pub mod finding;
+#[cfg(test)]
+mod layers;
 pub mod observation;
 pub mod pipeline;
 pub mod points;
