@@ -9,6 +9,7 @@ use anyhow::{Context as _, Result};
 use aya::{programs::SchedClassifier, Ebpf, TestRun as _, TestRunOptions};
 use dnsloop_ebpf::{
     drop::DropLayout,
+    names::{EGRESS_PROGRAM, INGRESS_PROGRAM},
     point::{Direction, ObservationPoint},
 };
 use dnsloop_frames::{dns_query, dns_response, FrameSpec};
@@ -18,7 +19,7 @@ use dnsloop_core::points::LOOPBACK_INDEX;
 use crate::{
     kernel::{
         point_table::{ethernet_point, PointTable},
-        programs::{self, Settings, EGRESS_PROGRAM, INGRESS_PROGRAM},
+        programs::{self, Settings},
     },
     node::namespaces,
 };

@@ -21,13 +21,16 @@ use aya::{
     util::KernelVersion,
     Ebpf,
 };
-use dnsloop_ebpf::point::Direction;
+use dnsloop_ebpf::{
+    names::{EGRESS_PROGRAM, INGRESS_PROGRAM},
+    point::Direction,
+};
 use thiserror::Error;
 
 use crate::{
     kernel::clsact::{self, Qdisc},
     kernel::orphans::Orphans,
-    kernel::programs::{self, EGRESS_PROGRAM, INGRESS_PROGRAM},
+    kernel::programs,
     node::namespaces::{self, NamespaceError},
     node::topology::{Link, LinkRole},
 };

@@ -5,6 +5,7 @@ use aya::{
 };
 use dnsloop_ebpf::{
     counter::{malformed_counter_slot, Counter},
+    names::{COUNTERS_MAP, POINT_COUNTERS_MAP},
     parse::Malformed,
     point::{Direction, ObservationPoint, PointCounters},
 };
@@ -14,7 +15,7 @@ use std::time::Duration;
 use crate::{
     kernel::attach::watched_directions,
     kernel::point_table,
-    kernel::programs::{self, LoadError, COUNTERS_MAP, POINT_COUNTERS_MAP},
+    kernel::programs::{self, LoadError},
     node::topology::{Link, LinkRole},
 };
 use dnsloop_core::{

@@ -13,12 +13,12 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use dnsloop_ebpf::point::Direction;
-
-use crate::{
-    kernel::clsact::{self, BpfFilter},
-    kernel::programs::{EGRESS_PROGRAM, INGRESS_PROGRAM},
+use dnsloop_ebpf::{
+    names::{EGRESS_PROGRAM, INGRESS_PROGRAM},
+    point::Direction,
 };
+
+use crate::kernel::clsact::{self, BpfFilter};
 
 /// The inode number of the kernel's initial PID namespace (`PROC_PID_INIT_INO`), the same on
 /// every Linux since 3.8.

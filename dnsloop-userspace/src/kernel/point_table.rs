@@ -4,15 +4,16 @@ use aya::{
     maps::{Array, MapData, MapError, PerCpuArray, PerCpuValues},
     Ebpf,
 };
-use dnsloop_ebpf::point::{
-    ObservationPoint, PointCounters, PointSlot, POINT_CANDIDATES, POINT_SLOTS,
+use dnsloop_ebpf::{
+    names::{POINTS_MAP, POINT_COUNTERS_MAP},
+    point::{ObservationPoint, PointCounters, PointSlot, POINT_CANDIDATES, POINT_SLOTS},
 };
 #[cfg(any(test, feature = "profiling"))]
 use dnsloop_ebpf::{parse::LinkLayer, point::PointNamespaces};
 
 use dnsloop_core::points::KernelPoint;
 
-use super::programs::{LoadError, POINTS_MAP, POINT_COUNTERS_MAP};
+use super::programs::LoadError;
 
 /// A point of an Ethernet interface whose packets leave and enter no watched namespace, as
 /// the programs' test runs see theirs.

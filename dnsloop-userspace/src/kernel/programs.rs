@@ -13,7 +13,10 @@ use dnsloop_ebpf::{
     config::ProgramConfig,
     drop::DropLayout,
     forwarder::ForwarderKey,
-    names::{FORWARDERS_MAP, QUESTIONS_MAP, RECORDS_MAP},
+    names::{
+        EGRESS_PROGRAM, FORWARDERS_MAP, INGRESS_PROGRAM, QUERIES_MAP, QUESTIONS_MAP, RECORDS_MAP,
+        SERVERS_MAP, XDP_INGRESS_PROGRAM,
+    },
     parse::MAX_DNS_PORTS,
     query::{QueryEntry, QueryKey},
     record::PACKET_SNAP_MAX,
@@ -80,11 +83,6 @@ impl Build {
         self == Build::Linux517
     }
 }
-
-pub use dnsloop_ebpf::names::{
-    COUNTERS_MAP, EGRESS_PROGRAM, INGRESS_PROGRAM, POINTS_MAP, POINT_COUNTERS_MAP, QUERIES_MAP,
-    SERVERS_MAP, XDP_INGRESS_PROGRAM,
-};
 
 #[derive(Debug, Error)]
 pub enum LoadError {

@@ -17,6 +17,7 @@ use aya::{
 use dnsloop_ebpf::{
     counter::Counter,
     drop::DropLayout,
+    names::{EGRESS_PROGRAM, INGRESS_PROGRAM, POINT_COUNTERS_MAP},
     parse::{LinkLayer, Malformed, Transport},
     point::{
         mac_word, Direction, ObservationPoint, PointCounters, PointNamespaces, PointSlot,
@@ -35,7 +36,7 @@ use crate::{
         clock::{monotonic_now_ns, MonotonicClock},
         counters::{read_global, GlobalCounts},
         point_table::{self, ethernet_point, PointTable},
-        programs::{self, Build, Settings, EGRESS_PROGRAM, INGRESS_PROGRAM, POINT_COUNTERS_MAP},
+        programs::{self, Build, Settings},
         unanswered::UnansweredQueries,
     },
     node::namespaces,
