@@ -321,50 +321,51 @@ async fn get(address: SocketAddr, path: &str) -> String {
     response
 }
 
-#[test]
-fn metrics_are_served_at_slash_metrics_only() {
-    crate::tracer::runtime().unwrap().block_on(async {
-        let exporter = Exporter::start(address("127.0.0.1:0")).await.unwrap();
-        let served = exporter.address;
-        assert_eq!(exporter.url(), format!("http://{served}/metrics"));
+#[tokio::test]
+async fn metrics_are_served_at_slash_metrics_only() {
+    let exporter = Exporter::start(address("127.0.0.1:0")).await.unwrap();
+    let served = exporter.address;
+    assert_eq!(exporter.url(), format!("http://{served}/metrics"));
 
-        let metrics = get(served, "/metrics").await;
-        assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
-        assert!(
-            metrics.contains(
-                "content-type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"
-            ),
-            "{metrics}"
-        );
-        assert!(
-            metrics.contains("\r\n\r\n# HELP dnsloop_loops "),
-            "{metrics}"
-        );
-        assert!(
-            metrics.contains("dnsloop_lost_events_total 0\n"),
-            "{metrics}"
-        );
-        assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+    let metrics = get(served, "/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
+    assert!(
+        metrics.contains(
+            "content-type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\r\n\r\n# HELP dnsloop_loops "),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("dnsloop_lost_events_total 0\n"),
+        "{metrics}"
+    );
+    assert!(metrics.ends_with("# EOF\n"), "{metrics}");
 
-        let elsewhere = get(served, "/").await;
-        assert!(
-            elsewhere.starts_with("HTTP/1.1 404 Not Found\r\n"),
-            "{elsewhere}"
-        );
-    });
+    let elsewhere = get(served, "/").await;
+    assert!(
+        elsewhere.starts_with("HTTP/1.1 404 Not Found\r\n"),
+        "{elsewhere}"
+    );
 }
 
-#[test]
-fn a_port_in_use_is_a_clear_error_at_startup() {
-    crate::tracer::runtime().unwrap().block_on(async {
-        let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = taken.local_addr().unwrap();
-        let error = Exporter::start(address).await.err().expect("the port is taken");
-        assert_eq!(
-            error.to_string(),
-            format!("cannot serve metrics on {address}: port in use; choose another with --metrics-addr")
-        );
-    });
+#[tokio::test]
+async fn a_port_in_use_is_a_clear_error_at_startup() {
+    let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = taken.local_addr().unwrap();
+    let error = Exporter::start(address)
+        .await
+        .err()
+        .expect("the port is taken");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "cannot serve metrics on {address}: port in use; choose another with --metrics-addr"
+        )
+    );
 }
 
 #[test]
