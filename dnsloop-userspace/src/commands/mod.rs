@@ -4,7 +4,6 @@ pub mod analyze;
 pub mod capture;
 pub mod doctor;
 pub mod probe;
-pub mod record;
 pub mod trace;
 
 use clap::{builder::PossibleValue, error::ErrorKind, ArgMatches};

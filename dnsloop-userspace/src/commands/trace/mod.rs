@@ -1,18 +1,20 @@
 //! `dnsloop trace`: watch DNS live until the duration ends or a signal arrives.
 //!
-//! kernel programs -> ring buffer source -> pipeline (decoder -> analyzers -> sink on stdout).
+//! kernel programs -> ring buffer source -> pipeline (decoder -> analyzers -> sink on stdout);
+//! with `--record DIR`, every packet goes to the flight recorder (`record`) on the way.
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
 use dnsloop_core::sink::{self, OutputFormat};
 
-use super::record;
 use crate::{
     kernel::programs::{self, Settings},
     metrics,
     node::pods::{self, CriSocket},
     tracer::{self, Tracer},
 };
+
+mod record;
 
 #[derive(Args, Debug)]
 pub struct TraceArgs {
@@ -130,7 +132,7 @@ pub struct TraceArgs {
     pub pin: Option<PathBuf>,
 
     #[command(flatten)]
-    pub record: super::record::RecordArgs,
+    pub record: record::RecordArgs,
 }
 
 impl TraceArgs {
