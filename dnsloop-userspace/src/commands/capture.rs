@@ -24,15 +24,14 @@ use dnsloop_core::{
     },
     decode::MalformedSample,
     finding::{BundleNotice, Finding},
-    observation::{DropPlace, Observation},
-    pipeline::Pipeline,
-    points::{InterfaceRef, PointMap},
+    observation::Observation,
+    points::PointMap,
     schema::SummarySource,
     sink::{self, Sink},
-    source::{DroppedPacket, RawPacket, UnansweredQuery},
+    source::RawPacket,
 };
 
-use crate::tracer::{self, Consumer, Tracer};
+use crate::tracer::{self, Tap, Tapped, Tracer};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
@@ -97,6 +96,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
     let started = SystemTime::now();
     let node = sink::NodeName::from_environment();
     let progress = io::stderr().is_terminal().then(Progress::new);
+    let shows_progress = progress.is_some();
     tracer::runtime()?.block_on(async {
         let end = tracer::end_of_run(Some(args.duration))?;
         let mut tracer = Tracer::start(&tracer_config).await?;
@@ -104,15 +104,15 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
             out: tracer.counted(sink::for_format(args.output, &node, io::stdout().lock())),
             node: &node,
             bundle: &mut bundle,
-        };
-        let mut recording = Recording {
-            pipeline: tracer.pipeline(Box::new(sink)),
             progress,
         };
-        tracer.run(&mut recording, end).await?;
-        tracer.finish(recording.pipeline)?;
-        if let Some(progress) = &recording.progress {
-            progress.clear();
+        let mut capturing = Tapped {
+            pipeline: tracer.pipeline(Box::new(sink)),
+        };
+        tracer.run(&mut capturing, end).await?;
+        tracer.finish(capturing.pipeline)?;
+        if shows_progress {
+            Progress::clear();
         }
         anyhow::Ok(())
     })?;
@@ -143,59 +143,36 @@ fn tracer_config(args: &CaptureArgs) -> tracer::Config {
     config
 }
 
-/// The capture while it runs: every packet goes to the bundle's packet file, then to the
-/// pipeline, whose findings its sink puts in the same bundle, as comments on the packets they
-/// name. The bundle is reached through that sink, its one holder while the capture runs.
-struct Recording<'a> {
-    pipeline: Pipeline<'a, BundleSink<'a>>,
-    progress: Option<Progress>,
-}
-
-impl Consumer for Recording<'_> {
-    fn packets(&mut self, packets: &mut Vec<RawPacket>, points: &PointMap) -> anyhow::Result<()> {
-        let bundle = &mut *self.pipeline.sink_mut().bundle;
-        for packet in packets.iter() {
-            let interface = points
-                .link(packet.seen.interface)
-                .map(|(name, description)| InterfaceRecord { name, description });
-            bundle.packet(packet.clone(), interface)?;
-        }
-        Ok(self.pipeline.ingest(packets, points)?)
-    }
-
-    fn unanswered(
-        &mut self,
-        queries: &mut Vec<UnansweredQuery>,
-        points: &PointMap,
-    ) -> anyhow::Result<()> {
-        Ok(self.pipeline.ingest_unanswered(queries, points)?)
-    }
-
-    fn drops(
-        &mut self,
-        drops: &mut Vec<DroppedPacket>,
-        place: &dyn Fn(InterfaceRef) -> DropPlace,
-    ) -> anyhow::Result<()> {
-        Ok(self.pipeline.ingest_drops(drops, place)?)
-    }
-
-    fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
-        self.pipeline.tick(now)?;
-        let bundle = &mut *self.pipeline.sink_mut().bundle;
-        bundle.advance(now)?;
-        if let Some(progress) = &mut self.progress {
-            progress.show(bundle.packets(), bundle.findings());
-        }
-        Ok(())
-    }
-}
-
-/// Passes findings on to the terminal (or log shipper), and keeps them for the bundle: in its
-/// reports, and as comments on their packets.
+/// The capture while it runs: passes findings on to the terminal (or log shipper), and keeps
+/// them for the bundle, in its reports and as comments on their packets; every packet goes to
+/// the bundle's packet file before the pipeline, and on a terminal the progress line is redrawn
+/// after each tick. The bundle is reached through this sink, its one holder while the capture
+/// runs.
 struct BundleSink<'a> {
     out: Box<dyn Sink + 'a>,
     node: &'a sink::NodeName,
     bundle: &'a mut Bundle,
+    progress: Option<Progress>,
+}
+
+impl Tap for BundleSink<'_> {
+    fn before_packets(&mut self, packets: &[RawPacket], points: &PointMap) -> anyhow::Result<()> {
+        for packet in packets {
+            let interface = points
+                .link(packet.seen.interface)
+                .map(|(name, description)| InterfaceRecord { name, description });
+            self.bundle.packet(packet.clone(), interface)?;
+        }
+        Ok(())
+    }
+
+    fn after_tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
+        self.bundle.advance(now)?;
+        if let Some(progress) = &mut self.progress {
+            progress.show(self.bundle.packets(), self.bundle.findings());
+        }
+        Ok(())
+    }
 }
 
 impl Sink for BundleSink<'_> {
@@ -256,7 +233,8 @@ impl Progress {
         );
     }
 
-    fn clear(&self) {
+    /// Clears the line, once the capture is over.
+    fn clear() {
         eprint!("\r\x1b[K");
     }
 }

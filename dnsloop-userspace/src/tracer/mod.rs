@@ -120,7 +120,8 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// What the command driving a tracer does with what it streams: `trace` and `probe --trace`
-/// feed their pipeline (see the impl below); `capture` also writes every packet to its file.
+/// feed their pipeline (see the impl below); `trace --record` and `capture` feed one whose sink
+/// also takes every packet ([`Tapped`]).
 pub trait Consumer {
     /// `packets` were streamed, and `points` places them; they are taken out of the Vec.
     fn packets(&mut self, packets: &mut Vec<RawPacket>, points: &PointMap) -> anyhow::Result<()>;
@@ -166,6 +167,51 @@ impl<S: Sink + ?Sized> Consumer for Pipeline<'_, S> {
 
     fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
         Ok(Pipeline::tick(self, now)?)
+    }
+}
+
+/// A sink that takes more of the stream than what the pipeline writes to it: every packet
+/// before the pipeline decodes it, and every tick after the pipeline's. `trace --record` keeps
+/// the packets in its recorder, `capture` writes them to its bundle; the sink holds either,
+/// as it hands it the findings too.
+pub trait Tap: Sink {
+    /// `packets`, placed by `points`, are about to go to the pipeline.
+    fn before_packets(&mut self, packets: &[RawPacket], points: &PointMap) -> anyhow::Result<()>;
+
+    /// The pipeline has ticked to `now`.
+    fn after_tick(&mut self, now: SystemTime) -> anyhow::Result<()>;
+}
+
+/// A pipeline whose sink taps the stream (see [`Tap`]); all else goes to the pipeline as is.
+pub struct Tapped<'s, S: Tap + 's> {
+    pub pipeline: Pipeline<'s, S>,
+}
+
+impl<S: Tap> Consumer for Tapped<'_, S> {
+    fn packets(&mut self, packets: &mut Vec<RawPacket>, points: &PointMap) -> anyhow::Result<()> {
+        self.pipeline.sink_mut().before_packets(packets, points)?;
+        Consumer::packets(&mut self.pipeline, packets, points)
+    }
+
+    fn unanswered(
+        &mut self,
+        queries: &mut Vec<UnansweredQuery>,
+        points: &PointMap,
+    ) -> anyhow::Result<()> {
+        Consumer::unanswered(&mut self.pipeline, queries, points)
+    }
+
+    fn drops(
+        &mut self,
+        drops: &mut Vec<DroppedPacket>,
+        place: &dyn Fn(InterfaceRef) -> DropPlace,
+    ) -> anyhow::Result<()> {
+        Consumer::drops(&mut self.pipeline, drops, place)
+    }
+
+    fn tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
+        Consumer::tick(&mut self.pipeline, now)?;
+        self.pipeline.sink_mut().after_tick(now)
     }
 }
 

@@ -2,24 +2,26 @@
 //! Every packet goes to the recorder before the pipeline, so that a finding's packets are in
 //! memory when it fires; the sink hands each finding to the recorder and prints the bundle it
 //! went into right after it.
-use std::{path::PathBuf, time::Duration};
+use std::{
+    path::PathBuf,
+    time::{Duration, SystemTime},
+};
 
 use clap::Args;
 use dnsloop_core::{
     analyzers::Summary,
     decode::MalformedSample,
     finding::{BundleNotice, Finding},
-    observation::{DropPlace, Observation},
-    pipeline::Pipeline,
-    points::{InterfaceRef, PointMap},
+    observation::Observation,
+    points::PointMap,
     recorder::{Recorder, RecorderConfig, RecorderEvent},
     schema::SummarySource,
     sink::{NodeName, Sink},
-    source::{DroppedPacket, RawPacket, UnansweredQuery},
+    source::RawPacket,
 };
 use dnsloop_ebpf::parse::DnsPorts;
 
-use crate::tracer::{self, Consumer, Tracer};
+use crate::tracer::{self, Tap, Tapped, Tracer};
 
 /// `--record`'s default memory: 64 MiB.
 const DEFAULT_RECORD_BYTES: u64 = 64 * 1024 * 1024;
@@ -101,7 +103,7 @@ pub async fn run<'a>(
     end: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let sink = RecordingSink { out, recorder };
-    let mut recording = Recording {
+    let mut recording = Tapped {
         pipeline: tracer.pipeline(Box::new(sink)),
     };
     tracer.run(&mut recording, end).await?;
@@ -151,46 +153,24 @@ fn tell(events: Vec<RecorderEvent>) {
     }
 }
 
-/// The trace while it records.
-struct Recording<'a> {
-    pipeline: Pipeline<'a, RecordingSink<'a>>,
-}
-
-impl Consumer for Recording<'_> {
-    fn packets(&mut self, packets: &mut Vec<RawPacket>, points: &PointMap) -> anyhow::Result<()> {
-        self.pipeline.sink_mut().recorder.packets(packets, points);
-        Ok(self.pipeline.ingest(packets, points)?)
-    }
-
-    fn unanswered(
-        &mut self,
-        queries: &mut Vec<UnansweredQuery>,
-        points: &PointMap,
-    ) -> anyhow::Result<()> {
-        Ok(self.pipeline.ingest_unanswered(queries, points)?)
-    }
-
-    fn drops(
-        &mut self,
-        drops: &mut Vec<DroppedPacket>,
-        place: &dyn Fn(InterfaceRef) -> DropPlace,
-    ) -> anyhow::Result<()> {
-        Ok(self.pipeline.ingest_drops(drops, place)?)
-    }
-
-    fn tick(&mut self, now: std::time::SystemTime) -> anyhow::Result<()> {
-        self.pipeline.tick(now)?;
-        let recorder = &mut *self.pipeline.sink_mut().recorder;
-        recorder.tick(now);
-        tell(recorder.events());
-        Ok(())
-    }
-}
-
-/// Writes findings to `out`, each followed by the bundle the recorder put it in, if any.
+/// Writes findings to `out`, each followed by the bundle the recorder put it in, if any; and
+/// keeps every packet in the recorder, whose bundles are told of as it writes them.
 struct RecordingSink<'a> {
     out: Box<dyn Sink + 'a>,
     recorder: &'a mut Recorder,
+}
+
+impl Tap for RecordingSink<'_> {
+    fn before_packets(&mut self, packets: &[RawPacket], points: &PointMap) -> anyhow::Result<()> {
+        self.recorder.packets(packets, points);
+        Ok(())
+    }
+
+    fn after_tick(&mut self, now: SystemTime) -> anyhow::Result<()> {
+        self.recorder.tick(now);
+        tell(self.recorder.events());
+        Ok(())
+    }
 }
 
 impl Sink for RecordingSink<'_> {
