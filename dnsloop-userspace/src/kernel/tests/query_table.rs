@@ -1,0 +1,216 @@
+//! The query table: queries in flight, collected once they expire unanswered, and the answers
+//! that take them out and count for their server.
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    time::Duration,
+};
+
+use dnsloop_ebpf::point::Direction;
+use dnsloop_frames::*;
+
+use crate::kernel::{
+    clock::{monotonic_now_ns, MonotonicClock},
+    programs,
+    unanswered::UnansweredQueries,
+};
+
+use super::kit::*;
+
+#[test]
+fn a_query_never_answered_is_collected_with_its_question_once_it_expires() {
+    for_each_build(loaded(trace_settings()), |mut kernel| {
+        kernel.run(
+            Direction::Ingress,
+            &query_frame(0x5151, "Corp.Example", QTYPE_AAAA),
+        );
+        let mut unanswered = kernel.unanswered_queries();
+        let mut expired = Vec::new();
+        unanswered
+            .take_expired(Duration::from_secs(60), &mut expired)
+            .expect("reading the query table");
+        assert!(expired.is_empty(), "not expired yet: {expired:?}");
+
+        unanswered
+            .take_expired(Duration::ZERO, &mut expired)
+            .expect("reading the query table");
+        let [query] = expired.as_slice() else {
+            panic!("one unanswered query: {expired:?}");
+        };
+        assert_eq!(
+            query.name.presentation(),
+            "Corp.Example.",
+            "as sent, case kept"
+        );
+        assert_eq!((query.qtype, query.qclass), (QTYPE_AAAA, QCLASS_IN));
+        assert_eq!(query.id, 0x5151);
+        assert_eq!(query.client, "10.0.0.1:40000".parse().unwrap());
+        assert_eq!(query.server, "10.96.0.10:53".parse().unwrap());
+        assert_eq!(
+            (query.seen.interface.ifindex, query.seen.direction),
+            (LOOPBACK_IFINDEX, Direction::Ingress)
+        );
+        assert!(!query.tcp);
+
+        expired.clear();
+        unanswered
+            .take_expired(Duration::ZERO, &mut expired)
+            .expect("reading the query table");
+        assert!(expired.is_empty(), "each is collected once: {expired:?}");
+    });
+}
+
+/// The table is read many entries per call: a table of thousands, as when an upstream is dead,
+/// comes back whole, oldest first.
+#[test]
+fn every_query_of_a_large_table_is_collected_once_oldest_first() {
+    for_each_build(loaded(trace_settings()), |mut kernel| {
+        const QUERIES: u16 = 2000;
+        for id in 0..QUERIES {
+            kernel.run(
+                Direction::Ingress,
+                &query_frame(id, &format!("host{id}.example"), QTYPE_A),
+            );
+        }
+        let mut unanswered = kernel.unanswered_queries();
+        let mut expired = Vec::new();
+
+        unanswered
+            .take_expired(Duration::ZERO, &mut expired)
+            .expect("reading the query table");
+
+        let ids: Vec<u16> = expired.iter().map(|query| query.id).collect();
+        assert_eq!(ids, (0..QUERIES).collect::<Vec<_>>());
+        expired.clear();
+        unanswered
+            .take_expired(Duration::ZERO, &mut expired)
+            .expect("reading the query table");
+        assert!(expired.is_empty(), "each is collected once");
+    });
+}
+
+/// A query from before the run (pinned by an earlier one, `--pin`) that expires is counted but
+/// not reported: its answer may have come while no program watched.
+#[test]
+fn a_query_from_before_the_run_expires_unreported() {
+    for_each_build(loaded(trace_settings()), |mut kernel| {
+        kernel.run(
+            Direction::Ingress,
+            &query_frame(0x5152, "before.example", QTYPE_AAAA),
+        );
+        let table =
+            programs::take_queries(&mut kernel.ebpf).expect("the programs have a query table");
+        let mut unanswered =
+            UnansweredQueries::new(table, MonotonicClock::anchored_now(), monotonic_now_ns());
+        let mut expired = Vec::new();
+        unanswered
+            .take_expired(Duration::ZERO, &mut expired)
+            .expect("reading the query table");
+        assert!(expired.is_empty(), "not reported: {expired:?}");
+        assert_eq!(unanswered.expired_from_before, 1);
+        unanswered
+            .take_expired(Duration::ZERO, &mut expired)
+            .expect("reading the query table");
+        assert_eq!(unanswered.expired_from_before, 1, "taken out of the table");
+    });
+}
+
+#[test]
+fn an_answered_query_leaves_the_table_and_counts_for_its_server() {
+    for_each_build(loaded(trace_settings()), |mut kernel| {
+        // The query's direction, its ID, name and answer's rcode. Test runs are seen on loopback,
+        // watched on egress only: there a reply reaches its client in the same direction as the
+        // query left (the last).
+        for (asked, id, name, rcode) in [
+            (Direction::Ingress, 1, "www.example.test", 0),
+            (Direction::Ingress, 2, "nx.example.test", 3),
+            (Direction::Egress, 3, "lo.example.test", 0),
+        ] {
+            kernel.run(asked, &query_frame(id, name, QTYPE_A));
+            kernel.run(Direction::Egress, &answer_frame(id, name, QTYPE_A, rcode));
+        }
+
+        let mut expired = Vec::new();
+        kernel
+            .unanswered_queries()
+            .take_expired(Duration::ZERO, &mut expired)
+            .expect("reading the query table");
+        assert!(expired.is_empty(), "every query was answered: {expired:?}");
+
+        let servers =
+            crate::kernel::counters::read_servers(&kernel.ebpf).expect("reading the servers");
+        let [server] = servers.as_slice() else {
+            panic!("one server: {servers:?}");
+        };
+        assert_eq!(server.server, "10.96.0.10:53".parse().unwrap());
+        assert_eq!(server.answered, 3);
+        assert_eq!(
+            server.rcodes,
+            [(0, 2), (3, 1)].into_iter().collect(),
+            "NOERROR twice, NXDOMAIN once"
+        );
+        assert!(server.max > Duration::ZERO && server.p50 <= server.max);
+    });
+}
+
+/// A packet crossing a bridge is seen twice in a row on one CPU (at the port and at the bridge),
+/// and the second sighting takes the query table's answer from the first.
+#[test]
+fn a_packet_seen_again_further_on_leaves_its_query_as_the_first_sighting_left_it() {
+    for_each_build(loaded(trace_settings()), |mut kernel| {
+        let query = query_frame(4, "www.example.test", QTYPE_A);
+        kernel.run(Direction::Ingress, &query);
+        kernel.run(Direction::Egress, &query);
+        let mut expired = Vec::new();
+        kernel
+            .unanswered_queries()
+            .take_expired(Duration::ZERO, &mut expired)
+            .expect("reading the query table");
+        let [unanswered] = expired.as_slice() else {
+            panic!("one query in flight: {expired:?}");
+        };
+        assert_eq!(
+            unanswered.seen.direction,
+            Direction::Ingress,
+            "first seen there"
+        );
+
+        // Loopback's reply reaches its client at once (see the test above); seen again, it finds
+        // the query answered.
+        kernel.run(
+            Direction::Egress,
+            &query_frame(5, "www.example.test", QTYPE_A),
+        );
+        let answer = answer_frame(5, "www.example.test", QTYPE_A, 0);
+        kernel.run(Direction::Egress, &answer);
+        kernel.run(Direction::Ingress, &answer);
+        let servers =
+            crate::kernel::counters::read_servers(&kernel.ebpf).expect("reading the servers");
+        let [server] = servers.as_slice() else {
+            panic!("one server: {servers:?}");
+        };
+        assert_eq!(server.answered, 1, "one answer, seen twice");
+    });
+}
+
+#[test]
+fn a_reply_from_elsewhere_is_not_counted_as_its_servers_answer() {
+    for_each_build(loaded(trace_settings()), |mut kernel| {
+        kernel.run(
+            Direction::Ingress,
+            &query_frame(9, "www.example.test", QTYPE_A),
+        );
+        let from_pod = FrameSpec {
+            src: IpAddr::V4(Ipv4Addr::new(10, 244, 0, 3)),
+            dst: FrameSpec::default().src,
+            sport: 53,
+            dport: 40000,
+            payload: dns_response(9, "www.example.test", QTYPE_A),
+            ..FrameSpec::default()
+        }
+        .build();
+        kernel.run(Direction::Egress, &from_pod);
+        let servers =
+            crate::kernel::counters::read_servers(&kernel.ebpf).expect("reading the servers");
+        assert!(servers.is_empty(), "the client drops it: {servers:?}");
+    });
+}
