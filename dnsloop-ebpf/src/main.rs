@@ -7,28 +7,16 @@
 //! means "next program", or `XDP_PASS`, so dnsloop never changes the fate of a packet or of
 //! another program attached to the same hook.
 //!
-//! The programs only build for the BPF target (aya-build builds them from
-//! dnsloop-userspace/build.rs, with the nightly toolchain). A host build of the workspace
-//! (`cargo clippy --workspace`, `cargo build --workspace`) compiles this binary too: there it is
-//! an empty `main`, and every BPF-only item below is left out with `cfg(target_arch = "bpf")`.
-#![cfg_attr(target_arch = "bpf", no_std)]
-#![cfg_attr(target_arch = "bpf", no_main)]
+//! The programs only build for the BPF target: aya-build builds them from
+//! dnsloop-userspace/build.rs, with the nightly toolchain.
+#![no_std]
+#![no_main]
 // Atomic adds to shared map values: the BPF target has no compare-and-swap, so core offers no
 // `fetch_add`, but the kernel has an atomic add instruction, which this intrinsic compiles to.
-#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
-#![cfg_attr(
-    target_arch = "bpf",
-    expect(internal_features, reason = "core_intrinsics, for the atomic add")
-)]
+#![feature(core_intrinsics)]
+#![expect(internal_features, reason = "core_intrinsics, for the atomic add")]
 
-#[cfg(target_arch = "bpf")]
 #[macro_use]
 mod programs;
 
-/// The host stub: the programs need aya-ebpf and the BPF target's intrinsics, which a host
-/// build has neither of, and running this binary on the host means nothing.
-#[cfg(not(target_arch = "bpf"))]
-fn main() {}
-
-#[cfg(target_arch = "bpf")]
 entry_points!(programs::linux::Linux517);

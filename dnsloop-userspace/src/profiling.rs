@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use aya::{programs::SchedClassifier, Ebpf, TestRun as _, TestRunOptions};
-use dnsloop_ebpf::{
+use dnsloop_frames::{dns_query, dns_response, FrameSpec};
+use dnsloop_shared::{
     drop::DropLayout,
     names::{EGRESS_PROGRAM, INGRESS_PROGRAM},
     point::{Direction, ObservationPoint},
 };
-use dnsloop_frames::{dns_query, dns_response, FrameSpec};
 
 use dnsloop_core::points::LOOPBACK_INDEX;
 

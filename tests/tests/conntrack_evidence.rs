@@ -16,7 +16,7 @@ use dnsloop_core::{
     finding::{ConntrackEvidence, Dnat, Hop, LoopFinding, LoopId, UnexpectedSourceFinding},
     observation::{Namespace, Transport},
 };
-use dnsloop_ebpf::{parse::Probe, point::Direction};
+use dnsloop_shared::{parse::Probe, point::Direction};
 use dnsloop_tests::{
     netns,
     privilege::{self, Need},

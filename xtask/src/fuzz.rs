@@ -28,8 +28,8 @@ struct Target {
 const TARGETS: [Target; 2] = [
     Target {
         name: "parse_packet",
-        crate_dir: "dnsloop-ebpf/fuzz",
-        regression_test: "make it a test in dnsloop-ebpf/src/parse/tests/ that runs the parser \
+        crate_dir: "dnsloop-ebpf/shared/fuzz",
+        regression_test: "make it a test in dnsloop-ebpf/shared/tests/parse/ that runs the parser \
                           on its bytes as the target does, and copy it into the corpus",
     },
     Target {

@@ -1,12 +1,12 @@
-//! Crafted frames and DNS messages for tests: the parser's own (`dnsloop-ebpf`'s `parse::tests`,
-//! which compile this file as a module of theirs: see `dnsloop-ebpf/Cargo.toml`), userspace's runs
-//! of the real kernel programs on them, and the kernel programs' profile (`cargo xtask bench`).
+//! Crafted frames and DNS messages for tests: the parser's own (`dnsloop-shared`'s
+//! `tests/parse`), userspace's runs of the real kernel programs on them, and the kernel programs'
+//! profile (`cargo xtask bench`).
 //!
 //! Only for tests and measurements, so the helpers panic on inputs no test should give them.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use dnsloop_ebpf::parse::{IpFamily, LinkLayer, Segment, Transport};
+use dnsloop_shared::parse::{IpFamily, LinkLayer, Segment, Transport};
 
 pub const QTYPE_A: u16 = 1;
 pub const QTYPE_HINFO: u16 = 13;

@@ -1,5 +1,5 @@
 //! Per-CPU counters: no atomics needed, userspace sums the CPUs.
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     counter::{malformed_counter_slot, Counter},
     parse::Malformed,
 };

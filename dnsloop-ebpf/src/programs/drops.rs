@@ -9,7 +9,7 @@ use aya_ebpf::{
     helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf},
     programs::RawTracePointContext,
 };
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     counter::Counter,
     drop::{
         reason_slot, DropLayout, DropRecord, DROP_SNAP_MAX, LOCATION_ARGUMENT, REASON_ARGUMENT,

@@ -11,7 +11,7 @@ macro_rules! entry_points {
             macros::{classifier, xdp},
             programs::{RawTracePointContext, TcContext, XdpContext},
         };
-        use dnsloop_ebpf::point::Direction;
+        use dnsloop_shared::point::Direction;
 
         #[classifier]
         pub fn dnsloop_ingress(ctx: TcContext) -> i32 {

@@ -5,7 +5,7 @@
 //! userspace says so (the node's own addresses: node-local-dns listens on a link-local address
 //! and forwards from the node's). Loopback always is: only local resolvers ask over it twice.
 use aya_ebpf::bindings::BPF_NOEXIST;
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     forwarder::ForwarderKey,
     parse::{IpFamily, Segment},
 };

@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use core::mem::MaybeUninit;
 
-use dnsloop_ebpf::parse::{PacketBytes, DNS_BUF_LEN};
+use dnsloop_shared::parse::{PacketBytes, DNS_BUF_LEN};
 
 use super::maps::{self, DNS_BUFFER};
 

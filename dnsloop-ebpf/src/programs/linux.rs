@@ -5,7 +5,7 @@
 use core::ops::ControlFlow;
 
 use aya_ebpf::helpers::generated::bpf_loop;
-use dnsloop_ebpf::parse::{
+use dnsloop_shared::parse::{
     parse_dns_with, ByteWalk, DnsHeader, DnsSummary, Malformed, Message, NameWalk, NameWalker,
     Question, DNS_BUF_LEN, MAX_NAME_LABEL_STEPS, MAX_TCP_MESSAGES,
 };

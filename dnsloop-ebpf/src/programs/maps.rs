@@ -4,7 +4,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, LruHashMap, PerCpuArray, RingBuf},
 };
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     config::ProgramConfig,
     counter::COUNTER_SLOTS,
     drop::{DropLayout, DropRecord, DROP_REASON_SLOTS},

@@ -14,7 +14,7 @@ mod questions;
 mod stream;
 
 use aya_ebpf::helpers::bpf_ktime_get_ns;
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     counter::Counter,
     parse::{
         classify, tcp_framing, udp_message, DnsHeader, DnsMessageRef, DnsSummary, LinkLayer,

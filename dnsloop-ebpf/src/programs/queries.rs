@@ -4,7 +4,7 @@
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::bindings::BPF_NOEXIST;
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     latency_buckets,
     parse::{Question, Segment},
     query::{QueryKey, QueryState},

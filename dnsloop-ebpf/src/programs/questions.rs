@@ -1,7 +1,7 @@
 //! The question table: which questions are coming back into a namespace that forwarded them
 //! (see `QuestionState`).
 use aya_ebpf::bindings::BPF_NOEXIST;
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     parse::Question,
     question::{Heat, QuerySighting, QuestionKey, Sighting, PRIOR_SIGHTINGS},
     stores,

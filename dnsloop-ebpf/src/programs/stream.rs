@@ -3,7 +3,7 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::bpf_ktime_get_ns,
 };
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     counter::Counter,
     parse::LinkLayer,
     point::ObservationPoint,

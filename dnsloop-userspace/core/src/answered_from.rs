@@ -113,7 +113,7 @@ mod tests {
         query, reply, spot, Spot, CLIENT_IN, CLIENT_OUT, COREDNS, COREDNS_IN, COREDNS_LO,
         COREDNS_OUT, NODE_FROM_BRIDGE, NODE_LO, NODE_TO_BRIDGE,
     };
-    use dnsloop_ebpf::point::Direction::{Egress, Ingress};
+    use dnsloop_shared::point::Direction::{Egress, Ingress};
 
     const NAME: &str = "www.example.test.";
     /// Where a capture of every interface places what it sees, by the addresses: the

@@ -6,11 +6,11 @@
 //! the shared parser's reading of the header and first question is used instead.
 use std::{net::SocketAddr, sync::Arc, time::SystemTime};
 
-use dnsloop_ebpf::parse::{
+use dnsloop_shared::parse::{
     classify, parse_dns, refused_query, tcp_framing, udp_message, DnsMessageRef, DnsPorts,
     IpFamily, LinkLayer, Malformed, PacketClass, Segment, SlicePacket, Unreachable, DNS_BUF_LEN,
 };
-use dnsloop_ebpf::point::Direction;
+use dnsloop_shared::point::Direction;
 use hickory_proto::{op::Message, serialize::binary::BinDecodable};
 
 use crate::{
@@ -277,7 +277,7 @@ impl Decoder {
                 qtype: query.qtype,
                 qclass: query.qclass,
             }),
-            probe: dnsloop_ebpf::parse::Probe::None,
+            probe: dnsloop_shared::parse::Probe::None,
             // The table keeps the question, not the message.
             size: 0,
             partial: false,
@@ -343,7 +343,7 @@ struct DecodedMessage {
     opcode: u8,
     rcode: u16,
     question: Option<Question>,
-    probe: dnsloop_ebpf::parse::Probe,
+    probe: dnsloop_shared::parse::Probe,
 }
 
 fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
@@ -387,6 +387,6 @@ fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
         probe: summary
             .question
             .map(|question| question.probe)
-            .unwrap_or(dnsloop_ebpf::parse::Probe::None),
+            .unwrap_or(dnsloop_shared::parse::Probe::None),
     })
 }

@@ -10,7 +10,7 @@ use std::{
     time::SystemTime,
 };
 
-use dnsloop_ebpf::{parse::Probe, point::Direction};
+use dnsloop_shared::{parse::Probe, point::Direction};
 
 /// A network namespace as the analyzers see it, named for people: `node`, `pod 10.244.0.3`,
 /// `upstream`. Two observations are in the same namespace exactly when their names are equal.
@@ -88,7 +88,7 @@ pub struct DroppedMessage {
 }
 
 /// The parser's own: one type names a packet's transport from the kernel to the sinks.
-pub use dnsloop_ebpf::parse::Transport;
+pub use dnsloop_shared::parse::Transport;
 
 /// A domain name as it was sent: uncompressed wire format, root label included, case preserved.
 #[derive(Clone)]

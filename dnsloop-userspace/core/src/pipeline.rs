@@ -8,7 +8,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::parse::Malformed;
+use dnsloop_shared::parse::Malformed;
 use thiserror::Error;
 
 use crate::{

@@ -16,7 +16,7 @@ use std::{
     sync::Arc,
 };
 
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     parse::LinkLayer,
     point::{mac_word, via_gateway, Direction, ObservationPoint, PointNamespaces, MAC_HEADER_LEN},
 };

@@ -15,7 +15,7 @@ use std::{
 };
 
 use anyhow::{ensure, Context as _};
-use dnsloop_ebpf::{parse::DnsPorts, point::Direction};
+use dnsloop_shared::{parse::DnsPorts, point::Direction};
 
 use clap::Args;
 use dnsloop_core::sink::OutputFormat;

@@ -11,7 +11,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use dnsloop_ebpf::parse::DnsPorts;
+use dnsloop_shared::parse::DnsPorts;
 
 use clap::Args;
 use dnsloop_core::sink::OutputFormat;
@@ -59,7 +59,7 @@ pub struct CaptureArgs {
     pub max_bytes: u64,
 
     /// Bytes of each packet to keep, from the start of the frame (64-2048).
-    #[arg(long, value_name = "BYTES", default_value_t = dnsloop_ebpf::record::PACKET_SNAP_MAX)]
+    #[arg(long, value_name = "BYTES", default_value_t = dnsloop_shared::record::PACKET_SNAP_MAX)]
     pub snap_len: usize,
 
     /// Output format of the findings printed while capturing.

@@ -8,7 +8,7 @@ pub mod trace;
 
 use clap::{builder::PossibleValue, error::ErrorKind, ArgMatches};
 use dnsloop_core::sink::OutputFormat;
-use dnsloop_ebpf::parse::MAX_DNS_PORTS;
+use dnsloop_shared::parse::MAX_DNS_PORTS;
 
 /// `--output`: text for a person at a terminal, JSON lines for a log shipper.
 pub fn output_format() -> impl clap::builder::TypedValueParser<Value = OutputFormat> {

@@ -21,7 +21,7 @@ use aya::{
     util::KernelVersion,
     Ebpf,
 };
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     names::{EGRESS_PROGRAM, INGRESS_PROGRAM},
     point::Direction,
 };

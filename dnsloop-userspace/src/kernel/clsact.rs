@@ -5,7 +5,7 @@
 use std::io;
 
 use aya::programs::tc::{self, TcError};
-use dnsloop_ebpf::point::Direction;
+use dnsloop_shared::point::Direction;
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
 };
@@ -259,7 +259,7 @@ fn tc_message(index: u32) -> TcMessage {
 
 #[cfg(test)]
 mod tests {
-    use dnsloop_ebpf::names::{EGRESS_PROGRAM, INGRESS_PROGRAM};
+    use dnsloop_shared::names::{EGRESS_PROGRAM, INGRESS_PROGRAM};
 
     use super::*;
 

@@ -3,7 +3,7 @@ use aya::{
     maps::{MapError, PerCpuArray},
     Ebpf,
 };
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     counter::{malformed_counter_slot, Counter},
     names::{COUNTERS_MAP, POINT_COUNTERS_MAP},
     parse::Malformed,

@@ -15,7 +15,7 @@ use aya::{
 use btfparse::{Offset, Readable, TypeInformation, TypeVariant};
 use bytes::Bytes;
 use dnsloop_core::{points::InterfaceRef, source::DroppedPacket};
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     drop::{reason_slot, DropLayout, DropRecord, DROP_REASON_SLOTS, DROP_SNAP_MAX, UNKNOWN_REASON},
     names::{DROPS_MAP, DROP_PROGRAM, DROP_REASONS_MAP},
 };

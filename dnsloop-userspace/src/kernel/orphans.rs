@@ -13,7 +13,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     names::{EGRESS_PROGRAM, INGRESS_PROGRAM},
     point::Direction,
 };

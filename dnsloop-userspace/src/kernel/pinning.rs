@@ -33,7 +33,9 @@ use std::{
 use aya::maps::{MapInfo, MapType};
 use thiserror::Error;
 
-use dnsloop_ebpf::names::{COUNTERS_MAP, POINTS_MAP, POINT_COUNTERS_MAP, QUERIES_MAP, SERVERS_MAP};
+use dnsloop_shared::names::{
+    COUNTERS_MAP, POINTS_MAP, POINT_COUNTERS_MAP, QUERIES_MAP, SERVERS_MAP,
+};
 
 /// The maps `--pin` keeps (see the module's documentation for why these).
 pub const PINNED_MAPS: [&str; 5] = [

@@ -4,12 +4,12 @@ use aya::{
     maps::{Array, MapData, MapError, PerCpuArray, PerCpuValues},
     Ebpf,
 };
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     names::{POINTS_MAP, POINT_COUNTERS_MAP},
     point::{ObservationPoint, PointCounters, PointSlot, POINT_CANDIDATES, POINT_SLOTS},
 };
 #[cfg(any(test, feature = "profiling"))]
-use dnsloop_ebpf::{parse::LinkLayer, point::PointNamespaces};
+use dnsloop_shared::{parse::LinkLayer, point::PointNamespaces};
 
 use dnsloop_core::points::KernelPoint;
 

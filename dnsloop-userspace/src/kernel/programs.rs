@@ -9,7 +9,7 @@ use aya::{
 };
 use std::{net::IpAddr, sync::OnceLock};
 
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     config::ProgramConfig,
     drop::DropLayout,
     forwarder::ForwarderKey,
@@ -472,7 +472,7 @@ mod tests {
         use std::collections::BTreeSet;
 
         use aya_obj::EbpfSectionKind;
-        use dnsloop_ebpf::names::{MAPS, PROGRAMS};
+        use dnsloop_shared::names::{MAPS, PROGRAMS};
         for build in Build::ALL {
             let object = aya_obj::Object::parse(build.object()).expect("the object parses");
             let programs: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();

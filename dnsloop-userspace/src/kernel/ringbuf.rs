@@ -7,7 +7,7 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use bytes::BytesMut;
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     parse::Transport,
     point::Direction,
     question::Sighting,

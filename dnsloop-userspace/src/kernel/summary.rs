@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use dnsloop_core::schema::{InterfaceCount, KernelSummary, SummarySource};
-use dnsloop_ebpf::counter::Counter;
+use dnsloop_shared::counter::Counter;
 
 use crate::kernel::{
     counters::{GlobalCounts, PointCount},
@@ -55,7 +55,7 @@ pub fn summary_extra(
 
 #[cfg(test)]
 mod tests {
-    use dnsloop_ebpf::{parse::Malformed, point::Direction};
+    use dnsloop_shared::{parse::Malformed, point::Direction};
 
     use super::*;
 

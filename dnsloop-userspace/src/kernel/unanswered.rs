@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use aya::maps::{HashMap, MapData, MapError};
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     parse::Transport,
     query::{QueryEntry, QueryKey},
 };
@@ -128,7 +128,7 @@ fn unanswered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dnsloop_ebpf::{parse::IpFamily, point::Direction, query::QueryState};
+    use dnsloop_shared::{parse::IpFamily, point::Direction, query::QueryState};
 
     #[test]
     fn an_entry_becomes_the_query_it_holds() {

@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     counter::Counter, latency_buckets::LATENCY_BUCKETS, parse::Malformed, server::ServerStats,
 };
 use prometheus_client::{

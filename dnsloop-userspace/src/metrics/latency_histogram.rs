@@ -1,6 +1,6 @@
-//! The kernel's fine latency buckets (about 190, see `dnsloop_ebpf::latency_buckets`) folded into the
+//! The kernel's fine latency buckets (about 190, see `dnsloop_shared::latency_buckets`) folded into the
 //! few fixed `le` buckets a Prometheus histogram has.
-use dnsloop_ebpf::latency_buckets::{upper_edge, LATENCY_BUCKETS};
+use dnsloop_shared::latency_buckets::{upper_edge, LATENCY_BUCKETS};
 
 /// The `le` bounds, in microseconds: 0.5 ms to 5 s, then +Inf.
 const BOUNDS_MICROS: [u64; 13] = [
@@ -51,7 +51,7 @@ pub fn coarse(kernel_counts: &[u64; LATENCY_BUCKETS]) -> Coarse {
 
 #[cfg(test)]
 mod tests {
-    use dnsloop_ebpf::latency_buckets::bucket;
+    use dnsloop_shared::latency_buckets::bucket;
 
     use super::*;
 

@@ -3,7 +3,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     counter::Counter,
     latency_buckets::bucket,
     parse::{Malformed, Probe},

@@ -25,7 +25,7 @@ use dnsloop_core::{
     sink::Sink,
     source::{DroppedPacket, RawPacket, UnansweredQuery},
 };
-use dnsloop_ebpf::{drop::DropLayout, parse::DnsPorts};
+use dnsloop_shared::{drop::DropLayout, parse::DnsPorts};
 use futures::{Stream, StreamExt as _};
 use tokio::{
     signal::unix::{signal, SignalKind},

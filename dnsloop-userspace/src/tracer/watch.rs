@@ -5,7 +5,7 @@ use std::{collections::HashMap, net::IpAddr, time::Instant};
 use anyhow::Context as _;
 use aya::Ebpf;
 
-use dnsloop_ebpf::point::{Direction, ObservationPoint, POINT_CANDIDATES, POINT_SLOTS};
+use dnsloop_shared::point::{Direction, ObservationPoint, POINT_CANDIDATES, POINT_SLOTS};
 
 use crate::{
     kernel::attach::{AttachError, Attachments},
@@ -19,7 +19,7 @@ use dnsloop_core::{
     observation::{DropPlace, Namespace},
     points::{InterfaceRef, LinkDescription, PointMap, Role, LOOPBACK_INDEX, NODE},
 };
-use dnsloop_ebpf::parse::LinkLayer;
+use dnsloop_shared::parse::LinkLayer;
 
 pub struct Watch {
     ebpf: Ebpf,
@@ -518,7 +518,7 @@ fn link_layer(link: &Link) -> LinkLayer {
 #[cfg(test)]
 mod tests {
     use dnsloop_core::points::{InterfaceRef, Seen};
-    use dnsloop_ebpf::point::Direction;
+    use dnsloop_shared::point::Direction;
 
     use super::*;
 

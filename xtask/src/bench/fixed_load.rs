@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use dnsloop_ebpf::names::{kernel_name, DROP_PROGRAM, EGRESS_PROGRAM, INGRESS_PROGRAM};
+use dnsloop_shared::names::{kernel_name, DROP_PROGRAM, EGRESS_PROGRAM, INGRESS_PROGRAM};
 use serde_json::Value;
 
 use super::{

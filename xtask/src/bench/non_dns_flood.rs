@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use anyhow::Result;
-use dnsloop_ebpf::names::{kernel_name, DROP_PROGRAM};
+use dnsloop_shared::names::{kernel_name, DROP_PROGRAM};
 use dnsloop_tests::lab::Pod;
 
 use super::{

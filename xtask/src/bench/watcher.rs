@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
-use dnsloop_ebpf::names::{kernel_name, EGRESS_PROGRAM, INGRESS_PROGRAM, XDP_INGRESS_PROGRAM};
+use dnsloop_shared::names::{kernel_name, EGRESS_PROGRAM, INGRESS_PROGRAM, XDP_INGRESS_PROGRAM};
 use dnsloop_tests::tracer::READY_MARKER;
 use serde_json::Value;
 

@@ -1,7 +1,7 @@
 //! What a guest reported on its serial console, between its marker lines, and the check that
 //! it showed everything dnsloop must do on that kernel.
 use anyhow::{ensure, Context as _, Result};
-use dnsloop_ebpf::names::{kernel_name, EGRESS_PROGRAM};
+use dnsloop_shared::names::{kernel_name, EGRESS_PROGRAM};
 use serde_json::Value;
 
 use super::{Hook, Target, MARKER, QUERY_NAMES};

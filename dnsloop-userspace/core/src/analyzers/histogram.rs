@@ -1,7 +1,7 @@
 //! A latency histogram of fixed size: a few kilobytes per server, whatever the traffic.
 use std::time::Duration;
 
-use dnsloop_ebpf::latency_buckets::{bucket, upper_edge, LATENCY_BUCKETS as BUCKETS, MAX_MICROS};
+use dnsloop_shared::latency_buckets::{bucket, upper_edge, LATENCY_BUCKETS as BUCKETS, MAX_MICROS};
 
 pub struct Histogram {
     counts: Box<[u64; BUCKETS]>,

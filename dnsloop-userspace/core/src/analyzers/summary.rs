@@ -93,10 +93,10 @@ impl ServerSummary {
     }
 
     /// A server's answers as the kernel counted them: latencies in the shared buckets
-    /// (`dnsloop_ebpf::latency_buckets`), the slowest, and answers per rcode.
+    /// (`dnsloop_shared::latency_buckets`), the slowest, and answers per rcode.
     pub fn from_kernel_counts(
         server: SocketAddr,
-        latency: &[u64; dnsloop_ebpf::latency_buckets::LATENCY_BUCKETS],
+        latency: &[u64; dnsloop_shared::latency_buckets::LATENCY_BUCKETS],
         max: Duration,
         rcodes: BTreeMap<u16, u64>,
     ) -> Self {

@@ -21,7 +21,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     parse::{
         classify, tcp_framing, udp_message, DnsPorts, IpFamily, LinkLayer, PacketClass,
         SlicePacket, Transport,
@@ -420,7 +420,7 @@ fn io_error(error: PcapError) -> io::Error {
 mod tests {
     use std::process::Command;
 
-    use dnsloop_ebpf::parse::Probe;
+    use dnsloop_shared::parse::Probe;
     use pcap_file::pcapng::{Block, PcapNgReader};
 
     use super::*;

@@ -99,7 +99,7 @@ fn has_one_service(backend: IpAddr, translations: &[Dnat]) -> bool {
 mod tests {
     use std::{net::SocketAddr, sync::Arc, time::SystemTime};
 
-    use dnsloop_ebpf::point::Direction;
+    use dnsloop_shared::point::Direction;
 
     use super::*;
     use crate::observation::Transport;

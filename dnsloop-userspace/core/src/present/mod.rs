@@ -4,7 +4,7 @@
 pub mod mnemonic;
 pub mod time;
 
-use dnsloop_ebpf::parse::Probe;
+use dnsloop_shared::parse::Probe;
 
 /// The name of a loop-detection probe, `None` for an ordinary question.
 pub(crate) fn probe_name(probe: Probe) -> Option<&'static str> {

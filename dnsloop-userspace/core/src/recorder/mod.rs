@@ -26,7 +26,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::parse::DnsPorts;
+use dnsloop_shared::parse::DnsPorts;
 use thiserror::Error;
 
 use crate::{

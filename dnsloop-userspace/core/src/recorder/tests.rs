@@ -1,4 +1,4 @@
-use dnsloop_ebpf::parse::{LinkLayer, Probe};
+use dnsloop_shared::parse::{LinkLayer, Probe};
 
 use super::*;
 use crate::{

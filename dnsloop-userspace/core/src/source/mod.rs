@@ -11,7 +11,7 @@ use crate::{
     observation::DnsName,
     points::{InterfaceRef, Seen},
 };
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     parse::{IpFamily, LinkLayer},
     point::Direction,
 };

@@ -34,7 +34,7 @@
 //! the fuzzer found.
 use std::time::{Duration, SystemTime};
 
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     parse::{DnsPorts, IpFamily, LinkLayer},
     point::Direction,
 };

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::{parse::Probe, point::Direction};
+use dnsloop_shared::{parse::Probe, point::Direction};
 
 use crate::{
     analyzers::{packet::MessageKey, Analyzer},

@@ -2,7 +2,7 @@
 //! read back, and what the output reference checks every printed field against.
 use std::io;
 
-use dnsloop_ebpf::parse::Probe;
+use dnsloop_shared::parse::Probe;
 use serde_json::Value;
 
 use super::{observations::*, samples::*};

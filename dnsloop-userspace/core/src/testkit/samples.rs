@@ -4,11 +4,11 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::{
+use dnsloop_frames::{dns_query, FrameSpec, QTYPE_A};
+use dnsloop_shared::{
     parse::{LinkLayer, Probe},
     point::Direction,
 };
-use dnsloop_frames::{dns_query, FrameSpec, QTYPE_A};
 
 use super::observations::*;
 use crate::{
@@ -363,8 +363,8 @@ pub fn malformed_sample() -> crate::decode::MalformedSample {
     crate::decode::MalformedSample {
         ts: std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(43_201_500),
         ifname: "cni0".into(),
-        direction: dnsloop_ebpf::point::Direction::Ingress,
-        reason: dnsloop_ebpf::parse::Malformed::DnsCompressionPointer,
+        direction: dnsloop_shared::point::Direction::Ingress,
+        reason: dnsloop_shared::parse::Malformed::DnsCompressionPointer,
         addresses: Some((
             "10.244.0.2:41234".parse().expect("an address"),
             "10.96.0.10:53".parse().expect("an address"),

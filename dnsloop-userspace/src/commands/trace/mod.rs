@@ -57,7 +57,7 @@ pub struct TraceArgs {
     pub slow: Option<Duration>,
 
     /// Bytes of each streamed packet to keep, from the start of the frame (64-2048).
-    #[arg(long, value_name = "BYTES", default_value_t = dnsloop_ebpf::record::PACKET_SNAP_MAX)]
+    #[arg(long, value_name = "BYTES", default_value_t = dnsloop_shared::record::PACKET_SNAP_MAX)]
     pub snap_len: usize,
 
     /// Questions the kernel remembers to see one come back into a namespace that forwarded it

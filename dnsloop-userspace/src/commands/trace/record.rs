@@ -19,7 +19,7 @@ use dnsloop_core::{
     sink::{NodeName, Sink},
     source::RawPacket,
 };
-use dnsloop_ebpf::parse::DnsPorts;
+use dnsloop_shared::parse::DnsPorts;
 
 use crate::tracer::{self, Tap, Tapped, Tracer};
 

@@ -1,13 +1,13 @@
 //! What the programs count: packets and DNS packets, per point and in all, malformed frames by
 //! reason, fragments; and packets at a point the programs were not told of.
 use aya::{TestRun as _, TestRunOptions};
-use dnsloop_ebpf::{
+use dnsloop_frames::*;
+use dnsloop_shared::{
     counter::Counter,
     parse::{LinkLayer, Malformed},
     point::{Direction, ObservationPoint, PointCounters, PointSlot, POINT_SLOTS},
     record::{StreamReason, PACKET_SNAP_MAX},
 };
-use dnsloop_frames::*;
 
 use crate::kernel::{
     point_table::ethernet_point,

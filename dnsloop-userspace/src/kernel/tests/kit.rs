@@ -4,7 +4,8 @@ use aya::{
     maps::{MapData, PerCpuArray, RingBuf},
     Ebpf, TestRun as _, TestRunOptions,
 };
-use dnsloop_ebpf::{
+use dnsloop_frames::*;
+use dnsloop_shared::{
     counter::Counter,
     drop::DropLayout,
     names::{EGRESS_PROGRAM, INGRESS_PROGRAM, POINT_COUNTERS_MAP},
@@ -12,7 +13,6 @@ use dnsloop_ebpf::{
     point::{mac_word, Direction, ObservationPoint, PointCounters, PointNamespaces},
     record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
 };
-use dnsloop_frames::*;
 
 use dnsloop_tests::privilege::{self, Need};
 

@@ -2,8 +2,8 @@
 //! then on, through a bridge too; a popular question forwarded for many clients is not.
 use std::net::{IpAddr, Ipv4Addr};
 
-use dnsloop_ebpf::{counter::Counter, point::Direction, record::StreamReason};
 use dnsloop_frames::*;
+use dnsloop_shared::{counter::Counter, point::Direction, record::StreamReason};
 
 use crate::kernel::{
     clock::monotonic_now_ns,

@@ -1,11 +1,11 @@
 //! What the parser walks besides a UDP datagram over IPv4 and Ethernet: TCP segments, IPv6
 //! extension headers, VLAN tags, and interfaces without Ethernet.
-use dnsloop_ebpf::{
+use dnsloop_frames::*;
+use dnsloop_shared::{
     counter::Counter,
     point::Direction,
     record::{StreamReason, PACKET_SNAP_MAX},
 };
-use dnsloop_frames::*;
 
 use super::kit::*;
 

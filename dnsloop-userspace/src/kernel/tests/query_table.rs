@@ -5,8 +5,8 @@ use std::{
     time::Duration,
 };
 
-use dnsloop_ebpf::point::Direction;
 use dnsloop_frames::*;
+use dnsloop_shared::point::Direction;
 
 use crate::kernel::{
     clock::{monotonic_now_ns, MonotonicClock},

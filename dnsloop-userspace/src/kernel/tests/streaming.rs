@@ -2,8 +2,8 @@
 //! packets, and every packet with `--packets`.
 use std::time::Duration;
 
-use dnsloop_ebpf::{counter::Counter, point::Direction, record::StreamReason};
 use dnsloop_frames::*;
+use dnsloop_shared::{counter::Counter, point::Direction, record::StreamReason};
 
 use crate::kernel::clock::monotonic_now_ns;
 

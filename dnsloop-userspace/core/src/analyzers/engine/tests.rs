@@ -1,4 +1,4 @@
-use dnsloop_ebpf::{parse::Probe, point::Direction};
+use dnsloop_shared::{parse::Probe, point::Direction};
 
 use super::*;
 use crate::{analyzers::summary::TimeoutCounts, points::NODE, testkit::observations::*};

@@ -1,7 +1,7 @@
 //! Deciding whether a delivered query closed a forwarding cycle.
 use std::time::{Duration, SystemTime};
 
-use dnsloop_ebpf::parse::Probe;
+use dnsloop_shared::parse::Probe;
 
 use super::flight::{Flight, FlightId, Flights};
 use crate::observation::Namespace;

@@ -1,7 +1,7 @@
 //! Turning a cycle into a finding a person can act on.
 use std::{net::IpAddr, time::SystemTime};
 
-use dnsloop_ebpf::parse::Probe;
+use dnsloop_shared::parse::Probe;
 
 use crate::{
     analyzers::packet::QuestionKey,

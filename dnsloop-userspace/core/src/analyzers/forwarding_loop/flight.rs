@@ -5,7 +5,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::parse::Probe;
+use dnsloop_shared::parse::Probe;
 
 use crate::{
     analyzers::{

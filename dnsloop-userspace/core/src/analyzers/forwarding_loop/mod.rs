@@ -33,7 +33,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::parse::Probe;
+use dnsloop_shared::parse::Probe;
 
 pub use self::flight::{Flight, FlightId};
 use self::{describe::LoopKey, flight::Flights};

@@ -1,6 +1,6 @@
 use std::collections::BTreeSet;
 
-use dnsloop_ebpf::parse::Probe;
+use dnsloop_shared::parse::Probe;
 
 use serde_json::{json, Value};
 
@@ -355,7 +355,7 @@ fn strings_are_written_as_serde_json_writes_them() {
 
 #[test]
 fn every_mnemonic_is_a_json_string_as_it_is() {
-    use dnsloop_ebpf::point::Direction;
+    use dnsloop_shared::point::Direction;
 
     use crate::observation::Transport;
 

@@ -1,4 +1,4 @@
-use dnsloop_ebpf::parse::Probe;
+use dnsloop_shared::parse::Probe;
 
 use super::*;
 use crate::{

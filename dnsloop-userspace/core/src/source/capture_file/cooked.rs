@@ -5,7 +5,7 @@
 //! address (8), protocol (2). v2 (`LINKTYPE_LINUX_SLL2`, 20 bytes): protocol (2), reserved (2),
 //! interface index (4), hardware type (2), packet type (1), address length (1), address (8).
 //! Both big-endian.
-use dnsloop_ebpf::point::Direction;
+use dnsloop_shared::point::Direction;
 
 pub const LINKTYPE_LINUX_SLL: u32 = 113;
 pub const LINKTYPE_LINUX_SLL2: u32 = 276;

@@ -24,7 +24,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::{parse::LinkLayer, point::Direction};
+use dnsloop_shared::{parse::LinkLayer, point::Direction};
 use pcap_file::{
     pcap::{PcapHeader, PcapReader},
     pcapng::{

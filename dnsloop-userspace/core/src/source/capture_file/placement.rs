@@ -32,7 +32,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::{
+use dnsloop_shared::{
     parse::{classify, DnsPorts, IpFamily, LinkLayer, PacketClass, SlicePacket},
     point::Direction,
 };

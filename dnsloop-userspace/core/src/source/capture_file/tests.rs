@@ -7,11 +7,11 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_ebpf::{
+use dnsloop_frames::{dns_query, FrameSpec, QTYPE_A};
+use dnsloop_shared::{
     parse::{DnsPorts, LinkLayer},
     point::Direction,
 };
-use dnsloop_frames::{dns_query, FrameSpec, QTYPE_A};
 use pcap_file::{
     pcap::{PcapHeader, PcapPacket, PcapWriter},
     pcapng::{

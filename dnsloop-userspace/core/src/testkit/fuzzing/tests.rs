@@ -8,11 +8,11 @@
 //! test here, as every input of the corpus is.
 use std::{net::IpAddr, path::Path};
 
-use dnsloop_ebpf::point::Direction;
 use dnsloop_frames::{
     address_slot, dns_query, dns_query_wire, dns_response, icmp_frame, tcp_stream, v6, FrameSpec,
     QTYPE_A, QTYPE_HINFO, QTYPE_TXT,
 };
+use dnsloop_shared::point::Direction;
 
 use super::*;
 

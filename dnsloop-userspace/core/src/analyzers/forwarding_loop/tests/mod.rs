@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use dnsloop_ebpf::{parse::Probe, point::Direction};
+use dnsloop_shared::{parse::Probe, point::Direction};
 
 use super::ForwardingLoops;
 use crate::{

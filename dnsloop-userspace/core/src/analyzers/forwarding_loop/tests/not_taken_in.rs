@@ -4,7 +4,7 @@
 //! question it was sent, unless the analyzer knows nothing received it.
 use std::time::SystemTime;
 
-use dnsloop_ebpf::point::Direction;
+use dnsloop_shared::point::Direction;
 
 use super::{analyzer, crossing, NAME};
 use crate::{

@@ -1,6 +1,7 @@
 //! Everything the kernel programs and userspace must agree on: the `no_std` packet/DNS parser,
 //! the `#[repr(C)]` records and map keys that cross the kernel boundary (one module per table or
-//! record), and the names the programs and maps have in the BPF object.
+//! record), the question table's state machine that finds a loop, and the names the programs
+//! and maps have in the BPF object.
 //!
 //! The same source compiles for `bpfel-unknown-none` (inside the programs) and for the host
 //! (userspace decoding, unit/property tests, fuzzing), so there is exactly one parser.
@@ -9,10 +10,6 @@
 //! both sides and no uninitialised byte ever reaches userspace; with feature `user` each is also
 //! an `aya::Pod`.
 #![cfg_attr(not(test), no_std)]
-
-// For dnsloop-frames' source, compiled into the parser's tests (see Cargo.toml).
-#[cfg(test)]
-extern crate self as dnsloop_ebpf;
 
 /// Makes shared records `aya::Pod` for userspace (feature `user`).
 #[cfg(feature = "user")]

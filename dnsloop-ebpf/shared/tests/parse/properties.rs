@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use proptest::prelude::*;
 
 use super::common::*;
-use crate::parse::{
+use dnsloop_shared::parse::{
     classify, name_hash, parse_dns, parse_dns_with, tcp_framing, ByteWalk, DnsPorts, LinkLayer,
     NameWalk, PacketClass, Probe, Segment, SlicePacket, Transport, DNS_BUF_LEN,
 };

@@ -1,7 +1,7 @@
 //! `classify` on crafted frames: every link layer, IP and transport branch.
 
 use super::common::*;
-use crate::parse::{
+use dnsloop_shared::parse::{
     classify, DnsPorts, IpFamily, LinkLayer, Malformed, PacketClass, Skip, SlicePacket,
     TooManyDnsPorts, Transport,
 };

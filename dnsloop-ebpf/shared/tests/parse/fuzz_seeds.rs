@@ -1,11 +1,11 @@
 //! The seed corpus of the `parse_packet` fuzz target: crafted frames that reach every layer.
 //!
-//! Regenerate with `cargo test -p dnsloop-ebpf --lib -- --ignored write_fuzz_seed_corpus`.
+//! Regenerate with `cargo test -p dnsloop-shared --test parse -- --ignored write_fuzz_seed_corpus`.
 
 use std::path::Path;
 
 use super::common::*;
-use crate::parse::LinkLayer;
+use dnsloop_shared::parse::LinkLayer;
 use ExtensionHeader::*;
 
 fn seeds() -> Vec<(&'static str, Vec<u8>)> {
@@ -37,7 +37,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                 vlan_tags: 2,
                 ipv6_extensions: extensions,
                 tcp_options,
-                transport: crate::parse::Transport::Tcp,
+                transport: dnsloop_shared::parse::Transport::Tcp,
                 payload: tcp_stream(&[&query, &second]),
                 ..FrameSpec::default()
             }
@@ -85,7 +85,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
 }
 
 #[test]
-#[ignore = "writes dnsloop-ebpf/fuzz/corpus/parse_packet; run it on purpose"]
+#[ignore = "writes dnsloop-ebpf/shared/fuzz/corpus/parse_packet; run it on purpose"]
 fn write_fuzz_seed_corpus() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/parse_packet");
     std::fs::create_dir_all(&dir).unwrap();

@@ -4,7 +4,7 @@
 //! The input is also parsed as a bare DNS message, which reaches deep into `parse_dns` faster.
 #![no_main]
 
-use dnsloop_ebpf::parse::{
+use dnsloop_shared::parse::{
     classify, name_hash, parse_dns, refused_query, tcp_framing, udp_message, DnsMessageRef,
     DnsPorts, LinkLayer, PacketClass, Segment, SlicePacket, Transport, DNS_BUF_LEN,
     MAX_TCP_MESSAGES,

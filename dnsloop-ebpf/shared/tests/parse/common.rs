@@ -1,8 +1,8 @@
 //! The full parse pipeline, shared by the parser's tests, with the frame builders they are fed
 //! (dnsloop-frames', shared with userspace's tests of the kernel programs).
 
-pub use super::frames::*;
-use crate::parse::{
+pub use dnsloop_frames::*;
+use dnsloop_shared::parse::{
     classify, parse_dns, tcp_framing, udp_message, DnsMessageRef, DnsPorts, DnsSummary, LinkLayer,
     Malformed, PacketClass, Segment, Skip, SlicePacket, Transport, DNS_BUF_LEN,
 };

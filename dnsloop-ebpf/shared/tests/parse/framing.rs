@@ -1,7 +1,7 @@
 //! Locating DNS messages: UDP, and length-prefixed TCP streams.
 
 use super::common::*;
-use crate::parse::{
+use dnsloop_shared::parse::{
     tcp_framing, udp_message, DnsMessageRef, LinkLayer, Malformed, SlicePacket, TcpFraming,
     Transport, DNS_BUF_LEN, MAX_TCP_MESSAGES,
 };

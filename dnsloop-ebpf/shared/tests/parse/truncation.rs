@@ -2,7 +2,7 @@
 //! never a DNS message parsed from bytes that are not there.
 
 use super::common::*;
-use crate::parse::{LinkLayer, PacketClass};
+use dnsloop_shared::parse::{LinkLayer, PacketClass};
 use ExtensionHeader::*;
 
 fn valid_frames() -> Vec<FrameSpec> {

@@ -1,7 +1,7 @@
 //! `parse_dns`: header fields, the first question's name walk, hashing and probes.
 
 use super::common::*;
-use crate::parse::{name_hash, parse_dns, Malformed, Probe, Question, DNS_BUF_LEN};
+use dnsloop_shared::parse::{name_hash, parse_dns, Malformed, Probe, Question, DNS_BUF_LEN};
 
 fn question_of(msg: &[u8]) -> Question {
     parse_bytes(msg).unwrap().question.expect("a question")

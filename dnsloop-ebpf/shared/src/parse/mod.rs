@@ -147,6 +147,3 @@ fn dns_segment<P: PacketBytes>(
         declared_payload_len: payload.declared_len,
     })
 }
-
-#[cfg(test)]
-mod tests;

@@ -3,7 +3,9 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::common::*;
-use crate::parse::{refused_query, LinkLayer, PacketClass, Skip, SlicePacket, Unreachable};
+use dnsloop_shared::parse::{
+    refused_query, LinkLayer, PacketClass, Skip, SlicePacket, Unreachable,
+};
 
 /// The DNS reply 10.244.0.3:53 -> 10.244.0.2:40000 (or the IPv6 equivalent) as an IP packet.
 fn dns_reply(ipv6: bool, sport: u16) -> Vec<u8> {
@@ -33,7 +35,7 @@ fn icmp_frame(ipv6: bool, kind: u8, code: u8, quoted: &[u8]) -> Vec<u8> {
             IpAddr::V4(Ipv4Addr::new(10, 244, 0, 3)),
         )
     };
-    super::frames::icmp_frame(client, server, kind, code, quoted)
+    dnsloop_frames::icmp_frame(client, server, kind, code, quoted)
 }
 
 #[test]
