@@ -6,6 +6,7 @@ mod bench;
 mod command;
 mod demo;
 mod dependencies;
+mod doc_links;
 mod fuzz;
 mod kernels;
 mod repeat;
