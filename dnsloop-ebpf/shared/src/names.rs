@@ -49,7 +49,7 @@ pub const DROP_REASONS_MAP: &str = "DROP_REASONS";
 pub const NEW_QUESTION_MAP: &str = "NEW_QUESTION";
 pub const ZERO_SERVER_STATS_MAP: &str = "ZERO_SERVER_STATS";
 pub const DNS_BUFFER_MAP: &str = "DNS_BUFFER";
-pub const VERDICT_MAP: &str = "VERDICT";
+pub const PACKET_SCRATCH_MAP: &str = "PACKET_SCRATCH";
 pub const DROP_SCRATCH_MAP: &str = "DROP_SCRATCH";
 /// Used only by the build for kernels before 5.17 (in both, as every map the programs declare).
 pub const NAME_WALK_MAP: &str = "NAME_WALK";
@@ -70,7 +70,7 @@ pub const MAPS: [&str; 17] = [
     NEW_QUESTION_MAP,
     ZERO_SERVER_STATS_MAP,
     DNS_BUFFER_MAP,
-    VERDICT_MAP,
+    PACKET_SCRATCH_MAP,
     DROP_SCRATCH_MAP,
     NAME_WALK_MAP,
     PARSED_MAP,

@@ -18,7 +18,7 @@ pub trait Linux {
     const DROP_REASONS: bool;
 
     /// Whether a message's question is followed apart from its inspection, by `follow` below
-    /// (the question passed on in `Verdict`), rather than within it.
+    /// (the question passed on in `PacketScratch`), rather than within it.
     const FOLLOW_APART: bool;
 
     /// Calls `inspect(index)` then `follow()` for each of a packet's first `count` DNS

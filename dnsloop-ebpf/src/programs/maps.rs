@@ -98,13 +98,15 @@ pub static NAME_WALK: PerCpuArray<NameWalk> = PerCpuArray::with_max_entries(1, 0
 #[map]
 pub static PARSED: PerCpuArray<ParsedMessage> = PerCpuArray::with_max_entries(1, 0);
 
-/// What the messages of the packet being inspected concluded (see `inspect_dns`).
+/// This CPU's scratch space for the packet being inspected: where it is seen, what its messages
+/// concluded (see `inspect_dns`), and the entries built for the tables before they are copied
+/// in; a few fields are kept from packet to packet.
 #[map]
-pub static VERDICT: PerCpuArray<Verdict> = PerCpuArray::with_max_entries(1, 0);
+pub static PACKET_SCRATCH: PerCpuArray<PacketScratch> = PerCpuArray::with_max_entries(1, 0);
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct Verdict {
+pub struct PacketScratch {
     /// Non-zero once a message parsed.
     pub parsed: u8,
     /// Non-zero once the packet was counted as malformed.
@@ -145,7 +147,7 @@ pub struct Verdict {
     pub priors: [Sighting; PRIOR_SIGHTINGS],
 }
 
-impl Verdict {
+impl PacketScratch {
     #[inline(always)]
     pub fn stream_unless_set(&mut self, reason: StreamReason) {
         if self.stream == 0 {
@@ -193,24 +195,24 @@ impl Moment {
     const SAME_PACKET_NS: u64 = 100_000;
 
     #[inline(always)]
-    pub fn of(verdict: &Verdict) -> Self {
+    pub fn of(scratch: &PacketScratch) -> Self {
         Self {
-            at_ns: verdict.now_ns,
-            netns_cookie: verdict.netns_cookie,
-            ifindex: verdict.ifindex,
-            direction: verdict.direction,
+            at_ns: scratch.now_ns,
+            netns_cookie: scratch.netns_cookie,
+            ifindex: scratch.ifindex,
+            direction: scratch.direction,
         }
     }
 
-    /// Whether the packet in `verdict` could be the one seen then, further on its way: moments
+    /// Whether the packet in `scratch` could be the one seen then, further on its way: moments
     /// later, at another point. (At the same point it is a copy of the packet, a packet of its
     /// own.)
     #[inline(always)]
-    pub fn just_before_elsewhere(&self, verdict: &Verdict) -> bool {
-        verdict.now_ns.wrapping_sub(self.at_ns) < Self::SAME_PACKET_NS
-            && (self.ifindex != verdict.ifindex
-                || self.direction != verdict.direction
-                || self.netns_cookie != verdict.netns_cookie)
+    pub fn just_before_elsewhere(&self, scratch: &PacketScratch) -> bool {
+        scratch.now_ns.wrapping_sub(self.at_ns) < Self::SAME_PACKET_NS
+            && (self.ifindex != scratch.ifindex
+                || self.direction != scratch.direction
+                || self.netns_cookie != scratch.netns_cookie)
     }
 }
 
@@ -256,13 +258,13 @@ pub struct LastParse {
 }
 
 impl LastParse {
-    /// Notes that the message at `message_offset` of the segment in `verdict` parsed as
+    /// Notes that the message at `message_offset` of the segment in `scratch` parsed as
     /// `summary`.
     #[inline(always)]
-    pub fn note(verdict: &mut Verdict, message_offset: usize, summary: &DnsSummary) {
-        let seen = Moment::of(verdict);
-        let segment = &verdict.segment;
-        let last = &mut verdict.last_parse;
+    pub fn note(scratch: &mut PacketScratch, message_offset: usize, summary: &DnsSummary) {
+        let seen = Moment::of(scratch);
+        let segment = &scratch.segment;
+        let last = &mut scratch.last_parse;
         last.seen = seen;
         stores::copy(&mut last.src, &segment.src);
         stores::copy(&mut last.dst, &segment.dst);
@@ -285,19 +287,19 @@ impl LastParse {
         last.parsed = 1;
     }
 
-    /// Whether the message at `message_offset` of the segment in `verdict`, whose ID and flags
+    /// Whether the message at `message_offset` of the segment in `scratch`, whose ID and flags
     /// are `id` and `flags`, is the one noted, seen again further on its way (see `Moment`).
     #[inline(always)]
     pub fn is_seen_again(
         &self,
-        verdict: &Verdict,
+        scratch: &PacketScratch,
         message_offset: usize,
         id: u16,
         flags: u16,
     ) -> bool {
-        let segment = &verdict.segment;
+        let segment = &scratch.segment;
         self.parsed != 0
-            && self.seen.just_before_elsewhere(verdict)
+            && self.seen.just_before_elsewhere(scratch)
             && self.message_offset as usize == message_offset
             && self.payload_len as usize == segment.payload_len
             && self.sport == segment.sport
@@ -333,8 +335,8 @@ impl LastParse {
 }
 
 #[inline(always)]
-pub fn verdict() -> Option<*mut Verdict> {
-    VERDICT.get_ptr_mut(0)
+pub fn packet_scratch() -> Option<*mut PacketScratch> {
+    PACKET_SCRATCH.get_ptr_mut(0)
 }
 
 /// The DNS ports, written by userspace at load time (`--dns-port`) as `[u16; 8]` slots.
@@ -377,7 +379,7 @@ pub fn loopback_cookie() -> u64 {
     unsafe { core::ptr::read_volatile(&raw const CONFIG.loopback_cookie) }
 }
 
-/// `Verdict::point_slot` of a packet at a point missing from the table: past its last slot.
+/// `PacketScratch::point_slot` of a packet at a point missing from the table: past its last slot.
 pub const NO_POINT_SLOT: u32 = POINT_SLOTS;
 
 /// Where a packet is seen, as the point table has it.

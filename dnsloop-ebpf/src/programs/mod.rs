@@ -34,7 +34,7 @@ use core::ops::ControlFlow;
 use self::{
     hook::{Hook, HookBytes},
     linux::Linux,
-    maps::{config, LastParse, Verdict, NO_POINT_SLOT},
+    maps::{config, LastParse, PacketScratch, NO_POINT_SLOT},
 };
 
 /// Counts the packet at `hook`, seen in `direction`, and streams it if userspace needs it.
@@ -42,40 +42,40 @@ use self::{
 pub fn observe<L: Linux, H: Hook>(hook: H, direction: Direction) {
     counters::bump(Counter::Packets);
     // Always there: a per-CPU array's one slot.
-    let Some(verdict) = maps::verdict() else {
+    let Some(scratch) = maps::packet_scratch() else {
         return;
     };
     let ifindex = hook.ifindex();
-    let link = place(hook, ifindex, direction, verdict);
-    let inspection = if classify_into(hook, link, verdict) {
+    let link = place(hook, ifindex, direction, scratch);
+    let inspection = if classify_into(hook, link, scratch) {
         // SAFETY: the per-CPU value belongs to this program run until it returns.
         unsafe {
-            (*verdict).netns_cookie = hook.loopback_netns_cookie();
-            (*verdict).ifindex = ifindex;
-            (*verdict).direction = direction as u8;
+            (*scratch).netns_cookie = hook.loopback_netns_cookie();
+            (*scratch).ifindex = ifindex;
+            (*scratch).direction = direction as u8;
         }
-        through_gateway(hook, direction, verdict);
-        inspect_dns::<L, H>(&HookBytes(hook), verdict)
+        through_gateway(hook, direction, scratch);
+        inspect_dns::<L, H>(&HookBytes(hook), scratch)
     } else {
         None
     };
     // SAFETY: as above.
-    counters::count_point(unsafe { (*verdict).point_slot }, inspection.is_some());
+    counters::count_point(unsafe { (*scratch).point_slot }, inspection.is_some());
     if inspection.is_some() {
         counters::bump(Counter::DnsPackets);
     }
     let reason = match inspection.and_then(|inspection| inspection.stream) {
         Some(reason) => Some(reason),
-        None => malformed_sample(verdict),
+        None => malformed_sample(scratch),
     };
     if let Some(reason) = reason {
         // Built only now: what is live across the calls above shares their 512-byte stack.
         let point = ObservationPoint::new(hook.loopback_netns_cookie(), ifindex, direction as u8);
-        stream::packet(hook, &point, link, reason, verdict);
+        stream::packet(hook, &point, link, reason, scratch);
     }
 }
 
-/// Finds the packet's point in the point table and notes it in `verdict`; returns how the
+/// Finds the packet's point in the point table and notes it in `scratch`; returns how the
 /// point's frames start.
 ///
 /// What the table says goes to the per-CPU value rather than staying in registers: its contents
@@ -83,34 +83,39 @@ pub fn observe<L: Linux, H: Hook>(hook: H, direction: Direction) {
 /// point found and once for a point missing (and the cookie, 0 on most paths and unknown on
 /// loopback's, is asked again where needed for the same reason).
 #[inline(always)]
-fn place<H: Hook>(hook: H, ifindex: u32, direction: Direction, verdict: *mut Verdict) -> LinkLayer {
+fn place<H: Hook>(
+    hook: H,
+    ifindex: u32,
+    direction: Direction,
+    scratch: *mut PacketScratch,
+) -> LinkLayer {
     let point = ObservationPoint::new(hook.loopback_netns_cookie(), ifindex, direction as u8);
     let placed = maps::place(&point);
     // SAFETY: the per-CPU value belongs to this program run until it returns.
-    let verdict = unsafe { &mut *verdict };
-    verdict.via_gateway = 0;
+    let scratch = unsafe { &mut *scratch };
+    scratch.via_gateway = 0;
     match placed {
         Some(placed) => {
-            verdict.point_slot = placed.slot;
-            verdict.at = placed.namespaces;
+            scratch.point_slot = placed.slot;
+            scratch.at = placed.namespaces;
             placed.link_layer
         }
         None => {
-            verdict.point_slot = NO_POINT_SLOT;
-            verdict.at = PointNamespaces::NONE;
+            scratch.point_slot = NO_POINT_SLOT;
+            scratch.at = PointNamespaces::NONE;
             LinkLayer::Ethernet
         }
     }
 }
 
 /// Notes whether the DNS packet at `hook`, on a bridge port, was sent to or by the bridge itself
-/// (see `PointSlot::gateway_mac`): it then also enters or leaves the node here, and `verdict.at`
+/// (see `PointSlot::gateway_mac`): it then also enters or leaves the node here, and `scratch.at`
 /// says so. Only DNS packets ask: the rest of a node's packets never read their MACs.
 #[inline(always)]
-fn through_gateway<H: Hook>(hook: H, direction: Direction, verdict: *mut Verdict) {
+fn through_gateway<H: Hook>(hook: H, direction: Direction, scratch: *mut PacketScratch) {
     // SAFETY: the per-CPU value belongs to this program run until it returns.
-    let verdict = unsafe { &mut *verdict };
-    let Some(slot) = maps::POINTS.get(verdict.point_slot) else {
+    let scratch = unsafe { &mut *scratch };
+    let Some(slot) = maps::POINTS.get(scratch.point_slot) else {
         return;
     };
     if slot.gateway_mac == 0 {
@@ -120,31 +125,31 @@ fn through_gateway<H: Hook>(hook: H, direction: Direction, verdict: *mut Verdict
         return;
     };
     if via_gateway(slot.gateway_mac, direction as u8, &macs) {
-        verdict.at = slot.via_gateway;
-        verdict.via_gateway = 1;
+        scratch.at = slot.via_gateway;
+        scratch.via_gateway = 1;
     }
 }
 
 /// `StreamReason::Malformed` if the packet was counted as malformed and this CPU has not
 /// streamed one for `MALFORMED_SAMPLE_INTERVAL_NS`.
 #[inline(always)]
-fn malformed_sample(verdict: *mut Verdict) -> Option<StreamReason> {
+fn malformed_sample(scratch: *mut PacketScratch) -> Option<StreamReason> {
     // SAFETY: the per-CPU value belongs to this program run until it returns.
-    let verdict = unsafe { &mut *verdict };
-    if verdict.malformed == 0 {
+    let scratch = unsafe { &mut *scratch };
+    if scratch.malformed == 0 {
         return None;
     }
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    if now.wrapping_sub(verdict.last_malformed_sample_ns) < MALFORMED_SAMPLE_INTERVAL_NS {
+    if now.wrapping_sub(scratch.last_malformed_sample_ns) < MALFORMED_SAMPLE_INTERVAL_NS {
         return None;
     }
-    verdict.last_malformed_sample_ns = now;
+    scratch.last_malformed_sample_ns = now;
     // The sample carries nothing an earlier packet's inspection attached. (Cleared here rather
     // than where the packet is found malformed: the memset it compiles to is a call, and that
     // call chain would exceed Linux 6.1's stack limit.)
-    verdict.matched_query.clear();
-    verdict.clear_priors();
+    scratch.matched_query.clear();
+    scratch.clear_priors();
     Some(StreamReason::Malformed)
 }
 
@@ -154,16 +159,16 @@ struct Inspection {
     stream: Option<StreamReason>,
 }
 
-/// Classifies the packet, counting what is not DNS; for DNS, stores its segment in `verdict`
+/// Classifies the packet, counting what is not DNS; for DNS, stores its segment in `scratch`
 /// and returns true.
 ///
 /// Its own BPF function, not inlined: classification needs a deep stack frame, and the 512-byte
 /// stack limit applies to a whole call chain, which later includes the `bpf_loop` body. As a
 /// separate call its frame is gone by then.
 #[inline(never)]
-fn classify_into<H: Hook>(hook: H, link: LinkLayer, verdict: *mut Verdict) -> bool {
+fn classify_into<H: Hook>(hook: H, link: LinkLayer, scratch: *mut PacketScratch) -> bool {
     // SAFETY: the per-CPU value belongs to this program run until it returns.
-    unsafe { (*verdict).malformed = 0 };
+    unsafe { (*scratch).malformed = 0 };
     let ports = maps::dns_ports();
     let class = match hook::InPlace::of(hook) {
         Some(in_place) => classify(&in_place, link, &ports),
@@ -172,7 +177,7 @@ fn classify_into<H: Hook>(hook: H, link: LinkLayer, verdict: *mut Verdict) -> bo
     match class {
         PacketClass::Dns(segment) => {
             // SAFETY: the per-CPU value belongs to this program run until it returns.
-            unsafe { (*verdict).segment = segment };
+            unsafe { (*scratch).segment = segment };
             true
         }
         PacketClass::Skip(Skip::NonFirstFragment) => {
@@ -187,13 +192,13 @@ fn classify_into<H: Hook>(hook: H, link: LinkLayer, verdict: *mut Verdict) -> bo
         PacketClass::Malformed(reason) => {
             counters::bump_malformed(reason);
             // SAFETY: as above.
-            unsafe { (*verdict).malformed = 1 };
+            unsafe { (*scratch).malformed = 1 };
             false
         }
     }
 }
 
-/// Parses the DNS messages of the segment in `verdict` and decides whether userspace needs the
+/// Parses the DNS messages of the segment in `scratch` and decides whether userspace needs the
 /// packet. `None` when no message could be parsed (the packet is then not counted as DNS).
 ///
 /// One call site parses every message, UDP's single one as TCP's several, inside a `bpf_loop`
@@ -205,58 +210,58 @@ fn classify_into<H: Hook>(hook: H, link: LinkLayer, verdict: *mut Verdict) -> bo
 #[inline(always)]
 fn inspect_dns<L: Linux, H: Hook>(
     packet: &HookBytes<H>,
-    verdict: *mut Verdict,
+    scratch: *mut PacketScratch,
 ) -> Option<Inspection> {
-    frame_messages(packet, verdict);
+    frame_messages(packet, scratch);
     // Only the messages found: each `bpf_loop` iteration is an indirect call.
     // SAFETY: the per-CPU value belongs to this program run until it returns.
-    let messages = unsafe { (*verdict).framing.count } as u32;
+    let messages = unsafe { (*scratch).framing.count } as u32;
     L::each_message(
         messages,
         |index| {
-            inspect_message::<L, H>(packet, verdict, index & (MAX_TCP_MESSAGES - 1));
+            inspect_message::<L, H>(packet, scratch, index & (MAX_TCP_MESSAGES - 1));
             ControlFlow::Continue(())
         },
-        || follow_noted_question(packet, verdict),
+        || follow_noted_question(packet, scratch),
     );
     // SAFETY: as above.
-    let verdict = unsafe { &mut *verdict };
-    if verdict.framing.split {
+    let scratch = unsafe { &mut *scratch };
+    if scratch.framing.split {
         counters::bump(Counter::TcpSplits);
-        verdict.stream_unless_set(StreamReason::TcpSplit);
+        scratch.stream_unless_set(StreamReason::TcpSplit);
     }
-    if verdict.framing.more {
+    if scratch.framing.more {
         counters::bump(Counter::TcpMessagesBeyondLimit);
     }
     // A split segment is DNS even when it holds too little of its message to parse.
-    (verdict.parsed != 0 || verdict.framing.split).then(|| Inspection {
-        stream: verdict.stream_reason(),
+    (scratch.parsed != 0 || scratch.framing.split).then(|| Inspection {
+        stream: scratch.stream_reason(),
     })
 }
 
-/// Resets `verdict` for a new packet and finds the messages of its segment.
+/// Resets `scratch` for a new packet and finds the messages of its segment.
 ///
 /// Its own BPF function for the same reason as `classify_into`: the framing is built on the
 /// stack before it lands in the map, and must not share a call chain with the loop body.
 #[inline(never)]
-fn frame_messages<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) {
+fn frame_messages<H: Hook>(packet: &HookBytes<H>, scratch: *mut PacketScratch) {
     let stream_every_packet = config().stream_every_packet != 0;
     // SAFETY: the per-CPU value belongs to this program run until it returns.
-    let verdict = unsafe { &mut *verdict };
+    let scratch = unsafe { &mut *scratch };
     // SAFETY: bpf_ktime_get_ns has no preconditions.
-    verdict.now_ns = unsafe { bpf_ktime_get_ns() };
-    verdict.parsed = 0;
-    verdict.stream = if stream_every_packet {
+    scratch.now_ns = unsafe { bpf_ktime_get_ns() };
+    scratch.parsed = 0;
+    scratch.stream = if stream_every_packet {
         StreamReason::EveryPacket as u8 + 1
     } else {
         0
     };
-    verdict.matched_query.clear();
-    verdict.clear_priors();
-    let segment = verdict.segment;
+    scratch.matched_query.clear();
+    scratch.clear_priors();
+    let segment = scratch.segment;
     match segment.transport {
-        Transport::Udp => single_message(&mut verdict.framing, udp_message(&segment)),
-        Transport::Tcp => verdict.framing = tcp_framing(packet, &segment),
+        Transport::Udp => single_message(&mut scratch.framing, udp_message(&segment)),
+        Transport::Tcp => scratch.framing = tcp_framing(packet, &segment),
     }
 }
 
@@ -281,10 +286,10 @@ fn single_message(framing: &mut TcpFraming, message: DnsMessageRef) {
 fn parsed_just_before<H: Hook>(
     packet: &HookBytes<H>,
     message: &DnsMessageRef,
-    verdict: &Verdict,
+    scratch: &PacketScratch,
 ) -> Option<DnsSummary> {
-    let last = &verdict.last_parse;
-    if last.parsed == 0 || !last.seen.just_before_elsewhere(verdict) {
+    let last = &scratch.last_parse;
+    if last.parsed == 0 || !last.seen.just_before_elsewhere(scratch) {
         return None;
     }
     let [id_high, id_low, flags_high, flags_low] = packet.read::<4>(message.offset)?;
@@ -292,30 +297,34 @@ fn parsed_just_before<H: Hook>(
         u16::from_be_bytes([id_high, id_low]),
         u16::from_be_bytes([flags_high, flags_low]),
     );
-    last.is_seen_again(verdict, message.offset, id, flags)
+    last.is_seen_again(scratch, message.offset, id, flags)
         .then(|| last.summary())
 }
 
-/// Parses message `index` of the packet in `verdict`, recording whether it parsed and why to
+/// Parses message `index` of the packet in `scratch`, recording whether it parsed and why to
 /// stream the packet. Unused slots have length 0.
 #[inline(always)]
-fn inspect_message<L: Linux, H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict, index: usize) {
+fn inspect_message<L: Linux, H: Hook>(
+    packet: &HookBytes<H>,
+    scratch: *mut PacketScratch,
+    index: usize,
+) {
     // SAFETY: the per-CPU value belongs to this program run until it returns.
-    let verdict = unsafe { &mut *verdict };
-    let message = verdict.framing.messages[index];
+    let scratch = unsafe { &mut *scratch };
+    let message = scratch.framing.messages[index];
     if message.len == 0 {
         return;
     }
-    let summary = match parsed_just_before(packet, &message, verdict) {
+    let summary = match parsed_just_before(packet, &message, scratch) {
         Some(summary) => summary,
         None => {
-            verdict.last_parse.parsed = 0;
-            let load_len = message.load_len(&verdict.segment);
+            scratch.last_parse.parsed = 0;
+            let load_len = message.load_len(&scratch.segment);
             let Some((buffer, len)) = hook::load_dns_buffer(packet, message.offset, load_len)
             else {
                 return;
             };
-            let Some(parsed) = L::parse_dns(buffer, len, &mut verdict.name_walk) else {
+            let Some(parsed) = L::parse_dns(buffer, len, &mut scratch.name_walk) else {
                 return;
             };
             let summary = match parsed {
@@ -325,49 +334,49 @@ fn inspect_message<L: Linux, H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdi
                 Err(_) if !message.complete => return,
                 Err(reason) => {
                     counters::bump_malformed(reason);
-                    verdict.malformed = 1;
+                    scratch.malformed = 1;
                     return;
                 }
             };
-            LastParse::note(verdict, message.offset, &summary);
+            LastParse::note(scratch, message.offset, &summary);
             summary
         }
     };
     counters::bump(Counter::DnsMessages);
-    verdict.parsed = 1;
+    scratch.parsed = 1;
     if L::FOLLOW_APART {
-        verdict.question_to_follow = 1;
+        scratch.question_to_follow = 1;
     } else if let Some(question) = summary.question {
-        follow_question(packet, verdict, message.offset, summary.header, &question);
+        follow_question(packet, scratch, message.offset, summary.header, &question);
     }
 }
 
 /// Follows the question of the message `inspect_message` just parsed, if it has one and left
-/// it to follow apart (`Linux::FOLLOW_APART`), as `verdict.last_parse` holds it.
+/// it to follow apart (`Linux::FOLLOW_APART`), as `scratch.last_parse` holds it.
 #[inline(always)]
-fn follow_noted_question<H: Hook>(packet: &HookBytes<H>, verdict: *mut Verdict) {
+fn follow_noted_question<H: Hook>(packet: &HookBytes<H>, scratch: *mut PacketScratch) {
     // SAFETY: the per-CPU value belongs to this program run until it returns.
-    let verdict = unsafe { &mut *verdict };
-    if verdict.question_to_follow == 0 {
+    let scratch = unsafe { &mut *scratch };
+    if scratch.question_to_follow == 0 {
         return;
     }
-    verdict.question_to_follow = 0;
-    let Some(question) = verdict.last_parse.question() else {
+    scratch.question_to_follow = 0;
+    let Some(question) = scratch.last_parse.question() else {
         return;
     };
     let (header, message_offset) = (
-        verdict.last_parse.header,
-        verdict.last_parse.message_offset as usize,
+        scratch.last_parse.header,
+        scratch.last_parse.message_offset as usize,
     );
-    follow_question(packet, verdict, message_offset, header, &question);
+    follow_question(packet, scratch, message_offset, header, &question);
 }
 
 /// Follows the `question` of the message with `header` at `message_offset` of the packet in
-/// `verdict`: its query or answer, its heat; decides whether to stream the packet for it.
+/// `scratch`: its query or answer, its heat; decides whether to stream the packet for it.
 #[inline(always)]
 fn follow_question<H: Hook>(
     packet: &HookBytes<H>,
-    verdict: &mut Verdict,
+    scratch: &mut PacketScratch,
     message_offset: usize,
     header: DnsHeader,
     question: &Question,
@@ -376,36 +385,36 @@ fn follow_question<H: Hook>(
     // With every packet streamed, userspace has the queries already: nothing to attach.
     let attach_unstreamed = config().stream_every_packet == 0;
     if header.qr() {
-        forwarders::note_responder(&verdict.segment);
-        if let Some(query) = queries::answered_at_client(id, header.rcode(), verdict) {
-            if attach_unstreamed && queries::from_elsewhere(&verdict.segment, &query) {
-                verdict.matched_query.copy_from(&query);
-                verdict.stream_because(StreamReason::UnexpectedSource);
+        forwarders::note_responder(&scratch.segment);
+        if let Some(query) = queries::answered_at_client(id, header.rcode(), scratch) {
+            if attach_unstreamed && queries::from_elsewhere(&scratch.segment, &query) {
+                scratch.matched_query.copy_from(&query);
+                scratch.stream_because(StreamReason::UnexpectedSource);
             } else if query.retried != 0 {
                 // The retry was streamed: so is its answer, or the query would look unanswered.
-                verdict.stream_unless_set(StreamReason::Retried);
+                scratch.stream_unless_set(StreamReason::Retried);
             }
         }
-    } else if let Some(first) = queries::remember(packet, message_offset, question, id, verdict) {
+    } else if let Some(first) = queries::remember(packet, message_offset, question, id, scratch) {
         if attach_unstreamed {
-            verdict.matched_query.copy_from(&first);
-            verdict.stream_because(StreamReason::Retried);
+            scratch.matched_query.copy_from(&first);
+            scratch.stream_because(StreamReason::Retried);
         }
     }
     let window = config().hot_window_ns;
     if !matches!(question.probe, Probe::None) {
-        verdict.stream_unless_set(StreamReason::Probe);
+        scratch.stream_unless_set(StreamReason::Probe);
     } else if header.qr() {
-        if questions::answer_sighting(question, window, verdict) {
-            verdict.stream_unless_set(StreamReason::HotQuestion);
+        if questions::answer_sighting(question, window, scratch) {
+            scratch.stream_unless_set(StreamReason::HotQuestion);
         }
     } else {
-        match questions::query_sighting(question, id, window, verdict) {
+        match questions::query_sighting(question, id, window, scratch) {
             Heat::Cold => {}
-            Heat::BecameHot | Heat::Hot => verdict.stream_unless_set(StreamReason::HotQuestion),
+            Heat::BecameHot | Heat::Hot => scratch.stream_unless_set(StreamReason::HotQuestion),
         }
         if !attach_unstreamed {
-            verdict.clear_priors();
+            scratch.clear_priors();
         }
     }
 }

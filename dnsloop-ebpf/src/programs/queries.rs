@@ -13,7 +13,7 @@ use dnsloop_shared::{
 
 use super::{
     hook::{copy_into, Hook, HookBytes, LOOPBACK_IFINDEX},
-    maps::{Moment, Verdict, QUERIES, SERVERS, ZERO_SERVER_STATS},
+    maps::{Moment, PacketScratch, QUERIES, SERVERS, ZERO_SERVER_STATS},
 };
 
 /// A client resending a query waits at least this long for the answer first (stub resolvers
@@ -35,22 +35,22 @@ pub fn remember<H: Hook>(
     message_offset: usize,
     question: &Question,
     id: u16,
-    verdict: &mut Verdict,
+    scratch: &mut PacketScratch,
 ) -> Option<QueryState> {
-    let segment = &verdict.segment;
+    let segment = &scratch.segment;
     let key = key(segment.src, segment.sport, id, segment);
-    let now = verdict.now_ns;
+    let now = scratch.now_ns;
     // Seen a moment ago: the look then found the query or put it in, and either way this is a
     // later hop, where the entry stays as it is.
-    if same_packet_further_on(&key, false, verdict) {
+    if same_packet_further_on(&key, false, scratch) {
         return None;
     }
-    note_lookup(&key, false, verdict);
+    note_lookup(&key, false, scratch);
     if let Some(first) = QUERIES.get_ptr_mut(&key) {
         // SAFETY: a value of our map; a concurrent update can only skew the flag.
         let first = unsafe { &mut (*first).state };
-        let resent = first.ifindex == verdict.ifindex
-            && first.direction == verdict.direction
+        let resent = first.ifindex == scratch.ifindex
+            && first.direction == scratch.direction
             && now.saturating_sub(first.first_ns) >= RETRY_AFTER_NS;
         if !resent {
             return None;
@@ -58,19 +58,19 @@ pub fn remember<H: Hook>(
         first.retried = 1;
         return Some(*first);
     }
-    let segment = &verdict.segment;
-    let entry = &mut verdict.new_query;
+    let segment = &scratch.segment;
+    let entry = &mut scratch.new_query;
     entry.state = QueryState {
         first_ns: now,
         server: segment.dst,
         server_port: segment.dport,
-        direction: verdict.direction,
+        direction: scratch.direction,
         retried: 0,
-        ifindex: verdict.ifindex,
-        via_gateway: u32::from(verdict.via_gateway),
+        ifindex: scratch.ifindex,
+        via_gateway: u32::from(scratch.via_gateway),
         _pad: 0,
     };
-    entry.netns_cookie = verdict.netns_cookie;
+    entry.netns_cookie = scratch.netns_cookie;
     entry.qtype = question.qtype;
     entry.qclass = question.qclass;
     entry.family = segment.family as u8;
@@ -89,7 +89,7 @@ pub fn remember<H: Hook>(
         return None;
     }
     // The entry is copied from the per-CPU scratch value: it is too big for the stack.
-    let _ = QUERIES.insert(&key, &verdict.new_query, BPF_NOEXIST.into());
+    let _ = QUERIES.insert(&key, &scratch.new_query, BPF_NOEXIST.into());
     None
 }
 
@@ -98,12 +98,12 @@ pub fn remember<H: Hook>(
 /// egress only, in the same one). The entry is then done with; an answer from where the query
 /// went is counted in its server's statistics.
 #[inline(always)]
-pub fn answered_at_client(id: u16, rcode: u8, verdict: &mut Verdict) -> Option<QueryState> {
-    let segment = &verdict.segment;
+pub fn answered_at_client(id: u16, rcode: u8, scratch: &mut PacketScratch) -> Option<QueryState> {
+    let segment = &scratch.segment;
     let key = key(segment.dst, segment.dport, id, segment);
-    if !same_packet_further_on(&key, true, verdict) {
-        note_lookup(&key, true, verdict);
-        let last = &mut verdict.last_lookup;
+    if !same_packet_further_on(&key, true, scratch) {
+        note_lookup(&key, true, scratch);
+        let last = &mut scratch.last_lookup;
         last.found = 0;
         let entry = QUERIES.get_ptr(&key)?;
         // SAFETY: a plain-data value of our map; what is needed is copied out at once.
@@ -114,22 +114,22 @@ pub fn answered_at_client(id: u16, rcode: u8, verdict: &mut Verdict) -> Option<Q
         }
         last.found = 1;
     }
-    let last = &verdict.last_lookup;
+    let last = &scratch.last_lookup;
     if last.found == 0 {
         return None;
     }
     let (query, family) = (last.query, last.family);
-    let loopback = verdict.ifindex == LOOPBACK_IFINDEX;
-    let reaches_client = query.ifindex == verdict.ifindex
-        && last.query_netns_cookie == verdict.netns_cookie
-        && (query.direction != verdict.direction || loopback);
+    let loopback = scratch.ifindex == LOOPBACK_IFINDEX;
+    let reaches_client = query.ifindex == scratch.ifindex
+        && last.query_netns_cookie == scratch.netns_cookie
+        && (query.direction != scratch.direction || loopback);
     if !reaches_client {
         return None;
     }
     let _ = QUERIES.remove(&key);
-    verdict.last_lookup.found = 0;
-    if !from_elsewhere(&verdict.segment, &query) {
-        count_answer(&query, family, rcode, verdict.now_ns);
+    scratch.last_lookup.found = 0;
+    if !from_elsewhere(&scratch.segment, &query) {
+        count_answer(&query, family, rcode, scratch.now_ns);
     }
     Some(query)
 }
@@ -183,19 +183,19 @@ fn add(count: &mut u64) {
 
 /// Whether this CPU's last look into the query table was for `key`, for the same kind of
 /// packet, moments ago at another point: the same packet further on its way, for which
-/// `verdict.last_lookup` still says what the table holds.
+/// `scratch.last_lookup` still says what the table holds.
 #[inline(always)]
-fn same_packet_further_on(key: &QueryKey, reply: bool, verdict: &Verdict) -> bool {
-    let last = &verdict.last_lookup;
-    last.seen.just_before_elsewhere(verdict) && (last.reply != 0) == reply && last.key == *key
+fn same_packet_further_on(key: &QueryKey, reply: bool, scratch: &PacketScratch) -> bool {
+    let last = &scratch.last_lookup;
+    last.seen.just_before_elsewhere(scratch) && (last.reply != 0) == reply && last.key == *key
 }
 
-/// Notes in `verdict.last_lookup` that this packet looks up `key`; the caller records what it
+/// Notes in `scratch.last_lookup` that this packet looks up `key`; the caller records what it
 /// finds.
 #[inline(always)]
-fn note_lookup(key: &QueryKey, reply: bool, verdict: &mut Verdict) {
-    let seen = Moment::of(verdict);
-    let last = &mut verdict.last_lookup;
+fn note_lookup(key: &QueryKey, reply: bool, scratch: &mut PacketScratch) {
+    let seen = Moment::of(scratch);
+    let last = &mut scratch.last_lookup;
     last.seen = seen;
     last.key = *key;
     last.reply = u8::from(reply);

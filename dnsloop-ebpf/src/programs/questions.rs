@@ -9,16 +9,21 @@ use dnsloop_shared::{
 
 use super::{
     forwarders,
-    maps::{Verdict, NEW_QUESTION, QUESTIONS},
+    maps::{PacketScratch, NEW_QUESTION, QUESTIONS},
 };
 
-/// Records a sighting of the query with `id` for `question`, seen where `verdict` says. While the
+/// Records a sighting of the query with `id` for `question`, seen where `scratch` says. While the
 /// question is cold the sighting is remembered; when this one makes it hot, the remembered ones
-/// go to `verdict.priors`, oldest first, to be streamed with it.
+/// go to `scratch.priors`, oldest first, to be streamed with it.
 #[inline(always)]
-pub fn query_sighting(question: &Question, id: u16, window_ns: u64, verdict: &mut Verdict) -> Heat {
+pub fn query_sighting(
+    question: &Question,
+    id: u16,
+    window_ns: u64,
+    scratch: &mut PacketScratch,
+) -> Heat {
     let key = key_of(question);
-    let now = verdict.now_ns;
+    let now = scratch.now_ns;
     let known = QUESTIONS.get_ptr_mut(&key);
     let state = match known {
         Some(state) => state,
@@ -37,22 +42,22 @@ pub fn query_sighting(question: &Question, id: u16, window_ns: u64, verdict: &mu
     // only skew what it holds.
     let state = unsafe { &mut *state };
     let seen = QuerySighting {
-        src: verdict.segment.src,
-        dst: verdict.segment.dst,
-        src_serves_dns: forwarders::sent_by_forwarder(&verdict.segment),
-        at: verdict.at,
+        src: scratch.segment.src,
+        dst: scratch.segment.dst,
+        src_serves_dns: forwarders::sent_by_forwarder(&scratch.segment),
+        at: scratch.at,
     };
     let heat = state.record_query(now, window_ns, &seen);
     match heat {
         Heat::Cold => {
             let slot = usize::from(state.cold_next) & (PRIOR_SIGHTINGS - 1);
-            remember(&mut state.cold[slot], id, now, verdict);
+            remember(&mut state.cold[slot], id, now, scratch);
             state.cold_next = ((slot + 1) & (PRIOR_SIGHTINGS - 1)) as u8;
         }
         Heat::BecameHot => {
             for age in 0..PRIOR_SIGHTINGS {
                 let slot = (usize::from(state.cold_next) + age) & (PRIOR_SIGHTINGS - 1);
-                verdict.priors[age].copy_from(&state.cold[slot]);
+                scratch.priors[age].copy_from(&state.cold[slot]);
             }
         }
         Heat::Hot => {}
@@ -64,35 +69,35 @@ pub fn query_sighting(question: &Question, id: u16, window_ns: u64, verdict: &mu
     heat
 }
 
-/// Records a reply to `question` seen where `verdict` says, and says whether the question is
+/// Records a reply to `question` seen where `scratch` says, and says whether the question is
 /// hot (replies to a hot question are streamed, or every forward would look unanswered).
 #[inline(always)]
-pub fn answer_sighting(question: &Question, window_ns: u64, verdict: &Verdict) -> bool {
+pub fn answer_sighting(question: &Question, window_ns: u64, scratch: &PacketScratch) -> bool {
     let Some(state) = QUESTIONS.get_ptr_mut(&key_of(question)) else {
         return false;
     };
     // SAFETY: as above.
     let state = unsafe { &mut *state };
-    state.record_answer(verdict.at.enters);
-    state.is_hot_at(verdict.now_ns, window_ns)
+    state.record_answer(scratch.at.enters);
+    state.is_hot_at(scratch.now_ns, window_ns)
 }
 
 /// Writes the sighting in place: the map value, not the stack, holds it.
 #[inline(always)]
-fn remember(sighting: &mut Sighting, id: u16, now: u64, verdict: &Verdict) {
-    let segment = &verdict.segment;
+fn remember(sighting: &mut Sighting, id: u16, now: u64, scratch: &PacketScratch) {
+    let segment = &scratch.segment;
     sighting.ts_ns = now;
-    sighting.netns_cookie = verdict.netns_cookie;
+    sighting.netns_cookie = scratch.netns_cookie;
     stores::copy(&mut sighting.src, &segment.src);
     stores::copy(&mut sighting.dst, &segment.dst);
-    sighting.ifindex = verdict.ifindex;
+    sighting.ifindex = scratch.ifindex;
     sighting.sport = segment.sport;
     sighting.dport = segment.dport;
     sighting.id = id;
-    sighting.direction = verdict.direction;
+    sighting.direction = scratch.direction;
     sighting.transport = segment.transport as u8;
     sighting.family = segment.family as u8;
-    sighting.via_gateway = verdict.via_gateway;
+    sighting.via_gateway = scratch.via_gateway;
 }
 
 #[inline(always)]

@@ -16,7 +16,7 @@ use super::{
     counters,
     hook::{self, Hook},
     maps,
-    maps::Verdict,
+    maps::PacketScratch,
 };
 
 /// Userspace also polls on a short timer, so records need not wake it one by one: only once this
@@ -31,7 +31,7 @@ pub fn packet<H: Hook>(
     point: &ObservationPoint,
     link: LinkLayer,
     reason: StreamReason,
-    verdict: *const Verdict,
+    scratch: *const PacketScratch,
 ) {
     let Some(mut entry) = maps::RECORDS.reserve::<PacketRecord>(0) else {
         counters::bump(Counter::LostRecords);
@@ -49,12 +49,12 @@ pub fn packet<H: Hook>(
         (*record).direction = point.direction;
         (*record).reason = reason as u8;
         (*record).link_layer = link as u8;
-        (*record).via_gateway = (*verdict).via_gateway;
+        (*record).via_gateway = (*scratch).via_gateway;
         stores::fill(&mut (*record)._pad, 0);
         // Map to ring memory directly, field by field: a copy through the stack would not fit
         // its budget, and a whole-struct copy compiles to a byte-at-a-time `memmove` call.
-        (*record).matched_query.copy_from(&(*verdict).matched_query);
-        copy_sightings(&mut (*record).priors, &(*verdict).priors);
+        (*record).matched_query.copy_from(&(*scratch).matched_query);
+        copy_sightings(&mut (*record).priors, &(*scratch).priors);
         let captured = hook::copy_into(hook, 0, &mut (*record).bytes, wanted).unwrap_or(0);
         (*record).captured_len = captured as u16;
     }
