@@ -43,7 +43,7 @@ const PYTHON_TOOLS: &[(&str, &str, &str)] = &[
 ];
 
 pub fn run() -> Result<()> {
-    ensure_nightly_rust_src()?;
+    ensure_nightly_components()?;
     ensure_debian_packages()?;
     ensure_bpf_linker()?;
     ensure_cargo_fuzz()?;
@@ -68,25 +68,37 @@ fn ensure_cargo_fuzz() -> Result<()> {
     )
 }
 
-fn ensure_nightly_rust_src() -> Result<()> {
-    if output_contains(
-        "rustup",
-        &["component", "list", "--toolchain", "nightly", "--installed"],
-        "rust-src",
-    ) {
+/// What the nightly toolchain needs: rust-src builds the BPF programs (`-Z build-std=core`),
+/// clippy checks them.
+const NIGHTLY_COMPONENTS: [&str; 2] = ["rust-src", "clippy"];
+
+fn ensure_nightly_components() -> Result<()> {
+    let missing: Vec<&str> = NIGHTLY_COMPONENTS
+        .into_iter()
+        .filter(|component| {
+            !output_contains(
+                "rustup",
+                &["component", "list", "--toolchain", "nightly", "--installed"],
+                component,
+            )
+        })
+        .collect();
+    if missing.is_empty() {
         return Ok(());
     }
     if !output_contains("rustup", &["toolchain", "list"], "nightly") {
         bail!("the nightly toolchain is missing (it builds the BPF programs): install it with `rustup toolchain install nightly`");
     }
-    eprintln!("setup: adding rust-src to the nightly toolchain");
-    command::run(Command::new("rustup").args([
-        "component",
-        "add",
-        "rust-src",
-        "--toolchain",
-        "nightly",
-    ]))
+    eprintln!(
+        "setup: adding {} to the nightly toolchain",
+        missing.join(", ")
+    );
+    command::run(
+        Command::new("rustup")
+            .args(["component", "add"])
+            .args(&missing)
+            .args(["--toolchain", "nightly"]),
+    )
 }
 
 fn ensure_debian_packages() -> Result<()> {

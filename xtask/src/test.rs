@@ -1,5 +1,5 @@
 //! `cargo xtask test`: every test, from a fresh machine to a verdict.
-use std::time::Duration;
+use std::{process::Command, time::Duration};
 
 use anyhow::{Context as _, Result};
 
@@ -50,9 +50,32 @@ fn check_formatting() -> Result<()> {
     )
 }
 
-/// Fails on any clippy or compiler warning, in every target of every host crate (the kernel
-/// programs build for BPF only; rustc's lints check them as the binary is built).
+/// Fails on any clippy or compiler warning, in every target of every host crate, and in the
+/// kernel programs, which clippy checks for the BPF target with the nightly toolchain that builds
+/// them.
 fn check_lints() -> Result<()> {
+    command::run(
+        Command::new("cargo")
+            // The workspace's cargo sets these for xtask; `+nightly` picks the toolchain.
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("CARGO")
+            .current_dir(command::workspace_root())
+            .args([
+                "+nightly",
+                "clippy",
+                "-p",
+                "dnsloop-ebpf",
+                "--bins",
+                "--release",
+            ])
+            .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
+            .args(["--", "-D", "warnings"]),
+    )
+    .context(
+        "clippy found errors or warnings in the kernel programs (listed above): fix them, then \
+         check again with `cargo +nightly clippy -p dnsloop-ebpf --bins --release --target \
+         bpfel-unknown-none -Z build-std=core -- -D warnings`",
+    )?;
     command::cargo(&[
         "clippy",
         "--workspace",

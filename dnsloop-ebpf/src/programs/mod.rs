@@ -1,12 +1,18 @@
 //! What the classifiers do with one packet.
+#![expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "map keys and values passed by value would be copied onto the 512-byte BPF stack"
+)]
 #[macro_use]
 mod entry_points;
 mod counters;
 mod drops;
 mod forwarders;
 mod hook;
-// Each build (main.rs, before_5_17.rs) takes one `Linux`; the other's items go unused there.
-#[allow(dead_code)]
+#[expect(
+    dead_code,
+    reason = "each build (main.rs, before_5_17.rs) takes one `Linux`; the other's items go unused"
+)]
 pub mod linux;
 mod maps;
 mod queries;

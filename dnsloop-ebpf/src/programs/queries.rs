@@ -78,16 +78,12 @@ pub fn remember<H: Hook>(
     // for the verifier, where copying the name's whole room from the DNS buffer took 64 word
     // copies. (The parser read these bytes from the same offset, so they are there.)
     entry.name_len = question.name_len;
-    if copy_into(
+    copy_into(
         packet.0,
         message_offset + NAME_OFFSET,
         &mut entry.name,
         usize::from(question.name_len),
-    )
-    .is_none()
-    {
-        return None;
-    }
+    )?;
     // The entry is copied from the per-CPU scratch value: it is too big for the stack.
     let _ = QUERIES.insert(&key, &scratch.new_query, BPF_NOEXIST.into());
     None
