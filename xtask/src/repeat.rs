@@ -19,7 +19,7 @@ const PRIVILEGED_PACKAGES: [&str; 2] = ["dnsloop-tests", "dnsloop-userspace"];
 
 /// One test binary, as cargo built it.
 struct Suite {
-    /// `package/target`, e.g. `dnsloop-tests/cluster`.
+    /// `package/target`, e.g. `dnsloop-tests/e2e`.
     name: String,
     executable: PathBuf,
     /// Where cargo would run it: its package's directory.

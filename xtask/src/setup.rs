@@ -9,7 +9,7 @@ use crate::command::{self, output_contains};
 /// LLVM 22 for bpf-linker; real DNS servers (dnsdist forwards like CoreDNS in the cluster
 /// scenarios, Knot Resolver is their upstream) and network tools for the lab (curl scrapes dnsloop's metrics); QEMU, busybox
 /// and strip for the kernel matrix's guest; Prometheus and promtool check the alert rules and
-/// scrape a tracer on the lab (`deploy/alerts.yaml`, tests/tests/alerts.rs).
+/// scrape a tracer on the lab (`deploy/alerts.yaml`, tests/tests/e2e/alerts.rs).
 const DEBIAN_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",

@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 const MANIFEST: &str = "dnsloop.yaml";
 const SERVICE_MONITOR: &str = "servicemonitor.yaml";
-/// The alerts for the Prometheus operator (tests/tests/alerts.rs checks what they say).
+/// The alerts for the Prometheus operator (tests/tests/e2e/alerts.rs checks what they say).
 const PROMETHEUS_RULE: &str = "prometheusrule.yaml";
 const DOCKERFILE: &str = "Dockerfile";
 const VALIDATOR: &str = "kubernetes-validate";
@@ -177,7 +177,7 @@ fn every_core_object_validates_against_the_kubernetes_schemas() {
                 // The ServiceMonitor's and the PrometheusRule's CRDs are the Prometheus
                 // operator's, not in the core schemas: the validator knows nothing of them, so
                 // the Service's and the ServiceMonitor's agreement is checked below instead,
-                // and the rules in tests/tests/alerts.rs.
+                // and the rules in tests/tests/e2e/alerts.rs.
                 let checked = if object["apiVersion"] == "monitoring.coreos.com/v1" {
                     said.contains(&format!("Couldn't find schema for kind {kind}"))
                 } else {

@@ -159,7 +159,7 @@ fn every_alert_is_unit_tested_firing_and_silent_and_has_a_runbook() {
 const PROMETHEUS_RULE_HEAD: &str = "\
 # dnsloop's alerts for the Prometheus operator (kube-prometheus-stack and the like): the groups
 # of prometheus/alerts.yaml as a PrometheusRule, generated from it by
-# `DNSLOOP_BLESS=1 cargo test -p dnsloop-tests --test alerts prometheusrule`: edit alerts.yaml,
+# `DNSLOOP_BLESS=1 cargo test -p dnsloop-tests --test e2e prometheusrule`: edit alerts.yaml,
 # not this file. Apply it after dnsloop.yaml on a cluster with the operator's CRDs
 # (`kubectl get crd prometheusrules.monitoring.coreos.com`).
 #
@@ -205,7 +205,7 @@ fn the_prometheusrule_is_generated_from_the_rule_file() {
     assert!(
         read_deploy_file(PROMETHEUS_RULE) == generated,
         "deploy/{PROMETHEUS_RULE} is not what deploy/{RULES} makes: run \
-         `DNSLOOP_BLESS=1 cargo test -p dnsloop-tests --test alerts prometheusrule` and commit it"
+         `DNSLOOP_BLESS=1 cargo test -p dnsloop-tests --test e2e prometheusrule` and commit it"
     );
     let rule = yaml(PROMETHEUS_RULE);
     assert_eq!(rule["kind"], "PrometheusRule");
