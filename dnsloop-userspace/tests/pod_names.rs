@@ -10,7 +10,6 @@ use std::{process::Command, time::Duration};
 
 use cri_runtime::{FakeRuntime, Sandbox};
 use dnsloop_core::schema::PacketRecord;
-use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     findings::{LoopRecordExt as _, Trace},
     lab::{Lab, Pod, Scenario, CLUSTER_DOMAIN, EXTERNAL_NAME, NODE_LOCAL_DNS},
@@ -34,8 +33,9 @@ fn traced(
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return None;
     }
-    let _alone = one_lab_at_a_time();
-    let lab = Lab::up(scenario).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(scenario)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let mut args = vec!["--output".to_owned(), "json".to_owned()];
     args.extend(options(&lab));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -208,8 +208,9 @@ fn a_pod_whose_sandbox_starts_after_its_network_is_named_once_it_runs() {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
-    let _alone = one_lab_at_a_time();
-    let mut lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let mut lab = Lab::builder(Scenario::Healthy)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     // A container runtime sets up a pod's network, then starts its sandbox: dnsloop sees the
     // pod before any process of it is there to name it.
     lab.stop_sandbox(Pod::Client)
@@ -255,8 +256,9 @@ fn without_a_pod_log_directory_the_container_runtime_names_the_pods() {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
-    let _alone = one_lab_at_a_time();
-    let lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::Healthy)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let sandboxes: Vec<Sandbox> = Pod::ALL
         .into_iter()
         .map(|pod| Sandbox {

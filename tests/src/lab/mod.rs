@@ -1,7 +1,7 @@
 //! The node lab: a Kubernetes node's DNS path rebuilt in network namespaces, with real DNS
 //! servers (dnsmasq, unbound, dnsdist and Knot Resolver playing node-local-dns, CoreDNS and the
 //! upstream resolver). A lab has one node, or up to [`MAX_NODES`] joined into a cluster by a
-//! VXLAN overlay ([`Lab::up_nodes`]), its pods on a `cni0` bridge or routed Calico-style
+//! VXLAN overlay ([`LabBuilder::nodes`]), its pods on a `cni0` bridge or routed Calico-style
 //! ([`PodNetwork`]).
 //!
 //! ```text
@@ -26,9 +26,11 @@
 //! No server caches, so every query travels its whole path each time; the servers log every
 //! query they receive ([`Lab::server_log`]).
 //!
-//! Each [`Lab`] owns its namespaces (`<prefix>-node`, `<prefix>-client`, ...) and server
-//! processes, so labs run side by side in parallel tests. Dropping a `Lab` tears it down;
-//! [`Lab::keep`] leaves it up for [`status`] and [`down`] in another process.
+//! [`Lab::builder`] brings a lab up. Each [`Lab`] owns its namespaces (`<prefix>-node`,
+//! `<prefix>-client`, ...) and server processes, and holds the host's one lab turn while it is
+//! up (`turn`), so parallel tests bring their labs up one after another. Dropping a `Lab` tears
+//! it down; [`Lab::keep`] leaves it up for [`status`] and [`down`] in another process.
+mod builder;
 mod capture;
 mod command;
 mod describe;
@@ -40,28 +42,31 @@ mod nftables;
 mod preflight;
 mod process;
 mod scenario;
-mod serial;
 mod servers;
 mod state;
 mod topology;
+mod turn;
 
 use std::{
     fs,
     io::Write as _,
     path::{Path, PathBuf},
     process::{Child, Output, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, ensure, Context as _, Result};
 
+pub use builder::LabBuilder;
 pub use capture::{Capture, PcapCapture};
 pub use dig::DigOutcome;
 pub use network::{EXTERNAL_BRIDGE, UNDERLAY_BRIDGE};
 pub use preflight::{check_host, HostNotReady};
 pub use scenario::{Scenario, UnknownScenario};
-pub use serial::one_lab_at_a_time;
 pub use topology::{
     dead_stub_domains, dns_server, node_underlay_on, node_uplink_on, overlay_address_on,
     pod_cidr_on, pod_gateway_on, Pod, PodNetwork, Server, CLUSTER_DNS, CLUSTER_DNS_UPSTREAM,
@@ -78,15 +83,13 @@ use kubelet::KubeletPods;
 use servers::{server_file_stem, RunningServer};
 use state::{LabState, ServerState};
 use topology::Namespaces;
+use turn::LabTurn;
 
 /// How long `up` waits for every server to answer.
 const SERVERS_READY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest accepted prefix; namespace names add at most 10 characters (`-coredns-a`,
 /// `-coredns2b`).
 const MAX_PREFIX_LEN: usize = 32;
-
-/// Numbers the labs of this process, so that each gets its own prefix.
-static NEXT_INSTANCE: AtomicU32 = AtomicU32::new(0);
 
 /// One lab instance. Dropping it stops its servers, deletes its namespaces and removes its
 /// state directory.
@@ -100,39 +103,48 @@ pub struct Lab {
     kubelet: KubeletPods,
     /// Numbers this lab's captures, for their file names.
     next_capture: AtomicU32,
+    /// Held from before the lab is built until after [`Drop`] has torn it down (fields drop
+    /// after `drop` runs); given up by [`Lab::keep`].
+    turn: Option<Arc<LabTurn>>,
 }
 
 impl Lab {
-    /// Brings up `scenario` on its default number of nodes ([`Scenario::default_nodes`]: one
-    /// for the node scenarios) under a prefix of its own (`dl<pid>x<counter>`).
+    /// What to bring up: `scenario`, on its default number of nodes and under a prefix of its
+    /// own unless told otherwise; [`LabBuilder::start`] brings it up.
+    pub fn builder(scenario: Scenario) -> LabBuilder {
+        LabBuilder::new(scenario)
+    }
+
+    /// `Lab::builder(scenario).start()`.
     pub fn up(scenario: Scenario) -> Result<Lab> {
-        Lab::up_nodes(scenario, scenario.default_nodes())
+        Lab::builder(scenario).start()
     }
 
-    /// Brings up `scenario` on `nodes` nodes (1 to [`MAX_NODES`]) under a prefix of its own.
+    /// `Lab::builder(scenario).nodes(nodes).start()`.
     pub fn up_nodes(scenario: Scenario, nodes: usize) -> Result<Lab> {
-        let instance = NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed);
-        Lab::up_nodes_with_prefix(
-            &format!("dl{}x{instance}", std::process::id()),
-            scenario,
-            nodes,
-        )
+        Lab::builder(scenario).nodes(nodes).start()
     }
 
-    /// Brings up `scenario` on its default number of nodes with namespaces named
-    /// `<prefix>-node`, `<prefix>-client`, ... and state in `/run/dnsloop-lab/<prefix>/`. Fails
-    /// if a lab with that prefix is already up.
-    pub fn up_with_prefix(prefix: &str, scenario: Scenario) -> Result<Lab> {
-        Lab::up_nodes_with_prefix(prefix, scenario, scenario.default_nodes())
-    }
-
-    /// As [`Lab::up_with_prefix`], on `nodes` nodes: node 0's namespaces are named as in a
-    /// one-node lab, node `i`'s `<prefix>-node<i>`, `<prefix>-client<i>`,
-    /// `<prefix>-coredns<i>a`, ..., and `<prefix>-fabric` joins them.
+    /// `Lab::builder(scenario).prefix(prefix).nodes(nodes).start()`.
     pub fn up_nodes_with_prefix(prefix: &str, scenario: Scenario, nodes: usize) -> Result<Lab> {
+        Lab::builder(scenario).prefix(prefix).nodes(nodes).start()
+    }
+
+    /// Brings `scenario` up on `nodes` nodes under `prefix`, in `turn` if given, else once it
+    /// has taken a turn of its own.
+    fn bring_up(
+        prefix: &str,
+        scenario: Scenario,
+        nodes: usize,
+        turn: Option<Arc<LabTurn>>,
+    ) -> Result<Lab> {
         validate_prefix(prefix)?;
         validate_nodes(nodes)?;
         check_host()?;
+        let turn = match turn {
+            Some(turn) => turn,
+            None => Arc::new(LabTurn::take()?),
+        };
         let state_dir = state::dir(prefix);
         let mut leftovers = netns::list_with_prefix(prefix)?;
         if state_dir.exists() {
@@ -155,6 +167,7 @@ impl Lab {
             servers: Vec::new(),
             kubelet: KubeletPods::default(),
             next_capture: AtomicU32::new(0),
+            turn: Some(turn),
         };
         // On any error `lab` is dropped here, which removes whatever was already built.
         lab.build()
@@ -217,7 +230,9 @@ impl Lab {
 
     /// Leaves the lab running after this process ends (`cargo xtask lab up`); [`down`] removes
     /// it, [`status`] describes it.
-    pub fn keep(self) {
+    pub fn keep(mut self) {
+        // The kept lab no longer holds up the labs of this process.
+        drop(self.turn.take());
         // Skipping Drop is the point: servers, namespaces and state directory stay.
         std::mem::forget(self);
     }

@@ -72,7 +72,7 @@ impl Scenario {
         }
     }
 
-    /// How many nodes `Lab::up` builds for this scenario: the cluster scenarios are about
+    /// How many nodes `Lab::builder` builds for this scenario: the cluster scenarios are about
     /// traffic between nodes.
     pub fn default_nodes(&self) -> usize {
         if self.is_cluster() {

@@ -12,8 +12,13 @@ use serde::{Deserialize, Serialize};
 const STATE_ROOT: &str = "/run/dnsloop-lab";
 const STATE_FILE: &str = "state.json";
 
+/// Where every lab's state directory is.
+pub(crate) fn root() -> &'static Path {
+    Path::new(STATE_ROOT)
+}
+
 pub(crate) fn dir(prefix: &str) -> PathBuf {
-    Path::new(STATE_ROOT).join(prefix)
+    root().join(prefix)
 }
 
 #[derive(Debug, Serialize, Deserialize)]

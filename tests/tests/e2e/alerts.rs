@@ -15,7 +15,7 @@ use std::{
 
 use dnsloop_tests::{
     lab::{
-        self, node_underlay_on, Lab, Pod, Scenario, CLUSTER_DNS, CLUSTER_RECORDS, EXTERNAL_NAME,
+        node_underlay_on, Lab, Pod, Scenario, CLUSTER_DNS, CLUSTER_RECORDS, EXTERNAL_NAME,
         NODE_LOCAL_DNS,
     },
     privilege::{can_run, dnsloop_bin, Need},
@@ -490,8 +490,9 @@ fn a_real_prometheus_fires_the_loop_alert_for_the_looping_node_alone() {
     // Node 0 runs both CoreDNS pods and a node-local cache that forwards to them, and they back
     // to it: a loop of node 0's own. Node 1 has a client (and a cache) whose cluster names
     // CoreDNS on node 0 answers over the overlay.
-    let _alone = lab::one_lab_at_a_time();
-    let lab = Lab::up_nodes(Scenario::NodelocalLoop, 2)
+    let lab = Lab::builder(Scenario::NodelocalLoop)
+        .nodes(2)
+        .start()
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let nodes = ["lab-node-0", "lab-node-1"];
     let metrics_addr = format!("0.0.0.0:{METRICS_PORT}");

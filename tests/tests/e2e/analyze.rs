@@ -6,8 +6,7 @@
 //! them: of every interface (`-i any`, Linux cooked v2, and v1 with `-y LINUX_SLL`) and of one
 //! interface (a plain Ethernet capture, whose directions only its MAC addresses tell). The
 //! loop and unexpected-source tests also run `dnsloop trace` alongside, and hold the two to the
-//! same findings. Tests keep to one lab at a time, as `detect.rs` does and for its reason: a
-//! loop storm loads a 2-core machine.
+//! same findings.
 use std::{
     collections::BTreeSet,
     net::{IpAddr, Ipv4Addr},
@@ -17,7 +16,6 @@ use std::{
 };
 
 use dnsloop_core::schema::Record;
-use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     dead_upstream,
     findings::{fqdn, Trace},
@@ -106,8 +104,9 @@ fn run<T>(
         return None;
     }
     let files = tempfile::tempdir().expect("a temporary directory");
-    let _alone = one_lab_at_a_time();
-    let lab = Lab::up(scenario).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(scenario)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let mut running: Vec<PcapCapture> = Vec::new();
     let mut captures = Vec::new();
     for (number, take) in takes.iter().enumerate() {

@@ -3,7 +3,6 @@
 //! live. A size limit is kept and said, and Ctrl-C still leaves a whole bundle.
 use std::{path::Path, process::Command};
 
-use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     findings::{loop_as_seen, Trace},
     lab::{Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
@@ -27,10 +26,11 @@ fn capture_the_loop(test: &str, options: &[&str]) -> Option<Captured> {
     ) {
         return None;
     }
-    let _alone = one_lab_at_a_time();
     let bundle = tempfile::tempdir().expect("a temporary directory");
     let out = bundle.path().join("bundle");
-    let lab = Lab::up(Scenario::NodelocalLoop).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::NodelocalLoop)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let mut args = vec![
         "--output",
         "json",

@@ -16,8 +16,8 @@ use dnsloop_tests::{
     dns_query,
     findings::{fqdn, SummaryExt as _, Trace},
     lab::{
-        self, Lab, Pod, Scenario, CLUSTER_DNS, DEAD_DNS, EXTERNAL_NAME, NODE_LOCAL_DNS,
-        OVERLAY_DEVICE, STUB_DOMAIN,
+        Lab, Pod, Scenario, CLUSTER_DNS, DEAD_DNS, EXTERNAL_NAME, NODE_LOCAL_DNS, OVERLAY_DEVICE,
+        STUB_DOMAIN,
     },
     privilege::{can_run, dnsloop_bin, Need},
     tracer::{self, Tracer},
@@ -85,9 +85,10 @@ fn observed_cluster(
         return None;
     }
     let files = tempfile::tempdir().expect("a temporary directory");
-    let _alone = lab::one_lab_at_a_time();
-    let mut lab =
-        Lab::up_nodes(scenario, nodes).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let mut lab = Lab::builder(scenario)
+        .nodes(nodes)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let captures: Vec<_> = (0..nodes)
         .filter(|_| captured)
         .map(|node| {
@@ -442,8 +443,9 @@ fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture() {
     let file = files.path().join("node0-any.pcap");
     let links = files.path().join("node0-links.txt");
     let live = {
-        let _alone = lab::one_lab_at_a_time();
-        let mut lab = Lab::up_nodes(Scenario::ClusterLoop, 2)
+        let mut lab = Lab::builder(Scenario::ClusterLoop)
+            .nodes(2)
+            .start()
             .unwrap_or_else(|error| panic!("{test}: {error:#}"));
         let node = lab.node_ns_of(0).expect("node 0").to_owned();
         // As an operator on node A would take it: every interface, DNS only.

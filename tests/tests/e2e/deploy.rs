@@ -14,7 +14,6 @@ use std::{
 };
 
 use dnsloop_core::schema::{DropRecord, Record};
-use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     findings::Trace,
     lab::{Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_NAME},
@@ -669,8 +668,9 @@ fn traced_as_in_the_daemonset<T>(
     capabilities: &[String],
     traffic: impl FnOnce(&Lab) -> T,
 ) -> (Trace, T) {
-    let _alone = one_lab_at_a_time();
-    let lab = Lab::up(scenario).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(scenario)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let tracer = start_as_in_the_daemonset(&lab, capabilities)
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let sent = traffic(&lab);
@@ -908,8 +908,9 @@ fn without_syslog_drops_are_reported_without_their_kernel_function() {
 
 /// The error dnsloop stops with when started holding `capabilities` on a healthy lab.
 fn startup_error(test: &str, capabilities: &[String]) -> String {
-    let _alone = one_lab_at_a_time();
-    let lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::Healthy)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     match start_as_in_the_daemonset(&lab, capabilities) {
         Ok(tracer) => {
             let stderr = tracer
@@ -1020,8 +1021,9 @@ impl Drop for NamespaceOfAnotherUser {
 /// What dnsloop, started holding `capabilities` on a healthy lab that also has a namespace
 /// only another user's process holds, printed on stderr.
 fn stderr_with_a_namespace_of_another_user(test: &str, capabilities: &[String]) -> String {
-    let _alone = one_lab_at_a_time();
-    let lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::Healthy)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let _held = NamespaceOfAnotherUser::new(&lab);
     let tracer = start_as_in_the_daemonset(&lab, capabilities)
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));

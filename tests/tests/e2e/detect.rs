@@ -2,8 +2,8 @@
 //!
 //! Each test brings up one scenario on a lab of its own, runs `dnsloop trace --output json` in
 //! the node namespace while it sends traffic from the pods, then stops the tracer as an
-//! operator would (Ctrl-C) and reads what it printed. Tests run in parallel threads, but keep
-//! to one lab at a time (see `dnsloop_tests::lab::one_lab_at_a_time`).
+//! operator would (Ctrl-C) and reads what it printed. Tests run in parallel threads, but their
+//! labs come up one at a time (see `dnsloop_tests::lab::Lab::builder`).
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     thread,
@@ -11,7 +11,6 @@ use std::{
 };
 
 use dnsloop_core::schema::{Hop, LoopRecord};
-use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     dead_upstream, dns_query,
     findings::{fqdn, LoopRecordExt as _, SummaryExt as _, Trace},
@@ -57,9 +56,9 @@ fn traced_with<T>(
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return None;
     }
-    // Declared before the lab, so released after the lab is torn down.
-    let _alone = one_lab_at_a_time();
-    let lab = Lab::up(scenario).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(scenario)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     Some(trace_lab(test, &lab, options, traffic))
 }
 
@@ -101,8 +100,9 @@ fn traced_and_captured<T>(
     }
     let files = tempfile::tempdir().expect("a temporary directory");
     let file = files.path().join("node-any.pcap");
-    let _alone = one_lab_at_a_time();
-    let lab = Lab::up(scenario).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(scenario)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let capture = lab
         .capture_pcap(lab.node_ns(), "any", "port 53 or icmp or icmp6", &file)
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));
@@ -951,9 +951,13 @@ fn another_labs_traffic_stays_out_of_the_trace() {
     }
     // Two nodes on one host, built alike: same addresses, same interface numbers. dnsloop on
     // the idle one must not watch the other's pods, whose loopback carries a looping query.
-    let _alone = one_lab_at_a_time();
-    let idle = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{error:#}"));
-    let looping = Lab::up(Scenario::SelfLoop).unwrap_or_else(|error| panic!("{error:#}"));
+    let idle = Lab::builder(Scenario::Healthy)
+        .start()
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    let looping = Lab::builder(Scenario::SelfLoop)
+        .beside(&idle)
+        .start()
+        .unwrap_or_else(|error| panic!("{error:#}"));
     let (trace, _) = trace_lab("isolation", &idle, &[], |_| {
         looping.dig_or_fail(
             Pod::Client,

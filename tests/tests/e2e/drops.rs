@@ -10,7 +10,7 @@ use dnsloop_core::schema::DropRecord;
 use dnsloop_tests::{
     dns_query,
     findings::{fqdn, Trace},
-    lab::{dns_server, one_lab_at_a_time, Lab, Pod, Scenario, Server, EXTERNAL_NAME},
+    lab::{dns_server, Lab, Pod, Scenario, Server, EXTERNAL_NAME},
     privilege::{can_run, dnsloop_bin, Need},
     tracer::Tracer,
 };
@@ -29,9 +29,9 @@ fn traced(
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return None;
     }
-    // Declared before the lab, so released after the lab is torn down.
-    let _alone = one_lab_at_a_time();
-    let mut lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let mut lab = Lab::builder(Scenario::Healthy)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     prepare(&mut lab);
     let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"])
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));

@@ -1,5 +1,5 @@
 //! Every lab scenario does what it claims, shown with dig, tcpdump, conntrack and the DNS
-//! servers' own logs. Each test brings up its own lab; they run in parallel.
+//! servers' own logs. Each test brings up its own lab, one lab at a time.
 use std::{collections::HashSet, path::Path};
 
 use dnsloop_tests::lab::{
@@ -28,7 +28,7 @@ fn lab_up(test: &str, scenario: Scenario) -> Option<Lab> {
     if !host_can_run_labs(test) {
         return None;
     }
-    match Lab::up(scenario) {
+    match Lab::builder(scenario).start() {
         Ok(lab) => Some(lab),
         Err(error) => panic!("{test}: {error:#}"),
     }
@@ -393,7 +393,9 @@ fn a_kept_lab_is_described_and_taken_down_by_prefix() {
         return;
     }
     let prefix = format!("dlkept{}", std::process::id());
-    Lab::up_with_prefix(&prefix, Scenario::DeadUpstream)
+    Lab::builder(Scenario::DeadUpstream)
+        .prefix(&prefix)
+        .start()
         .unwrap_or_else(|error| panic!("{error:#}"))
         .keep();
     let _cleanup = DownOnDrop(&prefix);
@@ -414,7 +416,10 @@ fn a_kept_lab_is_described_and_taken_down_by_prefix() {
     }
     assert!(!description.contains("not running"), "{description}");
     assert!(
-        Lab::up_with_prefix(&prefix, Scenario::Healthy).is_err(),
+        Lab::builder(Scenario::Healthy)
+            .prefix(&prefix)
+            .start()
+            .is_err(),
         "a second lab with the same prefix must be refused"
     );
 
@@ -460,7 +465,7 @@ fn cluster_up(test: &str, scenario: Scenario, nodes: usize) -> Option<Lab> {
     if !host_can_run_labs(test) {
         return None;
     }
-    match Lab::up_nodes(scenario, nodes) {
+    match Lab::builder(scenario).nodes(nodes).start() {
         Ok(lab) => Some(lab),
         Err(error) => panic!("{test}: {error:#}"),
     }
@@ -494,7 +499,6 @@ fn namespaces_of(prefix: &str) -> Vec<String> {
 
 #[test]
 fn cluster_healthy_resolves_from_node_1_through_a_coredns_pod_on_node_0_over_vxlan() {
-    let _alone = lab::one_lab_at_a_time();
     let Some(lab) = cluster_up("cluster-healthy", Scenario::ClusterHealthy, 2) else {
         return;
     };
@@ -630,7 +634,6 @@ const STORM_ROUNDS: usize = 200;
 
 #[test]
 fn cluster_loop_circulates_between_nodes_until_the_servers_are_stopped() {
-    let _alone = lab::one_lab_at_a_time();
     let Some(mut lab) = cluster_up("cluster-loop", Scenario::ClusterLoop, 2) else {
         return;
     };
@@ -707,7 +710,10 @@ fn a_kept_cluster_lab_lists_every_node_and_goes_down_whole() {
         return;
     }
     let prefix = format!("dlnodes{}", std::process::id());
-    Lab::up_nodes_with_prefix(&prefix, Scenario::ClusterLoop, 3)
+    Lab::builder(Scenario::ClusterLoop)
+        .prefix(&prefix)
+        .nodes(3)
+        .start()
         .unwrap_or_else(|error| panic!("{error:#}"))
         .keep();
     let _cleanup = DownOnDrop(&prefix);
@@ -798,7 +804,6 @@ fn stop_and_check_quiet(mut lab: Lab) {
 
 #[test]
 fn cluster_tcp_loop_crosses_the_overlay_over_tcp_until_the_servers_are_stopped() {
-    let _alone = lab::one_lab_at_a_time();
     let Some(lab) = cluster_up("cluster-tcp-loop", Scenario::ClusterTcpLoop, 2) else {
         return;
     };
@@ -844,7 +849,6 @@ fn cluster_tcp_loop_crosses_the_overlay_over_tcp_until_the_servers_are_stopped()
 
 #[test]
 fn cluster_healthy_routed_resolves_from_every_node_with_calico_style_pods() {
-    let _alone = lab::one_lab_at_a_time();
     let Some(lab) = cluster_up("cluster-healthy-routed", Scenario::ClusterHealthyRouted, 2) else {
         return;
     };
@@ -953,7 +957,6 @@ fn assert_loop_crosses_both_nodes(lab: &Lab, packets: &[String]) {
 
 #[test]
 fn cluster_loop_routed_circulates_between_nodes_without_a_bridge() {
-    let _alone = lab::one_lab_at_a_time();
     let Some(lab) = cluster_up("cluster-loop-routed", Scenario::ClusterLoopRouted, 2) else {
         return;
     };
@@ -1000,7 +1003,6 @@ fn cluster_loop_routed_circulates_between_nodes_without_a_bridge() {
 
 #[test]
 fn cluster_loop_iptables_keeps_pods_on_their_own_cache_and_loops_through_kube_dns_upstream() {
-    let _alone = lab::one_lab_at_a_time();
     let Some(lab) = cluster_up("cluster-loop-iptables", Scenario::ClusterLoopIptables, 2) else {
         return;
     };
@@ -1059,7 +1061,6 @@ fn cluster_loop_iptables_keeps_pods_on_their_own_cache_and_loops_through_kube_dn
 
 #[test]
 fn cluster_upstream_is_knot_resolver_answering_from_its_own_data() {
-    let _alone = lab::one_lab_at_a_time();
     let Some(lab) = cluster_up("cluster-kresd", Scenario::ClusterHealthy, 2) else {
         return;
     };

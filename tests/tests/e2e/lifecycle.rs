@@ -36,7 +36,7 @@ fn healthy_lab(test: &str) -> Option<Lab> {
     ) {
         return None;
     }
-    Some(Lab::up(Scenario::Healthy).expect("lab up"))
+    Some(Lab::builder(Scenario::Healthy).start().expect("lab up"))
 }
 
 fn start(lab: &Lab, env: &[(&str, &str)]) -> Tracer {

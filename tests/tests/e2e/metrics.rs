@@ -6,7 +6,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use dnsloop_tests::lab::one_lab_at_a_time;
 use dnsloop_tests::{
     lab::{Lab, Pod, Scenario, CLUSTER_RECORDS, EXTERNAL_NAME, NODE_LOCAL_DNS},
     privilege::{can_run, dnsloop_bin, Need},
@@ -65,9 +64,9 @@ fn a_scrape_shows_the_loop_the_bridge_traffic_and_answer_latencies() {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary, Need::Tool("curl")]) {
         return;
     }
-    // Declared before the lab, so released after the lab is torn down.
-    let _alone = one_lab_at_a_time();
-    let lab = Lab::up(Scenario::NodelocalLoop).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::NodelocalLoop)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let tracer = Tracer::start(
         &dnsloop_bin(),
         &lab,
@@ -160,8 +159,9 @@ fn a_port_in_use_stops_a_second_tracer_at_startup() {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
-    let _alone = one_lab_at_a_time();
-    let lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::Healthy)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let _first = Tracer::start(
         &dnsloop_bin(),
         &lab,

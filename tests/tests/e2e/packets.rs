@@ -102,7 +102,9 @@ fn assert_every_hop_shown(test: &str, queries: &[Query]) {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
-    let lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::Healthy)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let tracer = Tracer::start(
         &dnsloop_bin(),
         &lab,

@@ -15,7 +15,9 @@ fn probe(test: &str, scenario: Scenario) -> Option<(i32, Vec<Value>, String)> {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return None;
     }
-    let lab = Lab::up(scenario).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(scenario)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let binary = dnsloop_bin();
     let server = NODE_LOCAL_DNS.to_string();
     let Output {

@@ -13,7 +13,7 @@ use std::{
 use dnsloop_core::schema::{BundleRecord, CaptureReport, Record};
 use dnsloop_tests::{
     findings::{fqdn, loop_as_seen, Trace},
-    lab::{one_lab_at_a_time, Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
+    lab::{Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
     privilege::{can_run, dnsloop_bin, Need},
     tracer::{self, Tracer},
 };
@@ -69,10 +69,11 @@ fn a_loop_is_recorded_once_from_the_clients_first_query_and_analyzes_to_the_same
     ) {
         return;
     }
-    let _alone = one_lab_at_a_time();
     let scratch = tempfile::tempdir().expect("a temporary directory");
     let record_dir = scratch.path().join("record");
-    let lab = Lab::up(Scenario::NodelocalLoop).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::NodelocalLoop)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     // What the client sent, as its own pod saw it: the first query is the loop's first packet.
     let client_file = scratch.path().join("client.pcap");
     let client_capture = lab

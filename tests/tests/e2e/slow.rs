@@ -11,8 +11,8 @@ use dnsloop_core::schema::{LookupRecord, Record};
 use dnsloop_tests::{
     findings::{fqdn, Trace},
     lab::{
-        dns_server, one_lab_at_a_time, Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_A, EXTERNAL_NAME,
-        NODE_LOCAL_DNS, UPLINK_DEVICE, UPSTREAM_DNS,
+        dns_server, Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_A, EXTERNAL_NAME, NODE_LOCAL_DNS,
+        UPLINK_DEVICE, UPSTREAM_DNS,
     },
     privilege::{can_run, dnsloop_bin, Need},
     tracer::{self, Tracer},
@@ -128,8 +128,9 @@ fn slow_lookups_name_the_upstream_as_the_slow_hop_live_and_in_a_capture() {
     }
     let files = tempfile::tempdir().expect("a temporary directory");
     let capture_file = files.path().join("node.pcap");
-    let _alone = one_lab_at_a_time();
-    let lab = Lab::up(Scenario::SlowUpstream).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::SlowUpstream)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let capture = lab
         .capture_pcap(lab.node_ns(), "any", "port 53", &capture_file)
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));

@@ -13,7 +13,7 @@ use std::{
 
 use dnsloop_tests::{
     findings::{fqdn, Trace},
-    lab::{one_lab_at_a_time, Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
+    lab::{Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
     privilege::{can_run, dnsloop_bin, Need},
     tracer::Tracer,
 };
@@ -35,9 +35,9 @@ fn a_nodelocal_loop_storm_is_a_few_findings_with_every_timeout_counted() {
         return;
     }
     assert!(STORM < REPORT_INTERVAL, "the storm fits in one interval");
-    // Declared before the lab, so released after the lab is torn down.
-    let _alone = one_lab_at_a_time();
-    let lab = Lab::up(Scenario::NodelocalLoop).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::NodelocalLoop)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"])
         .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     // Each external name asked starts a loop of its own, again with every ask.

@@ -27,7 +27,7 @@ fn traced_healthy_lab_with(test: &str, options: &[&str]) -> Option<(Lab, Tracer)
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return None;
     }
-    let lab = Lab::up(Scenario::Healthy).expect("lab up");
+    let lab = Lab::builder(Scenario::Healthy).start().expect("lab up");
     let args: Vec<&str> = ["--output", "json"]
         .iter()
         .chain(options)

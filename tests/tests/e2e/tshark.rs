@@ -29,7 +29,9 @@ fn dnsloop_and_tshark_see_the_same_dns_packets_on_an_interface() {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
-    let lab = Lab::up(Scenario::Healthy).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::Healthy)
+        .start()
+        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
     let interface = Pod::Client.host_veth();
     let pcap = lab.state_dir().join(format!("{interface}.pcap"));
     let capture = lab
