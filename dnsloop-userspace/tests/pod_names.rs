@@ -10,6 +10,7 @@ use std::{process::Command, time::Duration};
 
 use cri_runtime::{FakeRuntime, Sandbox};
 use dnsloop_core::schema::PacketRecord;
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::{LoopRecordExt as _, Trace},
     lab::{Lab, Pod, Scenario, CLUSTER_DOMAIN, EXTERNAL_NAME, NODE_LOCAL_DNS},
@@ -104,12 +105,9 @@ fn assert_forward_enters_a_named_coredns_pod(packets: &[PacketRecord], trace: &T
 
 #[test]
 fn a_loop_through_coredns_names_the_coredns_pod() {
-    let Some(trace) = traced(
-        "pod-names-loop",
-        Scenario::NodelocalLoop,
-        pod_logs_of,
-        |lab| dig(lab, Pod::Client, EXTERNAL_NAME),
-    ) else {
+    let Some(trace) = traced(test_name!(), Scenario::NodelocalLoop, pod_logs_of, |lab| {
+        dig(lab, Pod::Client, EXTERNAL_NAME)
+    }) else {
         return;
     };
 
@@ -145,7 +143,7 @@ fn a_loop_through_coredns_names_the_coredns_pod() {
 fn packets_name_the_pods_they_leave_and_enter() {
     let cluster_name = format!("kubernetes.default.svc.{CLUSTER_DOMAIN}");
     let Some(trace) = traced(
-        "pod-names-packets",
+        test_name!(),
         Scenario::Healthy,
         |lab| {
             let mut options = pod_logs_of(lab);
@@ -174,7 +172,7 @@ fn packets_name_the_pods_they_leave_and_enter() {
 fn pods_the_log_directory_does_not_name_are_shown_by_address() {
     let elsewhere = tempfile::tempdir().expect("create a temporary directory");
     let Some(trace) = traced(
-        "pod-names-unknown",
+        test_name!(),
         Scenario::Healthy,
         |_| {
             vec![
@@ -204,7 +202,7 @@ fn pods_the_log_directory_does_not_name_are_shown_by_address() {
 
 #[test]
 fn a_pod_whose_sandbox_starts_after_its_network_is_named_once_it_runs() {
-    let test = "pod-names-late-sandbox";
+    let test = test_name!();
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
@@ -252,7 +250,7 @@ fn a_pod_whose_sandbox_starts_after_its_network_is_named_once_it_runs() {
 
 #[test]
 fn without_a_pod_log_directory_the_container_runtime_names_the_pods() {
-    let test = "pod-names-cri";
+    let test = test_name!();
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
@@ -318,7 +316,7 @@ fn without_a_pod_log_directory_the_container_runtime_names_the_pods() {
 
 #[test]
 fn a_cri_socket_that_is_not_there_stops_dnsloop_at_start() {
-    if !can_run("pod-names-cri-missing", &[Need::DnsloopBinary]) {
+    if !can_run(test_name!(), &[Need::DnsloopBinary]) {
         return;
     }
     let dir = tempfile::tempdir().expect("create a temporary directory");

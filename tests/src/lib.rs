@@ -6,8 +6,10 @@ pub mod exchange;
 pub mod findings;
 pub mod lab;
 pub mod netns;
+pub mod or_fail;
 pub mod packet_lines;
 pub mod privilege;
+pub mod test_name;
 pub mod tracer;
 pub mod wait;
 

@@ -13,6 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     lab::{
         node_underlay_on, Lab, Pod, Scenario, CLUSTER_DNS, CLUSTER_RECORDS, EXTERNAL_NAME,
@@ -101,7 +102,7 @@ fn promtool(args: &[&str]) -> String {
 
 #[test]
 fn the_rules_pass_promtool_and_their_unit_tests() {
-    if !can_run("alerts-promtool", &[Need::Tool("promtool")]) {
+    if !can_run(test_name!(), &[Need::Tool("promtool")]) {
         return;
     }
     let said = promtool(&["check", "rules", RULES]);
@@ -241,7 +242,7 @@ fn dashboard_queries() -> Vec<(String, String)> {
 
 #[test]
 fn the_dashboards_queries_are_promql_that_promtool_accepts() {
-    if !can_run("dashboard-promql", &[Need::Tool("promtool")]) {
+    if !can_run(test_name!(), &[Need::Tool("promtool")]) {
         return;
     }
     // Grafana's variables, as Grafana fills them in; each query as a recording rule, which
@@ -474,7 +475,7 @@ fn promtool_check_metrics(exposition: &str) {
 
 #[test]
 fn a_real_prometheus_fires_the_loop_alert_for_the_looping_node_alone() {
-    let test = "alerts-prometheus";
+    let test = test_name!();
     if !can_run(
         test,
         &[

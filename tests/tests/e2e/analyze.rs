@@ -16,6 +16,7 @@ use std::{
 };
 
 use dnsloop_core::schema::Record;
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     dead_upstream,
     findings::{fqdn, Trace},
@@ -196,7 +197,7 @@ fn assert_agree(traced: &Trace, analysed: &Trace, how: &str) {
 
 #[test]
 fn nodelocal_loop_in_captures_agrees_with_trace() {
-    let test = "analyze-nodelocal-loop";
+    let test = test_name!();
     let Some(run) = run(
         test,
         Scenario::NodelocalLoop,
@@ -235,7 +236,7 @@ fn nodelocal_loop_in_captures_agrees_with_trace() {
 
 #[test]
 fn unexpected_source_in_captures_agrees_with_trace() {
-    let test = "analyze-unexpected-source";
+    let test = test_name!();
     let client_veth = Take {
         pod: None,
         interface: "veth-client",
@@ -299,13 +300,9 @@ fn self_loop_in_a_capture_of_the_pod_is_a_possible_loop() {
             link_type: None,
         },
     ];
-    let Some(run) = run(
-        "analyze-self-loop",
-        Scenario::SelfLoop,
-        &takes,
-        false,
-        |lab| lab.dig_or_fail(Pod::Client, &pod.ip().to_string(), &[EXTERNAL_NAME]),
-    ) else {
+    let Some(run) = run(test_name!(), Scenario::SelfLoop, &takes, false, |lab| {
+        lab.dig_or_fail(Pod::Client, &pod.ip().to_string(), &[EXTERNAL_NAME])
+    }) else {
         return;
     };
     for capture in &run.captures {
@@ -357,7 +354,7 @@ fn tcp_loop_in_captures_is_a_loop_or_a_possible_one() {
     // once.
     for attempt in 1..=2 {
         let Some(run) = run(
-            "analyze-tcp-loop",
+            test_name!(),
             Scenario::TcpLoop,
             &[NODE_ANY, NODE_BRIDGE],
             false,
@@ -402,7 +399,7 @@ fn dead_upstream_times_out_in_a_capture() {
     // capture is taken again, once.
     for attempt in 1..=2 {
         let Some(run) = run(
-            "analyze-dead-upstream",
+            test_name!(),
             Scenario::DeadUpstream,
             &[NODE_ANY],
             false,
@@ -483,7 +480,7 @@ fn healthy_traffic_in_captures_is_not_a_fault() {
         link_type: None,
     };
     let Some(run) = run(
-        "analyze-healthy",
+        test_name!(),
         Scenario::Healthy,
         &[NODE_ANY, client_veth],
         false,

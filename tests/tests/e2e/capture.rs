@@ -3,6 +3,7 @@
 //! live. A size limit is kept and said, and Ctrl-C still leaves a whole bundle.
 use std::{path::Path, process::Command};
 
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::{loop_as_seen, Trace},
     lab::{Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
@@ -70,7 +71,7 @@ fn analyze(file: &Path) -> Trace {
 
 #[test]
 fn a_capture_of_a_loop_reads_in_tshark_names_the_loop_and_analyzes_to_the_same_findings() {
-    let Some(captured) = capture_the_loop("capture-nodelocal-loop", &[]) else {
+    let Some(captured) = capture_the_loop(test_name!(), &[]) else {
         return;
     };
     let qname = format!("{EXTERNAL_NAME}.");
@@ -159,7 +160,7 @@ fn a_capture_of_a_loop_reads_in_tshark_names_the_loop_and_analyzes_to_the_same_f
 fn a_capture_keeps_to_its_size_limit_and_says_so() {
     const LIMIT: u64 = 20_000;
     let limit = LIMIT.to_string();
-    let Some(captured) = capture_the_loop("capture-size-limit", &["--max-bytes", &limit]) else {
+    let Some(captured) = capture_the_loop(test_name!(), &["--max-bytes", &limit]) else {
         return;
     };
     let pcapng = bundle_file(&captured, "capture.pcapng");

@@ -12,6 +12,7 @@ use std::{
 };
 
 use dnsloop_core::schema::{LoopRecord, Record, Timestamp};
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     dns_query,
     findings::{fqdn, SummaryExt as _, Trace},
@@ -174,41 +175,25 @@ fn node_name(node: usize) -> String {
 
 #[test]
 fn a_loop_through_two_nodes_is_reported_by_each_nodes_tracer_with_one_loop_id() {
-    loop_through_two_nodes(
-        "a_loop_through_two_nodes_is_reported_by_each_nodes_tracer_with_one_loop_id",
-        Scenario::ClusterLoop,
-        UDP_STORM,
-    );
+    loop_through_two_nodes(test_name!(), Scenario::ClusterLoop, UDP_STORM);
 }
 
 #[test]
 fn a_loop_through_two_nodes_over_tcp_is_reported_by_each_node() {
     // node-local-dns with `force_tcp`: every forward of the caches is a TCP connection.
-    loop_through_two_nodes(
-        "a_loop_through_two_nodes_over_tcp_is_reported_by_each_node",
-        Scenario::ClusterTcpLoop,
-        TCP_STORM,
-    );
+    loop_through_two_nodes(test_name!(), Scenario::ClusterTcpLoop, TCP_STORM);
 }
 
 #[test]
 fn a_loop_through_two_nodes_with_routed_pods_is_reported_by_each_node() {
     // Calico-style: cali* veths, /32 routes, no bridge.
-    loop_through_two_nodes(
-        "a_loop_through_two_nodes_with_routed_pods_is_reported_by_each_node",
-        Scenario::ClusterLoopRouted,
-        UDP_STORM,
-    );
+    loop_through_two_nodes(test_name!(), Scenario::ClusterLoopRouted, UDP_STORM);
 }
 
 #[test]
 fn a_loop_through_node_local_dns_in_iptables_mode_is_reported_by_each_node() {
     // The caches also bind the kube-dns ClusterIP (NOTRACK) and forward to kube-dns-upstream.
-    loop_through_two_nodes(
-        "a_loop_through_node_local_dns_in_iptables_mode_is_reported_by_each_node",
-        Scenario::ClusterLoopIptables,
-        UDP_STORM,
-    );
+    loop_through_two_nodes(test_name!(), Scenario::ClusterLoopIptables, UDP_STORM);
 }
 
 /// By when each node must have seen the question go round through the other node twice, and
@@ -326,11 +311,8 @@ fn a_and_aaaa_asked_at_once_on_one_socket_from_both_nodes_are_no_loop() {
     // glibc asks A and AAAA back to back from one socket; CoreDNS-like servers forward each on
     // its own. Both nodes' clients do so at the same time, through the ClusterIP (DNAT'ed to
     // the CoreDNS pods in turn) and through their node caches.
-    let Some(observed) = traced_and_captured_cluster(
-        "a_and_aaaa_asked_at_once_on_one_socket_from_both_nodes_are_no_loop",
-        Scenario::ClusterHealthy,
-        2,
-        |lab, _| {
+    let Some(observed) =
+        traced_and_captured_cluster(test_name!(), Scenario::ClusterHealthy, 2, |lab, _| {
             let lab = &*lab;
             thread::scope(|scope| {
                 for node in 0..2 {
@@ -357,8 +339,8 @@ fn a_and_aaaa_asked_at_once_on_one_socket_from_both_nodes_are_no_loop() {
                     });
                 }
             });
-        },
-    ) else {
+        })
+    else {
         return;
     };
     for (node, (trace, analysed)) in observed.iter().enumerate() {
@@ -374,11 +356,8 @@ fn a_and_aaaa_asked_at_once_on_one_socket_from_both_nodes_are_no_loop() {
 
 #[test]
 fn clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop() {
-    let Some(observed) = traced_and_captured_cluster(
-        "clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop",
-        Scenario::ClusterHealthy,
-        2,
-        |lab, _| {
+    let Some(observed) =
+        traced_and_captured_cluster(test_name!(), Scenario::ClusterHealthy, 2, |lab, _| {
             // Three times over, both nodes' clients ask at the same moment: an external name
             // through their caches, a cluster name through the ClusterIP (DNAT'ed to CoreDNS on
             // either node) and directly to the other node's CoreDNS pod.
@@ -415,8 +394,8 @@ fn clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop() {
                     }
                 });
             }
-        },
-    ) else {
+        })
+    else {
         return;
     };
     assert_no_loop_traced_or_captured(&observed);
@@ -432,7 +411,7 @@ fn clients_on_two_nodes_asking_the_same_names_at_once_are_no_loop() {
 
 #[test]
 fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture() {
-    let test = "analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture";
+    let test = test_name!();
     if !can_run(
         test,
         &[Need::Root, Need::Tool("tcpdump"), Need::DnsloopBinary],
@@ -518,11 +497,8 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop() {
     // no-false-loop case: a false loop may need a later round's forward to meet an earlier one.
     let name = format!("db.{STUB_DOMAIN}");
     let coredns_a = Pod::CoreDnsA.ip().to_string();
-    let Some(observed) = traced_and_captured_cluster(
-        "other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop",
-        Scenario::DeadUpstream,
-        2,
-        |lab, _| {
+    let Some(observed) =
+        traced_and_captured_cluster(test_name!(), Scenario::DeadUpstream, 2, |lab, _| {
             let lab = &*lab;
             for _ in 0..ROUNDS {
                 thread::scope(|scope| {
@@ -536,8 +512,8 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_dead_upstream_is_no_loop() {
                     }
                 });
             }
-        },
-    ) else {
+        })
+    else {
         return;
     };
     assert_no_loop_traced_or_captured(&observed);
@@ -562,11 +538,8 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_slow_upstream_is_no_loop() {
     // forwards are still unanswered, and the answers come back late, out of step with the
     // questions. Slow is not dead: every question gets its answer.
     let coredns_a = Pod::CoreDnsA.ip().to_string();
-    let Some(observed) = traced_and_captured_cluster(
-        "other_nodes_asking_a_pod_what_it_forwards_to_a_slow_upstream_is_no_loop",
-        Scenario::ClusterSlowUpstream,
-        2,
-        |lab, _| {
+    let Some(observed) =
+        traced_and_captured_cluster(test_name!(), Scenario::ClusterSlowUpstream, 2, |lab, _| {
             let lab = &*lab;
             let ask = |node: usize| client_gets_an_answer(lab, node, &coredns_a, EXTERNAL_NAME);
             for _ in 0..ROUNDS {
@@ -577,8 +550,8 @@ fn other_nodes_asking_a_pod_what_it_forwards_to_a_slow_upstream_is_no_loop() {
                     }
                 });
             }
-        },
-    ) else {
+        })
+    else {
         return;
     };
     assert_no_loop_traced_or_captured(&observed);

@@ -17,6 +17,7 @@ use dnsloop_core::{
     observation::{Namespace, Transport},
 };
 use dnsloop_shared::{parse::Probe, point::Direction};
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     netns,
     privilege::{self, Need},
@@ -28,7 +29,7 @@ const UDP_V4_QUERY: &str = "-p udp -s 10.244.0.2 -d 10.96.0.10 --sport 41234 --d
 
 #[test]
 fn an_unreplied_udp_v4_entry_gives_the_dnat_evidence() {
-    if !can_run("an_unreplied_udp_v4_entry_gives_the_dnat_evidence") {
+    if !can_run(test_name!()) {
         return;
     }
     let namespace = TestNamespace::create("udp4");
@@ -54,7 +55,7 @@ fn an_unreplied_udp_v4_entry_gives_the_dnat_evidence() {
 
 #[test]
 fn a_replied_udp_v6_entry_is_not_unreplied() {
-    if !can_run("a_replied_udp_v6_entry_is_not_unreplied") {
+    if !can_run(test_name!()) {
         return;
     }
     let namespace = TestNamespace::create("udp6");
@@ -80,7 +81,7 @@ fn a_replied_udp_v6_entry_is_not_unreplied() {
 
 #[test]
 fn a_tcp_entry_is_found_only_as_tcp() {
-    if !can_run("a_tcp_entry_is_found_only_as_tcp") {
+    if !can_run(test_name!()) {
         return;
     }
     let namespace = TestNamespace::create("tcp4");
@@ -118,7 +119,7 @@ fn a_tcp_entry_is_found_only_as_tcp() {
 /// The whole enrichment, with the bridge sysctl of the test's namespace (not the host's) off.
 #[test]
 fn the_enricher_establishes_the_bypass_in_its_namespace() {
-    if !can_run("the_enricher_establishes_the_bypass_in_its_namespace") {
+    if !can_run(test_name!()) {
         return;
     }
     let namespace = TestNamespace::create("enrich");
@@ -189,7 +190,7 @@ const COREDNS_TO_NODE_CACHE: &str = "-p udp -s 10.244.0.4 -d 169.254.25.10 --spo
 
 #[test]
 fn a_delivered_flow_is_found_by_its_reply_tuple() {
-    if !can_run("a_delivered_flow_is_found_by_its_reply_tuple") {
+    if !can_run(test_name!()) {
         return;
     }
     let namespace = TestNamespace::create("reply4");
@@ -220,7 +221,7 @@ fn a_delivered_flow_is_found_by_its_reply_tuple() {
 /// to the node cache (not DNAT'ed) is not.
 #[test]
 fn the_enricher_names_the_cluster_ip_a_loops_forward_was_sent_to() {
-    if !can_run("the_enricher_names_the_cluster_ip_a_loops_forward_was_sent_to") {
+    if !can_run(test_name!()) {
         return;
     }
     let namespace = TestNamespace::create("loop");
@@ -278,7 +279,7 @@ fn the_enricher_names_the_cluster_ip_a_loops_forward_was_sent_to() {
 /// first report's path, still name the ClusterIP once the entry is gone.
 #[test]
 fn a_loops_repeat_keeps_its_cluster_ip_after_the_conntrack_entry_is_gone() {
-    if !can_run("a_loops_repeat_keeps_its_cluster_ip_after_the_conntrack_entry_is_gone") {
+    if !can_run(test_name!()) {
         return;
     }
     let namespace = TestNamespace::create("repeat");
@@ -313,7 +314,7 @@ fn a_loops_repeat_keeps_its_cluster_ip_after_the_conntrack_entry_is_gone() {
 /// Without conntrack entries a loop keeps its summary and gets no DNAT: never an error.
 #[test]
 fn a_loop_without_entries_is_left_as_it_was() {
-    if !can_run("a_loop_without_entries_is_left_as_it_was") {
+    if !can_run(test_name!()) {
         return;
     }
     let namespace = TestNamespace::create("noloop");

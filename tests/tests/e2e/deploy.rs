@@ -14,6 +14,7 @@ use std::{
 };
 
 use dnsloop_core::schema::{DropRecord, Record};
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::Trace,
     lab::{Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_NAME},
@@ -156,7 +157,7 @@ fn validate(file: &str, version: Option<&str>) -> String {
 
 #[test]
 fn every_core_object_validates_against_the_kubernetes_schemas() {
-    if !can_run("deploy-validate", &[Need::Tool(VALIDATOR)]) {
+    if !can_run(test_name!(), &[Need::Tool(VALIDATOR)]) {
         return;
     }
     let mut files: Vec<String> = fs::read_dir(deploy_dir())
@@ -579,7 +580,7 @@ fn the_image_builds_with_what_xtask_setup_installs_and_runs_the_daemonsets_comma
 
 #[test]
 fn the_dockerfile_passes_hadolint() {
-    if !can_run("deploy-hadolint", &[Need::Tool("hadolint")]) {
+    if !can_run(test_name!(), &[Need::Tool("hadolint")]) {
         return;
     }
     let output = Command::new("hadolint")
@@ -722,7 +723,7 @@ fn scraped_loops(lab: &Lab) -> Option<f64> {
 
 #[test]
 fn with_the_daemonsets_capabilities_a_pod_looping_over_its_loopback_is_found_and_scraped() {
-    let test = "deploy-capabilities-self-loop";
+    let test = test_name!();
     if !can_run_as_in_the_daemonset(test) {
         return;
     }
@@ -762,7 +763,7 @@ fn with_the_daemonsets_capabilities_a_pod_looping_over_its_loopback_is_found_and
 
 #[test]
 fn without_sys_admin_the_pods_loopbacks_go_unwatched() {
-    let test = "deploy-without-sys-admin";
+    let test = test_name!();
     if !can_run_as_in_the_daemonset(test) {
         return;
     }
@@ -791,7 +792,7 @@ fn ask_the_cluster_dns(lab: &Lab) {
 
 #[test]
 fn with_the_daemonsets_capabilities_conntrack_shows_the_reply_that_skipped_un_dnat() {
-    let test = "deploy-capabilities-conntrack";
+    let test = test_name!();
     if !can_run_as_in_the_daemonset(test) {
         return;
     }
@@ -810,7 +811,7 @@ fn with_the_daemonsets_capabilities_conntrack_shows_the_reply_that_skipped_un_dn
 
 #[test]
 fn without_net_admin_conntrack_is_not_read() {
-    let test = "deploy-without-net-admin";
+    let test = test_name!();
     if !can_run_as_in_the_daemonset(test) {
         return;
     }
@@ -869,7 +870,7 @@ fn kallsyms_shown(with_syslog: bool) -> bool {
 
 #[test]
 fn with_the_daemonsets_capabilities_a_drop_is_located_in_the_kernel() {
-    let test = "deploy-capabilities-drop";
+    let test = test_name!();
     if !can_run_as_in_the_daemonset(test) {
         return;
     }
@@ -889,7 +890,7 @@ fn with_the_daemonsets_capabilities_a_drop_is_located_in_the_kernel() {
 
 #[test]
 fn without_syslog_drops_are_reported_without_their_kernel_function() {
-    let test = "deploy-without-syslog";
+    let test = test_name!();
     if !can_run_as_in_the_daemonset(test) {
         return;
     }
@@ -925,7 +926,7 @@ fn startup_error(test: &str, capabilities: &[String]) -> String {
 
 #[test]
 fn without_sys_admin_and_perfmon_the_missing_capability_is_named() {
-    let test = "deploy-without-perfmon";
+    let test = test_name!();
     if !can_run_as_in_the_daemonset(test) {
         return;
     }
@@ -937,7 +938,7 @@ fn without_sys_admin_and_perfmon_the_missing_capability_is_named() {
 
 #[test]
 fn without_sys_admin_and_bpf_the_missing_capability_is_named() {
-    let test = "deploy-without-bpf";
+    let test = test_name!();
     if !can_run_as_in_the_daemonset(test) {
         return;
     }
@@ -1045,7 +1046,7 @@ fn can_run_with_a_namespace_of_another_user(test: &str) -> bool {
 
 #[test]
 fn with_the_daemonsets_capabilities_a_namespace_held_by_another_user_is_entered() {
-    let test = "deploy-capabilities-ptrace";
+    let test = test_name!();
     if !can_run_with_a_namespace_of_another_user(test) {
         return;
     }
@@ -1058,7 +1059,7 @@ fn with_the_daemonsets_capabilities_a_namespace_held_by_another_user_is_entered(
 
 #[test]
 fn without_sys_ptrace_a_namespace_held_by_another_user_is_out_of_reach() {
-    let test = "deploy-without-sys-ptrace";
+    let test = test_name!();
     if !can_run_with_a_namespace_of_another_user(test) {
         return;
     }

@@ -11,6 +11,7 @@ use std::{
 };
 
 use dnsloop_core::schema::{Hop, LoopRecord};
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     dead_upstream, dns_query,
     findings::{fqdn, LoopRecordExt as _, SummaryExt as _, Trace},
@@ -136,7 +137,7 @@ fn first_loop<'a>(trace: &'a Trace, qname: &str, sent: &str) -> &'a LoopRecord {
 #[test]
 fn nodelocal_loop_is_reported_within_a_second_and_not_per_packet() {
     let sent = format!("`dig @{NODE_LOCAL_DNS} {EXTERNAL_NAME}` from the client");
-    let Some((trace, _)) = traced("nodelocal-loop", Scenario::NodelocalLoop, |lab| {
+    let Some((trace, _)) = traced(test_name!(), Scenario::NodelocalLoop, |lab| {
         // The loop swallows the query: there is no answer to check.
         lab.dig_or_fail(Pod::Client, &node_cache(), &[EXTERNAL_NAME])
     }) else {
@@ -191,19 +192,16 @@ fn nodelocal_loop_is_reported_within_a_second_and_not_per_packet() {
 #[test]
 fn nodelocal_loop_is_reported_with_ingress_watched_at_xdp() {
     let sent = format!("`dig @{NODE_LOCAL_DNS} {EXTERNAL_NAME}` from the client");
-    let Some((trace, attached)) = traced_with(
-        "nodelocal-loop-xdp",
-        Scenario::NodelocalLoop,
-        &["--xdp"],
-        |lab| {
+    let Some((trace, attached)) =
+        traced_with(test_name!(), Scenario::NodelocalLoop, &["--xdp"], |lab| {
             let attached = lab
                 .exec(lab.node_ns(), &["bpftool", "net", "show"])
                 .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
                 .unwrap_or_else(|error| panic!("{error:#}"));
             lab.dig_or_fail(Pod::Client, &node_cache(), &[EXTERNAL_NAME]);
             attached
-        },
-    ) else {
+        })
+    else {
         return;
     };
     let xdp_section = attached.split("tc:").next().unwrap_or_default();
@@ -242,7 +240,7 @@ fn coredns_loop_probe_coming_back_is_reported_as_a_probe() {
     let sent = format!("`dig @{NODE_LOCAL_DNS} {probe} HINFO` from coredns-a");
     // As the loop plugin does at start: CoreDNS asks its upstream (here the node cache, which
     // forwards to the ClusterIP) for the probe name, which should never come back to it.
-    let Some((trace, _)) = traced("coredns-probe", Scenario::NodelocalLoop, |lab| {
+    let Some((trace, _)) = traced(test_name!(), Scenario::NodelocalLoop, |lab| {
         lab.dig_or_fail(Pod::CoreDnsA, &node_cache(), &[&probe, "HINFO"])
     }) else {
         return;
@@ -280,7 +278,7 @@ fn captured(packets: &[String], hop: &Hop) -> bool {
 #[test]
 fn tcp_loop_is_reported_on_tcp_hops() {
     let sent = format!("`dig @{NODE_LOCAL_DNS} {EXTERNAL_NAME}` from the client");
-    let Some((trace, tcp_packets)) = traced("tcp-loop", Scenario::TcpLoop, |lab| {
+    let Some((trace, tcp_packets)) = traced(test_name!(), Scenario::TcpLoop, |lab| {
         // Loop findings do not name the transport: tcpdump, capturing TCP only, tells which
         // hops of the path were TCP.
         let capture = lab
@@ -305,7 +303,7 @@ fn self_loop_is_reported_on_the_pods_loopback() {
     // Both CoreDNS pods forward to 127.0.0.1, which is themselves; ask coredns-a directly.
     let pod = Pod::CoreDnsA;
     let sent = format!("`dig @{} {EXTERNAL_NAME}` from the client", pod.ip());
-    let Some((trace, _)) = traced("self-loop", Scenario::SelfLoop, |lab| {
+    let Some((trace, _)) = traced(test_name!(), Scenario::SelfLoop, |lab| {
         lab.dig_or_fail(Pod::Client, &pod.ip().to_string(), &[EXTERNAL_NAME])
     }) else {
         return;
@@ -330,7 +328,7 @@ fn self_loop_is_reported_on_the_pods_loopback() {
 #[test]
 fn unexpected_source_is_reported_with_conntrack_evidence_and_its_cause() {
     let sent = format!("`dig @{CLUSTER_DNS} {CLUSTER_NAME}` from the client");
-    let Some((trace, outcome)) = traced("unexpected-source", Scenario::UnexpectedSource, |lab| {
+    let Some((trace, outcome)) = traced(test_name!(), Scenario::UnexpectedSource, |lab| {
         lab.dig_or_fail(Pod::Client, &CLUSTER_DNS.to_string(), &[CLUSTER_NAME])
     }) else {
         return;
@@ -374,7 +372,7 @@ fn unexpected_source_is_reported_with_conntrack_evidence_and_its_cause() {
 
 #[test]
 fn dead_upstream_times_out_naming_the_dead_server_and_nothing_else() {
-    let Some((trace, _)) = traced("dead-upstream", Scenario::DeadUpstream, |lab| {
+    let Some((trace, _)) = traced(test_name!(), Scenario::DeadUpstream, |lab| {
         dead_upstream::ask(lab, &[CLUSTER_DNS.to_string(), node_cache()]);
         thread::sleep(TIMEOUT_REPORTED_WITHIN);
     }) else {
@@ -393,7 +391,7 @@ fn servers_gone_or_with_their_port_closed_are_timeouts_naming_them_never_loops()
     // its own resolver, down, at 127.0.0.1, twice each.
     let stubs = dead_stub_domains();
     let node_resolver = SocketAddr::from((Ipv4Addr::LOCALHOST, 53));
-    let test = "dead-and-closed";
+    let test = test_name!();
     let Some((trace, analysed, ())) = traced_and_captured(test, Scenario::DeadUpstream, |lab| {
         thread::scope(|scope| {
             for (zone, _, _) in &stubs {
@@ -467,7 +465,7 @@ fn upstreams_answering_refused_servfail_late_or_on_a_second_try_are_no_loop() {
     // CoreDNS forwards stub domains to a server that answers REFUSED or SERVFAIL at once, or
     // only after dnsloop's timeout, and to two servers of which the first is gone. A pod asks
     // each through its node cache.
-    let test = "upstream-failures";
+    let test = test_name!();
     let [refused, servfail, slow, _, retry] =
         upstream_failure_domains().map(|(zone, _)| fqdn(&format!("db.{zone}")));
     let Some((trace, analysed, ())) = traced_and_captured(test, Scenario::DeadUpstream, |lab| {
@@ -541,7 +539,7 @@ fn an_answer_truncated_over_udp_and_asked_again_over_tcp_is_no_loop() {
     // The question goes round the same servers twice, over UDP then over TCP, each time on
     // new sockets: a client asking again, not a loop.
     let [_, _, _, big, _] = upstream_failure_domains().map(|(zone, _)| fqdn(&format!("db.{zone}")));
-    let test = "truncated-then-tcp";
+    let test = test_name!();
     let Some((trace, analysed, outcome)) =
         traced_and_captured(test, Scenario::DeadUpstream, |lab| {
             lab.dig(Pod::Client, &node_cache(), &[&big])
@@ -569,7 +567,7 @@ fn an_answer_truncated_over_udp_and_asked_again_over_tcp_is_no_loop() {
 fn a_policy_dropping_a_clients_queries_to_the_cluster_ip_is_a_drop_and_a_timeout() {
     // What a NetworkPolicy denying the client DNS comes to, before kube-proxy's DNAT: the
     // node drops its queries to the ClusterIP. The client asks twice, as resolvers retry.
-    let test = "policy-client-cluster-ip";
+    let test = test_name!();
     let service = SocketAddr::new(CLUSTER_DNS.into(), 53);
     let Some((trace, analysed, ())) = traced_and_captured(test, Scenario::Healthy, |lab| {
         let rules = format!(
@@ -607,7 +605,7 @@ fn a_policy_dropping_corednss_queries_to_its_upstream_is_a_drop_and_timeouts() {
     // ClusterIP (slow-upstream's caches do): the question goes pod -> cache -> CoreDNS pod ->
     // node, where it is dropped, so it comes back into the namespace that forwarded it without
     // being taken in there.
-    let test = "policy-coredns-upstream";
+    let test = test_name!();
     let upstream = SocketAddr::new(UPSTREAM_DNS.into(), 53);
     let blocked = format!("blocked.{EXTERNAL_NAME}");
     let Some((trace, analysed, ())) = traced_and_captured(test, Scenario::SlowUpstream, |lab| {
@@ -675,7 +673,7 @@ fn clients_beside_the_forwarders_asking_again_are_no_loop() {
     // ClusterIP sent to the asker's own pod leaves a namespace that has taken the question in:
     // asking again, not sending it on. Three names from the pod: the ClusterIP picks a pod at
     // random, so that some try follows one sent to its own.
-    let test = "clients-beside-forwarders";
+    let test = test_name!();
     let dead = SocketAddr::new(DEAD_DNS.into(), 53);
     let names = [
         "sidecar1.corp.example",
@@ -713,7 +711,7 @@ fn a_dns_pod_deleted_in_the_middle_of_a_lookup_is_a_timeout_naming_it() {
     // and the client asks again, now of pod B.
     let coredns_a = SocketAddr::new(Pod::CoreDnsA.ip().into(), 53);
     let name = format!("db.{}", dead_stub_domains()[0].0);
-    let test = "pod-deleted-mid-lookup";
+    let test = test_name!();
     let Some((trace, analysed, ())) = traced_and_captured(test, Scenario::DeadUpstream, |lab| {
         thread::scope(|scope| {
             let asking = scope.spawn(|| {
@@ -741,7 +739,7 @@ fn a_dns_pod_deleted_in_the_middle_of_a_lookup_is_a_timeout_naming_it() {
 fn a_client_retrying_a_dead_server_directly_times_out_naming_it() {
     // No forwarder is involved: only the client's own query, sent again after a second on the
     // same socket with the same id, as glibc retries.
-    let Some((trace, _)) = traced("dead-server-retry", Scenario::DeadUpstream, |lab| {
+    let Some((trace, _)) = traced(test_name!(), Scenario::DeadUpstream, |lab| {
         let client_ns = lab.netns_path(&lab.pod_ns(Pod::Client));
         let replies = dns_query::send_twice(
             &client_ns,
@@ -777,7 +775,7 @@ fn a_client_retrying_a_dead_server_directly_times_out_naming_it() {
 fn a_query_asked_once_and_never_answered_times_out_and_answers_are_counted_per_server() {
     // One try, never resent: nothing about it is streamed, so dnsloop learns of it from the
     // kernel's query table once it has waited past the timeout.
-    let Some((trace, _)) = traced("asked-once", Scenario::DeadUpstream, |lab| {
+    let Some((trace, _)) = traced(test_name!(), Scenario::DeadUpstream, |lab| {
         lab.dig_or_fail(
             Pod::Client,
             &DEAD_DNS.to_string(),
@@ -909,7 +907,7 @@ fn repetitive_legitimate_traffic(lab: &Lab) {
 
 #[test]
 fn healthy_repetitive_traffic_is_not_a_fault() {
-    let Some((trace, analysed, ())) = traced_and_captured("healthy", Scenario::Healthy, |lab| {
+    let Some((trace, analysed, ())) = traced_and_captured(test_name!(), Scenario::Healthy, |lab| {
         repetitive_legitimate_traffic(lab);
         // Anything left unanswered would be reported by now.
         thread::sleep(TIMEOUT_REPORTED_WITHIN);
@@ -946,7 +944,7 @@ fn healthy_repetitive_traffic_is_not_a_fault() {
 
 #[test]
 fn another_labs_traffic_stays_out_of_the_trace() {
-    if !can_run("isolation", &[Need::Root, Need::DnsloopBinary]) {
+    if !can_run(test_name!(), &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
     // Two nodes on one host, built alike: same addresses, same interface numbers. dnsloop on
@@ -958,7 +956,7 @@ fn another_labs_traffic_stays_out_of_the_trace() {
         .beside(&idle)
         .start()
         .unwrap_or_else(|error| panic!("{error:#}"));
-    let (trace, _) = trace_lab("isolation", &idle, &[], |_| {
+    let (trace, _) = trace_lab(test_name!(), &idle, &[], |_| {
         looping.dig_or_fail(
             Pod::Client,
             &Pod::CoreDnsA.ip().to_string(),

@@ -7,6 +7,7 @@
 use std::{thread, time::Duration};
 
 use dnsloop_core::schema::DropRecord;
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     dns_query,
     findings::{fqdn, Trace},
@@ -70,7 +71,7 @@ fn counted(trace: &Trace, reason: &str) -> u64 {
 fn a_network_policy_dropping_dns_to_a_coredns_pod_is_named_with_its_rule_and_place() {
     let coredns = dns_server(Pod::CoreDnsA.ip());
     let Some((trace, _lab)) = traced(
-        "drop-policy",
+        test_name!(),
         |lab| {
             // What a NetworkPolicy denying DNS to the pod comes to: a drop in the node's
             // forward path (the client's frames cross the bridge through br_netfilter).
@@ -134,7 +135,7 @@ fn a_dns_server_that_stops_reading_is_named_when_its_socket_buffer_fills() {
     let stuck = dns_server(Pod::CoreDnsB.ip());
     let mut socket = None;
     let Some((trace, _lab)) = traced(
-        "drop-rcvbuf",
+        test_name!(),
         |lab| {
             lab.stop_server(0, Server::CoreDnsB)
                 .expect("CoreDNS B stops");
@@ -181,7 +182,7 @@ fn a_dns_server_that_stops_reading_is_named_when_its_socket_buffer_fills() {
 fn a_query_to_a_port_nobody_listens_on_is_dropped_as_no_socket() {
     let gone = dns_server(Pod::CoreDnsB.ip());
     let Some((trace, _lab)) = traced(
-        "drop-no-socket",
+        test_name!(),
         |lab| {
             lab.stop_server(0, Server::CoreDnsB)
                 .expect("CoreDNS B stops");

@@ -6,6 +6,7 @@ use dnsloop_tests::lab::{
     self, Lab, Pod, Scenario, Server, CLUSTER_DNS, CLUSTER_DNS_V6, DEAD_DNS, EXTERNAL_A,
     EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_UPLINK, STUB_DOMAIN,
 };
+use dnsloop_tests::test_name;
 
 const CLUSTER_NAME: &str = "kubernetes.default.svc.cluster.local";
 const CLUSTER_NAME_ADDRESS: &str = "10.96.0.1";
@@ -112,7 +113,7 @@ fn is_coredns_pod(address: &str) -> bool {
 
 #[test]
 fn healthy_resolves_cluster_and_external_names_over_udp_tcp_and_ipv6() {
-    let Some(lab) = lab_up("healthy", Scenario::Healthy) else {
+    let Some(lab) = lab_up(test_name!(), Scenario::Healthy) else {
         return;
     };
     let servers = [
@@ -159,7 +160,7 @@ fn healthy_resolves_cluster_and_external_names_over_udp_tcp_and_ipv6() {
 
 #[test]
 fn nodelocal_loop_sends_external_names_back_into_the_node_cache() {
-    let Some(lab) = lab_up("nodelocal-loop", Scenario::NodelocalLoop) else {
+    let Some(lab) = lab_up(test_name!(), Scenario::NodelocalLoop) else {
         return;
     };
     let node_cache = NODE_LOCAL_DNS.to_string();
@@ -194,7 +195,7 @@ fn nodelocal_loop_sends_external_names_back_into_the_node_cache() {
 
 #[test]
 fn self_loop_sends_the_query_to_the_same_server_over_lo() {
-    let Some(lab) = lab_up("self-loop", Scenario::SelfLoop) else {
+    let Some(lab) = lab_up(test_name!(), Scenario::SelfLoop) else {
         return;
     };
     let pod = Pod::CoreDnsA;
@@ -230,7 +231,7 @@ fn self_loop_sends_the_query_to_the_same_server_over_lo() {
 
 #[test]
 fn unexpected_source_answers_from_the_pod_address_and_leaves_conntrack_unreplied() {
-    let Some(lab) = lab_up("unexpected-source", Scenario::UnexpectedSource) else {
+    let Some(lab) = lab_up(test_name!(), Scenario::UnexpectedSource) else {
         return;
     };
     let client_ns = lab.pod_ns(Pod::Client);
@@ -297,7 +298,7 @@ fn unexpected_source_answers_from_the_pod_address_and_leaves_conntrack_unreplied
 
 #[test]
 fn dead_upstream_times_out_the_stub_domain_only() {
-    let Some(lab) = lab_up("dead-upstream", Scenario::DeadUpstream) else {
+    let Some(lab) = lab_up(test_name!(), Scenario::DeadUpstream) else {
         return;
     };
     let stub_name = format!("www.{STUB_DOMAIN}");
@@ -320,7 +321,7 @@ fn dead_upstream_times_out_the_stub_domain_only() {
 
 #[test]
 fn tcp_loop_forwards_over_tcp_to_the_cluster_ip_and_back_into_the_node_cache() {
-    let Some(lab) = lab_up("tcp-loop", Scenario::TcpLoop) else {
+    let Some(lab) = lab_up(test_name!(), Scenario::TcpLoop) else {
         return;
     };
     let node_cache = NODE_LOCAL_DNS.to_string();
@@ -389,7 +390,7 @@ impl Drop for DownOnDrop<'_> {
 
 #[test]
 fn a_kept_lab_is_described_and_taken_down_by_prefix() {
-    if !host_can_run_labs("kept-lab") {
+    if !host_can_run_labs(test_name!()) {
         return;
     }
     let prefix = format!("dlkept{}", std::process::id());
@@ -431,7 +432,7 @@ fn a_kept_lab_is_described_and_taken_down_by_prefix() {
 
 #[test]
 fn dropping_a_lab_stops_its_servers_and_removes_its_namespaces() {
-    let Some(lab) = lab_up("drop", Scenario::Healthy) else {
+    let Some(lab) = lab_up(test_name!(), Scenario::Healthy) else {
         return;
     };
     let pids: Vec<u32> = Server::ALL
@@ -499,7 +500,7 @@ fn namespaces_of(prefix: &str) -> Vec<String> {
 
 #[test]
 fn cluster_healthy_resolves_from_node_1_through_a_coredns_pod_on_node_0_over_vxlan() {
-    let Some(lab) = cluster_up("cluster-healthy", Scenario::ClusterHealthy, 2) else {
+    let Some(lab) = cluster_up(test_name!(), Scenario::ClusterHealthy, 2) else {
         return;
     };
     assert_eq!(
@@ -562,7 +563,7 @@ fn cluster_healthy_resolves_from_node_1_through_a_coredns_pod_on_node_0_over_vxl
 
 #[test]
 fn cluster_nodes_are_other_machines_to_each_other() {
-    let Some(lab) = cluster_up("cluster-links", Scenario::ClusterHealthy, 3) else {
+    let Some(lab) = cluster_up(test_name!(), Scenario::ClusterHealthy, 3) else {
         return;
     };
     let nodes: Vec<String> = (0..lab.nodes())
@@ -634,7 +635,7 @@ const STORM_ROUNDS: usize = 200;
 
 #[test]
 fn cluster_loop_circulates_between_nodes_until_the_servers_are_stopped() {
-    let Some(mut lab) = cluster_up("cluster-loop", Scenario::ClusterLoop, 2) else {
+    let Some(mut lab) = cluster_up(test_name!(), Scenario::ClusterLoop, 2) else {
         return;
     };
     let overlay = lab
@@ -706,7 +707,7 @@ fn cluster_loop_circulates_between_nodes_until_the_servers_are_stopped() {
 
 #[test]
 fn a_kept_cluster_lab_lists_every_node_and_goes_down_whole() {
-    if !host_can_run_labs("kept-cluster") {
+    if !host_can_run_labs(test_name!()) {
         return;
     }
     let prefix = format!("dlnodes{}", std::process::id());
@@ -804,7 +805,7 @@ fn stop_and_check_quiet(mut lab: Lab) {
 
 #[test]
 fn cluster_tcp_loop_crosses_the_overlay_over_tcp_until_the_servers_are_stopped() {
-    let Some(lab) = cluster_up("cluster-tcp-loop", Scenario::ClusterTcpLoop, 2) else {
+    let Some(lab) = cluster_up(test_name!(), Scenario::ClusterTcpLoop, 2) else {
         return;
     };
     assert_eq!(lab.nodes(), Scenario::ClusterTcpLoop.default_nodes());
@@ -849,7 +850,7 @@ fn cluster_tcp_loop_crosses_the_overlay_over_tcp_until_the_servers_are_stopped()
 
 #[test]
 fn cluster_healthy_routed_resolves_from_every_node_with_calico_style_pods() {
-    let Some(lab) = cluster_up("cluster-healthy-routed", Scenario::ClusterHealthyRouted, 2) else {
+    let Some(lab) = cluster_up(test_name!(), Scenario::ClusterHealthyRouted, 2) else {
         return;
     };
     assert_eq!(
@@ -957,7 +958,7 @@ fn assert_loop_crosses_both_nodes(lab: &Lab, packets: &[String]) {
 
 #[test]
 fn cluster_loop_routed_circulates_between_nodes_without_a_bridge() {
-    let Some(lab) = cluster_up("cluster-loop-routed", Scenario::ClusterLoopRouted, 2) else {
+    let Some(lab) = cluster_up(test_name!(), Scenario::ClusterLoopRouted, 2) else {
         return;
     };
     let node_cache = NODE_LOCAL_DNS.to_string();
@@ -1003,7 +1004,7 @@ fn cluster_loop_routed_circulates_between_nodes_without_a_bridge() {
 
 #[test]
 fn cluster_loop_iptables_keeps_pods_on_their_own_cache_and_loops_through_kube_dns_upstream() {
-    let Some(lab) = cluster_up("cluster-loop-iptables", Scenario::ClusterLoopIptables, 2) else {
+    let Some(lab) = cluster_up(test_name!(), Scenario::ClusterLoopIptables, 2) else {
         return;
     };
     let cluster_dns = CLUSTER_DNS.to_string();
@@ -1061,7 +1062,7 @@ fn cluster_loop_iptables_keeps_pods_on_their_own_cache_and_loops_through_kube_dn
 
 #[test]
 fn cluster_upstream_is_knot_resolver_answering_from_its_own_data() {
-    let Some(lab) = cluster_up("cluster-kresd", Scenario::ClusterHealthy, 2) else {
+    let Some(lab) = cluster_up(test_name!(), Scenario::ClusterHealthy, 2) else {
         return;
     };
     let node_cache = NODE_LOCAL_DNS.to_string();

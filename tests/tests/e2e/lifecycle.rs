@@ -9,6 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     lab::{Lab, Pod, Scenario, NODE_LOCAL_DNS},
     privilege::{can_run, dnsloop_bin, Need},
@@ -52,7 +53,7 @@ fn start(lab: &Lab, env: &[(&str, &str)]) -> Tracer {
 
 #[test]
 fn sigkill_leaves_no_program_attached() {
-    let Some(lab) = healthy_lab("sigkill_leaves_no_program_attached") else {
+    let Some(lab) = healthy_lab(test_name!()) else {
         return;
     };
     let tracer = start(&lab, &[]);
@@ -75,7 +76,7 @@ fn sigkill_leaves_no_program_attached() {
 
 #[test]
 fn sigterm_ends_with_the_summary_and_exit_0() {
-    let Some(lab) = healthy_lab("sigterm_ends_with_the_summary") else {
+    let Some(lab) = healthy_lab(test_name!()) else {
         return;
     };
     let tracer = start(&lab, &[]);
@@ -99,7 +100,7 @@ fn sigterm_ends_with_the_summary_and_exit_0() {
 /// across the exec of dnsloop by a user other than root.
 #[test]
 fn a_user_holding_the_capabilities_traces_without_root() {
-    let test = "a_user_holding_the_capabilities_traces_without_root";
+    let test = test_name!();
     if !can_run(test, &[Need::Tool("setpriv")]) {
         return;
     }
@@ -141,8 +142,7 @@ const RCU_EXPEDITED: &str = "/sys/kernel/rcu_expedited";
 
 #[test]
 fn expedite_attach_expedites_grace_periods_only_while_attaching_and_detaching() {
-    let Some(lab) = healthy_lab("expedite_attach_expedites_grace_periods_only_while_attaching")
-    else {
+    let Some(lab) = healthy_lab(test_name!()) else {
         return;
     };
     let before = std::fs::read_to_string(RCU_EXPEDITED).expect("reading the RCU switch");
@@ -171,7 +171,7 @@ fn expedite_attach_expedites_grace_periods_only_while_attaching_and_detaching() 
 
 #[test]
 fn a_second_tracer_works_alongside_the_first_and_outlives_it() {
-    let Some(lab) = healthy_lab("a_second_tracer_works_alongside") else {
+    let Some(lab) = healthy_lab(test_name!()) else {
         return;
     };
     side_by_side(&lab, &[]);
@@ -181,7 +181,7 @@ fn a_second_tracer_works_alongside_the_first_and_outlives_it() {
 /// exit removes its filters only, and the second goes on seeing every query.
 #[test]
 fn on_the_clsact_path_a_second_tracer_keeps_its_filters_when_the_first_exits() {
-    let Some(lab) = healthy_lab("clsact_second_tracer_keeps_its_filters") else {
+    let Some(lab) = healthy_lab(test_name!()) else {
         return;
     };
     side_by_side(&lab, &[FORCE_CLSACT]);
@@ -228,7 +228,7 @@ fn side_by_side(lab: &Lab, env: &[(&str, &str)]) {
 
 #[test]
 fn on_the_clsact_path_an_exit_removes_the_filters_and_qdiscs_it_added() {
-    let Some(lab) = healthy_lab("clsact_exit_removes_filters_and_qdiscs") else {
+    let Some(lab) = healthy_lab(test_name!()) else {
         return;
     };
     let client = lab.pod_ns(Pod::Client);
@@ -275,7 +275,7 @@ fn on_the_clsact_path_an_exit_removes_the_filters_and_qdiscs_it_added() {
 /// (`tc filter del dev IFACE DIRECTION pref PREF`) removes them.
 #[test]
 fn on_the_clsact_path_sigkill_leaves_the_filters_the_warning_tells_how_to_remove() {
-    let Some(lab) = healthy_lab("clsact_sigkill_leaves_filters") else {
+    let Some(lab) = healthy_lab(test_name!()) else {
         return;
     };
     let tracer = start(&lab, &[FORCE_CLSACT]);
@@ -316,7 +316,7 @@ fn on_the_clsact_path_sigkill_leaves_the_filters_the_warning_tells_how_to_remove
 /// node's interfaces and the pods' loopbacks alike; the filters of a dnsloop still running stay.
 #[test]
 fn on_the_clsact_path_the_next_dnsloop_removes_the_filters_a_killed_one_left() {
-    let Some(lab) = healthy_lab("clsact_next_dnsloop_removes_what_a_killed_one_left") else {
+    let Some(lab) = healthy_lab(test_name!()) else {
         return;
     };
     let client = lab.pod_ns(Pod::Client);
@@ -409,7 +409,7 @@ const PINNED_MAPS: [&str; 5] = ["COUNTERS", "POINTS", "POINT_COUNTERS", "QUERIES
 /// the directory at a time, and one with another query table size is refused.
 #[test]
 fn a_tracer_restarted_with_pin_continues_its_counters() {
-    let Some(lab) = healthy_lab("a_tracer_restarted_with_pin_continues") else {
+    let Some(lab) = healthy_lab(test_name!()) else {
         return;
     };
     let bpffs = BpfFs::mount();
@@ -487,7 +487,7 @@ fn a_tracer_restarted_with_pin_continues_its_counters() {
 /// Without `--pin` no map outlives the tracer: none is pinned, in /sys/fs/bpf or anywhere.
 #[test]
 fn without_pin_no_map_outlives_the_tracer() {
-    let Some(lab) = healthy_lab("without_pin_no_map_outlives_the_tracer") else {
+    let Some(lab) = healthy_lab(test_name!()) else {
         return;
     };
     let sys_fs_bpf = pinned_maps(Path::new("/sys/fs/bpf"));

@@ -6,6 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     lab::{Lab, Pod, Scenario, CLUSTER_RECORDS, EXTERNAL_NAME, NODE_LOCAL_DNS},
     privilege::{can_run, dnsloop_bin, Need},
@@ -60,7 +61,7 @@ fn scrape_until(lab: &Lab, url: &str, ready: impl Fn(&str) -> bool) -> String {
 
 #[test]
 fn a_scrape_shows_the_loop_the_bridge_traffic_and_answer_latencies() {
-    let test = "metrics";
+    let test = test_name!();
     if !can_run(test, &[Need::Root, Need::DnsloopBinary, Need::Tool("curl")]) {
         return;
     }
@@ -155,7 +156,7 @@ fn a_scrape_shows_the_loop_the_bridge_traffic_and_answer_latencies() {
 
 #[test]
 fn a_port_in_use_stops_a_second_tracer_at_startup() {
-    let test = "metrics-port-in-use";
+    let test = test_name!();
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }

@@ -9,6 +9,7 @@
 use std::{net::SocketAddr, time::SystemTime};
 
 use dnsloop_core::schema::PacketRecord;
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     exchange::{Exchange, Query},
     findings::Trace,
@@ -35,7 +36,7 @@ const UPSTREAM_HOPS: [(&str, &str, bool); 2] =
 #[test]
 fn a_cluster_and_an_external_query_are_shown_on_every_hop() {
     assert_every_hop_shown(
-        "a_cluster_and_an_external_query_are_shown_on_every_hop",
+        test_name!(),
         &[
             Query::udp(NODE_LOCAL_DNS, "api.default.svc.cluster.local", "A"),
             Query::udp(NODE_LOCAL_DNS, "www.example.test", "A"),
@@ -46,7 +47,7 @@ fn a_cluster_and_an_external_query_are_shown_on_every_hop() {
 #[test]
 fn tcp_and_ipv6_queries_are_shown_on_every_hop() {
     assert_every_hop_shown(
-        "tcp_and_ipv6_queries_are_shown_on_every_hop",
+        test_name!(),
         &[
             Query::tcp(NODE_LOCAL_DNS, "kubernetes.default.svc.cluster.local", "A"),
             Query::udp(NODE_LOCAL_DNS_V6, "www.example.test", "AAAA"),
@@ -64,7 +65,7 @@ fn names_are_shown_exactly_as_sent() {
         .collect::<Vec<_>>()
         .join(".");
     assert_every_hop_shown(
-        "names_are_shown_exactly_as_sent",
+        test_name!(),
         &[
             Query::udp(NODE_LOCAL_DNS, "WwW.ExAmPlE.TeSt", "A"),
             Query::udp(NODE_LOCAL_DNS, &longest, "A"),

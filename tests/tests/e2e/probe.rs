@@ -3,6 +3,7 @@
 //! healthy node it is answered and never comes back.
 use std::process::Output;
 
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     lab::{Lab, Scenario, NODE_LOCAL_DNS},
     privilege::{can_run, dnsloop_bin, Need},
@@ -57,7 +58,7 @@ fn of_kind<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
 
 #[test]
 fn a_probe_into_a_nodelocal_loop_comes_back_and_shows_its_path() {
-    let Some((code, lines, shown)) = probe("probe-nodelocal-loop", Scenario::NodelocalLoop) else {
+    let Some((code, lines, shown)) = probe(test_name!(), Scenario::NodelocalLoop) else {
         return;
     };
     let [result] = of_kind(&lines, "probe")[..] else {
@@ -84,7 +85,7 @@ fn a_probe_into_a_nodelocal_loop_comes_back_and_shows_its_path() {
 
 #[test]
 fn a_probe_on_a_healthy_node_is_answered_and_never_comes_back() {
-    let Some((code, lines, shown)) = probe("probe-healthy", Scenario::Healthy) else {
+    let Some((code, lines, shown)) = probe(test_name!(), Scenario::Healthy) else {
         return;
     };
     let [result] = of_kind(&lines, "probe")[..] else {

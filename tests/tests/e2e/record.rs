@@ -11,6 +11,7 @@ use std::{
 };
 
 use dnsloop_core::schema::{BundleRecord, CaptureReport, Record};
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::{fqdn, loop_as_seen, Trace},
     lab::{Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
@@ -62,7 +63,7 @@ fn directories(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn a_loop_is_recorded_once_from_the_clients_first_query_and_analyzes_to_the_same_loop() {
-    let test = "record-nodelocal-loop";
+    let test = test_name!();
     if !can_run(
         test,
         &[Need::Root, Need::Tool("tshark"), Need::DnsloopBinary],

@@ -8,6 +8,7 @@
 use std::{net::IpAddr, path::Path};
 
 use dnsloop_core::schema::{LookupRecord, Record};
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::{fqdn, Trace},
     lab::{
@@ -119,7 +120,7 @@ fn assert_upstream_was_slowest(trace: &Trace, how: &str, live: bool) {
 
 #[test]
 fn slow_lookups_name_the_upstream_as_the_slow_hop_live_and_in_a_capture() {
-    let test = "slow-upstream";
+    let test = test_name!();
     if !can_run(
         test,
         &[Need::Root, Need::Tool("tcpdump"), Need::DnsloopBinary],

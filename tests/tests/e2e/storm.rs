@@ -11,6 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::{fqdn, Trace},
     lab::{Lab, Pod, Scenario, EXTERNAL_NAME, NODE_LOCAL_DNS},
@@ -30,7 +31,7 @@ const MAX_FINDINGS: usize = 50;
 
 #[test]
 fn a_nodelocal_loop_storm_is_a_few_findings_with_every_timeout_counted() {
-    let test = "loop-storm";
+    let test = test_name!();
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }

@@ -5,6 +5,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     lab::{Lab, Pod, Scenario},
     privilege::{can_run, dnsloop_bin, Need},
@@ -39,7 +40,7 @@ fn traced_healthy_lab_with(test: &str, options: &[&str]) -> Option<(Lab, Tracer)
 
 #[test]
 fn trace_counts_dns_packets_on_every_hop_of_the_healthy_lab() {
-    let Some((lab, tracer)) = traced_healthy_lab("trace_counts_dns_packets") else {
+    let Some((lab, tracer)) = traced_healthy_lab(test_name!()) else {
         return;
     };
 
@@ -219,8 +220,7 @@ impl Drop for LatePod {
 
 #[test]
 fn trace_follows_a_pod_that_appears_while_it_runs() {
-    let Some((lab, tracer)) = traced_healthy_lab_with("trace_follows_a_new_pod", &["--packets"])
-    else {
+    let Some((lab, tracer)) = traced_healthy_lab_with(test_name!(), &["--packets"]) else {
         return;
     };
     let pod = LatePod::plug_into(&lab);

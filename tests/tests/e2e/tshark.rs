@@ -9,6 +9,7 @@ use std::{
 };
 
 use dnsloop_core::schema::PacketRecord;
+use dnsloop_tests::test_name;
 use dnsloop_tests::{
     exchange::Query,
     findings::Trace,
@@ -25,7 +26,7 @@ const SAME_TIME_WITHIN: Duration = Duration::from_millis(100);
 
 #[test]
 fn dnsloop_and_tshark_see_the_same_dns_packets_on_an_interface() {
-    let test = "dnsloop_and_tshark_see_the_same_dns_packets_on_an_interface";
+    let test = test_name!();
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
