@@ -10,6 +10,7 @@ use std::{process::Command, time::Duration};
 
 use cri_runtime::{FakeRuntime, Sandbox};
 use dnsloop_core::schema::PacketRecord;
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::{LoopRecordExt as _, Trace},
@@ -34,19 +35,14 @@ fn traced(
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return None;
     }
-    let lab = Lab::builder(scenario)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(scenario).start().or_fail(test);
     let mut args = vec!["--output".to_owned(), "json".to_owned()];
     args.extend(options(&lab));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &args)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &args).or_fail(test);
     traffic(&lab);
-    let output = tracer
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    Some(Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}")))
+    let output = tracer.interrupt().or_fail(test);
+    Some(Trace::from_output(output).or_fail(test))
 }
 
 fn pod_logs_of(lab: &Lab) -> Vec<String> {
@@ -68,7 +64,7 @@ fn by_address(pod: Pod) -> String {
 
 fn dig(lab: &Lab, from: Pod, qname: &str) {
     lab.dig(from, &NODE_LOCAL_DNS.to_string(), &[qname])
-        .unwrap_or_else(|error| panic!("{error:#}"));
+        .or_fail(format_args!("dig {qname} from {from:?}"));
 }
 
 /// The first `packet` line on `ifname` in `dir` that is a query (`qr` false) or a reply.
@@ -82,7 +78,9 @@ fn first_packet<'a>(
     packets
         .iter()
         .find(|packet| packet.ifname == ifname && packet.dir == dir && packet.qr == qr)
-        .unwrap_or_else(|| panic!("no packet on {ifname} {dir} (qr {qr}):\n{trace}"))
+        .or_fail(format_args!(
+            "no packet on {ifname} {dir} (qr {qr}):\n{trace}"
+        ))
 }
 
 /// The cache's forward, DNAT'ed to a CoreDNS pod, enters that pod, named.
@@ -95,7 +93,7 @@ fn assert_forward_enters_a_named_coredns_pod(packets: &[PacketRecord], trace: &T
                 .find(|packet| packet.ifname == pod.host_veth() && packet.dir == "egress")
                 .map(|packet| (pod, packet))
         })
-        .unwrap_or_else(|| panic!("no packet entered a CoreDNS pod:\n{trace}"));
+        .or_fail(format_args!("no packet entered a CoreDNS pod:\n{trace}"));
     assert_eq!(
         forwarded.enters.as_deref(),
         Some(named(pod).as_str()),
@@ -116,12 +114,14 @@ fn a_loop_through_coredns_names_the_coredns_pod() {
         .loops_for(&qname)
         .first()
         .copied()
-        .unwrap_or_else(|| panic!("no loop reported for {qname}:\n{trace}"));
+        .or_fail(format_args!("no loop reported for {qname}:\n{trace}"));
     // The question goes round cache -> ClusterIP -> a CoreDNS pod -> cache.
     let coredns = Pod::COREDNS
         .into_iter()
         .find(|&pod| found.passes_through(&named(pod)))
-        .unwrap_or_else(|| panic!("no hop of the loop names a CoreDNS pod:\n{trace}"));
+        .or_fail(format_args!(
+            "no hop of the loop names a CoreDNS pod:\n{trace}"
+        ));
     assert!(
         Pod::ALL
             .iter()
@@ -206,30 +206,23 @@ fn a_pod_whose_sandbox_starts_after_its_network_is_named_once_it_runs() {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
-    let mut lab = Lab::builder(Scenario::Healthy)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let mut lab = Lab::builder(Scenario::Healthy).start().or_fail(test);
     // A container runtime sets up a pod's network, then starts its sandbox: dnsloop sees the
     // pod before any process of it is there to name it.
-    lab.stop_sandbox(Pod::Client)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    lab.stop_sandbox(Pod::Client).or_fail(test);
     let args = ["--output", "json", "--packets", "--pod-logs"];
     let pod_logs = lab.pod_logs().display().to_string();
     let args: Vec<&str> = args.into_iter().chain([pod_logs.as_str()]).collect();
-    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &args)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &args).or_fail(test);
     let before = format!("before.{EXTERNAL_NAME}");
     dig(&lab, Pod::Client, &before);
-    lab.start_sandbox(Pod::Client)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    lab.start_sandbox(Pod::Client).or_fail(test);
     // dnsloop looks for the names of unnamed pods every second; give it a few.
     std::thread::sleep(NAMING_WITHIN);
     let after = format!("after.{EXTERNAL_NAME}");
     dig(&lab, Pod::Client, &after);
-    let output = tracer
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let output = tracer.interrupt().or_fail(test);
+    let trace = Trace::from_output(output).or_fail(test);
     let packets = packet_lines(&trace);
 
     let left_from = |qname: &str| {
@@ -240,7 +233,9 @@ fn a_pod_whose_sandbox_starts_after_its_network_is_named_once_it_runs() {
                     && packet.dir == "ingress"
                     && packet.qname.as_deref() == Some(&format!("{qname}."))
             })
-            .unwrap_or_else(|| panic!("no query for {qname} left the client:\n{trace}"))
+            .or_fail(format_args!(
+                "no query for {qname} left the client:\n{trace}"
+            ))
             .leaves
             .clone()
     };
@@ -254,21 +249,16 @@ fn without_a_pod_log_directory_the_container_runtime_names_the_pods() {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
-    let lab = Lab::builder(Scenario::Healthy)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::Healthy).start().or_fail(test);
     let sandboxes: Vec<Sandbox> = Pod::ALL
         .into_iter()
         .map(|pod| Sandbox {
             namespace: pod.kubernetes_namespace(),
             name: pod.kubernetes_name(),
-            uid: lab
-                .pod_uid(pod)
-                .unwrap_or_else(|error| panic!("{test}: {error:#}")),
+            uid: lab.pod_uid(pod).or_fail(test),
         })
         .collect();
-    let runtime = FakeRuntime::serve(&lab.state_dir().join("cri.sock"), &sandboxes)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let runtime = FakeRuntime::serve(&lab.state_dir().join("cri.sock"), &sandboxes).or_fail(test);
     // No log directory names any pod: only the runtime can.
     let no_pod_logs = tempfile::tempdir().expect("create a temporary directory");
     let no_pod_logs = no_pod_logs.path().display().to_string();
@@ -282,14 +272,11 @@ fn without_a_pod_log_directory_the_container_runtime_names_the_pods() {
         "--cri-socket",
         &socket,
     ];
-    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &args)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &args).or_fail(test);
     let cluster_name = format!("kubernetes.default.svc.{CLUSTER_DOMAIN}");
     dig(&lab, Pod::Client, &cluster_name);
-    let output = tracer
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let output = tracer.interrupt().or_fail(test);
+    let trace = Trace::from_output(output).or_fail(test);
     let packets = packet_lines(&trace);
 
     assert!(

@@ -8,6 +8,7 @@ use dnsloop_core::schema::TimeoutRecord;
 use crate::lab::{
     dns_server, Lab, Pod, CLUSTER_RECORDS, DEAD_DNS, EXTERNAL_A, EXTERNAL_NAME, STUB_DOMAIN,
 };
+use crate::or_fail::OrFail as _;
 
 /// A timeout is reported only after the query waited this long.
 const TIMEOUT_MS: u64 = 2_000;
@@ -25,7 +26,7 @@ pub fn ask(lab: &Lab, servers: &[String]) -> Vec<u16> {
     let mut answered = Vec::new();
     for server in servers {
         lab.dig(Pod::Client, server, &[&stub_name()])
-            .unwrap_or_else(|error| panic!("{error:#}"));
+            .or_fail(format_args!("dig @{server}"));
         answered.push(dig_answers(
             lab,
             server,
@@ -46,7 +47,7 @@ pub fn ask(lab: &Lab, servers: &[String]) -> Vec<u16> {
 pub fn dig_answers(lab: &Lab, server: &str, name: &str, expected: &str) -> u16 {
     let outcome = lab
         .dig(Pod::Client, server, &[name])
-        .unwrap_or_else(|error| panic!("{error:#}"));
+        .or_fail(format_args!("dig @{server} {name}"));
     assert_eq!(
         (outcome.status.as_deref(), outcome.answers.as_slice()),
         (Some("NOERROR"), [expected.to_owned()].as_slice()),

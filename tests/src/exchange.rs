@@ -10,6 +10,7 @@ use anyhow::{bail, Context as _, Result};
 use dnsloop_core::{observation::Transport, DnsName};
 
 use crate::lab::{dns_server, Lab, Pod};
+use crate::or_fail::OrFail as _;
 
 /// Source ports handed to exchanges, one each: a client address then names one exchange's
 /// packets alone. Above the ephemeral range (32768-60999) nothing else in the pod takes them.
@@ -89,7 +90,7 @@ fn wire_name(qname: &str) -> DnsName {
         wire.extend_from_slice(label.as_bytes());
     }
     wire.push(0);
-    DnsName::from_wire(&wire).unwrap_or_else(|| panic!("{qname:?} is not a DNS name"))
+    DnsName::from_wire(&wire).or_fail(format_args!("{qname:?} is not a DNS name"))
 }
 
 /// A query dig sent and the reply it got.

@@ -78,6 +78,7 @@ pub use topology::{
 };
 pub use topology::{upstream_failure_domains, GONE_DNS, ODD_DNS, ODD_DNS_DELAY};
 
+use crate::or_fail::OrFail as _;
 use describe::ServerProcess;
 use kubelet::KubeletPods;
 use servers::{server_file_stem, RunningServer};
@@ -448,7 +449,7 @@ impl Lab {
     /// [`Lab::dig`], failing the test when dig itself cannot run.
     pub fn dig_or_fail(&self, from: Pod, server: &str, args: &[&str]) -> DigOutcome {
         self.dig(from, server, args)
-            .unwrap_or_else(|error| panic!("{error:#}"))
+            .or_fail(format_args!("dig @{server} {args:?}"))
     }
 
     /// Digs and checks the one answer, so that a quiet trace is known to have seen working

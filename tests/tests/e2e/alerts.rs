@@ -13,6 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     lab::{
@@ -58,12 +59,11 @@ fn deploy_path(name: &str) -> PathBuf {
 
 fn read_deploy_file(name: &str) -> String {
     let path = deploy_path(name);
-    fs::read_to_string(&path).unwrap_or_else(|error| panic!("reading {}: {error}", path.display()))
+    fs::read_to_string(&path).or_fail(format_args!("reading {}", path.display()))
 }
 
 fn yaml(name: &str) -> Value {
-    serde_saphyr::from_str(&read_deploy_file(name))
-        .unwrap_or_else(|error| panic!("{name} is not YAML: {error}"))
+    serde_saphyr::from_str(&read_deploy_file(name)).or_fail(format_args!("{name} is not YAML"))
 }
 
 /// Every rule of the rule file, by alert name.
@@ -185,7 +185,7 @@ fn generated_prometheus_rule() -> String {
     let rules = read_deploy_file(RULES);
     let groups = rules
         .find("\ngroups:")
-        .unwrap_or_else(|| panic!("{RULES} has no top-level groups"));
+        .or_fail(format_args!("{RULES} has no top-level groups"));
     let mut generated = PROMETHEUS_RULE_HEAD.to_owned();
     for line in rules[groups + 1..].lines() {
         if !line.is_empty() {
@@ -416,7 +416,7 @@ fn scrape(lab: &Lab, ns: &str, address: &str) -> String {
     let url = format!("http://{address}/metrics");
     let output = lab
         .exec(ns, &["curl", "-s", "--max-time", "5", &url])
-        .unwrap_or_else(|error| panic!("{error:#}"));
+        .or_fail(format_args!("curl {url}"));
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
@@ -494,7 +494,7 @@ fn a_real_prometheus_fires_the_loop_alert_for_the_looping_node_alone() {
     let lab = Lab::builder(Scenario::NodelocalLoop)
         .nodes(2)
         .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        .or_fail(test);
     let nodes = ["lab-node-0", "lab-node-1"];
     let metrics_addr = format!("0.0.0.0:{METRICS_PORT}");
     let _tracers: Vec<Tracer> = nodes
@@ -508,7 +508,7 @@ fn a_real_prometheus_fires_the_loop_alert_for_the_looping_node_alone() {
                 &["--output", "json", "--metrics-addr", &metrics_addr],
                 &[("NODE_NAME", name)],
             )
-            .unwrap_or_else(|error| panic!("{test}: tracer on node {node}: {error:#}"))
+            .or_fail(format_args!("{test}: tracer on node {node}"))
         })
         .collect();
     // Prometheus runs on node 0, and reaches node 1's tracer at its address on the underlay, as
@@ -547,7 +547,7 @@ fn a_real_prometheus_fires_the_loop_alert_for_the_looping_node_alone() {
     // name is one no loop carries: the unanswered queries of a looping name are counted in
     // the loop's reports, not as timeouts.
     lab.dig(Pod::Client, &NOBODY.to_string(), &[NOBODY_ASKED])
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        .or_fail(test);
     let node_metrics = &targets[0].0;
     let mut healthy_answers = 0;
     let started = Instant::now();
@@ -565,7 +565,7 @@ fn a_real_prometheus_fires_the_loop_alert_for_the_looping_node_alone() {
         }
         let outcome = lab
             .dig_from(1, Pod::Client, &cluster_dns, &[cluster_name])
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+            .or_fail(test);
         // One may time out while node 0's CoreDNS pods are busy with the storm.
         healthy_answers += usize::from(outcome.status.as_deref() == Some("NOERROR"));
     }
@@ -603,7 +603,7 @@ fn a_real_prometheus_fires_the_loop_alert_for_the_looping_node_alone() {
     let stored: usize = stored["result"][0]["value"][1]
         .as_str()
         .and_then(|count| count.parse().ok())
-        .unwrap_or_else(|| panic!("a count: {stored:#}"));
+        .or_fail(format_args!("a count: {stored:#}"));
     assert!(
         stored <= SERIES_BUDGET,
         "node 0 adds {stored} series to Prometheus, over the budget of {SERIES_BUDGET}"

@@ -16,6 +16,7 @@ use std::{
 };
 
 use dnsloop_core::schema::Record;
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     dead_upstream,
@@ -105,9 +106,7 @@ fn run<T>(
         return None;
     }
     let files = tempfile::tempdir().expect("a temporary directory");
-    let lab = Lab::builder(scenario)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(scenario).start().or_fail(test);
     let mut running: Vec<PcapCapture> = Vec::new();
     let mut captures = Vec::new();
     for (number, take) in takes.iter().enumerate() {
@@ -121,27 +120,22 @@ fn run<T>(
             Some(link) => lab.capture_pcap_as(&ns, take.interface, link, FILTER, &file),
             None => lab.capture_pcap(&ns, take.interface, FILTER, &file),
         };
-        running.push(capture.unwrap_or_else(|error| panic!("{test}: {error:#}")));
+        running.push(capture.or_fail(test));
         captures.push(Captured {
             how: take.describe(),
             file,
         });
     }
     let tracer = with_trace.then(|| {
-        Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"])
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"))
+        Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"]).or_fail(test)
     });
     let sent = traffic(&lab);
     let trace = tracer.map(|tracer| {
-        let output = tracer
-            .interrupt()
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-        Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"))
+        let output = tracer.interrupt().or_fail(test);
+        Trace::from_output(output).or_fail(test)
     });
     for capture in running {
-        capture
-            .stop()
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        capture.stop().or_fail(test);
     }
     Some(Run {
         captures,
@@ -160,7 +154,7 @@ fn analyze(file: &Path) -> Trace {
 fn analyze_with(file: &Path, args: &[&str]) -> Trace {
     tracer::analyze(&dnsloop_bin(), file, args)
         .and_then(Trace::from_output)
-        .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", file.display()))
+        .or_fail(format_args!("dnsloop analyze {}", file.display()))
 }
 
 /// Each finding as a kind and a question name: what a live trace and an analysis of a
@@ -215,7 +209,7 @@ fn nodelocal_loop_in_captures_agrees_with_trace() {
             .loops_for(&qname)
             .first()
             .copied()
-            .unwrap_or_else(|| panic!("no loop in {}:\n{analysed}", capture.how));
+            .or_fail(format_args!("no loop in {}:\n{analysed}", capture.how));
         assert_eq!(found.qtype, "A", "{analysed}");
         assert!(found.path.len() >= 2, "{}:\n{analysed}", capture.how);
         assert!(
@@ -256,9 +250,10 @@ fn unexpected_source_in_captures_agrees_with_trace() {
     for capture in &run.captures {
         let analysed = analyze(&capture.file);
         let findings = analysed.unexpected_sources();
-        let found = findings
-            .first()
-            .unwrap_or_else(|| panic!("no unexpected_source in {}:\n{analysed}", capture.how));
+        let found = findings.first().or_fail(format_args!(
+            "no unexpected_source in {}:\n{analysed}",
+            capture.how
+        ));
         assert_eq!(
             found.client.ip(),
             IpAddr::V4(Pod::Client.ip()),
@@ -316,7 +311,10 @@ fn self_loop_in_a_capture_of_the_pod_is_a_possible_loop() {
             .possible_loops_for(&fqdn(EXTERNAL_NAME))
             .first()
             .copied()
-            .unwrap_or_else(|| panic!("no possible loop in {}:\n{analysed}", capture.how));
+            .or_fail(format_args!(
+                "no possible loop in {}:\n{analysed}",
+                capture.how
+            ));
         assert!(
             found.servers.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)),
             "the pod forwards to 127.0.0.1 ({}):\n{analysed}",

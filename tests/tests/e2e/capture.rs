@@ -3,6 +3,7 @@
 //! live. A size limit is kept and said, and Ctrl-C still leaves a whole bundle.
 use std::{path::Path, process::Command};
 
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::{loop_as_seen, Trace},
@@ -29,9 +30,7 @@ fn capture_the_loop(test: &str, options: &[&str]) -> Option<Captured> {
     }
     let bundle = tempfile::tempdir().expect("a temporary directory");
     let out = bundle.path().join("bundle");
-    let lab = Lab::builder(Scenario::NodelocalLoop)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::NodelocalLoop).start().or_fail(test);
     let mut args = vec![
         "--output",
         "json",
@@ -42,19 +41,17 @@ fn capture_the_loop(test: &str, options: &[&str]) -> Option<Captured> {
     ];
     args.extend(options);
     let capture = Tracer::start_subcommand(&dnsloop_bin(), "capture", &lab, lab.node_ns(), &args)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        .or_fail(test);
     lab.dig(Pod::Client, &NODE_LOCAL_DNS.to_string(), &[EXTERNAL_NAME])
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        .or_fail(test);
     // Ctrl-C long before the hour is up: the bundle is written all the same.
-    let output = capture
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let output = capture.interrupt().or_fail(test);
     assert!(
         output.stderr.contains("bundle written to"),
         "the capture says where its bundle is:\n{}",
         output.stderr
     );
-    let live = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let live = Trace::from_output(output).or_fail(test);
     Some(Captured { live, bundle })
 }
 
@@ -66,7 +63,7 @@ fn bundle_file(captured: &Captured, name: &str) -> std::path::PathBuf {
 fn analyze(file: &Path) -> Trace {
     tracer::analyze(&dnsloop_bin(), file, &[])
         .and_then(Trace::from_output)
-        .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", file.display()))
+        .or_fail(format_args!("dnsloop analyze {}", file.display()))
 }
 
 #[test]

@@ -12,6 +12,7 @@ use std::{
 };
 
 use dnsloop_core::schema::{LoopRecord, Record, Timestamp};
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     dns_query,
@@ -86,10 +87,7 @@ fn observed_cluster(
         return None;
     }
     let files = tempfile::tempdir().expect("a temporary directory");
-    let mut lab = Lab::builder(scenario)
-        .nodes(nodes)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let mut lab = Lab::builder(scenario).nodes(nodes).start().or_fail(test);
     let captures: Vec<_> = (0..nodes)
         .filter(|_| captured)
         .map(|node| {
@@ -97,7 +95,7 @@ fn observed_cluster(
             let file = files.path().join(format!("node{node}-any.pcap"));
             lab.capture_pcap(namespace, "any", "port 53 or icmp or icmp6", &file)
                 .map(|capture| (capture, file))
-                .unwrap_or_else(|error| panic!("{test}: capture on node {node}: {error:#}"))
+                .or_fail(format_args!("{test}: capture on node {node}"))
         })
         .collect();
     let mut tracers: Vec<Tracer> = (0..nodes)
@@ -111,21 +109,17 @@ fn observed_cluster(
                 &["--output", "json"],
                 &[("NODE_NAME", name.as_str())],
             )
-            .unwrap_or_else(|error| panic!("{test}: tracer on node {node}: {error:#}"))
+            .or_fail(format_args!("{test}: tracer on node {node}"))
         })
         .collect();
     traffic(&mut lab, &mut tracers);
     let traces = tracers.into_iter().map(|tracer| {
-        let output = tracer
-            .interrupt()
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-        Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"))
+        let output = tracer.interrupt().or_fail(test);
+        Trace::from_output(output).or_fail(test)
     });
     let mut analysed: Vec<Option<Trace>> = Vec::new();
     for (node, (capture, file)) in captures.into_iter().enumerate() {
-        capture
-            .stop_complete()
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        capture.stop_complete().or_fail(test);
         analysed.push(Some(analyze_node_capture(&lab, node, &file)));
     }
     analysed.resize_with(nodes, || None);
@@ -138,21 +132,21 @@ fn analyze_node_capture(lab: &Lab, node: usize, file: &Path) -> Trace {
     let namespace = lab.node_ns_of(node).expect("a node of the lab");
     let ip_link = lab
         .exec(namespace, &["ip", "-o", "link"])
-        .unwrap_or_else(|error| panic!("ip -o link on node {node}: {error:#}"));
+        .or_fail(format_args!("ip -o link on node {node}"));
     let links = file.with_extension("links");
     std::fs::write(&links, &ip_link.stdout).expect("writing the interface names");
     let links = links.to_str().expect("a UTF-8 path");
     let name = node_name(node);
     tracer::analyze(&dnsloop_bin(), file, &["--node", &name, "--links", links])
         .and_then(Trace::from_output)
-        .unwrap_or_else(|error| panic!("dnsloop analyze of node {node}'s capture: {error:#}"))
+        .or_fail(format_args!("dnsloop analyze of node {node}'s capture"))
 }
 
 /// The client on `node` asks `server` for `name`, and gets an answer (NOERROR).
 fn client_gets_an_answer(lab: &Lab, node: usize, server: &str, name: &str) {
     let outcome = lab
         .dig_from(node, Pod::Client, server, &[name])
-        .unwrap_or_else(|error| panic!("{error:#}"));
+        .or_fail(format_args!("dig @{server} {name} from node {node}"));
     assert_eq!(
         outcome.status.as_deref(),
         Some("NOERROR"),
@@ -425,14 +419,14 @@ fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture() {
         let mut lab = Lab::builder(Scenario::ClusterLoop)
             .nodes(2)
             .start()
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+            .or_fail(test);
         let node = lab.node_ns_of(0).expect("node 0").to_owned();
         // As an operator on node A would take it: every interface, DNS only.
         let capture = lab
             .capture_pcap(&node, "any", "port 53", &file)
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-        let mut tracer = Tracer::start(&dnsloop_bin(), &lab, &node, &["--output", "json"])
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+            .or_fail(test);
+        let mut tracer =
+            Tracer::start(&dnsloop_bin(), &lab, &node, &["--output", "json"]).or_fail(test);
         let _ = lab.dig_from(
             1,
             Pod::Client,
@@ -445,16 +439,14 @@ fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture() {
             .wait_for_record(UDP_STORM.reported_by, |record| {
                 is_loop_through_other_nodes(record, &qname)
             })
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+            .or_fail(test);
         lab.stop_servers();
         capture.stop().expect("tcpdump stops");
         let output = tracer.interrupt().expect("the tracer stops");
         // A cooked v2 capture numbers its interfaces: `ip -o link` names them.
-        let ip_link = lab
-            .exec(&node, &["ip", "-o", "link"])
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        let ip_link = lab.exec(&node, &["ip", "-o", "link"]).or_fail(test);
         std::fs::write(&links, &ip_link.stdout).expect("writing the interface names");
-        Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"))
+        Trace::from_output(output).or_fail(test)
     };
     let links = links.to_str().expect("a UTF-8 path");
     let analyzed = tracer::analyze(
@@ -463,7 +455,7 @@ fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture() {
         &["--node", "node-a", "--links", links],
     )
     .and_then(Trace::from_output)
-    .unwrap_or_else(|error| panic!("dnsloop analyze: {error:#}"));
+    .or_fail("dnsloop analyze");
     let qname = fqdn(EXTERNAL_NAME);
     let through_other_nodes = |found: Vec<&LoopRecord>| {
         found
@@ -471,14 +463,17 @@ fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture() {
             .find(|found| !found.off_node.is_empty())
             .cloned()
     };
-    let live = through_other_nodes(live.loops_for(&qname))
-        .unwrap_or_else(|| panic!("no loop through other nodes for {qname}\n{live}"));
+    let live = through_other_nodes(live.loops_for(&qname)).or_fail(format_args!(
+        "no loop through other nodes for {qname}\n{live}"
+    ));
     // The capture shows a server answering from the cache's and the pod's addresses only if
     // the servers' storm budget ran out before they were stopped: without that, nothing in it
     // shows they received the question, and the cycle is a possible loop.
     let offline = through_other_nodes(analyzed.loops_for(&qname))
         .or_else(|| through_other_nodes(analyzed.possible_loops_for(&qname)))
-        .unwrap_or_else(|| panic!("no cycle through other nodes for {qname}\n{analyzed}"));
+        .or_fail(format_args!(
+            "no cycle through other nodes for {qname}\n{analyzed}"
+        ));
     assert_eq!(
         offline.loop_id, live.loop_id,
         "the same loop, live and offline"

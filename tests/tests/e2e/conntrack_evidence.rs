@@ -17,6 +17,7 @@ use dnsloop_core::{
     observation::{Namespace, Transport},
 };
 use dnsloop_shared::{parse::Probe, point::Direction};
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     netns,
@@ -444,9 +445,7 @@ impl Drop for TestNamespace {
 }
 
 fn succeed(command: &mut Command) {
-    let output = command
-        .output()
-        .unwrap_or_else(|error| panic!("{command:?}: {error}"));
+    let output = command.output().or_fail(format_args!("{command:?}"));
     assert!(
         output.status.success(),
         "{command:?} failed: {}",

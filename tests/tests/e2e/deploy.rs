@@ -14,6 +14,7 @@ use std::{
 };
 
 use dnsloop_core::schema::{DropRecord, Record};
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::Trace,
@@ -65,13 +66,13 @@ fn deploy_dir() -> PathBuf {
 
 fn read_deploy_file(name: &str) -> String {
     let path = deploy_dir().join(name);
-    fs::read_to_string(&path).unwrap_or_else(|error| panic!("reading {}: {error}", path.display()))
+    fs::read_to_string(&path).or_fail(format_args!("reading {}", path.display()))
 }
 
 /// The objects of a manifest in `deploy/`, in order.
 fn objects(file: &str) -> Vec<Value> {
     serde_saphyr::from_multiple::<Value>(&read_deploy_file(file))
-        .unwrap_or_else(|error| panic!("{file} is not YAML: {error}"))
+        .or_fail(format_args!("{file} is not YAML"))
         .into_iter()
         .filter(|object| !object.is_null())
         .collect()
@@ -109,11 +110,11 @@ fn container() -> Value {
 fn strings(value: &Value) -> Vec<String> {
     value
         .as_array()
-        .unwrap_or_else(|| panic!("not a list: {value}"))
+        .or_fail(format_args!("not a list: {value}"))
         .iter()
         .map(|item| {
             item.as_str()
-                .unwrap_or_else(|| panic!("not a string: {item}"))
+                .or_fail(format_args!("not a string: {item}"))
                 .to_owned()
         })
         .collect()
@@ -141,7 +142,7 @@ fn validate(file: &str, version: Option<&str>) -> String {
     let output = command
         .arg(deploy_dir().join(file))
         .output()
-        .unwrap_or_else(|error| panic!("running {VALIDATOR}: {error}"));
+        .or_fail(format_args!("running {VALIDATOR}"));
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -250,12 +251,12 @@ fn the_daemonset_mounts_only_the_nodes_netns_pins_bpffs_cri_socket_and_record_di
         let volume = volumes
             .iter()
             .find(|volume| volume["name"] == mount["name"])
-            .unwrap_or_else(|| panic!("no volume for {mount}"));
+            .or_fail(format_args!("no volume for {mount}"));
         volume["hostPath"]["path"].as_str().map(str::to_owned)
     };
     let mut seen: Vec<(String, String)> = Vec::new();
     for mount in &mounts {
-        let from = host_path(mount).unwrap_or_else(|| panic!("not a hostPath: {mount}"));
+        let from = host_path(mount).or_fail(format_args!("not a hostPath: {mount}"));
         let at = mount["mountPath"].as_str().expect("mountPath").to_owned();
         assert_eq!(
             mount["mountPropagation"], "HostToContainer",
@@ -396,7 +397,7 @@ fn the_daemonset_runs_on_every_node_with_requests_and_limits() {
         let amount = |bound: &str| {
             let quantity = resources[bound][resource]
                 .as_str()
-                .unwrap_or_else(|| panic!("no {bound}.{resource}: {resources}"));
+                .or_fail(format_args!("no {bound}.{resource}: {resources}"));
             parse(quantity)
         };
         let (request, limit) = (amount("requests"), amount("limits"));
@@ -416,7 +417,9 @@ fn millicores(quantity: &str) -> u64 {
         Some(millis) => millis.parse().ok(),
         None => quantity.parse::<u64>().ok().map(|cpus| cpus * 1000),
     }
-    .unwrap_or_else(|| panic!("not a CPU quantity this test reads: {quantity}"))
+    .or_fail(format_args!(
+        "not a CPU quantity this test reads: {quantity}"
+    ))
 }
 
 /// `64Mi` or `1Gi`, in MiB.
@@ -468,7 +471,7 @@ fn setup_constant(setup: &str, name: &str) -> String {
     let declaration = format!("const {name}: &str = \"");
     let start = setup
         .find(&declaration)
-        .unwrap_or_else(|| panic!("xtask/src/setup.rs declares no {name}"))
+        .or_fail(format_args!("xtask/src/setup.rs declares no {name}"))
         + declaration.len();
     let length = setup[start..].find('"').expect("a closing quote");
     setup[start..start + length].to_owned()
@@ -669,16 +672,11 @@ fn traced_as_in_the_daemonset<T>(
     capabilities: &[String],
     traffic: impl FnOnce(&Lab) -> T,
 ) -> (Trace, T) {
-    let lab = Lab::builder(scenario)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let tracer = start_as_in_the_daemonset(&lab, capabilities)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(scenario).start().or_fail(test);
+    let tracer = start_as_in_the_daemonset(&lab, capabilities).or_fail(test);
     let sent = traffic(&lab);
-    let output = tracer
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let output = tracer.interrupt().or_fail(test);
+    let trace = Trace::from_output(output).or_fail(test);
     (trace, sent)
 }
 
@@ -688,7 +686,7 @@ fn watching_line(trace: &Trace) -> &str {
         .stderr
         .lines()
         .find(|line| line.starts_with("dnsloop: watching"))
-        .unwrap_or_else(|| panic!("no `watching` line:\n{trace}"))
+        .or_fail(format_args!("no `watching` line:\n{trace}"))
 }
 
 /// Asks coredns-a, which forwards to 127.0.0.1 in the self-loop lab, i.e. to itself.
@@ -698,7 +696,7 @@ fn ask_the_self_looping_pod(lab: &Lab) {
         &Pod::CoreDnsA.ip().to_string(),
         &[EXTERNAL_NAME],
     )
-    .unwrap_or_else(|error| panic!("{error:#}"));
+    .or_fail("dig from the client to coredns-a");
 }
 
 /// `dnsloop_loops_total` as the node's Prometheus would scrape it (within the lab's node).
@@ -708,7 +706,7 @@ fn scraped_loops(lab: &Lab) -> Option<f64> {
     loop {
         let output = lab
             .exec(lab.node_ns(), &["curl", "-s", "--max-time", "5", &url])
-            .unwrap_or_else(|error| panic!("{error:#}"));
+            .or_fail(format_args!("curl {url}"));
         let exposition = String::from_utf8_lossy(&output.stdout).into_owned();
         let loops = exposition
             .lines()
@@ -741,7 +739,7 @@ fn with_the_daemonsets_capabilities_a_pod_looping_over_its_loopback_is_found_and
         .loops_for(&qname)
         .first()
         .copied()
-        .unwrap_or_else(|| panic!("no loop for {qname}:\n{trace}"));
+        .or_fail(format_args!("no loop for {qname}:\n{trace}"));
     assert!(
         found.path.iter().all(|hop| hop.ifname == "lo"),
         "on the pod's loopback:\n{trace}"
@@ -787,7 +785,7 @@ fn ask_the_cluster_dns(lab: &Lab) {
         &CLUSTER_DNS.to_string(),
         &["kubernetes.default.svc.cluster.local"],
     )
-    .unwrap_or_else(|error| panic!("{error:#}"));
+    .or_fail("dig from the client to the cluster DNS");
 }
 
 #[test]
@@ -822,9 +820,9 @@ fn without_net_admin_conntrack_is_not_read() {
         ask_the_cluster_dns,
     );
     let found = trace.unexpected_sources();
-    let found = found
-        .first()
-        .unwrap_or_else(|| panic!("the finding itself needs no conntrack:\n{trace}"));
+    let found = found.first().or_fail(format_args!(
+        "the finding itself needs no conntrack:\n{trace}"
+    ));
     assert!(
         found.conntrack.is_none(),
         "NETLINK_NETFILTER answers only CAP_NET_ADMIN:\n{trace}"
@@ -839,7 +837,7 @@ fn ask_a_pod_serving_no_dns(lab: &Lab) {
         lab.node_ns(),
         &["dig", "+tries=1", "+timeout=1", &server, EXTERNAL_NAME],
     )
-    .unwrap_or_else(|error| panic!("{error:#}"));
+    .or_fail(format_args!("dig {server} from the node"));
 }
 
 /// The drop of that query, or a failure showing everything the tracer printed.
@@ -848,7 +846,7 @@ fn the_drop(trace: &Trace) -> &DropRecord {
         .drops()
         .into_iter()
         .find(|found| found.reason == "NO_SOCKET")
-        .unwrap_or_else(|| panic!("no NO_SOCKET drop reported:\n{trace}"))
+        .or_fail(format_args!("no NO_SOCKET drop reported:\n{trace}"))
 }
 
 /// Whether /proc/kallsyms shows addresses to a process, with CAP_SYSLOG or without: the
@@ -856,10 +854,8 @@ fn the_drop(trace: &Trace) -> &DropRecord {
 fn kallsyms_shown(with_syslog: bool) -> bool {
     let sysctl = |name: &str| -> i64 {
         let path = format!("/proc/sys/kernel/{name}");
-        let text = fs::read_to_string(&path).unwrap_or_else(|error| panic!("{path}: {error}"));
-        text.trim()
-            .parse()
-            .unwrap_or_else(|error| panic!("{path}: {error}"))
+        let text = fs::read_to_string(&path).or_fail(&path);
+        text.trim().parse().or_fail(&path)
     };
     match sysctl("kptr_restrict") {
         0 => with_syslog || sysctl("perf_event_paranoid") <= 1,
@@ -909,9 +905,7 @@ fn without_syslog_drops_are_reported_without_their_kernel_function() {
 
 /// The error dnsloop stops with when started holding `capabilities` on a healthy lab.
 fn startup_error(test: &str, capabilities: &[String]) -> String {
-    let lab = Lab::builder(Scenario::Healthy)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::Healthy).start().or_fail(test);
     match start_as_in_the_daemonset(&lab, capabilities) {
         Ok(tracer) => {
             let stderr = tracer
@@ -986,7 +980,7 @@ impl NamespaceOfAnotherUser {
         let run = |argv: &[&str]| {
             let output = lab
                 .exec(lab.node_ns(), argv)
-                .unwrap_or_else(|error| panic!("{error:#}"));
+                .or_fail(format_args!("{argv:?}"));
             assert!(output.status.success(), "{argv:?}: {output:?}");
         };
         let pid = pid.to_string();
@@ -1022,15 +1016,10 @@ impl Drop for NamespaceOfAnotherUser {
 /// What dnsloop, started holding `capabilities` on a healthy lab that also has a namespace
 /// only another user's process holds, printed on stderr.
 fn stderr_with_a_namespace_of_another_user(test: &str, capabilities: &[String]) -> String {
-    let lab = Lab::builder(Scenario::Healthy)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::Healthy).start().or_fail(test);
     let _held = NamespaceOfAnotherUser::new(&lab);
-    let tracer = start_as_in_the_daemonset(&lab, capabilities)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let output = tracer
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let tracer = start_as_in_the_daemonset(&lab, capabilities).or_fail(test);
+    let output = tracer.interrupt().or_fail(test);
     assert!(
         output.stderr.contains("dnsloop: watching"),
         "{}",

@@ -11,6 +11,7 @@ use std::{
 };
 
 use dnsloop_core::schema::{Hop, LoopRecord};
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     dead_upstream, dns_query,
@@ -57,9 +58,7 @@ fn traced_with<T>(
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return None;
     }
-    let lab = Lab::builder(scenario)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(scenario).start().or_fail(test);
     Some(trace_lab(test, &lab, options, traffic))
 }
 
@@ -75,13 +74,10 @@ fn trace_lab<T>(
         .chain(options)
         .copied()
         .collect();
-    let tracer = Tracer::start(&dnsloop_bin(), lab, lab.node_ns(), &args)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let tracer = Tracer::start(&dnsloop_bin(), lab, lab.node_ns(), &args).or_fail(test);
     let sent = traffic(lab);
-    let output = tracer
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let output = tracer.interrupt().or_fail(test);
+    let trace = Trace::from_output(output).or_fail(test);
     (trace, sent)
 }
 
@@ -101,23 +97,19 @@ fn traced_and_captured<T>(
     }
     let files = tempfile::tempdir().expect("a temporary directory");
     let file = files.path().join("node-any.pcap");
-    let lab = Lab::builder(scenario)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(scenario).start().or_fail(test);
     let capture = lab
         .capture_pcap(lab.node_ns(), "any", "port 53 or icmp or icmp6", &file)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        .or_fail(test);
     let (trace, returned) = trace_lab(test, &lab, &[], traffic);
-    capture
-        .stop_complete()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    capture.stop_complete().or_fail(test);
     let _ = std::fs::copy(
         &file,
         format!("/tmp/keep-{test}-{}.pcap", std::process::id()),
     );
     let analysed = tracer::analyze(&dnsloop_bin(), &file, &[])
         .and_then(Trace::from_output)
-        .unwrap_or_else(|error| panic!("{test}: dnsloop analyze: {error:#}"));
+        .or_fail(format_args!("{test}: dnsloop analyze"));
     Some((trace, analysed, returned))
 }
 
@@ -131,7 +123,9 @@ fn first_loop<'a>(trace: &'a Trace, qname: &str, sent: &str) -> &'a LoopRecord {
         .loops_for(qname)
         .first()
         .copied()
-        .unwrap_or_else(|| panic!("no loop reported for {qname} after {sent}:\n{trace}"))
+        .or_fail(format_args!(
+            "no loop reported for {qname} after {sent}:\n{trace}"
+        ))
 }
 
 #[test]
@@ -197,7 +191,7 @@ fn nodelocal_loop_is_reported_with_ingress_watched_at_xdp() {
             let attached = lab
                 .exec(lab.node_ns(), &["bpftool", "net", "show"])
                 .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
-                .unwrap_or_else(|error| panic!("{error:#}"));
+                .or_fail("bpftool net show");
             lab.dig_or_fail(Pod::Client, &node_cache(), &[EXTERNAL_NAME]);
             attached
         })
@@ -342,7 +336,7 @@ fn unexpected_source_is_reported_with_conntrack_evidence_and_its_cause() {
     let findings = trace.unexpected_sources();
     let found = findings
         .first()
-        .unwrap_or_else(|| panic!("no unexpected_source after {sent}:\n{trace}"));
+        .or_fail(format_args!("no unexpected_source after {sent}:\n{trace}"));
     assert_eq!(found.client.ip(), IpAddr::V4(Pod::Client.ip()), "{trace}");
     assert_eq!(found.expected, dns_server(CLUSTER_DNS), "{trace}");
     assert!(
@@ -356,7 +350,7 @@ fn unexpected_source_is_reported_with_conntrack_evidence_and_its_cause() {
     let conntrack = found
         .conntrack
         .as_ref()
-        .unwrap_or_else(|| panic!("no conntrack evidence:\n{trace}"));
+        .or_fail(format_args!("no conntrack evidence:\n{trace}"));
     assert!(conntrack.unreplied, "{trace}");
     assert_eq!(conntrack.reply_src, found.actual, "{trace}");
     assert_eq!(conntrack.original_dst, found.expected, "{trace}");
@@ -525,7 +519,7 @@ fn upstreams_answering_refused_servfail_late_or_on_a_second_try_are_no_loop() {
         .servers
         .iter()
         .find(|answers| answers.server == odd)
-        .unwrap_or_else(|| panic!("no answers counted from {odd}:\n{trace}"));
+        .or_fail(format_args!("no answers counted from {odd}:\n{trace}"));
     for rcode in ["REFUSED", "SERVFAIL"] {
         assert!(
             answers.rcodes.get(rcode).is_some_and(|&count| count > 0),
@@ -543,7 +537,7 @@ fn an_answer_truncated_over_udp_and_asked_again_over_tcp_is_no_loop() {
     let Some((trace, analysed, outcome)) =
         traced_and_captured(test, Scenario::DeadUpstream, |lab| {
             lab.dig(Pod::Client, &node_cache(), &[&big])
-                .unwrap_or_else(|error| panic!("{error:#}"))
+                .or_fail(format_args!("dig {big}"))
         })
     else {
         return;
@@ -759,7 +753,7 @@ fn a_client_retrying_a_dead_server_directly_times_out_naming_it() {
         .timeouts()
         .into_iter()
         .find(|timeout| timeout.server == dead)
-        .unwrap_or_else(|| panic!("no timeout naming {dead}:\n{trace}"));
+        .or_fail(format_args!("no timeout naming {dead}:\n{trace}"));
     assert_eq!(timeout.qname, fqdn(EXTERNAL_NAME), "{trace}");
     assert_eq!(timeout.client.ip(), Pod::Client.ip(), "{trace}");
     assert_eq!(timeout.id, 0x5151, "{trace}");
@@ -807,7 +801,9 @@ fn a_query_asked_once_and_never_answered_times_out_and_answers_are_counted_per_s
     let node_cache = servers
         .iter()
         .find(|server| server.server == dns_server(NODE_LOCAL_DNS))
-        .unwrap_or_else(|| panic!("no answers counted for the node cache:\n{trace}"));
+        .or_fail(format_args!(
+            "no answers counted for the node cache:\n{trace}"
+        ));
     assert_eq!(node_cache.answered, 3, "{trace}");
     assert!(
         servers.iter().all(|server| server.server != dead),
@@ -944,19 +940,20 @@ fn healthy_repetitive_traffic_is_not_a_fault() {
 
 #[test]
 fn another_labs_traffic_stays_out_of_the_trace() {
-    if !can_run(test_name!(), &[Need::Root, Need::DnsloopBinary]) {
+    let test = test_name!();
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
     // Two nodes on one host, built alike: same addresses, same interface numbers. dnsloop on
     // the idle one must not watch the other's pods, whose loopback carries a looping query.
     let idle = Lab::builder(Scenario::Healthy)
         .start()
-        .unwrap_or_else(|error| panic!("{error:#}"));
+        .or_fail("bringing up the idle lab");
     let looping = Lab::builder(Scenario::SelfLoop)
         .beside(&idle)
         .start()
-        .unwrap_or_else(|error| panic!("{error:#}"));
-    let (trace, _) = trace_lab(test_name!(), &idle, &[], |_| {
+        .or_fail("bringing up the looping lab");
+    let (trace, _) = trace_lab(test, &idle, &[], |_| {
         looping.dig_or_fail(
             Pod::Client,
             &Pod::CoreDnsA.ip().to_string(),

@@ -7,6 +7,7 @@
 use std::{thread, time::Duration};
 
 use dnsloop_core::schema::DropRecord;
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     dns_query,
@@ -30,17 +31,13 @@ fn traced(
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return None;
     }
-    let mut lab = Lab::builder(Scenario::Healthy)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let mut lab = Lab::builder(Scenario::Healthy).start().or_fail(test);
     prepare(&mut lab);
-    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"])
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let tracer =
+        Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"]).or_fail(test);
     traffic(&lab);
-    let output = tracer
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let output = tracer.interrupt().or_fail(test);
+    let trace = Trace::from_output(output).or_fail(test);
     Some((trace, lab))
 }
 
@@ -63,7 +60,7 @@ fn counted(trace: &Trace, reason: &str) -> u64 {
     let drops = kernel
         .drops
         .as_ref()
-        .unwrap_or_else(|| panic!("drops were not watched:\n{trace}"));
+        .or_fail(format_args!("drops were not watched:\n{trace}"));
     drops.get(reason).copied().unwrap_or(0)
 }
 
@@ -114,11 +111,10 @@ fn a_network_policy_dropping_dns_to_a_coredns_pod_is_named_with_its_rule_and_pla
         .timeouts()
         .into_iter()
         .find(|timeout| timeout.server == coredns)
-        .unwrap_or_else(|| panic!("no timeout naming {coredns}:\n{trace}"));
-    let dropped = timeout
-        .dropped
-        .as_ref()
-        .unwrap_or_else(|| panic!("the timeout does not say its query was dropped:\n{trace}"));
+        .or_fail(format_args!("no timeout naming {coredns}:\n{trace}"));
+    let dropped = timeout.dropped.as_ref().or_fail(format_args!(
+        "the timeout does not say its query was dropped:\n{trace}"
+    ));
     assert_eq!(dropped.reason, "NETFILTER_DROP", "{trace}");
     assert!(
         timeout.summary.contains("dropped as NETFILTER_DROP"),

@@ -6,6 +6,7 @@ use dnsloop_tests::lab::{
     self, Lab, Pod, Scenario, Server, CLUSTER_DNS, CLUSTER_DNS_V6, DEAD_DNS, EXTERNAL_A,
     EXTERNAL_AAAA, EXTERNAL_NAME, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_UPLINK, STUB_DOMAIN,
 };
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 
 const CLUSTER_NAME: &str = "kubernetes.default.svc.cluster.local";
@@ -397,7 +398,7 @@ fn a_kept_lab_is_described_and_taken_down_by_prefix() {
     Lab::builder(Scenario::DeadUpstream)
         .prefix(&prefix)
         .start()
-        .unwrap_or_else(|error| panic!("{error:#}"))
+        .or_fail("bringing up the lab to keep")
         .keep();
     let _cleanup = DownOnDrop(&prefix);
 
@@ -475,7 +476,7 @@ fn cluster_up(test: &str, scenario: Scenario, nodes: usize) -> Option<Lab> {
 fn assert_answers_from(lab: &Lab, node: usize, server: &str, args: &[&str], expected: &str) {
     let outcome = lab
         .dig_from(node, Pod::Client, server, args)
-        .unwrap_or_else(|error| panic!("{error:#}"));
+        .or_fail(format_args!("dig @{server} {args:?} from node {node}"));
     assert_eq!(
         (outcome.status.as_deref(), outcome.answers.as_slice()),
         (Some("NOERROR"), [expected.to_owned()].as_slice()),
@@ -584,7 +585,10 @@ fn cluster_nodes_are_other_machines_to_each_other() {
         let uplink = links
             .lines()
             .find(|line| line.contains(&format!(": {}@", lab::UPLINK_DEVICE)))
-            .unwrap_or_else(|| panic!("{node} has no {}:\n{links}", lab::UPLINK_DEVICE));
+            .or_fail(format_args!(
+                "{node} has no {}:\n{links}",
+                lab::UPLINK_DEVICE
+            ));
         assert!(
             uplink.contains("macvlan") && !uplink.contains("veth"),
             "{node}'s uplink should be a macvlan, not a veth:\n{uplink}"
@@ -592,7 +596,10 @@ fn cluster_nodes_are_other_machines_to_each_other() {
         let overlay = links
             .lines()
             .find(|line| line.contains(&format!(": {}:", lab::OVERLAY_DEVICE)))
-            .unwrap_or_else(|| panic!("{node} has no {}:\n{links}", lab::OVERLAY_DEVICE));
+            .or_fail(format_args!(
+                "{node} has no {}:\n{links}",
+                lab::OVERLAY_DEVICE
+            ));
         assert!(
             overlay.contains(&format!("dstport {}", lab::VXLAN_PORT)),
             "{overlay}"
@@ -668,9 +675,7 @@ fn cluster_loop_circulates_between_nodes_until_the_servers_are_stopped() {
             ))
         }
     })
-    .unwrap_or_else(|missing| {
-        panic!("expected the question to go round both nodes' caches with new ids: {missing}")
-    });
+    .or_fail("expected the question to go round both nodes' caches with new ids");
     // Over node 0's vxlan0: queries from node 1 into node 0's CoreDNS pod, and from node 0 into
     // node 1's.
     wait_for_crossings(&overlay, 10);
@@ -715,7 +720,7 @@ fn a_kept_cluster_lab_lists_every_node_and_goes_down_whole() {
         .prefix(&prefix)
         .nodes(3)
         .start()
-        .unwrap_or_else(|error| panic!("{error:#}"))
+        .or_fail("bringing up the lab to keep")
         .keep();
     let _cleanup = DownOnDrop(&prefix);
     assert_eq!(namespaces_of(&prefix).len(), 3 * 3 + 2);
@@ -773,7 +778,7 @@ fn wait_for_crossings(overlay: &lab::Capture, each_way: usize) {
                 ))
             }
         })
-        .unwrap_or_else(|error| panic!("{error:#}"));
+        .or_fail("waiting for the loop to cross vxlan0");
 }
 
 /// Stops every server and checks that no query for the looping name crosses the underlay
@@ -993,7 +998,7 @@ fn cluster_loop_routed_circulates_between_nodes_without_a_bridge() {
                 ))
             }
         })
-        .unwrap_or_else(|error| panic!("{error:#}"));
+        .or_fail("waiting for the forward to the node cache");
     let packets = overlay.stop().expect("tcpdump stops");
     let pod_packets = pod_side.stop().expect("tcpdump stops");
 

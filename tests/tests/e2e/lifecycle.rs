@@ -9,6 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     lab::{Lab, Pod, Scenario, NODE_LOCAL_DNS},
@@ -284,7 +285,7 @@ fn on_the_clsact_path_sigkill_leaves_the_filters_the_warning_tells_how_to_remove
         .stderr
         .lines()
         .find(|line| line.starts_with(CLSACT_WARNING))
-        .unwrap_or_else(|| panic!("no clsact warning in:\n{}", output.stderr));
+        .or_fail(format_args!("no clsact warning in:\n{}", output.stderr));
     assert!(warning.contains("SIGKILL leaves them behind"), "{warning}");
 
     let left = dnsloop_filters(&lab, lab.node_ns());
@@ -579,12 +580,10 @@ fn summary_of(output: &TracerOutput) -> Value {
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .find(|value| value["kind"] == "summary")
-        .unwrap_or_else(|| {
-            panic!(
-                "no JSON summary on stdout:\n{}\nstderr:\n{}",
-                output.stdout, output.stderr
-            )
-        })
+        .or_fail(format_args!(
+            "no JSON summary on stdout:\n{}\nstderr:\n{}",
+            output.stdout, output.stderr
+        ))
 }
 
 /// DNS packets from the client pod into the node: the queries asked.
@@ -746,5 +745,5 @@ fn json(lab: &Lab, ns: &str, argv: &[&str]) -> Value {
     let output = lab.exec(ns, argv).expect("run a tool in the lab");
     assert!(output.status.success(), "{argv:?}: {output:?}");
     serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|error| panic!("{argv:?} printed no JSON ({error}): {output:?}"))
+        .or_fail(format_args!("{argv:?} printed no JSON ({output:?})"))
 }

@@ -6,6 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     lab::{Lab, Pod, Scenario, CLUSTER_RECORDS, EXTERNAL_NAME, NODE_LOCAL_DNS},
@@ -42,7 +43,7 @@ fn sample(exposition: &str, name: &str, labels: &[&str]) -> Option<f64> {
 fn scrape(lab: &Lab, url: &str) -> String {
     let output = lab
         .exec(lab.node_ns(), &["curl", "-s", "--max-time", "5", url])
-        .unwrap_or_else(|error| panic!("{error:#}"));
+        .or_fail(format_args!("curl {url}"));
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
@@ -65,23 +66,20 @@ fn a_scrape_shows_the_loop_the_bridge_traffic_and_answer_latencies() {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary, Need::Tool("curl")]) {
         return;
     }
-    let lab = Lab::builder(Scenario::NodelocalLoop)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::NodelocalLoop).start().or_fail(test);
     let tracer = Tracer::start(
         &dnsloop_bin(),
         &lab,
         lab.node_ns(),
         &["--output", "json", "--metrics-addr", METRICS_ADDRESS],
     )
-    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    .or_fail(test);
 
     let node_cache = NODE_LOCAL_DNS.to_string();
     let (cluster_name, _) = CLUSTER_RECORDS[0];
     // A cluster name is answered (a latency to show); an external one goes round the loop.
     for name in [cluster_name, EXTERNAL_NAME] {
-        lab.dig(Pod::Client, &node_cache, &[name])
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        lab.dig(Pod::Client, &node_cache, &[name]).or_fail(test);
     }
     let url = format!("http://{METRICS_ADDRESS}/metrics");
     let cache_latency = format!("server=\"{node_cache}:53\"");
@@ -94,9 +92,7 @@ fn a_scrape_shows_the_loop_the_bridge_traffic_and_answer_latencies() {
             )
             .is_some_and(|answers| answers >= 1.0)
     });
-    let output = tracer
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let output = tracer.interrupt().or_fail(test);
 
     let shown = format!("{exposition}\n--- tracer's stderr ---\n{}", output.stderr);
     assert!(
@@ -160,16 +156,14 @@ fn a_port_in_use_stops_a_second_tracer_at_startup() {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
-    let lab = Lab::builder(Scenario::Healthy)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::Healthy).start().or_fail(test);
     let _first = Tracer::start(
         &dnsloop_bin(),
         &lab,
         lab.node_ns(),
         &["--metrics-addr", METRICS_ADDRESS],
     )
-    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    .or_fail(test);
     let binary = dnsloop_bin();
     let second = lab
         .exec(
@@ -183,7 +177,7 @@ fn a_port_in_use_stops_a_second_tracer_at_startup() {
                 "10s",
             ],
         )
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        .or_fail(test);
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert_eq!(second.status.code(), Some(2), "{stderr}");
     assert!(

@@ -9,6 +9,7 @@
 use std::{net::SocketAddr, time::SystemTime};
 
 use dnsloop_core::schema::PacketRecord;
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     exchange::{Exchange, Query},
@@ -103,30 +104,22 @@ fn assert_every_hop_shown(test: &str, queries: &[Query]) {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
-    let lab = Lab::builder(Scenario::Healthy)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::Healthy).start().or_fail(test);
     let tracer = Tracer::start(
         &dnsloop_bin(),
         &lab,
         lab.node_ns(),
         &["--packets", "--output", "json"],
     )
-    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    .or_fail(test);
     let started = SystemTime::now();
     let exchanges: Vec<Exchange> = queries
         .iter()
-        .map(|query| {
-            query
-                .send(&lab)
-                .unwrap_or_else(|error| panic!("{test}: {error:#}"))
-        })
+        .map(|query| query.send(&lab).or_fail(test))
         .collect();
     let ended = SystemTime::now();
-    let output = tracer
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let output = tracer.interrupt().or_fail(test);
+    let trace = Trace::from_output(output).or_fail(test);
     let mut packets = packet_lines(&trace);
     // The output is in the order the kernel streamed the packets; put it in the order they
     // were seen, keeping that order among packets of the same millisecond.
@@ -191,10 +184,9 @@ fn forward_leg<'a>(exchange: &Exchange, packets: &'a [PacketRecord]) -> Leg<'a> 
         .filter(|packet| packet.qtype.as_deref() == Some(exchange.query.qtype))
         .filter(|packet| packet.src != client && packet.dst != client)
         .collect();
-    let query = lines
-        .iter()
-        .find(|line| !line.qr)
-        .unwrap_or_else(|| panic!("{exchange}: the cache's query is not shown: {lines:#?}"));
+    let query = lines.iter().find(|line| !line.qr).or_fail(format_args!(
+        "{exchange}: the cache's query is not shown: {lines:#?}"
+    ));
     let reply_size = lines
         .iter()
         .find(|line| line.qr)
@@ -217,9 +209,9 @@ fn forward_hops(exchange: &Exchange, leg: &Leg) -> Vec<(String, &'static str, bo
             let pod = Pod::COREDNS
                 .into_iter()
                 .find(|pod| server == dns_server(pod.ip()))
-                .unwrap_or_else(|| {
-                    panic!("{exchange}: forwarded to {server}, not to a CoreDNS pod")
-                });
+                .or_fail(format_args!(
+                    "{exchange}: forwarded to {server}, not to a CoreDNS pod"
+                ));
             let veth = pod.host_veth();
             vec![(veth.clone(), "egress", QUERY), (veth, "ingress", REPLY)]
         }

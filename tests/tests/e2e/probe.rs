@@ -3,6 +3,7 @@
 //! healthy node it is answered and never comes back.
 use std::process::Output;
 
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     lab::{Lab, Scenario, NODE_LOCAL_DNS},
@@ -16,9 +17,7 @@ fn probe(test: &str, scenario: Scenario) -> Option<(i32, Vec<Value>, String)> {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return None;
     }
-    let lab = Lab::builder(scenario)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(scenario).start().or_fail(test);
     let binary = dnsloop_bin();
     let server = NODE_LOCAL_DNS.to_string();
     let Output {
@@ -37,7 +36,7 @@ fn probe(test: &str, scenario: Scenario) -> Option<(i32, Vec<Value>, String)> {
                 "json",
             ],
         )
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        .or_fail(test);
     let stdout = String::from_utf8_lossy(&stdout).into_owned();
     let shown = format!(
         "--- stdout ---\n{stdout}--- stderr ---\n{}",
@@ -45,9 +44,7 @@ fn probe(test: &str, scenario: Scenario) -> Option<(i32, Vec<Value>, String)> {
     );
     let lines = stdout
         .lines()
-        .map(|line| {
-            serde_json::from_str(line).unwrap_or_else(|error| panic!("{error}: {line}\n{shown}"))
-        })
+        .map(|line| serde_json::from_str(line).or_fail(format_args!("not JSON: {line}\n{shown}")))
         .collect();
     Some((status.code().unwrap_or(-1), lines, shown))
 }

@@ -11,6 +11,7 @@ use std::{
 };
 
 use dnsloop_core::schema::{BundleRecord, CaptureReport, Record};
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::{fqdn, loop_as_seen, Trace},
@@ -72,14 +73,12 @@ fn a_loop_is_recorded_once_from_the_clients_first_query_and_analyzes_to_the_same
     }
     let scratch = tempfile::tempdir().expect("a temporary directory");
     let record_dir = scratch.path().join("record");
-    let lab = Lab::builder(Scenario::NodelocalLoop)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::NodelocalLoop).start().or_fail(test);
     // What the client sent, as its own pod saw it: the first query is the loop's first packet.
     let client_file = scratch.path().join("client.pcap");
     let client_capture = lab
         .capture_pcap(&lab.pod_ns(Pod::Client), "any", "udp port 53", &client_file)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        .or_fail(test);
     let trace = Tracer::start(
         &dnsloop_bin(),
         &lab,
@@ -95,17 +94,13 @@ fn a_loop_is_recorded_once_from_the_clients_first_query_and_analyzes_to_the_same
             "2s",
         ],
     )
-    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    .or_fail(test);
     lab.dig(Pod::Client, &NODE_LOCAL_DNS.to_string(), &[EXTERNAL_NAME])
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        .or_fail(test);
     thread::sleep(LOOPING_FOR);
-    let output = trace
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    client_capture
-        .stop()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let live = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let output = trace.interrupt().or_fail(test);
+    client_capture.stop().or_fail(test);
+    let live = Trace::from_output(output).or_fail(test);
     let qname = fqdn(EXTERNAL_NAME);
 
     // The loop, reported live, again and again: a bundle line follows its first report only.
@@ -206,7 +201,7 @@ fn a_loop_is_recorded_once_from_the_clients_first_query_and_analyzes_to_the_same
     // report.
     let offline = tracer::analyze(&dnsloop_bin(), &path, &[])
         .and_then(Trace::from_output)
-        .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", path.display()));
+        .or_fail(format_args!("dnsloop analyze {}", path.display()));
     assert!(
         offline.stdout.contains("capture.pcapng"),
         "the bundle's packet file is what was read:\n{offline}"

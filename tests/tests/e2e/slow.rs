@@ -8,6 +8,7 @@
 use std::{net::IpAddr, path::Path};
 
 use dnsloop_core::schema::{LookupRecord, Record};
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::{fqdn, Trace},
@@ -107,14 +108,16 @@ fn assert_upstream_was_slowest(trace: &Trace, how: &str, live: bool) {
     let followed = summary
         .lookups
         .as_ref()
-        .unwrap_or_else(|| panic!("{how}: the summary has no lookups:\n{trace}"));
+        .or_fail(format_args!("{how}: the summary has no lookups:\n{trace}"));
     assert!(followed.followed >= LOOKUPS as u64, "{how}:\n{trace}");
     assert_eq!(followed.reported, found.len() as u64, "{how}:\n{trace}");
     let at_upstream = followed
         .hops
         .iter()
         .find(|times| times.server == upstream)
-        .unwrap_or_else(|| panic!("{how}: no times for the upstream's hops:\n{trace}"));
+        .or_fail(format_args!(
+            "{how}: no times for the upstream's hops:\n{trace}"
+        ));
     assert!(at_upstream.p50_ms >= 140.0, "{how}:\n{trace}");
 }
 
@@ -129,19 +132,17 @@ fn slow_lookups_name_the_upstream_as_the_slow_hop_live_and_in_a_capture() {
     }
     let files = tempfile::tempdir().expect("a temporary directory");
     let capture_file = files.path().join("node.pcap");
-    let lab = Lab::builder(Scenario::SlowUpstream)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::SlowUpstream).start().or_fail(test);
     let capture = lab
         .capture_pcap(lab.node_ns(), "any", "port 53", &capture_file)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        .or_fail(test);
     let tracer = Tracer::start(
         &dnsloop_bin(),
         &lab,
         lab.node_ns(),
         &["--output", "json", "--slow", SLOW],
     )
-    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    .or_fail(test);
     for _ in 0..LOOKUPS {
         lab.dig_answers(
             Pod::Client,
@@ -150,13 +151,9 @@ fn slow_lookups_name_the_upstream_as_the_slow_hop_live_and_in_a_capture() {
             &EXTERNAL_A.to_string(),
         );
     }
-    let output = tracer
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    capture
-        .stop()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let traced = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let output = tracer.interrupt().or_fail(test);
+    capture.stop().or_fail(test);
+    let traced = Trace::from_output(output).or_fail(test);
     assert_upstream_was_slowest(&traced, "trace --slow", true);
     assert!(
         traced
@@ -174,5 +171,5 @@ fn slow_lookups_name_the_upstream_as_the_slow_hop_live_and_in_a_capture() {
 fn analyze_slow(file: &Path) -> Trace {
     tracer::analyze(&dnsloop_bin(), file, &["--slow", SLOW])
         .and_then(Trace::from_output)
-        .unwrap_or_else(|error| panic!("dnsloop analyze {}: {error:#}", file.display()))
+        .or_fail(format_args!("dnsloop analyze {}", file.display()))
 }

@@ -11,6 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::{fqdn, Trace},
@@ -36,11 +37,9 @@ fn a_nodelocal_loop_storm_is_a_few_findings_with_every_timeout_counted() {
         return;
     }
     assert!(STORM < REPORT_INTERVAL, "the storm fits in one interval");
-    let lab = Lab::builder(Scenario::NodelocalLoop)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let tracer = Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"])
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::NodelocalLoop).start().or_fail(test);
+    let tracer =
+        Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"]).or_fail(test);
     // Each external name asked starts a loop of its own, again with every ask.
     let names: Vec<String> = (0..3)
         .map(|n| format!("storm{n}.{EXTERNAL_NAME}"))
@@ -54,10 +53,8 @@ fn a_nodelocal_loop_storm_is_a_few_findings_with_every_timeout_counted() {
             asked += 1;
         }
     }
-    let output = tracer
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let output = tracer.interrupt().or_fail(test);
+    let trace = Trace::from_output(output).or_fail(test);
 
     let loops = trace.loops();
     assert!(

@@ -5,6 +5,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     lab::{Lab, Pod, Scenario},
@@ -85,7 +86,7 @@ fn trace_counts_dns_packets_on_every_hop_of_the_healthy_lab() {
             .expect("interfaces array")
             .iter()
             .find(|point| point["ifname"] == ifname && point["dir"] == dir)
-            .unwrap_or_else(|| panic!("no {ifname} {dir} in {summary}"))["dns_packets"]
+            .or_fail(format_args!("no {ifname} {dir} in {summary}"))["dns_packets"]
             .as_u64()
             .expect("dns_packets is a number")
     };
@@ -255,7 +256,7 @@ fn trace_follows_a_pod_that_appears_while_it_runs() {
         .expect("interfaces array")
         .iter()
         .find(|point| point["ifname"] == LatePod::VETH && point["dir"] == "ingress")
-        .unwrap_or_else(|| panic!("{} is not watched: {summary}", LatePod::VETH));
+        .or_fail(format_args!("{} is not watched: {summary}", LatePod::VETH));
     assert!(late["dns_packets"].as_u64() >= Some(3), "{summary}");
     let entered_at_its_port = |server: &str| -> Vec<Value> {
         output
@@ -295,5 +296,5 @@ fn summary_of(stdout: &str) -> Value {
         .lines()
         .map(|line| serde_json::from_str::<Value>(line).expect("every stdout line is JSON"))
         .find(|value| value["kind"] == "summary")
-        .unwrap_or_else(|| panic!("no summary in {stdout}"))
+        .or_fail(format_args!("no summary in {stdout}"))
 }

@@ -9,6 +9,7 @@ use std::{
 };
 
 use dnsloop_core::schema::PacketRecord;
+use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     exchange::Query,
@@ -30,21 +31,19 @@ fn dnsloop_and_tshark_see_the_same_dns_packets_on_an_interface() {
     if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
         return;
     }
-    let lab = Lab::builder(Scenario::Healthy)
-        .start()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let lab = Lab::builder(Scenario::Healthy).start().or_fail(test);
     let interface = Pod::Client.host_veth();
     let pcap = lab.state_dir().join(format!("{interface}.pcap"));
     let capture = lab
         .capture_pcap(lab.node_ns(), &interface, "port 53", &pcap)
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        .or_fail(test);
     let tracer = Tracer::start(
         &dnsloop_bin(),
         &lab,
         lab.node_ns(),
         &["--packets", "--output", "json", "-i", &interface],
     )
-    .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    .or_fail(test);
 
     let queries = [
         Query::udp(NODE_LOCAL_DNS, "api.default.svc.cluster.local", "A"),
@@ -55,18 +54,12 @@ fn dnsloop_and_tshark_see_the_same_dns_packets_on_an_interface() {
         Query::udp(NODE_LOCAL_DNS, "bell\x07.example.test", "TXT"),
     ];
     for query in &queries {
-        query
-            .send(&lab)
-            .unwrap_or_else(|error| panic!("{test}: {error:#}"));
+        query.send(&lab).or_fail(test);
     }
 
-    let output = tracer
-        .interrupt()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    capture
-        .stop()
-        .unwrap_or_else(|error| panic!("{test}: {error:#}"));
-    let trace = Trace::from_output(output).unwrap_or_else(|error| panic!("{test}: {error:#}"));
+    let output = tracer.interrupt().or_fail(test);
+    capture.stop().or_fail(test);
+    let trace = Trace::from_output(output).or_fail(test);
     let dnsloop = sorted(
         packet_lines(&trace)
             .iter()
@@ -150,22 +143,20 @@ impl Seen {
             .into_iter()
             .find(|address| !address.is_empty())
             .and_then(|address| address.parse().ok())
-            .unwrap_or_else(|| panic!("no source address in {line}"));
+            .or_fail(format_args!("no source address in {line}"));
         let port = [udp_port, tcp_port]
             .into_iter()
             .find(|port| !port.is_empty())
             .and_then(|port| port.parse().ok())
-            .unwrap_or_else(|| panic!("no source port in {line}"));
+            .or_fail(format_args!("no source port in {line}"));
         let number = |text: &str| -> u16 {
             let parsed = match text.strip_prefix("0x") {
                 Some(hex) => u16::from_str_radix(hex, 16),
                 None => text.parse(),
             };
-            parsed.unwrap_or_else(|error| panic!("{text} in {line}: {error}"))
+            parsed.or_fail(format_args!("{text} in {line}"))
         };
-        let seconds: f64 = time
-            .parse()
-            .unwrap_or_else(|error| panic!("{time} in {line}: {error}"));
+        let seconds: f64 = time.parse().or_fail(format_args!("{time} in {line}"));
         Seen {
             key: PacketKey {
                 src: SocketAddr::new(ip, port),
@@ -202,9 +193,7 @@ fn tshark_dns_packets(pcap: &Path) -> Vec<Seen> {
     for field in TSHARK_FIELDS {
         tshark.args(["-e", field]);
     }
-    let output = tshark
-        .output()
-        .unwrap_or_else(|error| panic!("running tshark (is it installed?): {error}"));
+    let output = tshark.output().or_fail("running tshark (is it installed?)");
     assert!(
         output.status.success(),
         "tshark failed: {}",
@@ -237,7 +226,7 @@ fn unescape(text: &str, escape: fn(&mut std::str::Chars) -> Option<u8>) -> Vec<u
     let mut chars = text.chars();
     while let Some(c) = chars.next() {
         let byte = if c == '\\' {
-            escape(&mut chars).unwrap_or_else(|| panic!("a bad escape in {text}"))
+            escape(&mut chars).or_fail(format_args!("a bad escape in {text}"))
         } else {
             u8::try_from(c).unwrap_or_else(|_| panic!("{c:?} in {text} is not a byte"))
         };
