@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use crate::netns;
+use crate::in_netns;
 
 const QTYPE_A: u16 = 1;
 const QTYPE_AAAA: u16 = 28;
@@ -33,7 +33,7 @@ pub fn send_twice(
     gap: Duration,
 ) -> Result<usize> {
     let query = query(id, name, QTYPE_A)?;
-    netns::run_in(netns, || -> Result<usize> {
+    in_netns::run(netns, || -> Result<usize> {
         let socket = UdpSocket::bind(unspecified_for(server)).context("binding a UDP socket")?;
         socket.set_read_timeout(Some(REPLY_WAIT))?;
         for copy in 0..2 {
@@ -67,7 +67,7 @@ pub fn send_a_and_aaaa(netns: &Path, server: SocketAddr, name: &str, id: u16) ->
         query(ids[0], name, QTYPE_A)?,
         query(ids[1], name, QTYPE_AAAA)?,
     ];
-    netns::run_in(netns, || -> Result<usize> {
+    in_netns::run(netns, || -> Result<usize> {
         let socket = UdpSocket::bind(unspecified_for(server)).context("binding a UDP socket")?;
         socket.set_read_timeout(Some(REPLY_WAIT))?;
         for query in &queries {
@@ -102,7 +102,7 @@ pub fn send_burst(
     let queries = (0..count)
         .map(|offset| query(first_id.wrapping_add(offset), name, QTYPE_A))
         .collect::<Result<Vec<_>>>()?;
-    netns::run_in(netns, || -> Result<()> {
+    in_netns::run(netns, || -> Result<()> {
         let socket = UdpSocket::bind(unspecified_for(server)).context("binding a UDP socket")?;
         for query in &queries {
             socket
@@ -118,7 +118,7 @@ pub fn send_burst(
 /// `buffer_bytes` (the kernel doubles it, and keeps a floor), which nobody reads: a DNS server
 /// stuck, whose buffer fills with the first queries and drops the rest. Closed when dropped.
 pub fn stuck_server(netns: &Path, address: SocketAddr, buffer_bytes: i32) -> Result<UdpSocket> {
-    netns::run_in(netns, || -> Result<UdpSocket> {
+    in_netns::run(netns, || -> Result<UdpSocket> {
         let socket = UdpSocket::bind(address).with_context(|| format!("binding {address}"))?;
         // SAFETY: a valid socket and a pointer to an int of the size given.
         let set = unsafe {

@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use super::{netns, process};
+use super::{ip_netns, process};
 
 const START_TIMEOUT: Duration = Duration::from_secs(5);
 const STOP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -171,7 +171,7 @@ impl Tcpdump {
             .into_iter()
             .chain(args.iter().copied())
             .collect();
-        let child = netns::exec_command(namespace, &argv)
+        let child = ip_netns::exec_command(namespace, &argv)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)

@@ -15,7 +15,7 @@ use std::{
 
 use anyhow::{bail, ensure, Context as _, Result};
 
-use super::{netns, process, state, topology::Pod};
+use super::{ip_netns, process, state, topology::Pod};
 
 /// The lab's stand-in for `/var/log/pods`: `dnsloop trace --pod-logs` reads it.
 pub(crate) fn pod_logs(prefix: &str) -> PathBuf {
@@ -82,7 +82,7 @@ impl KubeletPods {
             "the sandbox of pod {} is running already",
             pod.name()
         );
-        let sandbox = netns::exec_command(&kubelet_pod.namespace, &["sleep", "infinity"])
+        let sandbox = ip_netns::exec_command(&kubelet_pod.namespace, &["sleep", "infinity"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

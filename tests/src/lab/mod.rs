@@ -35,8 +35,8 @@ mod capture;
 mod command;
 mod describe;
 mod dig;
+mod ip_netns;
 mod kubelet;
-mod netns;
 mod network;
 mod nftables;
 mod preflight;
@@ -147,7 +147,7 @@ impl Lab {
             None => Arc::new(LabTurn::take()?),
         };
         let state_dir = state::dir(prefix);
-        let mut leftovers = netns::list_with_prefix(prefix)?;
+        let mut leftovers = ip_netns::list_with_prefix(prefix)?;
         if state_dir.exists() {
             leftovers.push(state_dir.display().to_string());
         }
@@ -178,7 +178,7 @@ impl Lab {
 
     fn build(&mut self) -> Result<()> {
         for namespace in self.names.all() {
-            netns::add(namespace)?;
+            ip_netns::add(namespace)?;
         }
         network::wire(
             &self.names,
@@ -302,7 +302,7 @@ impl Lab {
 
     /// Where `ip netns` mounts namespace `ns` (for `setns`).
     pub fn netns_path(&self, ns: &str) -> PathBuf {
-        netns::path(ns)
+        ip_netns::path(ns)
     }
 
     /// The lab's state directory: configs, server logs, nftables rules, captures.
@@ -401,7 +401,7 @@ impl Lab {
     /// whatever its exit status.
     pub fn exec(&self, ns: &str, argv: &[&str]) -> Result<Output> {
         self.ensure_own(ns)?;
-        let output = netns::exec_command(ns, argv)
+        let output = ip_netns::exec_command(ns, argv)
             .stdin(Stdio::null())
             .output()
             .with_context(|| format!("running `{}` in {ns}", argv.join(" ")))?;
@@ -412,7 +412,7 @@ impl Lab {
     /// owns the child: it must read the pipes and reap it.
     pub fn spawn(&self, ns: &str, argv: &[&str]) -> Result<Child> {
         self.ensure_own(ns)?;
-        netns::exec_command(ns, argv)
+        ip_netns::exec_command(ns, argv)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -561,11 +561,11 @@ impl Drop for Lab {
 pub fn down(prefix: &str) -> Result<()> {
     validate_prefix(prefix)?;
     preflight::require_root()?;
-    let namespaces = netns::list_with_prefix(prefix)?;
+    let namespaces = ip_netns::list_with_prefix(prefix)?;
     let mut failures = Vec::new();
     let mut pids = Vec::new();
     for namespace in &namespaces {
-        match netns::pids(namespace) {
+        match ip_netns::pids(namespace) {
             Ok(found) => pids.extend(found),
             Err(error) => failures.push(format!("{error:#}")),
         }
@@ -573,7 +573,7 @@ pub fn down(prefix: &str) -> Result<()> {
     // A namespace outlives `ip netns delete` for as long as a process is inside it.
     process::terminate(&pids);
     for namespace in &namespaces {
-        if let Err(error) = netns::delete(namespace) {
+        if let Err(error) = ip_netns::delete(namespace) {
             failures.push(format!("{error:#}"));
         }
     }

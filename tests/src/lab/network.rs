@@ -18,7 +18,7 @@ use anyhow::ensure;
 use anyhow::{Context as _, Result};
 
 use super::{
-    command, netns, nftables,
+    command, ip_netns, nftables,
     topology::{
         node_underlay_on, node_uplink_on, overlay_address_on, overlay_mac_on, pod_cidr6_on,
         pod_cidr_on, pod_gateway6_on, pod_gateway_on, Namespaces, NodeNamespaces, Pod, PodNetwork,
@@ -108,7 +108,7 @@ pub(crate) fn wire(names: &Namespaces, settings: &NodeSettings, state_dir: &Path
             .context("joining the nodes through the fabric namespace")?,
     }
     if let Some(dead) = settings.dead_server {
-        netns::ip(
+        ip_netns::ip(
             names.upstream(),
             &[
                 "addr",
@@ -123,7 +123,7 @@ pub(crate) fn wire(names: &Namespaces, settings: &NodeSettings, state_dir: &Path
             &nftables::black_hole(dead),
             &state_dir.join("upstream.nft"),
         )?;
-        netns::ip(
+        ip_netns::ip(
             names.upstream(),
             &[
                 "addr",
@@ -133,7 +133,7 @@ pub(crate) fn wire(names: &Namespaces, settings: &NodeSettings, state_dir: &Path
                 "eth0",
             ],
         )?;
-        netns::ip(
+        ip_netns::ip(
             names.upstream(),
             &[
                 "addr",
@@ -145,7 +145,7 @@ pub(crate) fn wire(names: &Namespaces, settings: &NodeSettings, state_dir: &Path
         )?;
         if settings.pod_network == PodNetwork::Bridge {
             for node_names in names.nodes() {
-                netns::ip(
+                ip_netns::ip(
                     node_names.node(),
                     &["route", "add", GONE_SUBNET, "dev", "cni0"],
                 )?;
@@ -170,8 +170,8 @@ fn node_file(node: usize, extension: &str) -> String {
 /// Loopback up, and no duplicate address detection: addresses (link-local ones included) must
 /// be usable the moment `up` returns.
 fn prepare(namespace: &str) -> Result<()> {
-    netns::ip(namespace, &["link", "set", "lo", "up"])?;
-    netns::sysctl(
+    ip_netns::ip(namespace, &["link", "set", "lo", "up"])?;
+    ip_netns::sysctl(
         namespace,
         &[
             "net.ipv6.conf.all.accept_dad=0",
@@ -198,11 +198,11 @@ fn wire_node(node: &str, index: usize, settings: &NodeSettings) -> Result<()> {
         // Calico's IPAM block route: the pods' /32 routes are more specific; an address of the
         // block no pod has goes nowhere instead of out of the default route.
         PodNetwork::Routed => {
-            netns::ip(
+            ip_netns::ip(
                 node,
                 &["-4", "route", "add", "blackhole", &pod_cidr_on(index)],
             )?;
-            netns::ip(
+            ip_netns::ip(
                 node,
                 &["-6", "route", "add", "blackhole", &pod_cidr6_on(index)],
             )?;
@@ -216,7 +216,7 @@ fn wire_node(node: &str, index: usize, settings: &NodeSettings) -> Result<()> {
     if settings.node_cache_takes_cluster_dns {
         add_address(node, "nodelocaldns", &format!("{CLUSTER_DNS}/32"))?;
     }
-    netns::sysctl(
+    ip_netns::sysctl(
         node,
         &["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
     )?;
@@ -232,13 +232,13 @@ fn set_bridge_netfilter(node: &str, enabled: bool) -> Result<()> {
         format!("net.bridge.bridge-nf-call-ip6tables={value}"),
     ];
     let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
-    if netns::sysctl(node, &settings).is_ok() {
+    if ip_netns::sysctl(node, &settings).is_ok() {
         return Ok(());
     }
     // The sysctls exist (per namespace) once br_netfilter is loaded; it may be a module or be
     // built in, and modprobe may not even be installed when it is built in.
     let _ = command::output(&["modprobe", "br_netfilter"]);
-    netns::sysctl(node, &settings).context(
+    ip_netns::sysctl(node, &settings).context(
         "br_netfilter is unavailable (no net.bridge.bridge-nf-call-iptables): \
          load it with `modprobe br_netfilter` or use a kernel with CONFIG_BRIDGE_NETFILTER",
     )
@@ -250,13 +250,13 @@ fn wire_pod(names: &NodeNamespaces, index: usize, pod: Pod) -> Result<()> {
         .pod(pod)
         .with_context(|| format!("node {index} runs no pod {}", pod.name()))?;
     let host_veth = pod.host_veth();
-    netns::ip(
+    ip_netns::ip(
         node,
         &[
             "link", "add", &host_veth, "type", "veth", "peer", "name", "eth0", "netns", pod_ns,
         ],
     )?;
-    netns::ip(node, &["link", "set", &host_veth, "master", "cni0", "up"])?;
+    ip_netns::ip(node, &["link", "set", &host_veth, "master", "cni0", "up"])?;
     add_address(
         pod_ns,
         "eth0",
@@ -267,7 +267,7 @@ fn wire_pod(names: &NodeNamespaces, index: usize, pod: Pod) -> Result<()> {
         "eth0",
         &format!("{}/{POD_PREFIX_LEN_V6}", pod.ip6_on(index)),
     )?;
-    netns::ip(pod_ns, &["link", "set", "eth0", "up"])?;
+    ip_netns::ip(pod_ns, &["link", "set", "eth0", "up"])?;
     add_route(pod_ns, "default", &pod_gateway_on(index).to_string())?;
     add_route(pod_ns, "default", &pod_gateway6_on(index).to_string())
 }
@@ -282,7 +282,7 @@ fn wire_routed_pod(names: &NodeNamespaces, index: usize, pod: Pod) -> Result<()>
         .pod(pod)
         .with_context(|| format!("node {index} runs no pod {}", pod.name()))?;
     let host_veth = pod.cali_veth_on(index);
-    netns::ip(
+    ip_netns::ip(
         node,
         &[
             "link",
@@ -299,7 +299,7 @@ fn wire_routed_pod(names: &NodeNamespaces, index: usize, pod: Pod) -> Result<()>
             pod_ns,
         ],
     )?;
-    netns::sysctl(
+    ip_netns::sysctl(
         node,
         &[
             &format!("net.ipv4.conf.{host_veth}.proxy_arp=1"),
@@ -308,13 +308,13 @@ fn wire_routed_pod(names: &NodeNamespaces, index: usize, pod: Pod) -> Result<()>
     )?;
     // The pods' IPv6 gateway is the link-local address the MAC gives; set it before the link
     // is up, so it is there (and without DAD) the moment `up` returns.
-    netns::ip(node, &["link", "set", &host_veth, "addrgenmode", "none"])?;
+    ip_netns::ip(node, &["link", "set", &host_veth, "addrgenmode", "none"])?;
     add_address(node, &host_veth, &format!("{ROUTED_POD_GATEWAY_V6}/64"))?;
-    netns::ip(node, &["link", "set", &host_veth, "up"])?;
+    ip_netns::ip(node, &["link", "set", &host_veth, "up"])?;
     add_address(pod_ns, "eth0", &format!("{}/32", pod.ip_on(index)))?;
     add_address(pod_ns, "eth0", &format!("{}/128", pod.ip6_on(index)))?;
-    netns::ip(pod_ns, &["link", "set", "eth0", "up"])?;
-    netns::ip(
+    ip_netns::ip(pod_ns, &["link", "set", "eth0", "up"])?;
+    ip_netns::ip(
         pod_ns,
         &[
             "-4",
@@ -328,7 +328,7 @@ fn wire_routed_pod(names: &NodeNamespaces, index: usize, pod: Pod) -> Result<()>
             "onlink",
         ],
     )?;
-    netns::ip(
+    ip_netns::ip(
         pod_ns,
         &[
             "-6",
@@ -341,7 +341,7 @@ fn wire_routed_pod(names: &NodeNamespaces, index: usize, pod: Pod) -> Result<()>
             "eth0",
         ],
     )?;
-    netns::ip(
+    ip_netns::ip(
         node,
         &[
             "-4",
@@ -354,7 +354,7 @@ fn wire_routed_pod(names: &NodeNamespaces, index: usize, pod: Pod) -> Result<()>
             "link",
         ],
     )?;
-    netns::ip(
+    ip_netns::ip(
         node,
         &[
             "-6",
@@ -372,7 +372,7 @@ fn wire_routed_pod(names: &NodeNamespaces, index: usize, pod: Pod) -> Result<()>
 /// queries to the ClusterIP take before the output chain DNATs them.
 fn wire_uplink(names: &Namespaces) -> Result<()> {
     let (node, upstream) = (names.node(), names.upstream());
-    netns::ip(
+    ip_netns::ip(
         node,
         &[
             "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", upstream,
@@ -384,7 +384,7 @@ fn wire_uplink(names: &Namespaces) -> Result<()> {
         "eth0",
         &format!("{NODE_UPLINK_V6}/{UPLINK_PREFIX_LEN_V6}"),
     )?;
-    netns::ip(node, &["link", "set", "eth0", "up"])?;
+    ip_netns::ip(node, &["link", "set", "eth0", "up"])?;
     add_address(
         upstream,
         "eth0",
@@ -395,7 +395,7 @@ fn wire_uplink(names: &Namespaces) -> Result<()> {
         "eth0",
         &format!("{UPSTREAM_DNS_V6}/{UPLINK_PREFIX_LEN_V6}"),
     )?;
-    netns::ip(upstream, &["link", "set", "eth0", "up"])?;
+    ip_netns::ip(upstream, &["link", "set", "eth0", "up"])?;
     add_route(node, "default", &UPSTREAM_DNS.to_string())?;
     add_route(node, "default", &UPSTREAM_DNS_V6.to_string())?;
     // Routes back to the pods and the node-local address, so the node masquerades nothing.
@@ -421,13 +421,13 @@ fn wire_cluster(names: &Namespaces, fabric: &str, state_dir: &Path) -> Result<()
     add_bridge(fabric, UNDERLAY_BRIDGE)?;
     add_bridge(fabric, EXTERNAL_BRIDGE)?;
     // The upstream is a machine on the external network: a port of the external bridge.
-    netns::ip(
+    ip_netns::ip(
         fabric,
         &[
             "link", "add", "upstream", "type", "veth", "peer", "name", "eth0", "netns", upstream,
         ],
     )?;
-    netns::ip(
+    ip_netns::ip(
         fabric,
         &["link", "set", "upstream", "master", EXTERNAL_BRIDGE, "up"],
     )?;
@@ -441,7 +441,7 @@ fn wire_cluster(names: &Namespaces, fabric: &str, state_dir: &Path) -> Result<()
         "eth0",
         &format!("{UPSTREAM_DNS_V6}/{UPLINK_PREFIX_LEN_V6}"),
     )?;
-    netns::ip(upstream, &["link", "set", "eth0", "up"])?;
+    ip_netns::ip(upstream, &["link", "set", "eth0", "up"])?;
     for (index, node_names) in names.nodes().iter().enumerate() {
         let node = node_names.node();
         wire_macvlan_uplink(fabric, node, index)
@@ -476,7 +476,7 @@ fn wire_cluster(names: &Namespaces, fabric: &str, state_dir: &Path) -> Result<()
 /// the node. Its far end is the fabric, not a namespace of this node.
 fn wire_macvlan_uplink(fabric: &str, node: &str, index: usize) -> Result<()> {
     let temporary = format!("uplink{index}");
-    netns::ip(
+    ip_netns::ip(
         fabric,
         &[
             "link",
@@ -490,8 +490,8 @@ fn wire_macvlan_uplink(fabric: &str, node: &str, index: usize) -> Result<()> {
             "bridge",
         ],
     )?;
-    netns::ip(fabric, &["link", "set", &temporary, "netns", node])?;
-    netns::ip(node, &["link", "set", &temporary, "name", UPLINK_DEVICE])?;
+    ip_netns::ip(fabric, &["link", "set", &temporary, "netns", node])?;
+    ip_netns::ip(node, &["link", "set", &temporary, "name", UPLINK_DEVICE])?;
     add_address(
         node,
         UPLINK_DEVICE,
@@ -502,7 +502,7 @@ fn wire_macvlan_uplink(fabric: &str, node: &str, index: usize) -> Result<()> {
         UPLINK_DEVICE,
         &format!("{}/{UPLINK_PREFIX_LEN_V6}", node_uplink6_on(index)),
     )?;
-    netns::ip(node, &["link", "set", UPLINK_DEVICE, "up"])?;
+    ip_netns::ip(node, &["link", "set", UPLINK_DEVICE, "up"])?;
     add_route(node, "default", &UPSTREAM_DNS.to_string())?;
     add_route(node, "default", &UPSTREAM_DNS_V6.to_string())
 }
@@ -510,7 +510,7 @@ fn wire_macvlan_uplink(fabric: &str, node: &str, index: usize) -> Result<()> {
 /// The node's `eth1` on the fabric's underlay bridge, and its VXLAN device on top of it.
 fn wire_overlay_device(fabric: &str, node: &str, index: usize) -> Result<()> {
     let fabric_port = format!("underlay{index}");
-    netns::ip(
+    ip_netns::ip(
         fabric,
         &[
             "link",
@@ -525,7 +525,7 @@ fn wire_overlay_device(fabric: &str, node: &str, index: usize) -> Result<()> {
             node,
         ],
     )?;
-    netns::ip(
+    ip_netns::ip(
         fabric,
         &["link", "set", &fabric_port, "master", UNDERLAY_BRIDGE, "up"],
     )?;
@@ -535,9 +535,9 @@ fn wire_overlay_device(fabric: &str, node: &str, index: usize) -> Result<()> {
         UNDERLAY_DEVICE,
         &format!("{underlay}/{UNDERLAY_PREFIX_LEN}"),
     )?;
-    netns::ip(node, &["link", "set", UNDERLAY_DEVICE, "up"])?;
+    ip_netns::ip(node, &["link", "set", UNDERLAY_DEVICE, "up"])?;
     // Like flannel's vxlan backend: no learning, every peer given statically.
-    netns::ip(
+    ip_netns::ip(
         node,
         &[
             "link",
@@ -563,7 +563,7 @@ fn wire_overlay_device(fabric: &str, node: &str, index: usize) -> Result<()> {
         OVERLAY_DEVICE,
         &format!("{}/32", overlay_address_on(index)),
     )?;
-    netns::ip(node, &["link", "set", OVERLAY_DEVICE, "up"])
+    ip_netns::ip(node, &["link", "set", OVERLAY_DEVICE, "up"])
 }
 
 /// On `node`: node `peer`'s pod CIDR via its overlay address, which is a permanent neighbour
@@ -571,7 +571,7 @@ fn wire_overlay_device(fabric: &str, node: &str, index: usize) -> Result<()> {
 fn route_over_overlay(node: &str, peer: usize) -> Result<()> {
     let gateway = overlay_address_on(peer).to_string();
     let mac = overlay_mac_on(peer);
-    netns::ip(
+    ip_netns::ip(
         node,
         &[
             "route",
@@ -584,7 +584,7 @@ fn route_over_overlay(node: &str, peer: usize) -> Result<()> {
             "onlink",
         ],
     )?;
-    netns::ip(
+    ip_netns::ip(
         node,
         &[
             "neigh",
@@ -614,8 +614,8 @@ fn route_over_overlay(node: &str, peer: usize) -> Result<()> {
 }
 
 fn add_bridge(namespace: &str, name: &str) -> Result<()> {
-    netns::ip(namespace, &["link", "add", name, "type", "bridge"])?;
-    netns::ip(namespace, &["link", "set", name, "up"])
+    ip_netns::ip(namespace, &["link", "add", name, "type", "bridge"])?;
+    ip_netns::ip(namespace, &["link", "set", name, "up"])
 }
 
 /// Adds an address; IPv6 ones with `nodad` so they are usable at once.
@@ -624,13 +624,13 @@ fn add_address(namespace: &str, device: &str, address: &str) -> Result<()> {
     if address.contains(':') {
         args.push("nodad");
     }
-    netns::ip(namespace, &args)
+    ip_netns::ip(namespace, &args)
 }
 
 /// Adds a route in the address family of `gateway`.
 fn add_route(namespace: &str, destination: &str, gateway: &str) -> Result<()> {
     let family = if gateway.contains(':') { "-6" } else { "-4" };
-    netns::ip(
+    ip_netns::ip(
         namespace,
         &[family, "route", "add", destination, "via", gateway],
     )

@@ -10,7 +10,7 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use super::{
-    command, netns,
+    command, ip_netns,
     topology::{
         CLUSTER_DNS_V6, CLUSTER_POD_NETWORK, NODE_LOCAL_NET, OVERLAY_DEVICE, UPLINK_DEVICE,
     },
@@ -158,7 +158,7 @@ pub(crate) fn black_hole(address: Ipv4Addr) -> String {
 pub(crate) fn load(namespace: &str, ruleset: &str, file: &Path) -> Result<()> {
     fs::write(file, ruleset).with_context(|| format!("writing {}", file.display()))?;
     let file = file.to_string_lossy();
-    command::run(&netns::exec_argv(namespace, &["nft", "-f", &file]))
+    command::run(&ip_netns::exec_argv(namespace, &["nft", "-f", &file]))
         .with_context(|| format!("loading nftables rules {file} in {namespace}"))?;
     Ok(())
 }

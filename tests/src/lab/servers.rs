@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::{bail, ensure, Context as _, Result};
 
-use super::{command, netns, topology::Server};
+use super::{command, ip_netns, topology::Server};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Software {
@@ -586,7 +586,7 @@ pub(crate) fn start(
     }
     let argv = config.command_line(&config_path, state_dir);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let child = netns::exec_command(namespace, &argv)
+    let child = ip_netns::exec_command(namespace, &argv)
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
@@ -616,7 +616,7 @@ impl RunningServer {
     /// loop) until it answers.
     pub(crate) fn wait_until_answering(&mut self, deadline: Instant) -> Result<()> {
         let server = format!("@{}", self.probe_address);
-        let probe = netns::exec_argv(
+        let probe = ip_netns::exec_argv(
             &self.namespace,
             &[
                 "dig",

@@ -20,7 +20,7 @@ use dnsloop_shared::{parse::Probe, point::Direction};
 use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
-    netns,
+    in_netns,
     privilege::{self, Need},
 };
 
@@ -427,7 +427,7 @@ impl TestNamespace {
     /// Runs `work` on a thread inside the namespace.
     fn run<T: Send>(&self, work: impl FnOnce() -> T + Send) -> T {
         let path = PathBuf::from("/var/run/netns").join(&self.name);
-        netns::run_in(&path, work).expect("enter the test's namespace")
+        in_netns::run(&path, work).expect("enter the test's namespace")
     }
 }
 

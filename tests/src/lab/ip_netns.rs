@@ -1,4 +1,5 @@
-//! Network namespace primitives on top of iproute2: create, list, delete, and run inside one.
+//! Network namespaces by name, through iproute2's `ip netns`: create, list, delete, and run a
+//! command inside one.
 use std::{path::PathBuf, process::Command, sync::Mutex};
 
 use anyhow::{Context as _, Result};

@@ -1,10 +1,10 @@
-//! Running test code inside a network namespace the test created.
+//! Running test code on a thread inside a network namespace, entered with `setns` by path.
 use std::{fs::File, io, os::fd::AsRawFd as _, path::Path, thread};
 
 /// Runs `work` on a thread of its own inside the network namespace whose file is `path` (as `ip
 /// netns` mounts it), and returns what it returned. `setns` moves only the calling thread, so
 /// the test's own thread stays where it was.
-pub fn run_in<T: Send>(path: &Path, work: impl FnOnce() -> T + Send) -> io::Result<T> {
+pub fn run<T: Send>(path: &Path, work: impl FnOnce() -> T + Send) -> io::Result<T> {
     let namespace = File::open(path)?;
     thread::scope(|scope| {
         scope
