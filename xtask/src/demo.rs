@@ -16,7 +16,7 @@ const SETTLE: Duration = Duration::from_millis(2500);
 pub fn run() -> Result<()> {
     let dnsloop = build_release()?;
 
-    let lab = Lab::up(Scenario::NodelocalLoop)?;
+    let lab = Lab::builder(Scenario::NodelocalLoop).start()?;
     println!("== {} ==\n{}\n", Scenario::NodelocalLoop, lab.describe());
     let tracer = Tracer::start(&dnsloop, &lab, lab.node_ns(), &[])?;
     let probe = coredns_probe_name();
@@ -32,7 +32,7 @@ pub fn run() -> Result<()> {
     print_trace(tracer)?;
     drop(lab);
 
-    let lab = Lab::up(Scenario::UnexpectedSource)?;
+    let lab = Lab::builder(Scenario::UnexpectedSource).start()?;
     println!("== {} ==", Scenario::UnexpectedSource);
     let tracer = Tracer::start(&dnsloop, &lab, lab.node_ns(), &[])?;
     println!(
@@ -58,7 +58,7 @@ pub fn run() -> Result<()> {
 /// asks: the question leaves node 0 through vxlan0 and comes back from node 1.
 fn two_node_loop(dnsloop: &std::path::Path) -> Result<()> {
     let scenario = Scenario::ClusterLoop;
-    let mut lab = Lab::up(scenario)?;
+    let mut lab = Lab::builder(scenario).start()?;
     println!("== {scenario} ==\n{}\n", lab.describe());
     let tracer = Tracer::start(dnsloop, &lab, lab.node_ns(), &[])?;
     println!(

@@ -147,7 +147,10 @@ fn run_lab(action: LabAction) -> Result<()> {
         } => {
             lab::down(&name.prefix)?;
             let nodes = nodes.map_or(scenario.default_nodes(), usize::from);
-            let running = lab::Lab::up_nodes_with_prefix(&name.prefix, scenario, nodes)?;
+            let running = lab::Lab::builder(scenario)
+                .prefix(&name.prefix)
+                .nodes(nodes)
+                .start()?;
             println!("{}", running.describe());
             running.keep();
         }

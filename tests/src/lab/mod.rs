@@ -116,21 +116,6 @@ impl Lab {
         LabBuilder::new(scenario)
     }
 
-    /// `Lab::builder(scenario).start()`.
-    pub fn up(scenario: Scenario) -> Result<Lab> {
-        Lab::builder(scenario).start()
-    }
-
-    /// `Lab::builder(scenario).nodes(nodes).start()`.
-    pub fn up_nodes(scenario: Scenario, nodes: usize) -> Result<Lab> {
-        Lab::builder(scenario).nodes(nodes).start()
-    }
-
-    /// `Lab::builder(scenario).prefix(prefix).nodes(nodes).start()`.
-    pub fn up_nodes_with_prefix(prefix: &str, scenario: Scenario, nodes: usize) -> Result<Lab> {
-        Lab::builder(scenario).prefix(prefix).nodes(nodes).start()
-    }
-
     /// Brings `scenario` up on `nodes` nodes under `prefix`, in `turn` if given, else once it
     /// has taken a turn of its own.
     fn bring_up(

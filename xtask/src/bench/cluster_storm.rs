@@ -169,7 +169,7 @@ pub fn run(dnsloop: &Path, report: &mut Report) -> Result<()> {
 }
 
 fn storm(dnsloop: &Path) -> Result<StormRun> {
-    let mut lab = Lab::up_nodes(Scenario::ClusterLoop, 2)?;
+    let mut lab = Lab::builder(Scenario::ClusterLoop).nodes(2).start()?;
     let binary = dnsloop.to_str().context("a UTF-8 path")?;
     let interval = format!("{}s", REPORT_INTERVAL.as_secs());
     let child = lab.spawn(

@@ -99,7 +99,7 @@ fn dead_servers() -> Vec<(SocketAddr, &'static str)> {
 
 /// The soak, for `duration`, and its rows.
 pub fn run(dnsloop: &Path, duration: Duration, report: &mut Report) -> Result<()> {
-    let lab = Lab::up_nodes(Scenario::DeadUpstream, 2)?;
+    let lab = Lab::builder(Scenario::DeadUpstream).nodes(2).start()?;
     let queries = lab_file(&lab, "soak-queries.txt", &query_list())?;
     let resolver_queries = lab_file(
         &lab,

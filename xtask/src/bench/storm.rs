@@ -25,7 +25,7 @@ pub const PROBES: usize = 20;
 const PROBE_SPACING: Duration = Duration::from_millis(500);
 
 pub fn run(dnsloop: &Path, report: &mut Report) -> Result<()> {
-    let lab = Lab::up(Scenario::NodelocalLoop)?;
+    let lab = Lab::builder(Scenario::NodelocalLoop).start()?;
     let binary = dnsloop.to_str().context("a UTF-8 path")?;
     let child = lab.spawn(lab.node_ns(), &[binary, "trace", "--output", "json"])?;
     let tracer = Process::started(child, READY_MARKER)?;

@@ -40,9 +40,11 @@ impl Topology {
 
     pub fn lab(self) -> Result<Lab> {
         match self {
-            Topology::BridgedNode => Lab::up(Scenario::Healthy),
-            Topology::RoutedNode => Lab::up_nodes(Scenario::ClusterHealthyRouted, 1),
-            Topology::TwoNodes => Lab::up_nodes(Scenario::ClusterHealthy, 2),
+            Topology::BridgedNode => Lab::builder(Scenario::Healthy).start(),
+            Topology::RoutedNode => Lab::builder(Scenario::ClusterHealthyRouted)
+                .nodes(1)
+                .start(),
+            Topology::TwoNodes => Lab::builder(Scenario::ClusterHealthy).nodes(2).start(),
         }
     }
 
