@@ -8,6 +8,7 @@ use dnsloop_shared::{
     point::{Direction, ObservationPoint, PointCounters, PointSlot, POINT_SLOTS},
     record::{StreamReason, PACKET_SNAP_MAX},
 };
+use dnsloop_tests::or_fail::OrFail as _;
 
 use crate::kernel::{
     point_table::ethernet_point,
@@ -65,7 +66,8 @@ fn the_xdp_program_counts_a_dns_query_and_passes_it_on_unchanged() {
             data_out: Some(&mut data_out),
             ..TestRunOptions::default()
         })
-        .unwrap_or_else(|error| panic!("BPF_PROG_TEST_RUN: {:#}", anyhow::Error::from(error)));
+        .map_err(anyhow::Error::from)
+        .or_fail("BPF_PROG_TEST_RUN");
     assert_eq!(result.return_value, XDP_PASS, "the frame is passed on");
     assert_eq!(
         &data_out[..result.data_size_out as usize],
