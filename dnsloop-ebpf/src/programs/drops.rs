@@ -34,7 +34,7 @@ pub fn observe<L: Linux>(ctx: &RawTracePointContext) {
     if skb == 0 {
         return;
     }
-    let Some(protocol) = read::<u16>(skb, layout.skb_protocol).map(u16::from_be) else {
+    let Some((protocol, network)) = protocol_and_network_header(skb, &layout) else {
         return;
     };
     if protocol != ETH_P_IP && protocol != ETH_P_IPV6 {
@@ -45,7 +45,7 @@ pub fn observe<L: Linux>(ctx: &RawTracePointContext) {
     };
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     let record = unsafe { &mut *record };
-    if !copy_packet(skb, &layout, record) || !is_dns(record) {
+    if !copy_packet(skb, &layout, network, record) || !is_dns(record) {
         return;
     }
     counters::bump(Counter::DnsDrops);
@@ -120,13 +120,47 @@ impl PacketBytes for CopiedPacket<'_> {
     }
 }
 
-/// Copies the packet from its IP header to the end of its linear data, at most
-/// `DROP_SNAP_MAX` bytes, into `record`; false when there is none to read.
+/// The buffer's `protocol` (host order) and `network_header`.
+///
+/// Every freed buffer comes this way, DNS or not, and each `bpf_probe_read_kernel` costs about
+/// 40 ns: where the two fields sit 4 bytes apart, as they have in every kernel since 3.x
+/// (`transport_header` between them), one read fetches both.
 #[inline(always)]
-fn copy_packet(skb: u64, layout: &DropLayout, record: &mut DropRecord) -> bool {
-    let head: u64 = read(skb, layout.skb_head).unwrap_or(0);
-    let network: u16 = read(skb, layout.skb_network_header).unwrap_or(0);
-    let tail: u32 = read(skb, layout.skb_tail).unwrap_or(0);
+fn protocol_and_network_header(skb: u64, layout: &DropLayout) -> Option<(u16, u16)> {
+    if layout.skb_network_header == layout.skb_protocol + 4 {
+        let [p0, p1, _, _, n0, n1, _, _] = read::<[u8; 8]>(skb, layout.skb_protocol)?;
+        return Some((u16::from_be_bytes([p0, p1]), u16::from_ne_bytes([n0, n1])));
+    }
+    let protocol = read::<u16>(skb, layout.skb_protocol).map(u16::from_be)?;
+    Some((protocol, read(skb, layout.skb_network_header).unwrap_or(0)))
+}
+
+/// The buffer's `tail` and `head`: one read where they sit 8 bytes apart (`end` between them),
+/// as on every 64-bit kernel, where `tail` is an offset.
+#[inline(always)]
+fn tail_and_head(skb: u64, layout: &DropLayout) -> (u32, u64) {
+    if layout.skb_head == layout.skb_tail + 8 {
+        let Some([t0, t1, t2, t3, _, _, _, _, h0, h1, h2, h3, h4, h5, h6, h7]) =
+            read::<[u8; 16]>(skb, layout.skb_tail)
+        else {
+            return (0, 0);
+        };
+        return (
+            u32::from_ne_bytes([t0, t1, t2, t3]),
+            u64::from_ne_bytes([h0, h1, h2, h3, h4, h5, h6, h7]),
+        );
+    }
+    (
+        read(skb, layout.skb_tail).unwrap_or(0),
+        read(skb, layout.skb_head).unwrap_or(0),
+    )
+}
+
+/// Copies the packet from its IP header (`network`, from the buffer's head) to the end of its
+/// linear data, at most `DROP_SNAP_MAX` bytes, into `record`; false when there is none to read.
+#[inline(always)]
+fn copy_packet(skb: u64, layout: &DropLayout, network: u16, record: &mut DropRecord) -> bool {
+    let (tail, head) = tail_and_head(skb, layout);
     // A buffer never given a network header (0 as allocated) or holding nothing past it.
     if head == 0 || network == 0 || u32::from(network) >= tail {
         return false;
