@@ -88,12 +88,16 @@ pub fn run(
     add_dnsloop_rows(&runs, report);
     measure_non_dns_load(context, not_dns, rate, report)?;
     non_dns_flood::run(context, report)?;
-    note_map_memory(context, report)
+    measure_at_rest(context, report)
 }
 
-/// The table's sections that the notes set against each other.
-const KERNEL_DNS_SECTION: &str = "kernel ns per program run, DNS load";
-const USERSPACE_SECTION: &str = "userspace CPU s per 100k queries";
+/// The table's sections that the notes and the targets set against each other.
+pub const KERNEL_DNS_SECTION: &str = "kernel ns per program run, DNS load";
+pub const KERNEL_PER_QUERY_SECTION: &str = "kernel ns per query, DNS load";
+pub const USERSPACE_SECTION: &str = "userspace CPU s per 100k queries";
+pub const MAP_MEMORY_SECTION: &str = "kernel map memory, default sizes";
+pub const MEMORY_AT_REST_SECTION: &str = "userspace memory at rest (VmRSS)";
+const MEMORY_AT_START_SECTION: &str = "peak userspace memory by then (VmHWM)";
 
 /// Every watcher under the DNS load, in turn, `REPEATS` times.
 fn measure_dns_load(
@@ -108,6 +112,7 @@ fn measure_dns_load(
         Watcher::Dnsloop,
         Watcher::DnsloopXdp,
         Watcher::DnsloopPackets,
+        Watcher::DnsloopDaemonSet,
         Watcher::Tcpdump,
         Watcher::TcpdumpPrinting,
     ];
@@ -134,12 +139,32 @@ fn add_kernel_rows(runs: &[(Watcher, Measured)], report: &mut Report) {
         Watcher::OneLookup,
         Watcher::Dnsloop,
         Watcher::DnsloopXdp,
+        Watcher::DnsloopDaemonSet,
     ] {
         let per_run: Vec<f64> = runs_of(runs, watcher)
             .filter_map(|m| m.ns_per_run)
             .map(|(ns, _)| ns)
             .collect();
         report.add(Row::new(KERNEL_DNS_SECTION, watcher.name(), &per_run, "ns"));
+    }
+    for watcher in [
+        Watcher::Floor,
+        Watcher::Dnsloop,
+        Watcher::DnsloopXdp,
+        Watcher::DnsloopDaemonSet,
+    ] {
+        let per_query: Vec<f64> = runs_of(runs, watcher)
+            .filter_map(|m| {
+                let (ns, program_runs) = m.ns_per_run?;
+                (m.load.completed > 0).then(|| ns * program_runs as f64 / m.load.completed as f64)
+            })
+            .collect();
+        report.add(Row::new(
+            KERNEL_PER_QUERY_SECTION,
+            watcher.name(),
+            &per_query,
+            "ns",
+        ));
     }
 }
 
@@ -148,6 +173,7 @@ fn add_userspace_rows(runs: &[(Watcher, Measured)], report: &mut Report) {
     for watcher in [
         Watcher::Dnsloop,
         Watcher::DnsloopPackets,
+        Watcher::DnsloopDaemonSet,
         Watcher::Tcpdump,
         Watcher::TcpdumpPrinting,
     ] {
@@ -171,7 +197,7 @@ fn note_ratios(report: &mut Report) {
     let printing_ratio = userspace(Watcher::TcpdumpPrinting).zip(userspace(Watcher::Tcpdump));
     if let Some((dnsloop, floor)) = kernel_ratio {
         report.note(format!(
-            "Kernel cost on DNS packets: {:.1}x the empty classifier (target <= 3x).",
+            "Kernel cost on DNS packets: {:.1}x the empty classifier.",
             dnsloop / floor
         ));
     }
@@ -220,7 +246,11 @@ fn add_dnsloop_rows(runs: &[(Watcher, Measured)], report: &mut Report) {
         &dns_rate,
         "pkt/s",
     ));
-    for watcher in [Watcher::Dnsloop, Watcher::DnsloopPackets] {
+    for watcher in [
+        Watcher::Dnsloop,
+        Watcher::DnsloopPackets,
+        Watcher::DnsloopDaemonSet,
+    ] {
         let lost: Vec<f64> = runs_of(runs, watcher)
             .filter_map(|m| summed(&m.summaries, "/lost_events"))
             .collect();
@@ -253,20 +283,41 @@ fn measure_non_dns_load(
     Ok(())
 }
 
-/// The kernel memory of dnsloop's maps, with their default sizes.
-fn note_map_memory(context: &Context, report: &mut Report) -> Result<()> {
-    let map_memory = {
-        let running = Running::start(context, Watcher::Dnsloop)?;
-        let bytes = ProgramStats::map_memory(&DNSLOOP_ALL_PROGRAMS)?;
+/// dnsloop at rest, attached and with nothing to see, in default mode and as the DaemonSet
+/// runs it: its maps' kernel memory, and its own memory now and at most since it started.
+fn measure_at_rest(context: &Context, report: &mut Report) -> Result<()> {
+    for watcher in [Watcher::Dnsloop, Watcher::DnsloopDaemonSet] {
+        let running = Running::start(context, watcher)?;
+        let map_memory = ProgramStats::map_memory(&DNSLOOP_ALL_PROGRAMS)?;
+        let memory = running.memory()?;
         running.stop()?;
-        bytes
-    };
-    report.note(format!(
-        "Kernel map memory of `dnsloop trace` with default sizes: {:.1} MiB.",
-        map_memory as f64 / 1024.0 / 1024.0
-    ));
+        // Every node's tracer loads its own maps.
+        let nodes = context.lab.nodes().max(1) as f64;
+        report.add(Row::new(
+            MAP_MEMORY_SECTION,
+            watcher.name(),
+            &[map_memory as f64 / nodes / MIB],
+            "MiB",
+        ));
+        if let Some((resident, peak)) = memory {
+            report.add(Row::new(
+                MEMORY_AT_REST_SECTION,
+                watcher.name(),
+                &[resident as f64 / MIB],
+                "MiB",
+            ));
+            report.add(Row::new(
+                MEMORY_AT_START_SECTION,
+                watcher.name(),
+                &[peak as f64 / MIB],
+                "MiB",
+            ));
+        }
+    }
     Ok(())
 }
+
+const MIB: f64 = 1024.0 * 1024.0;
 
 /// Queries completed in the runs of `watcher`, on average (for a per-query cost).
 fn mean_completed(runs: &[(Watcher, Measured)], watcher: Watcher) -> f64 {

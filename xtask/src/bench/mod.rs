@@ -33,7 +33,8 @@
 //! `--only storm` runs the two storms alone and prints their rows (a minute or so);
 //! `--only saturation` the saturation rows of the three topologies (about six minutes);
 //! `--only flood` the non-DNS flood's rows, the drop program's among them (a minute or so);
-//! `--only soak` the soak (`--soak-minutes`, 10 by default).
+//! `--only soak` the soak (`--soak-minutes`, 10 by default); `--only fixed` the fixed-load rows,
+//! the DaemonSet's configuration and memory at rest among them (about eight minutes).
 mod attach;
 mod cluster_storm;
 mod compare;
@@ -49,6 +50,7 @@ mod report;
 mod saturation;
 mod soak;
 mod storm;
+mod targets;
 mod topology;
 mod watcher;
 
@@ -92,6 +94,9 @@ pub enum Piece {
     Flood,
     /// The soak: mixed healthy and failing DNS on two nodes for `--soak-minutes`.
     Soak,
+    /// The fixed load on the bridged node (every configuration, the DaemonSet's among them),
+    /// the non-DNS loads, and dnsloop at rest: its memory and its maps'.
+    Fixed,
 }
 
 /// The full bench, its soak `soak` long; with `compare`, the A/B of this build against that
@@ -101,30 +106,11 @@ pub fn run(compare: Option<&Path>, only: Option<Piece>, soak: Duration) -> Resul
         compare::check_baseline(baseline)?;
     }
     let dnsloop = build_release()?;
-    if let Some(piece) = only {
-        let mut report = Report::new();
-        match piece {
-            Piece::Storm => storms(&dnsloop, &mut report)?,
-            Piece::Saturation => {
-                let floor_object = floor::build()?;
-                let _stats = BpfStats::enable()?;
-                for topology in Topology::ALL {
-                    saturation::on_own_lab(topology, &dnsloop, &floor_object, &mut report)?;
-                }
-            }
-            Piece::Flood => {
-                let floor_object = floor::build()?;
-                let _stats = BpfStats::enable()?;
-                let lab = Topology::BridgedNode.lab()?;
-                let context = Context {
-                    lab: &lab,
-                    dnsloop: &dnsloop,
-                    floor_object: &floor_object,
-                };
-                non_dns_flood::run(&context, &mut report)?;
-            }
-            Piece::Soak => soak_for(&dnsloop, soak, &mut report)?,
-        }
+    if let Some(report) = only
+        .map(|piece| alone(piece, &dnsloop, soak))
+        .transpose()?
+        .flatten()
+    {
         print!("{}", report.table());
         return Ok(());
     }
@@ -158,6 +144,10 @@ pub fn run(compare: Option<&Path>, only: Option<Piece>, soak: Duration) -> Resul
         "bench: kernel and userspace cost at {rate} queries/s ({REPEATS} x {FIXED_SECONDS} s each)"
     );
     fixed_load::run(&context, &node_cache, &not_dns, rate, &mut report)?;
+    if only.is_some() {
+        print!("{}", report.table());
+        return Ok(());
+    }
     // The bridged node's lab is up already; the other topologies bring up labs of their own.
     saturation::run(&context, &node_cache, Topology::BridgedNode, &mut report)?;
     drop(lab);
@@ -177,6 +167,36 @@ pub fn run(compare: Option<&Path>, only: Option<Piece>, soak: Duration) -> Resul
     std::fs::write(&path, report.markdown()).context("writing BENCHMARKS.md")?;
     eprintln!("bench: wrote {}", path.display());
     Ok(())
+}
+
+/// The rows of `piece` run alone; `None` for the fixed load, which shares the full run's
+/// first steps and stops after them.
+fn alone(piece: Piece, dnsloop: &Path, soak: Duration) -> Result<Option<Report>> {
+    let mut report = Report::new();
+    match piece {
+        Piece::Storm => storms(dnsloop, &mut report)?,
+        Piece::Saturation => {
+            let floor_object = floor::build()?;
+            let _stats = BpfStats::enable()?;
+            for topology in Topology::ALL {
+                saturation::on_own_lab(topology, dnsloop, &floor_object, &mut report)?;
+            }
+        }
+        Piece::Flood => {
+            let floor_object = floor::build()?;
+            let _stats = BpfStats::enable()?;
+            let lab = Topology::BridgedNode.lab()?;
+            let context = Context {
+                lab: &lab,
+                dnsloop,
+                floor_object: &floor_object,
+            };
+            non_dns_flood::run(&context, &mut report)?;
+        }
+        Piece::Soak => soak_for(dnsloop, soak, &mut report)?,
+        Piece::Fixed => return Ok(None),
+    }
+    Ok(Some(report))
 }
 
 struct Context<'a> {

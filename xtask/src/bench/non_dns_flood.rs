@@ -15,6 +15,8 @@ use super::{
 };
 
 /// The program on the kernel's drops: it runs apart from the packets' path, on drops only.
+/// The drop program's cost per run, its target's row.
+pub const DROP_SECTION: &str = "drop program ns per run, non-DNS flood (every datagram dropped)";
 const DROP_PROGRAMS: [&str; 1] = [kernel_name(DROP_PROGRAM)];
 
 /// Kernel cost per run on other packets in a flood (see `flood`), the floor's and dnsloop's
@@ -51,7 +53,7 @@ pub fn run(context: &Context, report: &mut Report) -> Result<()> {
         }
     }
     report.add(Row::new(
-        "drop program ns per run, non-DNS flood (every datagram dropped)",
+        DROP_SECTION,
         Watcher::Dnsloop.name(),
         &drop_ns,
         "ns",
@@ -85,9 +87,8 @@ pub fn run(context: &Context, report: &mut Report) -> Result<()> {
             flood::DATAGRAMS
         ));
     }
-    let drop_section = "drop program ns per run, non-DNS flood (every datagram dropped)";
     if let Some((drop, classifier)) = report
-        .median(drop_section, Watcher::Dnsloop.name())
+        .median(DROP_SECTION, Watcher::Dnsloop.name())
         .zip(report.median(SECTION, Watcher::Dnsloop.name()))
     {
         report.note(format!(

@@ -1,7 +1,7 @@
 //! The benchmark's table: each measurement's median, minimum and maximum, and what they mean.
 use std::fmt::Write as _;
 
-use super::measure::spread;
+use super::{measure::spread, targets};
 
 /// One measured quantity under one configuration.
 pub struct Row {
@@ -53,6 +53,31 @@ impl Report {
             .map(|(median, _, _)| median)
     }
 
+    /// The largest value of `section` under `config`, if it was measured.
+    pub fn max(&self, section: &str, config: &str) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|row| row.section == section && row.config == config)
+            .and_then(|row| row.spread)
+            .map(|(_, _, max)| max)
+    }
+
+    /// The targets this run measured, each held or missed, as a Markdown list.
+    pub fn targets(&self) -> String {
+        let mut text = String::new();
+        for judged in targets::judge(self) {
+            if let Some(measured) = &judged.measured {
+                let _ = writeln!(
+                    text,
+                    "- {}: {measured}, **{}**",
+                    judged.target,
+                    judged.verdict()
+                );
+            }
+        }
+        text
+    }
+
     /// A Markdown table of every row.
     pub fn table(&self) -> String {
         let mut text = String::from(
@@ -74,6 +99,13 @@ impl Report {
         text.push('\n');
         for note in &self.notes {
             let _ = writeln!(text, "- {note}");
+        }
+        let targets = self.targets();
+        if !targets.is_empty() {
+            let _ = write!(
+                text,
+                "\nTargets (issue 32), as this run measured them:\n\n{targets}"
+            );
         }
         text
     }
@@ -111,7 +143,8 @@ impl Report {
     }
 }
 
-fn number(value: f64) -> String {
+/// `value` as the table prints figures.
+pub fn number(value: f64) -> String {
     if value >= 100.0 {
         format!("{value:.0}")
     } else if value >= 1.0 {

@@ -16,8 +16,9 @@ use super::{
 
 /// Flags of every run at saturation: enough clients and queries in flight to keep the lab busy.
 pub const SATURATION_FLAGS: [&str; 6] = ["-c", "8", "-T", "2", "-q", "500"];
-/// Saturation runs: rounds of every configuration in turn, each run this long.
-const ROUNDS: usize = 5;
+/// Saturation runs: rounds of every configuration in turn, each run this long. Rounds on this
+/// machine differ by 10-20 %, more than most changes move throughput: the ratio is a median.
+const ROUNDS: usize = 7;
 pub const SATURATION_SECONDS: u64 = 5;
 /// What runs on the node during the saturation runs, in the order of every round; the first
 /// is the baseline the others are set against. The machine drifts (clock frequency,
@@ -34,7 +35,7 @@ const SATURATION_WATCHERS: [Watcher; 4] = [
 /// The saturation rows' measurements; each topology's rows add its name
 /// ([`Topology::section`]).
 pub const SATURATION_QUERIES: &str = "queries/s at saturation";
-const SATURATION_SHARE: &str = "% of no program's queries/s in its round, at saturation";
+pub const SATURATION_SHARE: &str = "% of no program's queries/s in its round, at saturation";
 pub const SATURATION_KERNEL_PER_QUERY: &str = "kernel ns per query at saturation";
 pub const SATURATION_RUNS_PER_QUERY: &str = "program runs per query at saturation";
 const SATURATION_KERNEL_PER_RUN: &str = "kernel ns per program run, DNS at saturation";

@@ -18,10 +18,13 @@ use super::{
     measure::peak_rss,
     process::Process,
     report::{Report, Row},
+    watcher::Watcher,
 };
 
 /// Loop probes sent into the storm, and how far apart.
 pub const PROBES: usize = 20;
+/// How soon each probe was reported, its target's row.
+pub const LOOP_REPORTED_SECTION: &str = "loop reported after its first packet";
 const PROBE_SPACING: Duration = Duration::from_millis(500);
 
 pub fn run(dnsloop: &Path, report: &mut Report) -> Result<()> {
@@ -91,8 +94,8 @@ pub fn run(dnsloop: &Path, report: &mut Report) -> Result<()> {
         }
     }
     report.add(Row::new(
-        "loop reported after its first packet",
-        "dnsloop trace",
+        LOOP_REPORTED_SECTION,
+        Watcher::Dnsloop.name(),
         &latencies,
         "ms",
     ));

@@ -9,11 +9,14 @@ use serde_json::Value;
 
 use super::{
     floor::{self, Attached},
-    measure::cpu_time,
+    measure::{cpu_time, peak_rss, resident_memory},
     process::Process,
     Context,
 };
 
+/// Where the DaemonSet's metrics are served, in each node's own namespace (the manifest serves
+/// them on the node's address).
+const DAEMONSET_METRICS_ADDR: &str = "127.0.0.1:9553";
 /// The programs as the kernel names them (it keeps 15 characters of a name).
 const DNSLOOP_PROGRAMS: [&str; 2] = [kernel_name(INGRESS_PROGRAM), kernel_name(EGRESS_PROGRAM)];
 const DNSLOOP_XDP_PROGRAMS: [&str; 3] = [
@@ -32,6 +35,9 @@ pub enum Watcher {
     Dnsloop,
     DnsloopXdp,
     DnsloopPackets,
+    /// `trace` as deploy/dnsloop.yaml runs it: JSON findings, metrics served, and the flight
+    /// recorder, which makes the kernel stream every DNS packet.
+    DnsloopDaemonSet,
     Tcpdump,
     /// tcpdump decoding each packet and printing it as a line of text, as `--packets` does in
     /// JSON.
@@ -47,6 +53,7 @@ impl Watcher {
             Watcher::Dnsloop => "dnsloop trace",
             Watcher::DnsloopXdp => "dnsloop trace --xdp",
             Watcher::DnsloopPackets => "dnsloop trace --packets",
+            Watcher::DnsloopDaemonSet => "dnsloop trace as the DaemonSet runs it (--record)",
             Watcher::Tcpdump => "tcpdump -i any -w FILE port 53",
             Watcher::TcpdumpPrinting => "tcpdump -i any -n -l port 53 (a line per packet)",
         }
@@ -56,7 +63,9 @@ impl Watcher {
         match self {
             Watcher::Floor => &[floor::EMPTY],
             Watcher::OneLookup => &[floor::ONE_LOOKUP],
-            Watcher::Dnsloop | Watcher::DnsloopPackets => &DNSLOOP_PROGRAMS,
+            Watcher::Dnsloop | Watcher::DnsloopPackets | Watcher::DnsloopDaemonSet => {
+                &DNSLOOP_PROGRAMS
+            }
             Watcher::DnsloopXdp => &DNSLOOP_XDP_PROGRAMS,
             Watcher::Nothing | Watcher::Tcpdump | Watcher::TcpdumpPrinting => &[],
         }
@@ -108,6 +117,7 @@ impl Running {
         let dnsloop = context.dnsloop.to_str().context("a UTF-8 path")?;
         // A file per node: the nodes' tcpdumps run at once.
         let pcap = lab.state_dir().join(format!("bench-tcpdump-{node}.pcap"));
+        let record = lab.state_dir().join(format!("bench-record-{node}"));
         let argv: Vec<&str> = match watcher {
             Watcher::Nothing | Watcher::Floor | Watcher::OneLookup => {
                 bail!("{} runs no process", watcher.name())
@@ -117,6 +127,16 @@ impl Running {
             Watcher::DnsloopPackets => {
                 vec![dnsloop, "trace", "--output", "json", "--packets"]
             }
+            Watcher::DnsloopDaemonSet => vec![
+                dnsloop,
+                "trace",
+                "--output",
+                "json",
+                "--metrics-addr",
+                DAEMONSET_METRICS_ADDR,
+                "--record",
+                record.to_str().context("a UTF-8 path")?,
+            ],
             Watcher::Tcpdump => vec![
                 "tcpdump",
                 "-i",
@@ -147,6 +167,21 @@ impl Running {
                 .map(Some),
             _ => Ok(None),
         }
+    }
+
+    /// The memory its processes have resident now (VmRSS) and have had at most (VmHWM), each
+    /// the largest of its processes'; `None` when it is no process.
+    pub fn memory(&self) -> Result<Option<(u64, u64)>> {
+        let Running::Processes(processes) = self else {
+            return Ok(None);
+        };
+        let mut most = (0, 0);
+        for process in processes {
+            let pid = process.child.id();
+            most.0 = most.0.max(resident_memory(pid)?);
+            most.1 = most.1.max(peak_rss(pid)?);
+        }
+        Ok(Some(most))
     }
 
     /// Stops it; for dnsloop, returns each node's summary (`None` where it printed none).
