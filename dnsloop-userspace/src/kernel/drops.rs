@@ -12,7 +12,6 @@ use aya::{
     programs::{ProgramError, RawTracePoint},
     Ebpf,
 };
-use btfparse::{Offset, Readable, TypeInformation, TypeVariant};
 use bytes::Bytes;
 use dnsloop_core::{points::InterfaceRef, source::DroppedPacket};
 use dnsloop_shared::{
@@ -22,13 +21,20 @@ use dnsloop_shared::{
 use thiserror::Error;
 use tokio::io::unix::AsyncFd;
 
-use super::{clock::MonotonicClock, programs::Build, symbols::KernelSymbols};
+use super::{
+    btf::{BtfError, KernelBtf},
+    clock::MonotonicClock,
+    programs::Build,
+    symbols::KernelSymbols,
+};
 use crate::node::namespaces;
 
 /// The tracepoint the drop program attaches to.
 const TRACEPOINT: &str = "kfree_skb";
 /// The kernel's own BTF.
 const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+/// The enum naming the drop reasons.
+const REASONS_ENUM: &str = "skb_drop_reason";
 /// The prefix of the drop reasons' names in `enum skb_drop_reason`.
 const REASON_PREFIX: &str = "SKB_DROP_REASON_";
 /// The name the last counter slot goes by when no reason has its number.
@@ -44,7 +50,7 @@ pub enum DropsUnavailable {
     #[error("this kernel publishes no BTF at {KERNEL_BTF} (CONFIG_DEBUG_INFO_BTF): the drop program cannot find its way in the kernel's socket buffers")]
     NoBtf(#[source] io::Error),
     #[error("the kernel's BTF at {KERNEL_BTF} cannot be read: {0}")]
-    Btf(String),
+    Btf(BtfError),
     #[error("the kernel's BTF has no {0} the drop program can read")]
     NoMember(String),
 }
@@ -75,16 +81,15 @@ impl KernelDrops {
     /// Reads the kernel's BTF, for the drop program of `build`.
     pub fn discover(build: Build) -> Result<Self, DropsUnavailable> {
         let btf = std::fs::read(KERNEL_BTF).map_err(DropsUnavailable::NoBtf)?;
-        let types = TypeInformation::new(&BtfBytes(btf))
-            .map_err(|error| DropsUnavailable::Btf(format!("{error:?}")))?;
-        let reasons = if kernel_gives_reasons(&types) {
-            DropReasons::from_btf(&types)
+        let btf = KernelBtf::parse(btf).map_err(DropsUnavailable::Btf)?;
+        let reasons = if kernel_gives_reasons(&btf)? {
+            DropReasons::from_btf(&btf)?
         } else if build.reads_drop_reasons() {
             return Err(DropsUnavailable::NoReasons);
         } else {
             DropReasons::unknown()
         };
-        let offset = |structure: &str, path: &str| byte_offset(&types, structure, path);
+        let offset = |structure: &str, path: &str| byte_offset(&btf, structure, path);
         // The namespace of a drop's device goes by what every namespace goes by here.
         let (net_cookie, net_inum) = if namespaces::cookies_exist() {
             (offset("net", "net_cookie")?, 0)
@@ -225,8 +230,12 @@ fn dropped_packet(
 
 /// Whether the kernel's `kfree_skb` tracepoint gives the drop's reason: its record declares
 /// what its arguments are, and the reason came with them (Linux 5.17).
-fn kernel_gives_reasons(types: &TypeInformation) -> bool {
-    byte_offset(types, "trace_event_raw_kfree_skb", "reason").is_ok()
+fn kernel_gives_reasons(btf: &KernelBtf) -> Result<bool, DropsUnavailable> {
+    match byte_offset(btf, "trace_event_raw_kfree_skb", "reason") {
+        Ok(_) => Ok(true),
+        Err(DropsUnavailable::NoMember(_)) => Ok(false),
+        Err(error) => Err(error),
+    }
 }
 
 /// The running kernel's names of its drop reasons (`NETFILTER_DROP`), by number.
@@ -247,20 +256,11 @@ impl DropReasons {
     }
 
     /// From `enum skb_drop_reason` in the kernel's BTF; none if it has no such enum.
-    fn from_btf(types: &TypeInformation) -> Self {
-        let Some(TypeVariant::Enum(reasons)) = types
-            .id_of("skb_drop_reason")
-            .and_then(|id| types.from_id(id))
-        else {
-            return Self::default();
-        };
-        Self::from_names(reasons.named_value_list().iter().filter_map(|value| {
-            let number = match value.value {
-                btfparse::Integer32Value::Unsigned(number) => number,
-                btfparse::Integer32Value::Signed(number) => u32::try_from(number).ok()?,
-            };
-            Some((number, value.name.as_str()))
-        }))
+    fn from_btf(btf: &KernelBtf) -> Result<Self, DropsUnavailable> {
+        let reasons = btf
+            .enum_values(REASONS_ENUM)
+            .map_err(DropsUnavailable::Btf)?;
+        Ok(reasons.map_or_else(Self::default, Self::from_names))
     }
 
     /// From the enum's names as the kernel spells them (`SKB_DROP_REASON_NO_SOCKET`).
@@ -308,31 +308,13 @@ impl DropReasons {
 
 /// The byte offset of `path` (`nd_net.net`) in `struct structure`; members of anonymous
 /// structs and unions are found by their own names.
-fn byte_offset(
-    types: &TypeInformation,
-    structure: &str,
-    path: &str,
-) -> Result<u16, DropsUnavailable> {
+fn byte_offset(btf: &KernelBtf, structure: &str, path: &str) -> Result<u16, DropsUnavailable> {
     let missing = || DropsUnavailable::NoMember(format!("struct {structure}'s {path}"));
-    let id = types.id_of(structure).ok_or_else(missing)?;
-    match types.offset_of(id, path) {
-        Ok((_, Offset::ByteOffset(offset))) => u16::try_from(offset).map_err(|_| missing()),
-        Ok((_, Offset::BitOffsetAndSize(..))) | Err(_) => Err(missing()),
-    }
-}
-
-/// The kernel's BTF, read whole.
-struct BtfBytes(Vec<u8>);
-
-impl Readable for BtfBytes {
-    fn read(&self, offset: u64, buffer: &mut [u8]) -> btfparse::Result<()> {
-        let start = usize::try_from(offset).ok();
-        let bytes = start
-            .and_then(|start| self.0.get(start..start.checked_add(buffer.len())?))
-            .ok_or_else(|| btfparse::Error::new(btfparse::ErrorKind::EOF, "past the BTF's end"))?;
-        buffer.copy_from_slice(bytes);
-        Ok(())
-    }
+    let offset = btf
+        .member_offset(structure, path)
+        .map_err(DropsUnavailable::Btf)?
+        .ok_or_else(missing)?;
+    u16::try_from(offset).map_err(|_| missing())
 }
 
 #[cfg(test)]
@@ -375,6 +357,94 @@ mod tests {
         // A build that reads no reason, on a kernel that names them.
         let named = DropReasons::from_names([(3, "SKB_DROP_REASON_NO_SOCKET")]);
         assert_eq!(&*named.of(UNKNOWN_REASON), UNKNOWN_REASON_NAME);
+    }
+
+    /// On the machine running the tests: the lean reader finds every member the drop program
+    /// reads where btfparse, a general BTF parser, does, and the same drop reasons.
+    #[test]
+    fn this_kernels_btf_reads_as_btfparse_reads_it() {
+        use btfparse::{Integer32Value, Offset, TypeInformation, TypeVariant};
+
+        let bytes = match std::fs::read(KERNEL_BTF) {
+            Ok(bytes) => bytes,
+            Err(error) if std::env::var("CI").is_ok_and(|value| value == "true") => {
+                panic!("{KERNEL_BTF}: {error} (CI=true: this test must run)")
+            }
+            Err(error) => {
+                eprintln!("SKIPPED: {KERNEL_BTF}: {error}");
+                return;
+            }
+        };
+        let general = TypeInformation::new(&GeneralBtf(bytes.clone())).unwrap();
+        let lean = KernelBtf::parse(bytes).unwrap();
+        // Every member `KernelDrops::discover` reads, both namespace paths included.
+        for (structure, path) in [
+            ("sk_buff", "protocol"),
+            ("sk_buff", "head"),
+            ("sk_buff", "network_header"),
+            ("sk_buff", "tail"),
+            ("sk_buff", "dev"),
+            ("net_device", "ifindex"),
+            ("net_device", "nd_net.net"),
+            ("net", "net_cookie"),
+            ("net", "ns.inum"),
+            ("trace_event_raw_kfree_skb", "reason"),
+        ] {
+            let expected = general
+                .id_of(structure)
+                .and_then(|id| general.offset_of(id, path).ok())
+                .and_then(|(_, offset)| match offset {
+                    Offset::ByteOffset(offset) => Some(offset),
+                    Offset::BitOffsetAndSize(..) => None,
+                });
+            assert_eq!(
+                lean.member_offset(structure, path).unwrap(),
+                expected,
+                "struct {structure}'s {path}"
+            );
+        }
+        let expected = match general
+            .id_of(REASONS_ENUM)
+            .and_then(|id| general.from_id(id))
+        {
+            Some(TypeVariant::Enum(reasons)) => Some(
+                reasons
+                    .named_value_list()
+                    .iter()
+                    .filter_map(|value| {
+                        let number = match value.value {
+                            Integer32Value::Unsigned(number) => number,
+                            Integer32Value::Signed(number) => u32::try_from(number).ok()?,
+                        };
+                        Some((number, value.name.clone()))
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        };
+        let found = lean.enum_values(REASONS_ENUM).unwrap().map(|values| {
+            values
+                .into_iter()
+                .map(|(number, name)| (number, name.to_owned()))
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(found, expected);
+    }
+
+    /// The kernel's BTF as btfparse reads it.
+    struct GeneralBtf(Vec<u8>);
+
+    impl btfparse::Readable for GeneralBtf {
+        fn read(&self, offset: u64, buffer: &mut [u8]) -> btfparse::Result<()> {
+            let bytes = usize::try_from(offset)
+                .ok()
+                .and_then(|start| self.0.get(start..start.checked_add(buffer.len())?))
+                .ok_or_else(|| {
+                    btfparse::Error::new(btfparse::ErrorKind::EOF, "past the BTF's end")
+                })?;
+            buffer.copy_from_slice(bytes);
+            Ok(())
+        }
     }
 
     /// On the machine running the tests: a kernel with drop reasons and BTF gives a layout

@@ -3,9 +3,11 @@
 //! (`point_table`), attaching them (`attach`, with `clsact` on kernels without TCX, `orphans`
 //! for what a killed run left, `expedited_rcu` to attach fast), and reading what they stream and
 //! count (`ringbuf`, `unanswered`, `counters`, `summary`) on their clock (`clock`), and the
-//! kernel's own drops of DNS packets (`drops`, located in the kernel by `symbols`); what an
-//! older kernel lacks of all that, and what it costs (`features`).
+//! kernel's own drops of DNS packets (`drops`, read where the kernel's BTF says (`btf`),
+//! located in the kernel by `symbols`); what an older kernel lacks of all that, and what it
+//! costs (`features`).
 pub mod attach;
+pub mod btf;
 pub mod clock;
 pub mod clsact;
 pub mod counters;
