@@ -225,6 +225,8 @@ pub fn load(
         }
     }
     let mut ebpf = loader.load(build.object()).map_err(LoadError::Object)?;
+    drop(loader);
+    give_back_freed_heap();
     let kernel = KernelVersion::current().ok();
     for name in [INGRESS_PROGRAM, EGRESS_PROGRAM] {
         classifier(&mut ebpf, name)?
@@ -443,6 +445,18 @@ fn port_table(dns_ports: &[u16]) -> Result<[u16; MAX_DNS_PORTS], LoadError> {
     let mut table = [0u16; MAX_DNS_PORTS];
     table[..dns_ports.len()].copy_from_slice(dns_ports);
     Ok(table)
+}
+
+/// Hands the heap the loader freed back to the kernel. aya parses all of the kernel's BTF when
+/// a loader is made (`EbpfLoader::new`), some 12 MiB these programs never use: they carry no
+/// CO-RE relocation. glibc keeps freed pages that sit below live allocations; an idle trace
+/// held them as two thirds of its RSS (31.6 MiB with them, 19.7 MiB without).
+fn give_back_freed_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free pages to the kernel; it has no precondition.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 #[cfg(test)]
