@@ -15,7 +15,11 @@ pub struct ProgramConfig {
     pub snap_len: u32,
     /// Non-zero: stream every DNS packet (`--packets`).
     pub stream_every_packet: u8,
-    pub _pad: [u8; 3],
+    /// Non-zero: also stream every DNS packet no other reason streams, as
+    /// [`StreamReason::Recorded`](crate::record::StreamReason::Recorded), for the flight recorder
+    /// (`--record`). Nothing else changes: userspace analyses what it would without it.
+    pub record_every_packet: u8,
+    pub _pad: [u8; 2],
     /// Non-zero: the namespace cookie loopback packets are tagged with, on kernels whose TC
     /// programs cannot ask for it (`bpf_get_netns_cookie` came to TC in Linux 6.13); userspace
     /// then watches its own namespace's loopback alone. Zero: the programs ask the kernel.
@@ -27,7 +31,8 @@ impl ProgramConfig {
         hot_window_ns: 5_000_000_000,
         snap_len: PACKET_SNAP_MAX as u32,
         stream_every_packet: 0,
-        _pad: [0; 3],
+        record_every_packet: 0,
+        _pad: [0; 2],
         loopback_cookie: 0,
     };
 }

@@ -31,6 +31,10 @@ pub enum StreamReason {
     /// A malformed packet on a DNS port, as a sample: every one is counted by reason, at most
     /// one per CPU per `MALFORMED_SAMPLE_INTERVAL_NS` is streamed.
     Malformed = 6,
+    /// For the flight recorder only (`--record`): a DNS packet no reason above streams. Userspace
+    /// keeps it for the recording and does not analyse it, as a trace without `--record` never
+    /// sees it.
+    Recorded = 7,
 }
 
 /// Malformed packets are streamed at most this often per CPU (every one is counted): enough to
@@ -47,6 +51,7 @@ impl StreamReason {
             4 => Some(Self::UnexpectedSource),
             5 => Some(Self::Retried),
             6 => Some(Self::Malformed),
+            7 => Some(Self::Recorded),
             _ => None,
         }
     }
@@ -108,9 +113,10 @@ mod tests {
             StreamReason::UnexpectedSource,
             StreamReason::Retried,
             StreamReason::Malformed,
+            StreamReason::Recorded,
         ] {
             assert_eq!(StreamReason::from_u8(reason as u8), Some(reason));
         }
-        assert_eq!(StreamReason::from_u8(7), None);
+        assert_eq!(StreamReason::from_u8(8), None);
     }
 }

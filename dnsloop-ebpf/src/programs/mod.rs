@@ -241,7 +241,9 @@ fn inspect_dns<L: Linux, H: Hook>(
     }
     // A split segment is DNS even when it holds too little of its message to parse.
     (scratch.parsed != 0 || scratch.framing.split).then(|| Inspection {
-        stream: scratch.stream_reason(),
+        stream: scratch
+            .stream_reason()
+            .or_else(|| (config().record_every_packet != 0).then_some(StreamReason::Recorded)),
     })
 }
 

@@ -171,7 +171,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         packets: &mut Vec<RawPacket>,
         points: &PointMap,
     ) -> Result<(), PipelineError> {
-        for packet in packets.drain(..) {
+        for packet in packets.drain(..).filter(|packet| !packet.recorder_only) {
             let place = |seen| points.get(seen);
             if let Err(NotDecoded::Unplaced) = self.decode(&packet, place)? {
                 self.unplaced_records += 1;

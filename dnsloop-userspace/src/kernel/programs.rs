@@ -137,6 +137,9 @@ pub struct Settings {
     pub dns_ports: Vec<u16>,
     /// Stream every DNS packet (`--packets`), not only the ones that matter.
     pub stream_every_packet: bool,
+    /// Also stream every DNS packet nothing else streams, for the flight recorder only
+    /// (`--record`): the analysis stays what it is without it. Moot with `stream_every_packet`.
+    pub record_every_packet: bool,
     pub snap_len: usize,
     pub question_table_size: u32,
     pub query_table_size: u32,
@@ -169,6 +172,7 @@ impl Default for Settings {
         Self {
             dns_ports: vec![53],
             stream_every_packet: false,
+            record_every_packet: false,
             snap_len: PACKET_SNAP_MAX,
             question_table_size: DEFAULT_QUESTION_TABLE_SIZE,
             query_table_size: DEFAULT_QUERY_TABLE_SIZE,
@@ -404,6 +408,7 @@ fn program_config(settings: &Settings, loopback_cookie: u64) -> Result<ProgramCo
     Ok(ProgramConfig {
         snap_len: settings.snap_len as u32,
         stream_every_packet: u8::from(settings.stream_every_packet),
+        record_every_packet: u8::from(settings.record_every_packet),
         loopback_cookie,
         ..ProgramConfig::DEFAULT
     })
@@ -546,6 +551,7 @@ mod tests {
         Settings {
             dns_ports: vec![53],
             stream_every_packet: true,
+            record_every_packet: false,
             snap_len: 2048,
             question_table_size: 65536,
             query_table_size: 65536,

@@ -118,6 +118,7 @@ fn raw_packet(item: &[u8], clock: &MonotonicClock, chunk: &mut BytesMut) -> Opti
             .iter()
             .filter_map(|prior| prior_sighting(prior, clock))
             .collect(),
+        recorder_only: StreamReason::from_u8(record.reason) == Some(StreamReason::Recorded),
     })
 }
 
@@ -210,6 +211,18 @@ mod tests {
             assert_eq!(packet.ts, clock.wall_time(1_000_000));
         }
         assert!(raw_packet(&as_bytes(&aligned)[1..], &clock, &mut chunk).is_none());
+    }
+
+    #[test]
+    fn a_packet_streamed_only_to_be_recorded_says_so() {
+        let clock = MonotonicClock::anchored_now();
+        let mut chunk = BytesMut::new();
+        let mut recorded = record();
+        recorded.reason = StreamReason::Recorded as u8;
+        for (record, recorder_only) in [(record(), false), (recorded, true)] {
+            let packet = raw_packet(as_bytes(&record), &clock, &mut chunk).expect("a record");
+            assert_eq!(packet.recorder_only, recorder_only);
+        }
     }
 
     #[test]

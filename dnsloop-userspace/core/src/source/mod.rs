@@ -30,6 +30,9 @@ pub struct RawPacket {
     /// For the query that made its question hot: the last, unstreamed, sighting before it of the
     /// query it forwards.
     pub priors: Vec<PriorSighting>,
+    /// Streamed only to be recorded (`trace --record`): the recorder keeps it, the analysis
+    /// passes over it, as a trace without recording never sees it.
+    pub recorder_only: bool,
 }
 
 /// A packet the kernel dropped, from its IP header on, as the drop program streamed it.

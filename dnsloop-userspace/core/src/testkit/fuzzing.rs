@@ -282,6 +282,7 @@ fn run(input: &[u8], format: OutputFormat) -> Vec<u8> {
             bytes: bytes::Bytes::copy_from_slice(packet.bytes),
             matched_query: packet.matched_query,
             priors: packet.prior.into_iter().collect(),
+            recorder_only: false,
         };
         let ingested = pipeline
             .ingest_placed(&raw, |seen| point_of(&links, seen))

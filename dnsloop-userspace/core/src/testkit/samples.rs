@@ -317,6 +317,7 @@ pub fn a_query(at: SystemTime, src: &str, dst: &str, id: u16) -> RawPacket {
         bytes: frame.into(),
         matched_query: None,
         priors: Vec::new(),
+        recorder_only: false,
     }
 }
 

@@ -141,10 +141,10 @@ impl TraceArgs {
         tracer::Config {
             programs: Settings {
                 dns_ports: self.dns_ports.ports.clone(),
-                // Printing packets, following lookups, and recording each need every DNS packet.
-                stream_every_packet: self.packets
-                    || self.slow.is_some()
-                    || self.record.record.is_some(),
+                // Printing packets and following lookups need every DNS packet analysed;
+                // recording needs every one kept, and the rest only to analyse.
+                stream_every_packet: self.packets || self.slow.is_some(),
+                record_every_packet: self.record.record.is_some(),
                 snap_len: self.snap_len,
                 question_table_size: self.question_table_size,
                 query_table_size: self.query_table_size,

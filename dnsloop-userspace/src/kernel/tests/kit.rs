@@ -72,6 +72,7 @@ pub(super) fn trace_settings() -> Settings {
     Settings {
         dns_ports: vec![53],
         stream_every_packet: false,
+        record_every_packet: false,
         snap_len: PACKET_SNAP_MAX,
         question_table_size: 65536,
         query_table_size: 65536,
@@ -87,6 +88,14 @@ pub(super) fn every_packet(snap_len: usize) -> Settings {
     Settings {
         stream_every_packet: true,
         snap_len,
+        ..trace_settings()
+    }
+}
+
+/// What `dnsloop trace --record DIR` loads.
+pub(super) fn recording() -> Settings {
+    Settings {
+        record_every_packet: true,
         ..trace_settings()
     }
 }

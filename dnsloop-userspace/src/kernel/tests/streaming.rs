@@ -1,5 +1,5 @@
 //! What else is streamed to userspace, and what is only counted: retries, loop probes, long
-//! packets, and every packet with `--packets`.
+//! packets, and every packet with `--packets` or `--record`.
 use std::time::Duration;
 
 use dnsloop_frames::*;
@@ -161,5 +161,43 @@ fn every_packet_mode_streams_every_dns_packet_cut_at_the_snap_length() {
                 StreamReason::EveryPacket,
             ),
         ]);
+    });
+}
+
+#[test]
+fn recording_streams_every_dns_packet_and_keeps_the_reasons_a_trace_streams_it_for() {
+    for_each_build(loaded(recording()), |mut kernel| {
+        let query = query_frame(0x5151, "www.example.test", QTYPE_A);
+        let answer = FrameSpec {
+            src: FrameSpec::default().dst,
+            dst: FrameSpec::default().src,
+            sport: 53,
+            dport: 40000,
+            payload: dns_response(0x5151, "www.example.test", QTYPE_A),
+            ..FrameSpec::default()
+        }
+        .build();
+        let not_dns = FrameSpec {
+            dport: 80,
+            ..FrameSpec::default()
+        }
+        .build();
+
+        kernel.run(Direction::Ingress, &query);
+        std::thread::sleep(Duration::from_millis(250));
+        // The client's retry, which a trace streams with its first sending.
+        kernel.run(Direction::Ingress, &query);
+        kernel.run(Direction::Egress, &answer);
+        kernel.run(Direction::Ingress, &not_dns);
+
+        let records = kernel.assert_streamed(&[
+            (&query, Direction::Ingress, StreamReason::Recorded),
+            (&query, Direction::Ingress, StreamReason::Retried),
+            (&answer, Direction::Egress, StreamReason::Retried),
+        ]);
+        assert_ne!(
+            records[1].matched_query.first_ns, 0,
+            "the retry carries its first sending, as in a trace without recording"
+        );
     });
 }

@@ -443,6 +443,7 @@ impl CaptureFile {
                 bytes: bytes::Bytes::from(data),
                 matched_query: None,
                 priors: Vec::new(),
+                recorder_only: false,
             },
             direction,
         })

@@ -755,6 +755,7 @@ fn what_the_pcapng_writer_writes_reads_back_as_it_was_seen() {
             bytes: frame.into(),
             matched_query: None,
             priors: Vec::new(),
+            recorder_only: false,
         };
     let sent = [
         (
