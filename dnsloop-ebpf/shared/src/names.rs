@@ -51,12 +51,13 @@ pub const ZERO_SERVER_STATS_MAP: &str = "ZERO_SERVER_STATS";
 pub const DNS_BUFFER_MAP: &str = "DNS_BUFFER";
 pub const PACKET_SCRATCH_MAP: &str = "PACKET_SCRATCH";
 pub const DROP_SCRATCH_MAP: &str = "DROP_SCRATCH";
+pub const STREAM_SCRATCH_MAP: &str = "STREAM_SCRATCH";
 /// Used only by the build for kernels before 5.17 (in both, as every map the programs declare).
 pub const NAME_WALK_MAP: &str = "NAME_WALK";
 pub const PARSED_MAP: &str = "PARSED";
 
 /// Every map in the object.
-pub const MAPS: [&str; 17] = [
+pub const MAPS: [&str; 18] = [
     POINTS_MAP,
     POINT_COUNTERS_MAP,
     COUNTERS_MAP,
@@ -72,6 +73,7 @@ pub const MAPS: [&str; 17] = [
     DNS_BUFFER_MAP,
     PACKET_SCRATCH_MAP,
     DROP_SCRATCH_MAP,
+    STREAM_SCRATCH_MAP,
     NAME_WALK_MAP,
     PARSED_MAP,
 ];

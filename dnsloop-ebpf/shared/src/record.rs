@@ -5,8 +5,8 @@ use crate::{
     question::{Sighting, PRIOR_SIGHTINGS},
 };
 
-/// Most bytes of one packet a [`PacketRecord`] carries (from the start of the frame): a 1232-byte
-/// EDNS answer with its headers fits.
+/// Most bytes of one packet a [`PacketRecord`] is followed by (from the start of the frame): a
+/// 1232-byte EDNS answer with its headers fits.
 pub const PACKET_SNAP_MAX: usize = 2048;
 
 /// Why the kernel streamed a packet to userspace. Everything else is only counted.
@@ -57,8 +57,10 @@ impl StreamReason {
     }
 }
 
-/// One packet streamed through the ring buffer: where and when it was seen, and its first bytes
-/// from the start of the frame, exactly as the program saw them.
+/// One packet streamed through the ring buffer: where and when it was seen, and why. In the ring
+/// it is followed by the packet's first `captured_len` bytes from the start of the frame, exactly
+/// as the program saw them, and nothing more: a record takes the room of its packet, not of the
+/// longest one (a query of 100 bytes takes 428, where room for `PACKET_SNAP_MAX` takes 2376).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct PacketRecord {
@@ -69,7 +71,7 @@ pub struct PacketRecord {
     pub ifindex: u32,
     /// Length of the whole packet at the hook.
     pub wire_len: u32,
-    /// Bytes of `bytes` that hold packet data.
+    /// Bytes of the packet that follow the record.
     pub captured_len: u16,
     pub direction: u8,
     /// A [`StreamReason`].
@@ -85,7 +87,6 @@ pub struct PacketRecord {
     /// For the query that made its question hot: the sightings before it, oldest first, that
     /// were not streamed (`family` 0 in unused ones): the round of forwards that brought it back.
     pub priors: [Sighting; PRIOR_SIGHTINGS],
-    pub bytes: [u8; PACKET_SNAP_MAX],
 }
 
 #[cfg(test)]
@@ -97,10 +98,9 @@ mod tests {
     /// The layout is a contract with the kernel programs: no implicit padding anywhere.
     #[test]
     fn the_record_has_no_implicit_padding() {
-        assert_eq!(
-            size_of::<PacketRecord>(),
-            32 + 40 + 64 * PRIOR_SIGHTINGS + PACKET_SNAP_MAX
-        );
+        assert_eq!(size_of::<PacketRecord>(), 32 + 40 + 64 * PRIOR_SIGHTINGS);
+        // The packet's bytes that follow start aligned, as the ring's records do.
+        assert_eq!(size_of::<PacketRecord>() % 8, 0);
     }
 
     #[test]

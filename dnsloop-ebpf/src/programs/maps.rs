@@ -18,7 +18,7 @@ use dnsloop_shared::{
     },
     query::{QueryEntry, QueryKey, QueryState},
     question::{QuestionKey, QuestionState, Sighting, PRIOR_SIGHTINGS},
-    record::StreamReason,
+    record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
     server::{ServerKey, ServerStats},
     stores,
 };
@@ -73,6 +73,17 @@ pub static FORWARDERS: LruHashMap<ForwarderKey, u8> = LruHashMap::with_max_entri
 /// Packets streamed to userspace.
 #[map]
 pub static RECORDS: RingBuf = RingBuf::with_byte_size(4 * 1024 * 1024, 0);
+
+/// A packet to stream, built here: its record and up to `PACKET_SNAP_MAX` bytes of it, of which
+/// `RECORDS` gets only the bytes it holds.
+#[repr(C)]
+pub struct StreamScratch {
+    pub record: PacketRecord,
+    pub bytes: [u8; PACKET_SNAP_MAX],
+}
+
+#[map]
+pub static STREAM_SCRATCH: PerCpuArray<StreamScratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// Dropped DNS packets (`drop::DropRecord`), apart from `RECORDS`: a storm of packets there
 /// must not crowd out the drops that explain it.

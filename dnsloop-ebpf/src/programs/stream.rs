@@ -1,4 +1,6 @@
 //! Streaming a packet to userspace through the ring buffer.
+use core::mem::size_of;
+
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::bpf_ktime_get_ns,
@@ -33,36 +35,43 @@ pub fn packet<H: Hook>(
     reason: StreamReason,
     scratch: *const PacketScratch,
 ) {
-    let Some(mut entry) = maps::RECORDS.reserve::<PacketRecord>(0) else {
-        counters::bump(Counter::LostRecords);
+    let Some(out) = maps::STREAM_SCRATCH.get_ptr_mut(0) else {
         return;
     };
-    let record = entry.as_mut_ptr();
     let snap = (maps::config().snap_len as usize).min(PACKET_SNAP_MAX);
     let wanted = (hook.len() as usize).min(snap);
-    // SAFETY: `record` points to reserved ring memory of the right size, ours until submit.
-    unsafe {
-        (*record).ts_ns = bpf_ktime_get_ns();
-        (*record).netns_cookie = point.netns_cookie;
-        (*record).ifindex = point.ifindex;
-        (*record).wire_len = hook.len();
-        (*record).direction = point.direction;
-        (*record).reason = reason as u8;
-        (*record).link_layer = link as u8;
-        (*record).via_gateway = (*scratch).via_gateway;
-        stores::fill(&mut (*record)._pad, 0);
-        // Map to ring memory directly, field by field: a copy through the stack would not fit
-        // its budget, and a whole-struct copy compiles to a byte-at-a-time `memmove` call.
-        (*record).matched_query.copy_from(&(*scratch).matched_query);
-        copy_sightings(&mut (*record).priors, &(*scratch).priors);
-        let captured = hook::copy_into(hook, 0, &mut (*record).bytes, wanted).unwrap_or(0);
-        (*record).captured_len = captured as u16;
-    }
+    // SAFETY: the per-CPU value belongs to this program run until it returns.
+    let captured = unsafe {
+        let record = &mut (*out).record;
+        record.ts_ns = bpf_ktime_get_ns();
+        record.netns_cookie = point.netns_cookie;
+        record.ifindex = point.ifindex;
+        record.wire_len = hook.len();
+        record.direction = point.direction;
+        record.reason = reason as u8;
+        record.link_layer = link as u8;
+        record.via_gateway = (*scratch).via_gateway;
+        stores::fill(&mut record._pad, 0);
+        // Field by field: a whole-struct copy compiles to a byte-at-a-time `memmove` call.
+        record.matched_query.copy_from(&(*scratch).matched_query);
+        copy_sightings(&mut record.priors, &(*scratch).priors);
+        let captured = hook::copy_into(hook, 0, &mut (*out).bytes, wanted).unwrap_or(0);
+        record.captured_len = captured as u16;
+        captured
+    };
     let flags = if maps::RECORDS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP
     };
-    entry.submit(flags.into());
+    // The record and the bytes it holds, no more: the ring keeps many more short packets so.
+    let len = size_of::<PacketRecord>() + captured;
+    // SAFETY: the per-CPU value holds the record and `PACKET_SNAP_MAX` bytes after it, and
+    // `captured` is at most that.
+    let filled = unsafe { core::slice::from_raw_parts(out.cast::<u8>(), len) };
+    if maps::RECORDS.output::<[u8]>(filled, flags.into()).is_err() {
+        counters::bump(Counter::LostRecords);
+        return;
+    }
     counters::bump(Counter::StreamedRecords);
 }

@@ -163,7 +163,7 @@ impl Settings {
 pub const DEFAULT_QUESTION_TABLE_SIZE: u32 = 32768;
 /// Queries in flight the kernel remembers by default: about 380 bytes each, 12 MiB in all.
 pub const DEFAULT_QUERY_TABLE_SIZE: u32 = 32768;
-/// The ring buffer's size by default, in MiB: about 2000 packets.
+/// The ring buffer's size by default, in MiB: about 9,500 packets of 100 bytes.
 pub const DEFAULT_RING_BUFFER_MIB: u32 = 4;
 
 impl Default for Settings {

@@ -84,24 +84,21 @@ impl RingBufSource {
     }
 }
 
-/// The packet a ring record holds, its bytes copied into `chunk`.
+/// The packet a ring item holds (a `PacketRecord` and the packet's bytes after it), its bytes
+/// copied into `chunk`; `None` for an item shorter than what its record says it holds.
 fn raw_packet(item: &[u8], clock: &MonotonicClock, chunk: &mut BytesMut) -> Option<RawPacket> {
-    if item.len() < std::mem::size_of::<PacketRecord>() {
-        return None;
-    }
-    let start = item.as_ptr().cast::<PacketRecord>();
-    // Read in place when aligned (the kernel aligns ring records to 8 bytes): a copy of the
-    // whole record, `PACKET_SNAP_MAX` bytes of packet included, for every packet was most of
-    // what `--packets` spent copying.
+    let (head, packet) = item.split_at_checked(size_of::<PacketRecord>())?;
+    let start = head.as_ptr().cast::<PacketRecord>();
+    // Read in place when aligned, as the kernel aligns ring records to 8 bytes.
     let record: Cow<'_, PacketRecord> = if start.is_aligned() {
-        // SAFETY: the item holds a whole PacketRecord (checked above), aligned; it is plain
-        // data, valid whatever its bytes, and the ring keeps the item until after this call.
+        // SAFETY: `head` is a whole PacketRecord, aligned; it is plain data, valid whatever its
+        // bytes, and the ring keeps the item until after this call.
         Cow::Borrowed(unsafe { &*start })
     } else {
         // SAFETY: as above, read unaligned into a copy.
         Cow::Owned(unsafe { std::ptr::read_unaligned(start) })
     };
-    let captured = usize::from(record.captured_len).min(PACKET_SNAP_MAX);
+    let captured = packet.get(..usize::from(record.captured_len).min(PACKET_SNAP_MAX))?;
     Some(RawPacket {
         ts: clock.wall_time(record.ts_ns),
         seen: Seen::from_kernel(
@@ -111,7 +108,7 @@ fn raw_packet(item: &[u8], clock: &MonotonicClock, chunk: &mut BytesMut) -> Opti
             record.via_gateway != 0,
         )?,
         link_layer: link_layer(record.link_layer)?,
-        bytes: copy_into(chunk, &record.bytes[..captured]),
+        bytes: copy_into(chunk, captured),
         matched_query: matched_query(&record, clock),
         priors: record
             .priors
@@ -182,35 +179,45 @@ mod tests {
         record.ifindex = 7;
         record.direction = Direction::Egress as u8;
         record.captured_len = 3;
-        record.bytes[..3].copy_from_slice(b"abc");
         record
     }
 
-    fn as_bytes(record: &PacketRecord) -> &[u8] {
+    /// The ring item of `record`, followed by `packet`.
+    fn item(record: &PacketRecord, packet: &[u8]) -> Vec<u8> {
         // SAFETY: plain data, read as its bytes.
-        unsafe {
+        let head = unsafe {
             std::slice::from_raw_parts(
-                (record as *const PacketRecord).cast(),
+                (record as *const PacketRecord).cast::<u8>(),
                 size_of::<PacketRecord>(),
             )
-        }
+        };
+        [head, packet].concat()
     }
 
     #[test]
-    fn a_record_reads_the_same_in_place_and_when_unaligned() {
+    fn a_record_reads_the_same_in_place_and_unaligned_and_a_cut_one_not_at_all() {
         let clock = MonotonicClock::anchored_now();
-        let aligned = record();
+        let aligned = item(&record(), b"abc");
         let mut unaligned = vec![0u8; 1];
-        unaligned.extend_from_slice(as_bytes(&aligned));
+        unaligned.extend_from_slice(&aligned);
         let mut chunk = BytesMut::new();
-        for item in [as_bytes(&aligned), &unaligned[1..]] {
+        for item in [&aligned[..], &unaligned[1..]] {
             let packet = raw_packet(item, &clock, &mut chunk).expect("a whole record");
             assert_eq!(&packet.bytes[..], b"abc");
             assert_eq!(packet.seen.interface.ifindex, 7);
             assert_eq!(packet.seen.direction, Direction::Egress);
             assert_eq!(packet.ts, clock.wall_time(1_000_000));
         }
-        assert!(raw_packet(&as_bytes(&aligned)[1..], &clock, &mut chunk).is_none());
+        assert!(
+            raw_packet(&aligned[..aligned.len() - 1], &clock, &mut chunk).is_none(),
+            "an item shorter than its record says"
+        );
+        assert!(raw_packet(
+            &aligned[..size_of::<PacketRecord>() - 1],
+            &clock,
+            &mut chunk
+        )
+        .is_none());
     }
 
     #[test]
@@ -220,7 +227,7 @@ mod tests {
         let mut recorded = record();
         recorded.reason = StreamReason::Recorded as u8;
         for (record, recorder_only) in [(record(), false), (recorded, true)] {
-            let packet = raw_packet(as_bytes(&record), &clock, &mut chunk).expect("a record");
+            let packet = raw_packet(&item(&record, b"abc"), &clock, &mut chunk).expect("a record");
             assert_eq!(packet.recorder_only, recorder_only);
         }
     }

@@ -373,14 +373,14 @@ impl Kernel {
         let records = self.take_records();
         let reasons: Vec<Option<StreamReason>> = records
             .iter()
-            .map(|record| StreamReason::from_u8(record.reason))
+            .map(|(record, _)| StreamReason::from_u8(record.reason))
             .collect();
         assert_eq!(
             records.len(),
             expected.len(),
             "streamed records (with reasons {reasons:?})"
         );
-        for (record, &(frame, direction, reason)) in records.iter().zip(expected) {
+        for ((record, bytes), &(frame, direction, reason)) in records.iter().zip(expected) {
             let captured = frame.len().min(self.snap_len);
             let what = format!("the record of a {}-byte frame", frame.len());
             assert_eq!(StreamReason::from_u8(record.reason), Some(reason), "{what}");
@@ -398,13 +398,17 @@ impl Kernel {
             assert_eq!(record.link_layer, self.loopback_link() as u8, "{what}");
             assert_eq!(record.wire_len as usize, frame.len(), "{what}");
             assert_eq!(usize::from(record.captured_len), captured, "{what}");
-            assert_eq!(&record.bytes[..captured], &frame[..captured], "{what}");
+            assert_eq!(
+                &bytes[..],
+                &frame[..captured],
+                "{what}: followed by its bytes alone"
+            );
         }
-        records
+        records.into_iter().map(|(record, _)| record).collect()
     }
 
-    /// Every record in the ring buffer, oldest first.
-    fn take_records(&mut self) -> Vec<PacketRecord> {
+    /// Every record in the ring buffer, oldest first, with the bytes that follow it.
+    fn take_records(&mut self) -> Vec<(PacketRecord, Vec<u8>)> {
         let mut records = Vec::new();
         while let Some(item) = self.records.next() {
             assert!(
@@ -412,9 +416,10 @@ impl Kernel {
                 "a ring buffer item of {} bytes is no PacketRecord",
                 item.len()
             );
-            // SAFETY: the item holds a whole PacketRecord (checked above), which is plain
+            // SAFETY: the item starts with a whole PacketRecord (checked above), which is plain
             // data; the ring gives no alignment guarantee, hence the unaligned read.
-            records.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) });
+            let record: PacketRecord = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+            records.push((record, item[size_of::<PacketRecord>()..].to_vec()));
         }
         records
     }
