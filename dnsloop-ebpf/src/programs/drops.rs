@@ -34,10 +34,10 @@ pub fn observe<L: Linux>(ctx: &RawTracePointContext) {
     if skb == 0 {
         return;
     }
-    let Some((protocol, network)) = protocol_and_network_header(skb, &layout) else {
+    let Some(headers) = Headers::read(skb, &layout) else {
         return;
     };
-    if protocol != ETH_P_IP && protocol != ETH_P_IPV6 {
+    if headers.protocol != ETH_P_IP && headers.protocol != ETH_P_IPV6 {
         return;
     }
     let Some(record) = maps::DROP_SCRATCH.get_ptr_mut(0) else {
@@ -45,7 +45,7 @@ pub fn observe<L: Linux>(ctx: &RawTracePointContext) {
     };
     // SAFETY: the per-CPU value belongs to this program run until it returns.
     let record = unsafe { &mut *record };
-    if !copy_packet(skb, &layout, network, record) || !is_dns(record) {
+    if !copy_packet(&headers, record) || !is_dns(record) {
         return;
     }
     counters::bump(Counter::DnsDrops);
@@ -60,7 +60,7 @@ pub fn observe<L: Linux>(ctx: &RawTracePointContext) {
         // SAFETY: per-CPU slot, so nothing else writes it concurrently.
         unsafe { *count += 1 };
     }
-    record.protocol = protocol;
+    record.protocol = headers.protocol;
     record.reason = reason;
     record.location = ctx.arg(LOCATION_ARGUMENT);
     // SAFETY: bpf_ktime_get_ns has no preconditions.
@@ -120,11 +120,52 @@ impl PacketBytes for CopiedPacket<'_> {
     }
 }
 
-/// The buffer's `protocol` (host order) and `network_header`.
-///
-/// Every freed buffer comes this way, DNS or not, and each `bpf_probe_read_kernel` costs about
-/// 40 ns: where the two fields sit 4 bytes apart, as they have in every kernel since 3.x
-/// (`transport_header` between them), one read fetches both.
+/// What the drop program reads of every freed buffer, DNS or not, to find its packet.
+#[derive(Clone, Copy)]
+struct Headers {
+    /// The ethertype (host order).
+    protocol: u16,
+    /// Offsets from `head`, as in `struct sk_buff`.
+    network: u16,
+    tail: u32,
+    head: u64,
+}
+
+impl Headers {
+    /// Every freed buffer comes this way, DNS or not, and each `bpf_probe_read_kernel` costs
+    /// about 40 ns: where the fields sit as Debian's 5.10 to 6.18 kernels have them (`protocol`,
+    /// `transport_header`, `network_header`, `mac_header`, then `tail`, `end` and `head`), one
+    /// read fetches them all. `None` when `protocol` cannot be read.
+    #[inline(always)]
+    fn read(skb: u64, layout: &DropLayout) -> Option<Self> {
+        let protocol = layout.skb_protocol;
+        if layout.skb_network_header == protocol + 4
+            && layout.skb_tail == protocol + 8
+            && layout.skb_head == protocol + 16
+        {
+            let fields = read::<[u8; 24]>(skb, protocol)?;
+            let bytes = |at: usize| fields[at];
+            return Some(Self {
+                protocol: u16::from_be_bytes([bytes(0), bytes(1)]),
+                network: u16::from_ne_bytes([bytes(4), bytes(5)]),
+                tail: u32::from_ne_bytes([bytes(8), bytes(9), bytes(10), bytes(11)]),
+                head: u64::from_ne_bytes(core::array::from_fn(|at| bytes(16 + at))),
+            });
+        }
+        // A layout with something between them (`kcov_handle` with CONFIG_KCOV): two reads.
+        let (protocol, network) = protocol_and_network_header(skb, layout)?;
+        let (tail, head) = tail_and_head(skb, layout);
+        Some(Self {
+            protocol,
+            network,
+            tail,
+            head,
+        })
+    }
+}
+
+/// The buffer's `protocol` (host order) and `network_header`: one read where the two fields sit
+/// 4 bytes apart (`transport_header` between them).
 #[inline(always)]
 fn protocol_and_network_header(skb: u64, layout: &DropLayout) -> Option<(u16, u16)> {
     if layout.skb_network_header == layout.skb_protocol + 4 {
@@ -159,8 +200,13 @@ fn tail_and_head(skb: u64, layout: &DropLayout) -> (u32, u64) {
 /// Copies the packet from its IP header (`network`, from the buffer's head) to the end of its
 /// linear data, at most `DROP_SNAP_MAX` bytes, into `record`; false when there is none to read.
 #[inline(always)]
-fn copy_packet(skb: u64, layout: &DropLayout, network: u16, record: &mut DropRecord) -> bool {
-    let (tail, head) = tail_and_head(skb, layout);
+fn copy_packet(headers: &Headers, record: &mut DropRecord) -> bool {
+    let Headers {
+        network,
+        tail,
+        head,
+        ..
+    } = *headers;
     // A buffer never given a network header (0 as allocated) or holding nothing past it.
     if head == 0 || network == 0 || u32::from(network) >= tail {
         return false;
