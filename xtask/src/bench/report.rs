@@ -237,13 +237,20 @@ rightly reports as timeouts.
   fewer or smaller cold sightings. Smaller tables are not the lever: `BPF_F_NO_COMMON_LRU`
   splits an LRU per CPU, and a smaller question table loses questions in a storm.
 - **Missed: peak RSS in the cluster loop storm, 89.8 MiB (VmHWM, median; 90.3 MiB at most;
-  target <= 64 MiB).** It is the analysis engine's tables at their bound: the storm starts
-  thousands of new forwards a second, and each is followed for the forward window (5 s) as a
-  flight with its hops, up to `max_tracked` (65,536) flights and as many outstanding queries.
-  The engine's tables grow with use up to that bound (issue lever 9): at the soak's 1000
-  queries/s the tracer holds 34-37 MiB (72-77 MiB in an earlier run), and the storm fills them.
-  Next lever: flights that hold their hops more compactly, or that a storm's known loop lets go
-  sooner.
+  target <= 64 MiB).** No table is at its bound there (0 evictions in the summary): the
+  memory is what the engine keeps per query. Each forward of the loop is a new query, followed
+  for the forward window (5 s) as a flight with its hops, and the storm sends about 50,000 of
+  them in its first seconds. A heap profile (valgrind's massif, of `analyze` on a 100,150-packet
+  `tcpdump -i any` capture of the same storm on node 0; 69 MB of heap at its peak, the process
+  74 MiB) puts it in: the flights' table entries, 18.0 MB (a `Flight` is 336 bytes); their
+  hops, 10.9 MB at first and 9.5 MB more as vectors grow past two (a `Hop` is 136 bytes, three
+  shared strings among them); the queries outstanding for the client view, 11.6 MB (168 bytes
+  each); the index of each message's latest flight, 3.6 MB; and names decoded anew for each
+  message, 2.4 MB (8 MB of the capture reader are `analyze`'s own). About 1 KB a query. The
+  tables grow with use (issue lever 9): at the soak's 1000 queries/s the tracer holds 34-37 MiB.
+  Next lever: hops that name their point by one shared reference instead of three (136 to about
+  90 bytes), flights' positions and times packed, names shared per question, and a flight's
+  hops let go once a loop it belongs to has been reported.
 - **Missed: the drop program, 255 ns per dropped datagram that is not DNS (target <= 150 ns),**
   against 143 ns per run for dnsloop's classifiers on the same packets. Every freed buffer took
   three `bpf_probe_read_kernel` calls of about 40 ns each (its protocol and network header, its

@@ -28,15 +28,7 @@ fn a_query_and_its_retries_with_the_same_id_are_only_counted() {
 fn a_query_sent_again_unanswered_is_streamed_with_its_first_sending_and_so_is_its_answer() {
     for_each_build(loaded(trace_settings()), |mut kernel| {
         let query = query_frame(0x4242, "www.example.test", QTYPE_A);
-        let answer = FrameSpec {
-            src: FrameSpec::default().dst,
-            dst: FrameSpec::default().src,
-            sport: 53,
-            dport: 40000,
-            payload: dns_response(0x4242, "www.example.test", QTYPE_A),
-            ..FrameSpec::default()
-        }
-        .build();
+        let answer = answer_frame(0x4242, "www.example.test", QTYPE_A, 0);
 
         let first = monotonic_now_ns();
         kernel.run(Direction::Ingress, &query);
@@ -136,15 +128,7 @@ fn every_packet_mode_streams_every_dns_packet_cut_at_the_snap_length() {
     const SNAP_LEN: usize = 64;
     for_each_build(loaded(every_packet(SNAP_LEN)), |mut kernel| {
         let query = query_frame(0x4242, "www.example.test", QTYPE_A);
-        let response = FrameSpec {
-            src: FrameSpec::default().dst,
-            dst: FrameSpec::default().src,
-            sport: 53,
-            dport: 40000,
-            payload: dns_response(0x4242, "www.example.test", QTYPE_A),
-            ..FrameSpec::default()
-        }
-        .build();
+        let response = answer_frame(0x4242, "www.example.test", QTYPE_A, 0);
         let shorter_than_the_snap_length = query_frame(0x4343, "a.b", QTYPE_A);
         assert!(query.len() > SNAP_LEN && shorter_than_the_snap_length.len() < SNAP_LEN);
 
@@ -168,15 +152,7 @@ fn every_packet_mode_streams_every_dns_packet_cut_at_the_snap_length() {
 fn recording_streams_every_dns_packet_and_keeps_the_reasons_a_trace_streams_it_for() {
     for_each_build(loaded(recording()), |mut kernel| {
         let query = query_frame(0x5151, "www.example.test", QTYPE_A);
-        let answer = FrameSpec {
-            src: FrameSpec::default().dst,
-            dst: FrameSpec::default().src,
-            sport: 53,
-            dport: 40000,
-            payload: dns_response(0x5151, "www.example.test", QTYPE_A),
-            ..FrameSpec::default()
-        }
-        .build();
+        let answer = answer_frame(0x5151, "www.example.test", QTYPE_A, 0);
         let not_dns = FrameSpec {
             dport: 80,
             ..FrameSpec::default()
