@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
-    programs::{SchedClassifier, TcAttachType},
+    programs::{RawTracePoint, SchedClassifier, TcAttachType},
     Ebpf,
 };
 
@@ -21,6 +21,8 @@ use crate::command;
 /// characters of a name).
 pub const EMPTY: &str = "bench_empty";
 pub const ONE_LOOKUP: &str = "bench_lookup";
+/// On the `kfree_skb` raw tracepoint, where dnsloop's drop program runs.
+pub const EMPTY_ON_DROPS: &str = "bench_kfree_skb";
 
 /// Builds the reference programs for the BPF target and returns their object file.
 pub fn build() -> Result<PathBuf> {
@@ -92,6 +94,24 @@ impl Drop for Attached {
             let _ = holder.join();
         }
     }
+}
+
+/// The empty program on the `kfree_skb` raw tracepoint, attached until the returned object is
+/// dropped. The tracepoint is the whole kernel's: no namespace to enter.
+pub fn attach_on_drops(object: &Path) -> Result<Ebpf> {
+    let bytes = std::fs::read(object).with_context(|| format!("reading {}", object.display()))?;
+    let mut ebpf = Ebpf::load(&bytes).context("loading the reference programs' object")?;
+    let program: &mut RawTracePoint = ebpf
+        .program_mut(EMPTY_ON_DROPS)
+        .with_context(|| format!("the reference programs' object has no {EMPTY_ON_DROPS}"))?
+        .try_into()?;
+    program
+        .load()
+        .with_context(|| format!("loading {EMPTY_ON_DROPS}"))?;
+    program
+        .attach("kfree_skb")
+        .with_context(|| format!("attaching {EMPTY_ON_DROPS} to kfree_skb"))?;
+    Ok(ebpf)
 }
 
 fn load_and_attach(object: &Path, name: &str, netns: &Path) -> Result<Ebpf> {

@@ -7,7 +7,7 @@ use dnsloop_shared::names::{kernel_name, DROP_PROGRAM};
 use dnsloop_tests::lab::Pod;
 
 use super::{
-    flood,
+    flood, floor,
     measure::ProgramStats,
     report::{Report, Row},
     watcher::{values_of, Running, Watcher},
@@ -18,6 +18,10 @@ use super::{
 /// The drop program's cost per run, its target's row.
 pub const DROP_SECTION: &str = "drop program ns per run, non-DNS flood (every datagram dropped)";
 const DROP_PROGRAMS: [&str; 1] = [kernel_name(DROP_PROGRAM)];
+/// The drop program's floor: an empty program on the same tracepoint.
+const EMPTY_ON_DROPS: [&str; 1] = [kernel_name(floor::EMPTY_ON_DROPS)];
+/// Its rows' configuration.
+const EMPTY_ON_DROPS_NAME: &str = "empty program on the same tracepoint";
 
 /// Kernel cost per run on other packets in a flood (see `flood`), the floor's and dnsloop's
 /// runs alternating.
@@ -30,14 +34,22 @@ pub fn run(context: &Context, report: &mut Report) -> Result<()> {
     let (mut per_run, mut rates) = (Vec::new(), Vec::new());
     // The flood's port has no listener: the kernel drops every datagram, so the drop program
     // runs on each, its worst case (and keeps none, none being DNS).
-    let (mut drop_ns, mut drop_runs) = (Vec::new(), Vec::new());
+    // The floor's runs also carry the empty program on the drops' tracepoint.
+    let (mut drop_ns, mut drop_runs, mut drop_floor_ns) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..REPEATS {
         for watcher in watchers {
             let running = Running::start(context, watcher)?;
+            let on_drops = (watcher == Watcher::Floor)
+                .then(|| floor::attach_on_drops(context.floor_object))
+                .transpose()?;
             let stats = ProgramStats::read()?;
             let took = flood::run(client.clone(), target)?;
             let after = ProgramStats::read()?;
+            drop(on_drops);
             running.stop()?;
+            if let Some((ns, _)) = after.since(&stats, &EMPTY_ON_DROPS) {
+                drop_floor_ns.push(ns);
+            }
             per_run.extend(
                 after
                     .since(&stats, watcher.programs())
@@ -56,6 +68,12 @@ pub fn run(context: &Context, report: &mut Report) -> Result<()> {
         DROP_SECTION,
         Watcher::Dnsloop.name(),
         &drop_ns,
+        "ns",
+    ));
+    report.add(Row::new(
+        DROP_SECTION,
+        EMPTY_ON_DROPS_NAME,
+        &drop_floor_ns,
         "ns",
     ));
     report.add(Row::new(
@@ -91,11 +109,15 @@ pub fn run(context: &Context, report: &mut Report) -> Result<()> {
         .median(DROP_SECTION, Watcher::Dnsloop.name())
         .zip(report.median(SECTION, Watcher::Dnsloop.name()))
     {
+        let floor = report
+            .median(DROP_SECTION, EMPTY_ON_DROPS_NAME)
+            .map(|floor| format!(", and {floor:.0} ns for an empty program on the same tracepoint"))
+            .unwrap_or_default();
         report.note(format!(
             "The drop program (the kernel's drops of DNS packets) on a flood the kernel drops \
              whole, none of it DNS, its worst case: {drop:.0} ns per dropped datagram, against \
-             {classifier:.0} ns per run of the classifiers on the same packets; it never runs \
-             on packets that are not dropped."
+             {classifier:.0} ns per run of the classifiers on the same packets{floor}; it never \
+             runs on packets that are not dropped."
         ));
     }
     Ok(())
