@@ -499,17 +499,15 @@ async fn load(config: &Config, pins: Option<&PinDir>) -> anyhow::Result<Loaded> 
     let reused = pins.is_some_and(PinDir::holds_maps);
     let run_started_ns = monotonic_now_ns();
     let build = config.programs.build();
-    let kernel_drops = config
+    let (kernel_drops, undiscovered) = match config
         .programs
         .watch_drops
-        .then(|| {
-            KernelDrops::discover(build)
-                .inspect_err(|error| {
-                    eprintln!("dnsloop: not watching the kernel's drops of DNS packets: {error}")
-                })
-                .ok()
-        })
-        .flatten();
+        .then(|| KernelDrops::discover(build))
+    {
+        Some(Ok(drops)) => (Some(drops), None),
+        Some(Err(error)) => (None, Some(error)),
+        None => (None, None),
+    };
     let drops_lack_reasons = kernel_drops
         .as_ref()
         .is_some_and(|drops| !drops.gives_reasons());
@@ -517,6 +515,11 @@ async fn load(config: &Config, pins: Option<&PinDir>) -> anyhow::Result<Loaded> 
         .as_ref()
         .map_or(DropLayout::NONE, KernelDrops::layout);
     let mut ebpf = programs::load(&config.programs, pins, &layout)?;
+    // Said once the programs loaded: a kernel that cannot load them at all (no BTF, say) is
+    // refused with that reason alone.
+    if let Some(error) = undiscovered {
+        eprintln!("dnsloop: not watching the kernel's drops of DNS packets: {error}");
+    }
     if let Some(pins) = pins {
         let how = if reused {
             "continuing from the counters and queries in flight pinned in"
