@@ -1,7 +1,7 @@
 //! Packets the kernel dropped: where the drop program finds what it reads, and the record it
 //! streams for a dropped DNS packet.
 //!
-//! The drop program runs on the `kfree_skb` raw tracepoint, whose arguments are the socket
+//! The drop program runs on the `kfree_skb` tracepoint (BTF-typed), whose arguments are the socket
 //! buffer, the kernel address that freed it and the drop reason (Linux 5.17 added the reason).
 //! The `sk_buff`, `net_device` and `net` structures it reads move between kernels, and Rust BPF
 //! has no CO-RE relocations: userspace works their offsets out from the running kernel's BTF
@@ -27,7 +27,7 @@ pub const fn reason_slot(reason: u32) -> u32 {
 /// A [`DropRecord::reason`] where the tracepoint gives none (Linux < 5.17).
 pub const UNKNOWN_REASON: u32 = u32::MAX;
 
-/// The raw tracepoint's arguments (its `TP_PROTO`), in order.
+/// The tracepoint's arguments (its `TP_PROTO`), in order.
 pub const SKB_ARGUMENT: usize = 0;
 pub const LOCATION_ARGUMENT: usize = 1;
 pub const REASON_ARGUMENT: usize = 2;

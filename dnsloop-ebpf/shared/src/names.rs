@@ -13,7 +13,7 @@ pub const EGRESS_PROGRAM: &str = "dnsloop_egress";
 /// Ingress at XDP (`trace --xdp`), in place of [`INGRESS_PROGRAM`].
 pub const XDP_INGRESS_PROGRAM: &str = "dnsloop_xdp_ingress";
 
-/// On the `kfree_skb` raw tracepoint: DNS packets the kernel dropped.
+/// On the `kfree_skb` tracepoint: DNS packets the kernel dropped.
 pub const DROP_PROGRAM: &str = "dnsloop_drop";
 
 /// Every program in the object.

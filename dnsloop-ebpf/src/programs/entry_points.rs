@@ -7,9 +7,9 @@
 macro_rules! entry_points {
     ($linux:ty) => {
         use aya_ebpf::{
-            bindings::{bpf_raw_tracepoint_args, xdp_action::XDP_PASS, TC_ACT_UNSPEC},
+            bindings::{xdp_action::XDP_PASS, TC_ACT_UNSPEC},
             macros::{classifier, xdp},
-            programs::{RawTracePointContext, TcContext, XdpContext},
+            programs::{BtfTracePointContext, TcContext, XdpContext},
         };
         use dnsloop_shared::point::Direction;
 
@@ -33,16 +33,13 @@ macro_rules! entry_points {
             XDP_PASS
         }
 
-        /// On the `kfree_skb` raw tracepoint: a DNS packet the kernel dropped, with why and
-        /// where (see `programs::observe_drop`). It only reads.
-        ///
-        /// Written out rather than with aya's `#[raw_tracepoint]`, whose entry takes a
-        /// `void *`: a global function's context must point to the program type's own struct
-        /// before Linux 6.7, which refuses `void *` ("reg type unsupported for arg#0").
+        /// On the `kfree_skb` tracepoint, BTF-typed (`tp_btf`): a DNS packet the kernel
+        /// dropped, with why and where (see `programs::observe_drop`). It only reads; the
+        /// buffer's fields by plain loads, which the verifier checks against the kernel's BTF.
         #[unsafe(no_mangle)]
-        #[unsafe(link_section = "raw_tp/kfree_skb")]
-        pub fn dnsloop_drop(ctx: *mut bpf_raw_tracepoint_args) -> i32 {
-            programs::observe_drop::<$linux>(&RawTracePointContext::new(ctx.cast()));
+        #[unsafe(link_section = "tp_btf/kfree_skb")]
+        pub fn dnsloop_drop(ctx: *mut core::ffi::c_void) -> i32 {
+            programs::observe_drop::<$linux>(&BtfTracePointContext::new(ctx));
             0
         }
 

@@ -1,16 +1,17 @@
 //! The kernel's own drops of DNS packets: where the drop program reads in the running kernel,
-//! the reasons' names there, attaching it to the `kfree_skb` raw tracepoint, and reading what it
+//! the reasons' names there, attaching it to the `kfree_skb` tracepoint, and reading what it
 //! streams and counts.
 //!
 //! Drop reasons are numbered differently from kernel to kernel, and the structures the program
-//! reads move: both are read from the running kernel's BTF, never compiled in. A raw tracepoint
-//! needs no tracefs, which containers and `ip netns exec` often lack.
+//! reads move: both are read from the running kernel's BTF, never compiled in. The program is a
+//! BTF-typed tracepoint (`tp_btf`): it needs no tracefs, which containers and `ip netns exec`
+//! often lack, and reads the buffer's fields by plain loads the verifier checks.
 use std::{collections::HashMap, io, sync::Arc};
 
 use aya::{
     maps::{MapData, MapError, PerCpuArray, RingBuf},
-    programs::{ProgramError, RawTracePoint},
-    Ebpf,
+    programs::{BtfTracePoint, ProgramError},
+    Btf, BtfError as AyaBtfError, Ebpf,
 };
 use bytes::Bytes;
 use dnsloop_core::{points::InterfaceRef, source::DroppedPacket};
@@ -24,7 +25,7 @@ use tokio::io::unix::AsyncFd;
 use super::{
     btf::{BtfError, KernelBtf},
     clock::MonotonicClock,
-    programs::Build,
+    programs::{self, Build},
     symbols::KernelSymbols,
 };
 use crate::node::namespaces;
@@ -60,6 +61,8 @@ pub enum DropsUnavailable {
 pub enum DropAttachError {
     #[error("the BPF object has no {0}: the build is broken, rebuild with `cargo xtask build`")]
     Missing(&'static str),
+    #[error("reading the kernel's BTF for the kfree_skb tracepoint's types failed")]
+    Btf(#[source] AyaBtfError),
     #[error("loading the drop program failed")]
     Load(#[source] ProgramError),
     #[error("attaching the drop program to the kfree_skb tracepoint failed")]
@@ -123,15 +126,20 @@ impl KernelDrops {
     /// Attaches the drop program of `ebpf`, loaded with [`Self::layout`], and returns what
     /// reads its drops.
     pub fn attach(self, ebpf: &mut Ebpf, clock: MonotonicClock) -> Result<Drops, DropAttachError> {
-        let program: &mut RawTracePoint = ebpf
+        let program: &mut BtfTracePoint = ebpf
             .program_mut(DROP_PROGRAM)
             .ok_or(DropAttachError::Missing(DROP_PROGRAM))?
             .try_into()
             .map_err(DropAttachError::Load)?;
-        program.load().map_err(DropAttachError::Load)?;
+        // The tracepoint's types are looked up in the kernel's BTF, parsed whole for this and
+        // let go at once.
+        let btf = Btf::from_sys_fs().map_err(DropAttachError::Btf)?;
         program
-            .attach(TRACEPOINT)
-            .map_err(DropAttachError::Attach)?;
+            .load(TRACEPOINT, &btf)
+            .map_err(DropAttachError::Load)?;
+        drop(btf);
+        programs::give_back_freed_heap();
+        program.attach().map_err(DropAttachError::Attach)?;
         let map = ebpf
             .take_map(DROPS_MAP)
             .ok_or(DropAttachError::Missing(DROPS_MAP))?;

@@ -456,7 +456,7 @@ fn port_table(dns_ports: &[u16]) -> Result<[u16; MAX_DNS_PORTS], LoadError> {
 /// a loader is made (`EbpfLoader::new`), some 12 MiB these programs never use: they carry no
 /// CO-RE relocation. glibc keeps freed pages that sit below live allocations; an idle trace
 /// held them as two thirds of its RSS (31.6 MiB with them, 19.7 MiB without).
-fn give_back_freed_heap() {
+pub(super) fn give_back_freed_heap() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only returns free pages to the kernel; it has no precondition.
     unsafe {

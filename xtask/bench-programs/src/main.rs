@@ -5,16 +5,16 @@
 //! - `bench_lookup`, a classifier that adds one to a count in a hash map for every packet:
 //!   the least that a program remembering something about each packet in a kernel map pays, as
 //!   dnsloop remembers queries and questions;
-//! - `bench_kfree_skb`, a program on the `kfree_skb` raw tracepoint that returns at once: the
-//!   floor of dnsloop's drop program, on the same buffers.
+//! - `bench_kfree_skb`, a program on the `kfree_skb` tracepoint, BTF-typed as dnsloop's drop
+//!   program is, that returns at once: the drop program's floor, on the same buffers.
 #![no_std]
 #![no_main]
 
 use aya_ebpf::{
     bindings::TC_ACT_UNSPEC,
-    macros::{classifier, map, raw_tracepoint},
+    macros::{btf_tracepoint, classifier, map},
     maps::LruHashMap,
-    programs::{RawTracePointContext, TcContext},
+    programs::{BtfTracePointContext, TcContext},
 };
 
 #[classifier]
@@ -41,8 +41,8 @@ pub fn bench_lookup(ctx: TcContext) -> i32 {
     TC_ACT_UNSPEC
 }
 
-#[raw_tracepoint(tracepoint = "kfree_skb")]
-pub fn bench_kfree_skb(_ctx: RawTracePointContext) -> i32 {
+#[btf_tracepoint(function = "kfree_skb")]
+pub fn bench_kfree_skb(_ctx: BtfTracePointContext) -> i32 {
     0
 }
 

@@ -10,8 +10,8 @@ use std::{
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
-    programs::{RawTracePoint, SchedClassifier, TcAttachType},
-    Ebpf,
+    programs::{BtfTracePoint, SchedClassifier, TcAttachType},
+    Btf, Ebpf,
 };
 
 use super::namespace;
@@ -21,7 +21,7 @@ use crate::command;
 /// characters of a name).
 pub const EMPTY: &str = "bench_empty";
 pub const ONE_LOOKUP: &str = "bench_lookup";
-/// On the `kfree_skb` raw tracepoint, where dnsloop's drop program runs.
+/// On the `kfree_skb` tracepoint, BTF-typed as dnsloop's drop program.
 pub const EMPTY_ON_DROPS: &str = "bench_kfree_skb";
 
 /// Builds the reference programs for the BPF target and returns their object file.
@@ -96,20 +96,21 @@ impl Drop for Attached {
     }
 }
 
-/// The empty program on the `kfree_skb` raw tracepoint, attached until the returned object is
+/// The empty program on the `kfree_skb` tracepoint, attached until the returned object is
 /// dropped. The tracepoint is the whole kernel's: no namespace to enter.
 pub fn attach_on_drops(object: &Path) -> Result<Ebpf> {
     let bytes = std::fs::read(object).with_context(|| format!("reading {}", object.display()))?;
     let mut ebpf = Ebpf::load(&bytes).context("loading the reference programs' object")?;
-    let program: &mut RawTracePoint = ebpf
+    let program: &mut BtfTracePoint = ebpf
         .program_mut(EMPTY_ON_DROPS)
         .with_context(|| format!("the reference programs' object has no {EMPTY_ON_DROPS}"))?
         .try_into()?;
+    let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
     program
-        .load()
+        .load("kfree_skb", &btf)
         .with_context(|| format!("loading {EMPTY_ON_DROPS}"))?;
     program
-        .attach("kfree_skb")
+        .attach()
         .with_context(|| format!("attaching {EMPTY_ON_DROPS} to kfree_skb"))?;
     Ok(ebpf)
 }
