@@ -168,66 +168,100 @@ dropped datagram that is not DNS; the DaemonSet's own configuration (`trace --re
 lost events in default mode, with loops reported within 1 s. The list above marks each held or
 missed. Read the table as ratios, not absolute figures: the machine (an AMD EPYC virtual machine,
 2 cores) moves by 10-20 % between runs, as the floor and the single-packet rows show. Its lab
-answered 14.4k queries/s with no program when this run began, so the fixed load runs at 7000
+answered 30.2k queries/s with no program when this run began, so the fixed load runs at 15,000
 (the table's first note): a load the lab cannot carry makes losses of its own, which dnsloop
 rightly reports as timeouts.
 
-- **Held: idle RSS, 19.9 MiB for `trace` and 20.1 MiB as the DaemonSet runs it (target <= 24
-  MiB).** It was 31.6 MiB before the tracer gave the loader's freed heap back to the system with
-  glibc's `malloc_trim(0)` once the programs are loaded (RssAnon from 14.2 to 2.1 MiB). Most of
-  what stays, about 17.7 MiB, is RssFile: the binary's text and the two BPF objects embedded in
-  it (1.3 MB each). The peak by then (VmHWM 30.8 and 31.5 MiB) is the loading's: aya parses the
-  kernel's whole BTF in `EbpfLoader::new`, and `EbpfLoader::btf(None)` does not avoid it,
-  though the objects have no CO-RE relocations. Next lever for the peak: a loader that parses no
-  vmlinux BTF when the objects need none, a change to aya upstream.
+- **Held: idle RSS, 19.8 MiB for `trace` and 20.1 MiB as the DaemonSet runs it (target
+  <= 24 MiB).** The tracer gives the loader's freed heap back to the system with glibc's
+  `malloc_trim(0)` once the programs are loaded. Most of what stays is RssFile: the binary's text
+  and the two BPF objects embedded in it. The peak by then (VmHWM 35.7 and 36.5 MiB) is the
+  loading's: aya parses the kernel's whole BTF in `EbpfLoader::new`, and `EbpfLoader::btf(None)`
+  does not avoid it, though the objects have no CO-RE relocations; aya parses it once more to
+  attach the drop program as a BTF-typed tracepoint, and that copy is freed at once, so VmRSS at
+  rest did not move with it. Next lever for the peak (it has no target): one parse of the kernel's
+  BTF for both, or none where the objects need none, a change to aya upstream.
 - **Held: 0 lost events in default mode, and loops reported within 1 s.** 0 lost at the fixed
-  load (28k DNS packets/s), at saturation on every topology (46k, 170k and 141k DNS packets/s:
+  load (60k DNS packets/s), at saturation on every topology (115k, 298k and 316k DNS packets/s:
   all this machine's lab makes), in both loop storms and in the soak. All 20 CoreDNS probes of
-  the loop storm were reported as loops, 388 ms after their first packet (median; 396 ms at
-  most); in the cluster loop storm the first loop report came 128 ms after the client's first
-  query. Also held: default-mode userspace CPU, 0.20x `tcpdump -w`'s (0.043 s against 0.214 s
+  the loop storm were reported as loops, 388 ms after their first packet (median; 392 ms at
+  most); in the cluster loop storm the first loop report came 116 ms after the client's first
+  query. Also held: default-mode userspace CPU, 0.06x `tcpdump -w`'s (0.007 s against 0.113 s
   per 100k queries), and the kernel cost on packets that are not DNS (issue 8's target <= 3x),
-  nearly all of a node's, where they come close together: 2.2x the empty classifier in the flood
-  (143 ns against 63.4). At the fixed load, where they come a few thousand a second to caches
-  the rest of the node emptied meanwhile, it is just over, 3.2x (373 ns against 117).
-- **Missed: kernel time per query, 9.5 µs at the fixed load (target <= 1.5 µs), and per run,
-  23.7x the empty classifier (target <= 4x).** A query makes 4 program runs at 2375 ns each,
-  against the empty classifier's 100 ns. At saturation it is 8.4 µs a query on the bridged node,
-  4.6 µs routed and 13.5 µs across two nodes (12 runs there). Every run does the work that makes
-  dnsloop what it is: the client's query and the node cache's forward each go into the query
-  table (to time and check their replies where they reach their clients, and to report those
-  never answered) and into the question table (to see one come back into a namespace that
-  forwarded it), with a look into the forwarder table; each reply takes its query out again and
-  counts its server's answer. On a single packet (`BPF_PROG_TEST_RUN`, the table's last rows) a
-  packet that is not DNS costs 159 ns, a reply to no query in flight 620 ns, a query met before
-  657 ns, and a new query 3.7 µs at one run per call (a call's own share is about 150 ns: 306
-  against 159 ns for a packet that is not DNS). 1.5 µs a query leaves 375 ns a run, where a
-  classifier making one hash-map lookup and nothing else already takes 171 ns (the table's
-  second row) and a run needs four or five lookups. The LRU is not where most of the time goes:
-  the issue's author swapped the LRU query table for a plain preallocated hash, which moved the
-  cost per run from 792 to 768 ns, about 3 %, within the noise. Tried and measured in earlier
-  sessions, and left out as within the noise: the server table per CPU; no writes to a popular
-  question's ring of cold sightings (an upper bound for the contention on its shared entry); no
-  hashing of the name at all (an upper bound of 30 ns, so a hash a word at a time can save no
-  more); a packet seen again reusing its first sighting's lookups. Next: the ~400 ns of the DNS
-  path before any table is touched (the copy of up to 512 bytes of the message, the name walked
-  a byte at a time in `bpf_loop`, the memo, the scratch clears), by issue levers 2 (match a reply
-  on its 5-tuple and ID before parsing its name), 4 (copy only the header and the question) and
-  5 (`u64` copies; a valid flag instead of clearing the priors). To see which one moves it:
-  per-path ablation with `BPF_PROG_TEST_RUN` (the `kernel_profile` bench), finer than the
-  saturation rounds.
-- **Missed: saturation, 87.3 % of no program's queries/s on the bridged node, 81.8 % routed,
-  71.8 % across two nodes (target >= 95 %, and above `tcpdump -w`'s 97.8, 84.7 and 81.6 %).**
-  Medians of each round's ratio over 7 rounds, the configurations alternating; the empty
-  classifier keeps 96.7, 97.4 and 94.7 %, and dnsloop's own rounds spread from 79.2 to 98.8 % on
-  the bridged node. dnsloop's userspace takes 0.43 µs of CPU a query (0.043 s per 100k at the
-  fixed load): the loss is the programs'. The lab spends about 146 µs of CPU a query on the
-  bridged node (2 cores at 13.7k queries/s), so 95 % leaves about 7 µs a query for everything
-  the programs cost, their own time and the caches they take from the packets' own path; their
-  own time alone is 8.4 µs. Routed, 2 cores at 52.7k queries/s leave 1.9 µs against 4.6 µs;
-  across two nodes, 2 cores at 23.2k leave 4.3 µs against 13.5 µs. `tcpdump -w` comes closer
-  because its kernel side copies each packet into a ring once and keeps no state. The lever is
-  the kernel time per query, above.
+  nearly all of a node's: 1.7x the empty classifier in the flood (99.0 ns against 58.3) and 1.7x
+  at the fixed load (107 ns against 64.0).
+- **Held: the drop program, 148 ns per dropped datagram that is not DNS (142 to 149 ns in 3 runs;
+  target <= 150 ns),** against 99 ns per run for dnsloop's classifiers on the same packets and
+  65 ns for an empty program on the same tracepoint (the floor row), so its own work is about
+  84 ns. It is a BTF-typed tracepoint (`tp_btf`) on `kfree_skb`: it reads the freed buffer's
+  protocol, network header, tail and head by plain loads, at offsets userspace patches in as
+  read-only constants, verified against the kernel's BTF (the verifiers of Linux 5.10, 6.1, 6.12
+  and 6.18 accept it, checked with `cargo xtask kernels`); only the packet's bytes still take a
+  probe read before its ports say a datagram is not DNS. Before and after, measured with `cargo
+  xtask bench --only flood` on 2026-11-28: 201 and 202 ns in two runs when the four fields took
+  two probe reads, then the packet a third; 171 ns with the fields in one probe read; 142 and
+  147 ns as `tp_btf`. Reading the headers and ports before copying the packet (issue lever 8)
+  saves no read, as the packet is one read either way. The cost is the peak memory at start,
+  above: aya parses the kernel's BTF once more to attach it.
+- **Held: the DaemonSet's userspace CPU (`trace --record --metrics-addr`), 0.087 s per 100k
+  queries, 0.765x `tcpdump -w`'s 0.113 s (target <= 1x), with 0 lost events in each of 3 runs; its
+  kernel time per query is missed, below.** With `--record` the kernel streams every DNS packet
+  default mode would not, marked `StreamReason::Recorded`: the flight recorder keeps it by time,
+  the analysis skips it, and the kernel's table of unanswered queries stays on, so the findings
+  equal default mode's. Ring records are sized to their packet: a 328-byte record and the captured
+  bytes, copied out with `bpf_ringbuf_output` from a per-CPU scratch, so a 100-byte query takes
+  440 bytes of ring instead of 2376 and the 4 MiB ring holds about 9,500 such packets instead of
+  1,765, about 160 ms of them at this run's 60k DNS packets/s. Before and after, on 2026-11-28:
+  the full run before these changes (fixed load 7000 queries/s), where userspace decoded and
+  analysed every packet with the table of unanswered queries off, measured 9.6x `tcpdump -w`'s CPU
+  and 3843 lost events a run; `cargo xtask bench --only fixed` after the first change, the same
+  day on a lab as fast as this run's, 1.2x and 0 lost events in each of 3 runs; after the second,
+  0.94x (within the noise of the run before: the gain is the ring's room for a consumer that falls
+  behind).
+- **Missed: kernel time per query at the fixed load, 3.9 µs for `trace` and 5.2 µs as the
+  DaemonSet runs it (target <= 1.5 µs), and per run, 15.8x the empty classifier (target <= 4x).**
+  A query makes 4 program runs at 975 ns each, against the empty classifier's 61.6 ns. At
+  saturation it is 3.3 µs a query on the bridged node, 2.7 µs routed and 6.0 µs across two nodes
+  (12 runs there). Every run does the work that makes dnsloop what it is: the client's query and
+  the node cache's forward each go into the query table (to time and check their replies where
+  they reach their clients, and to report those never answered) and into the question table (to
+  see one come back into a namespace that forwarded it), with a look into the forwarder table;
+  each reply takes its query out again and counts its server's answer. On a single packet
+  (`BPF_PROG_TEST_RUN`, the table's last rows) a packet that is not DNS costs 135 ns, a reply to
+  no query in flight 418 ns and a query met before 437 ns; at one run per call (a call's own share
+  is about 50 ns: 188 against 135 ns for a packet that is not DNS), a new query costs 1375 ns and
+  the reply reaching its client 842 ns. 1.5 µs a query leaves 375 ns a run: the empty classifier's
+  floor takes 62 of them and a hash-map lookup about 44 more (the classifier making one takes
+  106 ns, the table's second row), and a run makes four or five lookups, which leaves 90 to 140 ns
+  for reading and parsing the message. The LRU is not where most of the time goes: the issue's
+  author swapped the LRU query table for a plain preallocated hash and measured about 3 %, within
+  the noise. Tried and measured in earlier sessions, and left out as within the noise: the server
+  table per CPU; no writes to a popular question's ring of cold sightings (an upper bound for the
+  contention on its shared entry); no hashing of the name at all (an upper bound of 30 ns, so a
+  hash a word at a time can save no more); a packet seen again reusing its first sighting's
+  lookups. Next: the DNS path before any table is touched (the copy of up to 512 bytes of the
+  message, the name walked a byte at a time in `bpf_loop`, the memo, the scratch clears), by issue
+  levers 2 (match a reply on its 5-tuple and ID before parsing its name), 4 (copy only the header
+  and the question) and 5 (`u64` copies; a valid flag instead of clearing the priors). To see
+  which one moves it: per-path ablation with `BPF_PROG_TEST_RUN` (the `kernel_profile` bench),
+  finer than the saturation rounds. As the DaemonSet runs it, a run takes 1296 ns, 321 ns more
+  than default mode's, to stream every DNS packet to the recorder: the lever left there is the
+  issue's flight recorder in the kernel, a per-CPU ring overwritten in place and copied out only
+  when a finding fires.
+- **Missed: saturation, 93.2 % of no program's queries/s on the bridged node, 83.4 % routed,
+  80.5 % across two nodes (target >= 95 %, and above `tcpdump -w`'s 93.0, 86.7 and 80.5 %).**
+  Medians of each round's ratio over 7 rounds, the configurations alternating. On the bridged node
+  dnsloop is 0.2 points above `tcpdump -w` and below 95 %, but the empty classifier keeps only
+  93.7 % there and dnsloop's own rounds spread from 84.1 to 96.4 %: the rounds do not tell the
+  three apart. Routed, the empty classifier keeps 95.9 % and `tcpdump -w` 86.7 %; across two
+  nodes, 94.0 % and 80.5 %, level with dnsloop. dnsloop's userspace takes 0.07 µs of CPU a query
+  (0.007 s per 100k at the fixed load): the loss is the programs'. The lab spends about 64 µs of
+  CPU a query on the bridged node (2 cores at 31.2k queries/s with no program), so 95 % leaves
+  about 3.2 µs a query for everything the programs cost, their own time and the caches they take
+  from the packets' own path; their own time alone is 3.3 µs. Routed, 2 cores at 91.5k queries/s
+  leave 1.1 µs against 2.7 µs; across two nodes, 2 cores at 49.7k leave 2.0 µs against 6.0 µs.
+  Routed, `tcpdump -w` comes closer because its kernel side copies each packet into a ring once
+  and keeps no state. The lever is the kernel time per query, above.
 - **Missed: kernel map memory, 33.7 MiB with default options (target <= 8 MiB), the same as
   the DaemonSet runs it.** The question table (32,768 entries) takes 14.5 MiB, the query table
   12.5 MiB, the packet ring 4 MiB and the rest 2.7 MiB. A query entry is 312 bytes, 256 of them
@@ -236,83 +270,48 @@ rightly reports as timeouts.
   question table, and the query entry holding the name's hash, qtype and qclass, about 56 bytes;
   fewer or smaller cold sightings. Smaller tables are not the lever: `BPF_F_NO_COMMON_LRU`
   splits an LRU per CPU, and a smaller question table loses questions in a storm.
-- **Missed: peak RSS in the cluster loop storm, 89.8 MiB (VmHWM, median; 90.3 MiB at most;
-  target <= 64 MiB).** No table is at its bound there (0 evictions in the summary): the
-  memory is what the engine keeps per query. Each forward of the loop is a new query, followed
-  for the forward window (5 s) as a flight with its hops, and the storm sends about 50,000 of
-  them in its first seconds. A heap profile (valgrind's massif, of `analyze` on a 100,150-packet
-  `tcpdump -i any` capture of the same storm on node 0; 69 MB of heap at its peak, the process
-  74 MiB) puts it in: the flights' table entries, 18.0 MB (a `Flight` is 336 bytes); their
-  hops, 10.9 MB at first and 9.5 MB more as vectors grow past two (a `Hop` is 136 bytes, three
-  shared strings among them); the queries outstanding for the client view, 11.6 MB (168 bytes
-  each); the index of each message's latest flight, 3.6 MB; and names decoded anew for each
-  message, 2.4 MB (8 MB of the capture reader are `analyze`'s own). About 1 KB a query. The
-  tables grow with use (issue lever 9): at the soak's 1000 queries/s the tracer holds 34-37 MiB.
-  Next lever: hops that name their point by one shared reference instead of three (136 to about
-  90 bytes), flights' positions and times packed, names shared per question, and a flight's
-  hops let go once a loop it belongs to has been reported.
-- **Missed: the drop program, 255 ns per dropped datagram that is not DNS (target <= 150 ns),**
-  against 143 ns per run for dnsloop's classifiers on the same packets. Every freed buffer took
-  three `bpf_probe_read_kernel` calls of about 40 ns each (its protocol and network header, its
-  tail and head, then the packet) before the ports said it was not DNS. **Since this run** the
-  buffer's fields come in one read where they sit together, as in every Debian kernel from 5.10
-  to 6.18: `--only flood` on a faster machine the same day, 171 ns (170-171) against 201 and
-  202 ns (199-204) in two runs before it, with the classifiers at 97-99 ns in all three. A
-  floor row since (`--only flood`, the same day): an empty program on the same tracepoint takes
-  64 ns, the drop program 173 ns, so its own work is 109 ns, two reads and the port check, where
-  the target leaves 86 ns. Reading the headers and ports before copying the packet (issue lever
-  8) saves no read, as the packet is one read either way. Next lever: a BTF-typed tracepoint
-  (`tp_btf`), whose program reads `sk_buff`'s fields by plain loads, at offsets patched in as
-  read-only constants, with no helper call; the packet's bytes stay one read.
-- **Missed: the DaemonSet's configuration (`trace --record --metrics-addr`): userspace CPU 2.0 s
-  per 100k queries, 9.6x `tcpdump -w`'s 0.214 s (target <= 1x), and 14.1 µs of kernel time per
-  query (target <= 1.5 µs); it also lost events at the fixed load, 3843 per run (median; 0 in
-  one run of 3).** `--record` makes the kernel stream every DNS packet, in a ring record of 2376
-  bytes whatever the packet's length (a 32-byte header, a 40-byte matched query, 256 bytes of
-  prior sightings and 2048 bytes of packet): it adds 1150 ns a run to default mode's 2375 (3525
-  ns), and the 4 MiB ring holds about 1765 records, 63 ms at 28k DNS packets/s. Userspace then
-  decoded and analysed every packet, as the kernel's table of unanswered queries was off in that
-  mode. **Since this run** the recorder's packets are streamed for it alone: the kernel marks
-  every DNS packet that default mode would not stream as kept for the recorder, which keeps it by
-  time without decoding it, and the analysis sees what default mode sees, with the kernel's
-  table of unanswered queries on, so the findings are default mode's. Measured with `cargo xtask
-  bench --only fixed` the same day, on a faster machine (the lab answered 30k queries/s; fixed
-  load 14,000 queries/s, 56k DNS packets/s): 0.136 s of userspace CPU per 100k queries, 1.2x
-  `tcpdump -w`'s 0.114 s (`--packets` 0.936 s in that run, 8.2x), 5.7 µs of kernel time a query
-  (4.5 µs for `trace`), and 0 lost events in each of 3 runs. Then ring records were sized to
-  their packet (a 328-byte record and the captured bytes, through `bpf_ringbuf_output`), so the
-  4 MiB ring holds about 9,500 queries of 100 bytes where it held 1,765 records whatever their
-  length: 0.114 s per 100k queries in the next `--only fixed` run, 0.94x `tcpdump -w`'s 0.121 s,
-  5.6 µs a query, 0 lost events (within the noise of the run before: the gain is the ring's
-  room for a consumer that falls behind). Lever left for the kernel time: the issue's flight
-  recorder in the kernel, a per-CPU ring overwritten in place and copied out only when a
-  finding fires.
-- **`--packets`: 9.55x `tcpdump -w`'s CPU** (issue 8's target <= 2x; issue 32 sets none). It
-  decodes every DNS packet, analyses it and prints a JSON line for it, where `tcpdump -w` copies
-  bytes to a file. tcpdump itself, doing that job (decoding each packet with its DNS printer and
-  printing a line of text, `-n` so no name lookups), costs 49.25x its `-w` (the table's row),
-  about five times what `--packets` costs: 2x the cost of copying bytes is no budget for
-  decoding and printing them. It is a diagnostic mode for one interface or a quiet node
-  (`capture` writes pcapng instead): at 28k DNS packets/s on 2 busy cores it lost 1982 events
-  per run (median), counted in `dnsloop_lost_events_total` and the summary, never hidden.
+- **Missed: peak RSS in the cluster loop storm, 93.2 MiB (VmHWM, median; 94.2 MiB at most;
+  target <= 64 MiB).** No table is at its bound there: the memory is what the engine keeps per
+  query. Each forward of the loop is a new query, followed for the forward window (5 s) as a
+  flight with its hops, and the storm sends about 50,000 of them in its first seconds. A heap
+  profile (valgrind's massif, of `analyze` on a 100,150-packet `tcpdump -i any` capture of the
+  same storm on node 0; 69 MB of heap at its peak, 0 table evictions) puts it in: the flights'
+  table entries, 18.0 MB (a `Flight` is 336 bytes); their hops, 10.9 MB at first and 9.5 MB more
+  as vectors grow past two (a `Hop` is 136 bytes, three shared strings among them); the queries
+  outstanding for the client view, 11.6 MB (168 bytes each); the index of each message's latest
+  flight, 3.6 MB; and names decoded anew for each message, 2.4 MB (8 MB of the capture reader
+  are `analyze`'s own). About 1 KB a query. The tables grow with use (issue lever 9): at the
+  soak's 1000 queries/s the tracer holds 33.7 to 34.9 MiB. Next lever: hops that name their
+  point by one shared reference instead of three (136 to about 90 bytes), flights' positions and
+  times packed, names shared per question, and a flight's hops let go once a loop it belongs to
+  has been reported.
 
+- **`--packets`: 6.59x `tcpdump -w`'s CPU** (0.747 s against 0.113 s per 100k queries; issue
+  8's target <= 2x; issue 32 sets none). It decodes every DNS packet, analyses it and prints a
+  JSON line for it, where `tcpdump -w` copies bytes to a file. tcpdump itself, doing that job
+  (decoding each packet with its DNS printer and printing a line of text, `-n` so no name
+  lookups), costs 48.73x its `-w` (5.5 s per 100k queries, the table's row), about seven times
+  what `--packets` costs: 2x the cost of copying bytes is no budget for decoding and printing
+  them. It is a diagnostic mode for one interface or a quiet node (`capture` writes pcapng
+  instead): at the fixed load (60k DNS packets/s) it lost no event in 3 runs, and where it falls
+  behind its losses are counted in `dnsloop_lost_events_total` and the summary, never hidden.
 - **Each crossing is watched once** (issue 20): a bridge's own interface is not watched, its
   ports say when a frame went to or came from the bridge (see docs/architecture.md, "Where it
   watches"). A query through the node cache to a CoreDNS pod and back takes 4 program runs on
   the bridged node (the empty classifier, attached everywhere, runs 8 times), 4 on the routed
   node, and 12 across two nodes (16 for the classifier). The runs left out were the cheap ones,
-  a packet's second sighting (a query met before costs 657 ns on a single packet, a new query
-  3.7 µs at one run per call): the runs left are the heavy ones, hence the time per run above.
-- **Attach time holds with `--expedite-attach` (626 ms for 100 veths here), not without (3.1
-  s)** (issue 8's target <= 2 s): the programs load and verify in well under a second; the rest
-  is the kernel creating 200 TCX links, each waiting out an RCU grace period under RTNL, one lock
-  for every namespace, so threads cannot overlap them. `--expedite-attach` switches the kernel to
+  a packet's second sighting (a query met before costs 437 ns on a single packet, a new query
+  1375 ns at one run per call): the runs left are the heavy ones, hence the time per run above.
+- **Attach time holds with `--expedite-attach` (332 ms for 100 veths here), not without (2.8 s)**
+  (issue 8's target <= 2 s): the programs load and verify in well under a second; the rest is the
+  kernel creating 200 TCX links, each waiting out an RCU grace period under RTNL, one lock for
+  every namespace, so threads cannot overlap them. `--expedite-attach` switches the kernel to
   expedited grace periods (`/sys/kernel/rcu_expedited`) while attaching and detaching, and back:
   it is opt-in because expedited grace periods interrupt every CPU of the node meanwhile. tc
-  clsact filters, which dnsloop uses before Linux 6.6, wait for no grace period (599 ms, the
+  clsact filters, which dnsloop uses before Linux 6.6, wait for no grace period (341 ms, the
   table's third attach row), but outlive a dnsloop killed with SIGKILL until the next one starts
-  and removes them, where a TCX link goes with the process: so TCX stays the default wherever
-  the kernel has it.
+  and removes them, where a TCX link goes with the process: so TCX stays the default wherever the
+  kernel has it.
 
 - **The cluster loop storm** (the rows ending in "cluster loop storm", and their note) is the
   storm a CoreDNS-like loop makes, where the single-node storm above is CoreDNS's own probes:
@@ -320,15 +319,16 @@ rightly reports as timeouts.
   a new ID and merge nothing, so each looping question is thousands of new queries a second,
   crossing the VXLAN overlay every round. A client on node 1 asks its cache four external
   names and the tracer runs on node 0. The storm ends by itself once a dnsdist has spent its
-  budget (20,000 forwards, then 50 a second); its length (3.1 s here) runs from the first query
-  to the last one the servers logged, and the DNS packets/s (19.6k) are the programs' count over
+  budget (20,000 forwards, then 50 a second); its length (1.3 s here) runs from the first query
+  to the last one the servers logged, and the DNS packets/s (45.5k) are the programs' count over
   it. Findings per report interval (`--report-interval`, 10 s; the whole run fits in one) is
   what the operator reads: it must stay a few dozen however many packets the storm makes (16
   here). Lost events must be in every run's summary (counted, zero or not; 0 in each of 3). The
-  first loop report's time runs from the client's first query; each name loops both within node
-  0 (its cache, the ClusterIP, its own CoreDNS pod) and through node 1, so the note says how often
-  the first report already was of a loop through other nodes (`off_node`; 0 of 3 here), and a
-  row when the first such report came (128 ms). Its peak memory is the missed target above.
+  first loop report's time runs from the client's first query (116 ms); each name loops both
+  within node 0 (its cache, the ClusterIP, its own CoreDNS pod) and through node 1, so the note
+  says how often the first report already was of a loop through other nodes (`off_node`; 0 of 3
+  here), and a row when the first such report came (120 ms). Its peak memory is the missed
+  target above.
 
 - **The soak** (the rows ending in "soak", and their note; issue 29) runs ten minutes of
   ordinary faults on two nodes of `dead-upstream`, each traced as a fleet would: a client pod on
@@ -340,15 +340,14 @@ rightly reports as timeouts.
   process on node 0 asks the node's own resolver at 127.0.0.1, down, 5 times a second. Targets:
   0 loop findings, every dead server named in a timeout, memory and tables flat. **Held:** 994
   queries/s answered on each node; 0 loops and 0 possible loops on either node, all 6 dead
-  servers named, 0 lost events, 0 table evictions; the kernel's query table between 70 and 143
-  entries on node 0 and 24 and 62 on node 1, its question table at the 20,000 names asked
-  (20,002 on node 0; its LRU bound is 32,768); resident memory 34.0 MiB at every minute on node
-  1. On node 0 it went from 35.3 MiB after the first minute to 37.2 MiB at the end, which one
-  run does not explain: the next runs will say whether it keeps rising. **Not yet readable:**
-  node 0 printed 18,104 timeout findings in the ten minutes (node 1 7,200), 30 a second, as
-  every name a dead server leaves unanswered is reported at once and then once per report
-  interval, at each hop it timed out (client, node cache, CoreDNS): a dead server with many names
-  needs one report per interval, its names counted, not one per name.
+  servers named, 0 lost events, 0 table evictions; the kernel's query table between 72 and 134
+  entries on node 0 and 24 and 36 on node 1, its question table at the 20,000 names asked
+  (20,002 on node 0; its LRU bound is 32,768); resident memory flat, 34.9 MiB at every minute
+  on node 0 and 33.7 MiB on node 1. **Not yet readable:** node 0 printed 18,120 timeout findings
+  in the ten minutes (node 1 7,200), 30 a second, as every name a dead server leaves unanswered
+  is reported at once and then once per report interval, at each hop it timed out (client, node
+  cache, CoreDNS): a dead server with many names needs one report per interval, its names
+  counted, not one per name.
 
 To measure a change: copy `target/release/dnsloop` aside before it, then run
 `cargo xtask bench --compare COPY` after it. Single runs of the full bench differ by more than
