@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
-    programs::{BtfTracePoint, SchedClassifier, TcAttachType},
+    programs::{BtfTracePoint, Program, SchedClassifier, TcAttachType},
     Btf, Ebpf,
 };
 
@@ -96,15 +96,23 @@ impl Drop for Attached {
     }
 }
 
+/// The reference programs' object, read from `object` and its maps created.
+fn load_object(object: &Path) -> Result<Ebpf> {
+    let bytes = std::fs::read(object).with_context(|| format!("reading {}", object.display()))?;
+    Ebpf::load(&bytes).context("loading the reference programs' object")
+}
+
+/// The reference program `name` of `ebpf`.
+fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Program> {
+    ebpf.program_mut(name)
+        .with_context(|| format!("the reference programs' object has no {name}"))
+}
+
 /// The empty program on the `kfree_skb` tracepoint, attached until the returned object is
 /// dropped. The tracepoint is the whole kernel's: no namespace to enter.
 pub fn attach_on_drops(object: &Path) -> Result<Ebpf> {
-    let bytes = std::fs::read(object).with_context(|| format!("reading {}", object.display()))?;
-    let mut ebpf = Ebpf::load(&bytes).context("loading the reference programs' object")?;
-    let program: &mut BtfTracePoint = ebpf
-        .program_mut(EMPTY_ON_DROPS)
-        .with_context(|| format!("the reference programs' object has no {EMPTY_ON_DROPS}"))?
-        .try_into()?;
+    let mut ebpf = load_object(object)?;
+    let program: &mut BtfTracePoint = program(&mut ebpf, EMPTY_ON_DROPS)?.try_into()?;
     let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
     program
         .load("kfree_skb", &btf)
@@ -117,12 +125,8 @@ pub fn attach_on_drops(object: &Path) -> Result<Ebpf> {
 
 fn load_and_attach(object: &Path, name: &str, netns: &Path) -> Result<Ebpf> {
     namespace::enter(netns)?;
-    let bytes = std::fs::read(object).with_context(|| format!("reading {}", object.display()))?;
-    let mut ebpf = Ebpf::load(&bytes).context("loading the reference programs' object")?;
-    let program: &mut SchedClassifier = ebpf
-        .program_mut(name)
-        .with_context(|| format!("the reference programs' object has no {name}"))?
-        .try_into()?;
+    let mut ebpf = load_object(object)?;
+    let program: &mut SchedClassifier = program(&mut ebpf, name)?.try_into()?;
     program.load().with_context(|| format!("loading {name}"))?;
     for interface in interface_names()? {
         let directions: &[TcAttachType] = if interface == "lo" {
