@@ -338,6 +338,11 @@ impl FrameSpec {
             sport: self.sport,
             dport: self.dport,
             transport: self.transport,
+            l4_offset: self.payload_offset()
+                - match self.transport {
+                    Transport::Udp => 8,
+                    Transport::Tcp => 20 + self.tcp_options.len(),
+                },
             payload_offset: self.payload_offset(),
             payload_len: self.payload.len(),
             declared_payload_len: self.payload.len(),

@@ -18,7 +18,7 @@ use crate::{
         Engine, ServerSummary,
     },
     answered_from::AnsweredFrom,
-    decode::{Decoder, NotDecoded},
+    decode::{Decoder, NotDecoded, ReassemblyCounts},
     enrich::Enricher,
     finding::Finding,
     observation::{DropPlace, DroppedMessage, Observation, Point},
@@ -283,6 +283,8 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
     /// As `tick`, but leaves packet lines in the sink's buffer (findings are always flushed):
     /// for a capture file, read as fast as it can be, where nobody waits on each line.
     pub fn advance(&mut self, now: SystemTime) -> Result<(), PipelineError> {
+        self.decoder.expire(now, &mut self.observations);
+        self.analyze()?;
         self.engine.tick(now, &mut self.findings);
         self.emit()
     }
@@ -292,11 +294,14 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
     /// taken from `servers` when given (the kernel counts every answer; the analyzers see only
     /// what was streamed).
     pub fn finish(
-        self,
+        mut self,
         now: SystemTime,
         servers: Option<Vec<ServerSummary>>,
-        source: impl FnOnce(u64) -> SummarySource,
+        source: impl FnOnce(u64, ReassemblyCounts) -> SummarySource,
     ) -> Result<(), PipelineError> {
+        self.decoder.finish(&mut self.observations);
+        self.analyze()?;
+        let reassembly = self.decoder.reassembly();
         let Self {
             engine,
             mut enricher,
@@ -310,7 +315,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
             summary.servers = servers;
         }
         emit(&mut findings, enricher.as_mut(), sink.as_mut())?;
-        sink.summary(&summary, &source(unplaced_records))
+        sink.summary(&summary, &source(unplaced_records, reassembly))
             .map_err(PipelineError::Write)
     }
 

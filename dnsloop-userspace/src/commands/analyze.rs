@@ -23,7 +23,7 @@ use dnsloop_core::{
     analyzers::{Engine, EngineConfig},
     answered_from::AnsweredFrom,
     bundle,
-    decode::{Decoder, NotDecoded},
+    decode::{Coverage, Decoder, NotDecoded, ReassemblyCounts},
     observation::Point,
     pipeline::Pipeline,
     schema::{
@@ -118,8 +118,8 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<()> {
         eprintln!("dnsloop: warning: {stopped}");
     }
     let mut placement = Placement::new(&surveyed.interfaces, &surveyed.survey, ports);
-    let decoder = Decoder::new(ports);
-    let answered_from = answering_addresses(&args.file, &mut placement, &decoder)?;
+    let answered_from = answering_addresses(&args.file, &mut placement, ports)?;
+    let decoder = Decoder::new(ports, Coverage::EveryPacket);
 
     let node = args
         .node
@@ -173,7 +173,9 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<()> {
         interfaces: file.interfaces(),
         placement: &placement,
     };
-    Ok(pipeline.finish(end, None, |_| capture.extra(&counts))?)
+    Ok(pipeline.finish(end, None, |_, reassembly| {
+        capture.extra(&counts, &reassembly)
+    })?)
 }
 
 /// What the first reading learnt.
@@ -204,8 +206,9 @@ fn survey(path: &Path, ports: &DnsPorts) -> anyhow::Result<Surveyed> {
 fn answering_addresses(
     path: &Path,
     placement: &mut Placement,
-    decoder: &Decoder,
+    ports: DnsPorts,
 ) -> anyhow::Result<AnsweredFrom> {
+    let mut decoder = Decoder::new(ports, Coverage::EveryPacket);
     let mut file = CaptureFile::open(path)?;
     let mut answered_from = AnsweredFrom::default();
     let mut observations = Vec::new();
@@ -225,6 +228,10 @@ fn answering_addresses(
         for observation in observations.drain(..) {
             answered_from.learn(&observation);
         }
+    }
+    decoder.finish(&mut observations);
+    for observation in &observations {
+        answered_from.learn(observation);
     }
     Ok(answered_from)
 }
@@ -281,6 +288,7 @@ struct Counts {
     dns: u64,
     not_dns: u64,
     malformed: BTreeMap<&'static str, u64>,
+    in_reassembly: u64,
     unplaced: u64,
 }
 
@@ -309,6 +317,7 @@ impl Counts {
                 self.dns += 1;
             }
             Err(NotDecoded::NotDns) => self.not_dns += 1,
+            Err(NotDecoded::InReassembly) => self.in_reassembly += 1,
             Err(NotDecoded::Malformed(reason)) => {
                 *self.malformed.entry(reason.as_str()).or_default() += 1
             }
@@ -331,7 +340,7 @@ struct CaptureSummary<'a> {
 impl CaptureSummary<'_> {
     /// The summary's source numbers: in place of the kernel's counters (which a file does not
     /// have), what the file held and how its packets were placed.
-    fn extra(&self, counts: &Counts) -> SummarySource {
+    fn extra(&self, counts: &Counts, reassembly: &ReassemblyCounts) -> SummarySource {
         let interfaces = counts
             .points
             .values()
@@ -367,6 +376,7 @@ impl CaptureSummary<'_> {
                 dns: counts.dns,
                 not_dns: counts.not_dns,
                 malformed: counts.malformed.values().sum::<u64>(),
+                in_reassembly: counts.in_reassembly,
                 unsupported_link: self.skipped,
                 unplaced: counts.unplaced,
             },
@@ -375,6 +385,7 @@ impl CaptureSummary<'_> {
                 .iter()
                 .map(|(&reason, &count)| (reason, count))
                 .collect(),
+            reassembly: Box::new(reassembly.into()),
         })
     }
 }

@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use aya::{maps::MapData, maps::RingBuf, Ebpf};
 use dnsloop_core::{
     analyzers::{Engine, EngineConfig},
-    decode::Decoder,
+    decode::{Coverage, Decoder},
     enrich::Enricher,
     observation::DropPlace,
     pipeline::Pipeline,
@@ -318,10 +318,17 @@ impl Tracer {
             slow: self.config.slow,
             ..EngineConfig::default()
         });
+        // Every packet reaches the analysis only when the kernel streams every one; `--record`
+        // streams the rest for the recorder alone.
+        let coverage = if self.config.programs.stream_every_packet {
+            Coverage::EveryPacket
+        } else {
+            Coverage::Sampled
+        };
         // The enricher is built here, on the node's namespace thread: its conntrack socket
         // stays in that namespace.
         Pipeline::new(
-            Decoder::new(self.dns_ports),
+            Decoder::new(self.dns_ports, coverage),
             engine,
             Enricher::new(),
             sink,
@@ -401,7 +408,7 @@ impl Tracer {
                 .drops
                 .as_ref()
                 .map_or(0, |drops| drops.undecodable_records);
-        pipeline.finish(source.watermark(), Some(servers), |unplaced_records| {
+        pipeline.finish(source.watermark(), Some(servers), |unplaced_records, _| {
             summary::summary_extra(
                 &interfaces,
                 &kernel,

@@ -23,23 +23,23 @@ pub(crate) struct Datagram {
     pub end: usize,
 }
 
-const IPV4_HEADER_LEN: usize = 20;
+pub(super) const IPV4_HEADER_LEN: usize = 20;
 /// Where the source address starts; the destination follows it, in both families.
 const IPV4_ADDRESSES_OFFSET: usize = 12;
 const IPV6_ADDRESSES_OFFSET: usize = 8;
 const IPV4_MIN_IHL: u8 = 5;
-const IPV4_FRAGMENT_OFFSET_MASK: u16 = 0x1fff;
+pub(super) const IPV4_FRAGMENT_OFFSET_MASK: u16 = 0x1fff;
 
-const IPV6_HEADER_LEN: usize = 40;
+pub(super) const IPV6_HEADER_LEN: usize = 40;
 /// Real traffic carries one or two; six covers every legitimate chain (RFC 8200 4.1 order).
-const MAX_EXTENSION_HEADERS: usize = 6;
+pub(super) const MAX_EXTENSION_HEADERS: usize = 6;
 
-const HOP_BY_HOP: u8 = 0;
-const ROUTING: u8 = 43;
-const FRAGMENT: u8 = 44;
+pub(super) const HOP_BY_HOP: u8 = 0;
+pub(super) const ROUTING: u8 = 43;
+pub(super) const FRAGMENT: u8 = 44;
 const AUTHENTICATION: u8 = 51;
-const DESTINATION_OPTIONS: u8 = 60;
-const FRAGMENT_HEADER_LEN: usize = 8;
+pub(super) const DESTINATION_OPTIONS: u8 = 60;
+pub(super) const FRAGMENT_HEADER_LEN: usize = 8;
 
 /// Parses the IP header the link layer pointed at.
 #[inline(always)]

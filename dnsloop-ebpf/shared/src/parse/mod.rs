@@ -12,6 +12,8 @@
 mod bytes;
 mod class;
 mod dns;
+mod encapsulation;
+mod fragment;
 mod framing;
 mod icmp;
 mod ip;
@@ -27,6 +29,8 @@ pub use dns::{
     parse_dns, parse_dns_with, ByteWalk, DnsHeader, DnsSummary, NameWalk, NameWalker, PlainWalk,
     Question, MAX_NAME_LABEL_STEPS,
 };
+pub use encapsulation::{encapsulated_frame, Encapsulated, Encapsulation};
+pub use fragment::{ip_fragment, IpFragment};
 pub use framing::{tcp_framing, udp_message, DnsMessageRef, TcpFraming, MAX_TCP_MESSAGES};
 pub use icmp::Unreachable;
 pub use ip::IpFamily;
@@ -34,7 +38,9 @@ pub use link::LinkLayer;
 pub use message::{Message, DNS_BUF_LEN};
 pub use name_hash::{name_hash, name_hash_fold, NAME_HASH_SEED};
 pub use probe::Probe;
-pub use transport::{DnsPorts, TooManyDnsPorts, Transport, MAX_DNS_PORTS};
+pub use transport::{
+    tcp_position, DnsPorts, TcpPosition, TooManyDnsPorts, Transport, MAX_DNS_PORTS,
+};
 
 use class::Rejected;
 
@@ -50,6 +56,8 @@ pub struct Segment {
     pub sport: u16,
     pub dport: u16,
     pub transport: Transport,
+    /// Absolute offset of the UDP or TCP header.
+    pub l4_offset: usize,
     pub payload_offset: usize,
     /// Payload bytes the packet holds: `declared_payload_len` clamped to the packet's end.
     pub payload_len: usize,
@@ -117,6 +125,7 @@ pub fn refused_query<P: PacketBytes>(
             sport: payload.sport,
             dport: payload.dport,
             transport: Transport::Udp,
+            l4_offset: datagram.l4_offset,
             payload_offset: payload.offset,
             payload_len: payload.len,
             declared_payload_len: payload.declared_len,
@@ -142,6 +151,7 @@ fn dns_segment<P: PacketBytes>(
         sport: payload.sport,
         dport: payload.dport,
         transport: datagram.transport,
+        l4_offset: datagram.l4_offset,
         payload_offset: payload.offset,
         payload_len: payload.len,
         declared_payload_len: payload.declared_len,

@@ -187,6 +187,37 @@ pub(crate) fn parse_transport<P: PacketBytes>(
     })
 }
 
+/// Where a TCP segment lies in its stream, for reassembling the messages that span segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpPosition {
+    /// The sequence number of the segment's first payload byte (of the SYN itself on a SYN).
+    pub seq: u32,
+    pub syn: bool,
+    pub fin: bool,
+    pub rst: bool,
+}
+
+const TCP_SEQ_OFFSET: usize = 4;
+const TCP_FLAGS_OFFSET: usize = 13;
+const TCP_FIN: u8 = 0x01;
+const TCP_SYN: u8 = 0x02;
+const TCP_RST: u8 = 0x04;
+
+/// The stream position of the TCP segment `seg` that `classify` found in `pkt`; `None` for UDP.
+pub fn tcp_position<P: PacketBytes>(pkt: &P, seg: &super::Segment) -> Option<TcpPosition> {
+    if seg.transport != Transport::Tcp {
+        return None;
+    }
+    let seq = pkt.read::<4>(seg.l4_offset + TCP_SEQ_OFFSET)?;
+    let [flags] = pkt.read::<1>(seg.l4_offset + TCP_FLAGS_OFFSET)?;
+    Some(TcpPosition {
+        seq: u32::from_be_bytes(seq),
+        syn: flags & TCP_SYN != 0,
+        fin: flags & TCP_FIN != 0,
+        rst: flags & TCP_RST != 0,
+    })
+}
+
 /// The source and destination ports (the first 4 bytes of UDP and TCP), if either is DNS.
 #[inline(always)]
 fn dns_ports(first_four: [u8; 4], ports: &DnsPorts) -> Result<(u16, u16), Skip> {

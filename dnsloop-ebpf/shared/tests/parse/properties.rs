@@ -7,8 +7,9 @@ use proptest::prelude::*;
 
 use super::common::*;
 use dnsloop_shared::parse::{
-    classify, name_hash, parse_dns, parse_dns_with, tcp_framing, ByteWalk, DnsPorts, LinkLayer,
-    NameWalk, PacketClass, Probe, Segment, SlicePacket, Transport, DNS_BUF_LEN,
+    classify, encapsulated_frame, ip_fragment, name_hash, parse_dns, parse_dns_with, tcp_framing,
+    tcp_position, ByteWalk, DnsPorts, LinkLayer, NameWalk, PacketClass, Probe, Segment,
+    SlicePacket, Transport, DNS_BUF_LEN,
 };
 
 fn link_layer() -> impl Strategy<Value = LinkLayer> {
@@ -41,9 +42,20 @@ fn probe_like_labels() -> impl Strategy<Value = Vec<String>> {
 /// Runs the whole pipeline the way the BPF side does; the only point is not to panic, and to
 /// keep every offset inside the packet.
 fn run_pipeline(frame: &[u8], link: LinkLayer, ports: &DnsPorts) {
+    // What only userspace reads: fragments and tunnels.
+    if let Some(fragment) = ip_fragment(&SlicePacket(frame), link) {
+        assert!(fragment.data_len <= fragment.declared_len);
+        assert!(fragment.data_len == 0 || fragment.data_offset + fragment.data_len <= frame.len());
+    }
+    encapsulated_frame(&SlicePacket(frame), link);
     if let PacketClass::Dns(segment) = classify(&SlicePacket(frame), link, ports) {
         assert!(segment.payload_offset + segment.payload_len <= frame.len());
         assert!(segment.payload_len <= segment.declared_payload_len);
+        assert!(segment.l4_offset < segment.payload_offset);
+        assert_eq!(
+            tcp_position(&SlicePacket(frame), &segment).is_some(),
+            segment.transport == Transport::Tcp
+        );
         for (msg, _) in parse_messages(frame, &segment) {
             assert!(msg.offset >= segment.payload_offset);
             assert!(msg.offset + msg.load_len(&segment) <= frame.len());

@@ -45,8 +45,8 @@ pub use packet::PacketRecord;
 pub use probe::{ProbeRecord, ProbeResult};
 pub use summary::{
     CaptureFileInfo, CaptureFileSummary, CapturePackets, FindingCounts, HopTimes, InterfaceCount,
-    KernelSummary, LookupsSummary, PlacedInterface, ServerAnswers, SummaryRecord, SummarySource,
-    TimeoutCounts,
+    KernelSummary, LookupsSummary, PlacedInterface, ReassemblySummary, ServerAnswers,
+    SummaryRecord, SummarySource, TimeoutCounts,
 };
 pub use timeout::TimeoutRecord;
 pub use timestamp::Timestamp;

@@ -215,6 +215,10 @@ fn json_type(ty: &str, schema: &BTreeMap<String, Item>) -> String {
     {
         return format!("{} or null", json_type(inner, schema));
     }
+    // A box is how Rust holds a large part; JSON sees the part.
+    if let Some(inner) = ty.strip_prefix("Box<").and_then(|ty| ty.strip_suffix('>')) {
+        return json_type(inner, schema);
+    }
     if let Some(inner) = ty.strip_prefix("Vec<").and_then(|ty| ty.strip_suffix('>')) {
         return format!("array of {}", json_type(inner, schema));
     }

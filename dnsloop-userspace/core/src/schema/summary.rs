@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::{Counts, Timestamp};
-use crate::{analyzers, present::mnemonic};
+use crate::{analyzers, decode::ReassemblyCounts, present::mnemonic};
 
 /// The end-of-run summary: the analyzers' numbers, then those of the source the packets came
 /// from (the kernel's counters for `trace`, the file's for `analyze`).
@@ -176,6 +176,43 @@ pub struct CaptureFileSummary {
     pub packets: CapturePackets,
     /// DNS-port packets that could not be parsed, by reason.
     pub malformed: Counts,
+    /// What was put together from more than one packet, or found inside a tunnel.
+    #[serde(default)]
+    pub reassembly: Box<ReassemblySummary>,
+}
+
+/// DNS that spans packets: TCP streams cut into messages, fragmented datagrams put back
+/// together, and frames carried in VXLAN or Geneve.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReassemblySummary {
+    /// DNS messages put together from more than one TCP segment.
+    pub tcp_messages_across_segments: u64,
+    /// TCP segments that came before one they follow, and waited for it.
+    pub tcp_out_of_order: u64,
+    /// TCP segments whose every byte had come before.
+    pub tcp_retransmissions: u64,
+    /// Places where a TCP stream's bytes were never captured.
+    pub tcp_gaps: u64,
+    /// The bytes those places held.
+    pub tcp_bytes_lost: u64,
+    /// DNS messages a gap cut, analysed as far as they were held.
+    pub tcp_messages_cut: u64,
+    /// Bytes passed over after a gap, up to a segment that starts with a whole message: a
+    /// message's middle is never read as a message.
+    pub tcp_bytes_skipped: u64,
+    /// DNS messages begun and never finished when their stream ended or the capture did.
+    pub tcp_messages_unfinished: u64,
+    /// IP fragments read.
+    pub ip_fragments: u64,
+    /// Datagrams put back together from them.
+    pub ip_datagrams_reassembled: u64,
+    /// DNS datagrams some fragment of which was never captured; their first fragment was
+    /// analysed alone.
+    pub ip_datagrams_incomplete: u64,
+    /// The first of those, `source > destination id: bytes held of length`.
+    pub incomplete_datagrams: Vec<String>,
+    /// Packets whose DNS was found inside VXLAN or Geneve.
+    pub encapsulated: u64,
 }
 
 /// Packets counted at one interface in one direction.
@@ -228,10 +265,39 @@ pub struct CapturePackets {
     pub not_dns: u64,
     /// On a DNS port, but could not be parsed.
     pub malformed: u64,
+    /// TCP segments and IP fragments of DNS traffic that completed no message themselves:
+    /// handshakes, acknowledgements, parts of messages or datagrams.
+    #[serde(default)]
+    pub in_reassembly: u64,
     /// On an interface whose link type dnsloop does not read.
     pub unsupported_link: u64,
     /// Not placed on an interface and direction.
     pub unplaced: u64,
+}
+
+impl From<&ReassemblyCounts> for ReassemblySummary {
+    fn from(counts: &ReassemblyCounts) -> Self {
+        let (tcp, ip) = (&counts.tcp, &counts.ip);
+        Self {
+            tcp_messages_across_segments: tcp.messages_across_segments,
+            tcp_out_of_order: tcp.out_of_order,
+            tcp_retransmissions: tcp.retransmissions,
+            tcp_gaps: tcp.gaps,
+            tcp_bytes_lost: tcp.bytes_lost,
+            tcp_messages_cut: tcp.messages_cut,
+            tcp_bytes_skipped: tcp.bytes_skipped,
+            tcp_messages_unfinished: tcp.messages_unfinished,
+            ip_fragments: ip.fragments,
+            ip_datagrams_reassembled: ip.reassembled,
+            ip_datagrams_incomplete: ip.incomplete,
+            incomplete_datagrams: ip
+                .incomplete_named
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            encapsulated: counts.encapsulated,
+        }
+    }
 }
 
 impl SummaryRecord {

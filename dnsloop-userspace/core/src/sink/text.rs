@@ -21,7 +21,9 @@ use crate::{
         hex, mnemonic, probe_name,
         time::{time_of_day, write_time_of_day},
     },
-    schema::{CaptureFileSummary, Counts, InterfaceCount, KernelSummary, SummarySource},
+    schema::{
+        CaptureFileSummary, Counts, InterfaceCount, KernelSummary, ReassemblySummary, SummarySource,
+    },
 };
 
 pub struct TextSink<W> {
@@ -245,15 +247,46 @@ impl<W: Write> TextSink<W> {
         )?;
         let packets = &file.packets;
         self.line(&format!(
-            "packets: read {}, dns {}, not_dns {}, malformed {}, unsupported_link {}, unplaced {}",
+            "packets: read {}, dns {}, not_dns {}, malformed {}, in_reassembly {}, \
+             unsupported_link {}, unplaced {}",
             packets.read,
             packets.dns,
             packets.not_dns,
             packets.malformed,
+            packets.in_reassembly,
             packets.unsupported_link,
             packets.unplaced
         ))?;
-        self.line(&format!("malformed: {}", counts(&file.malformed)))
+        self.line(&format!("malformed: {}", counts(&file.malformed)))?;
+        self.reassembly(&file.reassembly)
+    }
+
+    /// What spanned packets: one line for TCP, one for IP fragments and tunnels, and each
+    /// datagram never completed.
+    fn reassembly(&mut self, reassembly: &ReassemblySummary) -> io::Result<()> {
+        self.line(&format!(
+            "tcp: messages_across_segments {}, out_of_order {}, retransmissions {}, gaps {}, \
+             bytes_lost {}, messages_cut {}, bytes_skipped {}, messages_unfinished {}",
+            reassembly.tcp_messages_across_segments,
+            reassembly.tcp_out_of_order,
+            reassembly.tcp_retransmissions,
+            reassembly.tcp_gaps,
+            reassembly.tcp_bytes_lost,
+            reassembly.tcp_messages_cut,
+            reassembly.tcp_bytes_skipped,
+            reassembly.tcp_messages_unfinished
+        ))?;
+        self.line(&format!(
+            "ip: fragments {}, datagrams_reassembled {}, datagrams_incomplete {}, encapsulated {}",
+            reassembly.ip_fragments,
+            reassembly.ip_datagrams_reassembled,
+            reassembly.ip_datagrams_incomplete,
+            reassembly.encapsulated
+        ))?;
+        for datagram in &reassembly.incomplete_datagrams {
+            self.line(&format!("  incomplete: {datagram}"))?;
+        }
+        Ok(())
     }
 
     fn interfaces(&mut self, interfaces: &[InterfaceCount]) -> io::Result<()> {

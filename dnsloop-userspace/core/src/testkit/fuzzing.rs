@@ -41,7 +41,7 @@ use dnsloop_shared::{
 
 use crate::{
     analyzers::{Engine, EngineConfig},
-    decode::Decoder,
+    decode::{Coverage, Decoder},
     observation::{Namespace, Point},
     pipeline::Pipeline,
     points::{InterfaceRef, LinkDescription, LinkPoints, Role, Seen, NODE},
@@ -262,7 +262,7 @@ fn run(input: &[u8], format: OutputFormat) -> Vec<u8> {
     let links = links();
     let mut out = Vec::new();
     let mut pipeline = Pipeline::without_enrichment(
-        Decoder::new(DnsPorts::new(&[53])),
+        Decoder::new(DnsPorts::new(&[53]), Coverage::EveryPacket),
         Engine::new(EngineConfig::default()),
         sink::for_format(format, &sink::NodeName::new("fuzz-node"), &mut out),
         true,
@@ -291,7 +291,7 @@ fn run(input: &[u8], format: OutputFormat) -> Vec<u8> {
         end = end.max(packet.ts);
     }
     pipeline
-        .finish(end, None, |unplaced| {
+        .finish(end, None, |unplaced, _| {
             SummarySource::CaptureFile(CaptureFileSummary {
                 packets: CapturePackets {
                     unplaced,

@@ -50,10 +50,22 @@ pub fn capture_file_numbers() -> SummarySource {
             dns: 4,
             not_dns: 5,
             malformed: 1,
+            in_reassembly: 3,
             unsupported_link: 0,
             unplaced: 0,
         },
         malformed: [("bad_ihl", 1)].into_iter().collect(),
+        reassembly: Box::new(ReassemblySummary {
+            tcp_messages_across_segments: 2,
+            tcp_gaps: 1,
+            tcp_bytes_lost: 40,
+            ip_fragments: 2,
+            ip_datagrams_incomplete: 1,
+            incomplete_datagrams: vec![
+                "10.96.0.10 > 10.244.1.5 id 0x1a2b: 1480 bytes of 2960".into()
+            ],
+            ..ReassemblySummary::default()
+        }),
     })
 }
 

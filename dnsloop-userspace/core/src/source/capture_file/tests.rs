@@ -189,7 +189,8 @@ fn every_link_type_reads_as_the_same_dns_packet() {
         (DataLink::NULL, loopback, LinkLayer::RawIp),
         (DataLink::LOOP, bsd_loop, LinkLayer::RawIp),
     ];
-    let decoder = crate::decode::Decoder::new(DnsPorts::new(&DNS));
+    let mut decoder =
+        crate::decode::Decoder::new(DnsPorts::new(&DNS), crate::decode::Coverage::EveryPacket);
     for (datalink, frame, layer) in cases {
         let capture = file(&pcap(datalink, TsResolution::MicroSecond, &[(5, frame)]));
         let placed = placed(capture.path());

@@ -1,0 +1,691 @@
+//! The decoder: captured packets in, one observation per DNS message out.
+//!
+//! The headers are walked by the same `no_std` parser the kernel programs run, so a packet means
+//! the same thing in `trace` and in `analyze`. Around it, the decoder keeps what spans packets:
+//! TCP streams cut into messages ([`tcp_streams`]), fragmented datagrams put back together
+//! ([`ip_fragments`]), and the frames VXLAN and Geneve carry. The DNS message itself is decoded
+//! with hickory-proto; when it cannot be (cut by the snap length, or malformed past the
+//! question), the shared parser's reading of the header and first question is used instead.
+mod ip_fragments;
+mod tcp_streams;
+
+use std::{net::SocketAddr, sync::Arc, time::SystemTime};
+
+use dnsloop_shared::parse::{
+    classify, encapsulated_frame, ip_fragment, parse_dns, refused_query, tcp_framing, tcp_position,
+    udp_message, DnsMessageRef, DnsPorts, IpFamily, LinkLayer, Malformed, PacketClass, Segment,
+    Skip, SlicePacket, Unreachable, DNS_BUF_LEN,
+};
+use dnsloop_shared::point::Direction;
+use hickory_proto::{op::Message, serialize::binary::BinDecodable};
+
+pub use self::ip_fragments::{FragmentCounts, IncompleteDatagram, FRAGMENT_WAIT};
+pub use self::tcp_streams::StreamCounts;
+use self::{
+    ip_fragments::{FirstFragment, Fragment, IpFragments},
+    tcp_streams::{StreamKey, StreamMessage, TcpSegment, TcpStreams},
+};
+use crate::{
+    observation::{
+        DnsName, DropCause, DropPlace, DroppedMessage, Observation, Point, Question, Transport,
+    },
+    points::Seen,
+    source::{socket_addr, DroppedPacket, MatchedQuery, PriorSighting, RawPacket, UnansweredQuery},
+};
+
+/// The kernel's drop reason for what an ICMP destination unreachable sends back.
+fn drop_reason(why: Unreachable) -> &'static str {
+    match why {
+        Unreachable::Port => "NO_SOCKET",
+        Unreachable::Host => "NEIGH_FAILED",
+    }
+}
+
+/// Offset of the question section in a DNS message.
+const QUESTION_OFFSET: usize = 12;
+
+/// Why a packet yielded no observation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotDecoded {
+    /// Not DNS on a watched port (ARP, other traffic, a non-first fragment).
+    NotDns,
+    /// Seen on an interface the caller cannot place (one that has just gone away).
+    Unplaced,
+    Malformed(Malformed),
+    /// A TCP segment or IP fragment of DNS traffic that completed no message itself: a
+    /// handshake, an acknowledgement, or part of a message or datagram.
+    InReassembly,
+}
+
+/// A malformed packet, as a sample of what the counted ones look like.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MalformedSample {
+    pub ts: SystemTime,
+    pub ifname: Arc<str>,
+    pub direction: Direction,
+    pub reason: Malformed,
+    /// When the headers up to the transport parsed: who sent it, to whom.
+    pub addresses: Option<(SocketAddr, SocketAddr)>,
+    /// The first bytes of the frame, for a person to read.
+    pub head: bytes::Bytes,
+}
+
+/// Bytes of a malformed packet a sample shows.
+const SAMPLE_HEAD: usize = 96;
+
+/// How much of each TCP stream the decoder is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coverage {
+    /// Every packet at the points it watches (a capture, `trace --packets`): a segment that
+    /// comes early waits for the ones before it, and what never comes is counted as lost.
+    EveryPacket,
+    /// Only the packets worth streaming (`trace` by default): a stream's other segments are
+    /// missing by design, so a segment is read at once, from its start, if it starts with a
+    /// message.
+    Sampled,
+}
+
+pub struct Decoder {
+    ports: DnsPorts,
+    streams: TcpStreams<StreamContext>,
+    fragments: IpFragments<Point>,
+    /// Packets whose DNS was found inside VXLAN or Geneve.
+    encapsulated: u64,
+}
+
+/// What reassembly and decapsulation met, over a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReassemblyCounts {
+    pub tcp: StreamCounts,
+    pub ip: FragmentCounts,
+    /// Packets whose DNS was found inside VXLAN or Geneve.
+    pub encapsulated: u64,
+}
+
+/// Tunnels looked into per packet: a frame in a frame (VXLAN inside VXLAN) is real, deeper is
+/// not worth the walk.
+const MAX_ENCAPSULATION: usize = 2;
+
+impl Decoder {
+    /// A decoder of the packets on `ports`, given `coverage` of each TCP stream.
+    pub fn new(ports: DnsPorts, coverage: Coverage) -> Self {
+        Self {
+            ports,
+            streams: TcpStreams::new(coverage == Coverage::EveryPacket),
+            fragments: IpFragments::default(),
+            encapsulated: 0,
+        }
+    }
+
+    pub fn reassembly(&self) -> ReassemblyCounts {
+        ReassemblyCounts {
+            tcp: self.streams.counts(),
+            ip: self.fragments.counts().clone(),
+            encapsulated: self.encapsulated,
+        }
+    }
+
+    /// Appends an observation to `out` for each DNS message in `packet`, at the point
+    /// `point_of` places where it was seen. Queries the kernel counted but did not
+    /// stream, and that the packet's record describes, come first, rebuilt at their own points:
+    /// the query a reply from an unexpected source answers, and the sighting before the query
+    /// that made its question hot. The analyzers then judge the packet as from a capture.
+    ///
+    /// A message may end in a later packet (TCP, IP fragments): it comes out with that one.
+    pub fn decode<'p>(
+        &mut self,
+        packet: &RawPacket,
+        point_of: impl Fn(Seen) -> Option<&'p Point>,
+        out: &mut Vec<Observation>,
+    ) -> Result<(), NotDecoded> {
+        let point = point_of(packet.seen).ok_or(NotDecoded::Unplaced)?;
+        let matched = packet.matched_query.and_then(|query| {
+            let point = point_of(Seen {
+                interface: packet.seen.interface,
+                direction: query.direction,
+                via_gateway: query.via_gateway,
+            })?;
+            Some((query, point))
+        });
+        let priors = packet
+            .priors
+            .iter()
+            .filter_map(|prior| Some((*prior, point_of(prior.seen)?)))
+            .collect();
+        let mut found = Found::new(out, Recalled { matched, priors });
+        let at = At {
+            seen: packet.seen,
+            ts: packet.ts,
+            point,
+        };
+        let mut let_go = Vec::new();
+        self.decode_frame(
+            &packet.bytes,
+            packet.link_layer,
+            &at,
+            &mut found,
+            &mut let_go,
+            0,
+        );
+        let outcome = found.outcome();
+        self.decode_let_go(let_go, out);
+        outcome
+    }
+
+    /// Time has reached `now`: gives what waited in vain for the rest of a stream or a
+    /// datagram, as far as it was held.
+    pub fn expire(&mut self, now: SystemTime, out: &mut Vec<Observation>) {
+        let mut found = Found::new(out, Recalled::default());
+        self.streams.expire(now, &mut |context, message| {
+            found.stream_message(context, message)
+        });
+        let mut let_go = Vec::new();
+        self.fragments.expire(now, &mut |first| let_go.push(first));
+        self.decode_let_go(let_go, out);
+    }
+
+    /// The input ended: gives everything still waiting, as far as it was held.
+    pub fn finish(&mut self, out: &mut Vec<Observation>) {
+        let mut found = Found::new(out, Recalled::default());
+        self.streams
+            .finish(&mut |context, message| found.stream_message(context, message));
+        let mut let_go = Vec::new();
+        self.fragments.finish(&mut |first| let_go.push(first));
+        self.decode_let_go(let_go, out);
+    }
+
+    /// Decodes the frame `bytes`, with link layer `link`, seen as `at` says; `depth` tunnels
+    /// deep. First fragments of datagrams let go to make room go to `let_go`.
+    fn decode_frame(
+        &mut self,
+        bytes: &[u8],
+        link: LinkLayer,
+        at: &At,
+        found: &mut Found,
+        let_go: &mut Vec<FirstFragment<Point>>,
+        depth: usize,
+    ) {
+        let packet = SlicePacket(bytes);
+        let fragment = |fields, first_dns| Fragment {
+            seen: at.seen,
+            ts: at.ts,
+            fields,
+            frame: bytes,
+            first_dns,
+        };
+        match classify(&packet, link, &self.ports) {
+            PacketClass::Dns(segment) => {
+                // A first fragment of a DNS datagram: read whole once the rest comes.
+                if segment.payload_len < segment.declared_payload_len {
+                    if let Some(fields) = ip_fragment(&packet, link) {
+                        let first = fragment(&fields, Some((at.point.clone(), link)));
+                        return self.reassemble(first, at, found, let_go, depth);
+                    }
+                }
+                self.decode_segment(bytes, &segment, at, found);
+            }
+            PacketClass::Skip(Skip::NonFirstFragment) => {
+                if let Some(fields) = ip_fragment(&packet, link) {
+                    self.reassemble(fragment(&fields, None), at, found, let_go, depth);
+                }
+            }
+            PacketClass::Skip(Skip::NotDnsPort) if depth < MAX_ENCAPSULATION => {
+                let Some(inner) = encapsulated_frame(&packet, link) else {
+                    return;
+                };
+                let end = inner.frame_end.min(bytes.len());
+                if let Some(frame) = bytes.get(inner.frame_offset..end) {
+                    let before = found.messages();
+                    self.decode_frame(frame, LinkLayer::Ethernet, at, found, let_go, depth + 1);
+                    if found.messages() > before {
+                        self.encapsulated += 1;
+                    }
+                }
+            }
+            PacketClass::Skip(_) | PacketClass::DnsPortUnreachable => {}
+            PacketClass::Malformed(reason) => found.error(reason),
+        }
+    }
+
+    /// Takes `fragment` into its datagram, and decodes the datagram if it is now whole.
+    fn reassemble(
+        &mut self,
+        fragment: Fragment<Point>,
+        at: &At,
+        found: &mut Found,
+        let_go: &mut Vec<FirstFragment<Point>>,
+        depth: usize,
+    ) {
+        match self
+            .fragments
+            .add(fragment, &mut |first| let_go.push(first))
+        {
+            Some(datagram) => {
+                self.decode_frame(&datagram, LinkLayer::RawIp, at, found, let_go, depth)
+            }
+            None => found.held = true,
+        }
+    }
+
+    /// Decodes, alone, the first fragments of datagrams never completed: the header and
+    /// question they hold were sent.
+    fn decode_let_go(&mut self, let_go: Vec<FirstFragment<Point>>, out: &mut Vec<Observation>) {
+        let mut found = Found::new(out, Recalled::default());
+        for first in let_go {
+            let PacketClass::Dns(segment) =
+                classify(&SlicePacket(&first.frame), first.link, &self.ports)
+            else {
+                continue;
+            };
+            let at = At {
+                seen: first.seen,
+                ts: first.ts,
+                point: &first.context,
+            };
+            if segment.transport == Transport::Udp {
+                self.decode_segment(&first.frame, &segment, &at, &mut found);
+            }
+        }
+    }
+
+    /// Decodes the messages of the UDP or TCP `segment` in `bytes`.
+    fn decode_segment(&mut self, bytes: &[u8], segment: &Segment, at: &At, found: &mut Found) {
+        let src = socket_addr(segment.family, &segment.src, segment.sport);
+        let dst = socket_addr(segment.family, &segment.dst, segment.dport);
+        let route = Route {
+            transport: segment.transport,
+            family: segment.family,
+            src,
+            dst,
+        };
+        match segment.transport {
+            Transport::Udp => {
+                let message = udp_message(segment);
+                if let Some(held) = message_bytes(bytes, segment, &message) {
+                    found.message(at.ts, at.point, &route, held, message.len);
+                }
+            }
+            Transport::Tcp => {
+                let Some(position) = tcp_position(&SlicePacket(bytes), segment) else {
+                    return found.error(Malformed::TruncatedL4);
+                };
+                let data = bytes
+                    .get(segment.payload_offset..segment.payload_offset + segment.payload_len)
+                    .unwrap_or_default();
+                let tcp_segment = TcpSegment {
+                    position,
+                    data,
+                    cut: segment.declared_payload_len - segment.payload_len,
+                    ts: at.ts,
+                };
+                let key = StreamKey {
+                    seen: at.seen,
+                    src,
+                    dst,
+                };
+                let before = found.messages();
+                self.streams.segment(
+                    key,
+                    || StreamContext {
+                        point: at.point.clone(),
+                        route,
+                    },
+                    &tcp_segment,
+                    &mut |context, message| found.stream_message(context, message),
+                );
+                if found.messages() == before {
+                    found.held = true;
+                }
+            }
+        }
+    }
+
+    /// A sample of `packet`, found malformed for `reason` and seen at `point`.
+    pub fn malformed_sample(
+        &self,
+        packet: &RawPacket,
+        point: &Point,
+        reason: Malformed,
+    ) -> MalformedSample {
+        let addresses = match classify(&SlicePacket(&packet.bytes), packet.link_layer, &self.ports)
+        {
+            PacketClass::Dns(segment) => Some((
+                socket_addr(segment.family, &segment.src, segment.sport),
+                socket_addr(segment.family, &segment.dst, segment.dport),
+            )),
+            _ => None,
+        };
+        MalformedSample {
+            ts: packet.ts,
+            ifname: point.ifname.clone(),
+            direction: point.direction,
+            reason,
+            addresses,
+            // A copy, not a slice: the packet's bytes may share an allocation with many others
+            // (see `source::ringbuf`), which a kept sample would hold on to.
+            head: bytes::Bytes::copy_from_slice(
+                &packet.bytes[..packet.bytes.len().min(SAMPLE_HEAD)],
+            ),
+        }
+    }
+
+    /// The first DNS message of `packet`, which the kernel dropped at `place`: `None` when it
+    /// holds none that decodes (the kernel filtered on ports alone).
+    pub fn decode_drop(&self, packet: &DroppedPacket, place: DropPlace) -> Option<DroppedMessage> {
+        let bytes = SlicePacket(&packet.bytes);
+        let PacketClass::Dns(segment) = classify(&bytes, LinkLayer::RawIp, &self.ports) else {
+            return None;
+        };
+        let message = match segment.transport {
+            Transport::Udp => udp_message(&segment),
+            Transport::Tcp => *tcp_framing(&bytes, &segment).messages().next()?,
+        };
+        let decoded = decode_message(message_bytes(&packet.bytes, &segment, &message)?).ok()?;
+        Some(DroppedMessage {
+            ts: packet.ts,
+            cause: DropCause {
+                reason: packet.reason.clone(),
+                location: packet.location.clone(),
+                place,
+            },
+            transport: segment.transport,
+            src: socket_addr(segment.family, &segment.src, segment.sport),
+            dst: socket_addr(segment.family, &segment.dst, segment.dport),
+            id: decoded.id,
+            is_response: decoded.is_response,
+            question: decoded.question,
+        })
+    }
+
+    /// The query that `packet`, seen at `point`, sends back in an ICMP port or host unreachable:
+    /// a drop of it in the namespace the ICMP leaves, as the kernel would report it
+    /// (`NO_SOCKET`: nothing listens on its port; `NEIGH_FAILED`: no neighbour answered for
+    /// its destination). A capture shows no drops but these.
+    pub fn decode_refusal(&self, packet: &RawPacket, point: &Point) -> Option<DroppedMessage> {
+        let bytes = SlicePacket(&packet.bytes);
+        let refused = refused_query(&bytes, packet.link_layer, &self.ports)?;
+        let query = refused.query;
+        let message = udp_message(&query);
+        let decoded = decode_message(message_bytes(&packet.bytes, &query, &message)?).ok()?;
+        Some(DroppedMessage {
+            ts: packet.ts,
+            cause: DropCause {
+                reason: drop_reason(refused.why).into(),
+                location: None,
+                place: DropPlace {
+                    namespace: point.leaves.clone(),
+                    device: Some(point.ifname.clone()),
+                },
+            },
+            transport: Transport::Udp,
+            src: socket_addr(query.family, &query.src, query.sport),
+            dst: socket_addr(query.family, &query.dst, query.dport),
+            id: decoded.id,
+            is_response: decoded.is_response,
+            question: decoded.question,
+        })
+    }
+
+    /// The observation of a query no answer reached, as the kernel's query table held it: its
+    /// first sighting, at the point `point_of` places it (`None` if it places it nowhere).
+    pub fn decode_unanswered<'p>(
+        &self,
+        query: &UnansweredQuery,
+        point_of: impl Fn(Seen) -> Option<&'p Point>,
+    ) -> Option<Observation> {
+        let point = point_of(query.seen)?;
+        Some(Observation {
+            ts: query.at,
+            point: point.clone(),
+            transport: if query.tcp {
+                Transport::Tcp
+            } else {
+                Transport::Udp
+            },
+            src: query.client,
+            dst: query.server,
+            id: query.id,
+            is_response: false,
+            opcode: 0,
+            rcode: 0,
+            question: Some(Question {
+                name: query.name.clone(),
+                qtype: query.qtype,
+                qclass: query.qclass,
+            }),
+            probe: dnsloop_shared::parse::Probe::None,
+            // The table keeps the question, not the message.
+            size: 0,
+            partial: false,
+            recalled: true,
+            to_own_address: None,
+        })
+    }
+}
+
+/// Where and when the packet being decoded was seen.
+struct At<'p> {
+    seen: Seen,
+    ts: SystemTime,
+    point: &'p Point,
+}
+
+/// Who sent a message to whom, over what.
+#[derive(Clone, Copy)]
+struct Route {
+    transport: Transport,
+    family: IpFamily,
+    src: SocketAddr,
+    dst: SocketAddr,
+}
+
+/// What the messages of a TCP stream are reported with.
+struct StreamContext {
+    point: Point,
+    route: Route,
+}
+
+/// What the kernel's record of a packet recalls besides the packet: the query a reply or retry
+/// matched, and the sightings before a query that made its question hot, each with its point.
+#[derive(Default)]
+struct Recalled<'p> {
+    matched: Option<(MatchedQuery, &'p Point)>,
+    priors: Vec<(PriorSighting, &'p Point)>,
+}
+
+/// The observations one packet (or one expiry) yields, and why it yielded none.
+struct Found<'o, 'p> {
+    out: &'o mut Vec<Observation>,
+    before: usize,
+    recalled: Recalled<'p>,
+    first_error: Option<Malformed>,
+    /// Part of a stream or a datagram that is still being put together.
+    held: bool,
+}
+
+impl<'o, 'p> Found<'o, 'p> {
+    fn new(out: &'o mut Vec<Observation>, recalled: Recalled<'p>) -> Self {
+        Self {
+            before: out.len(),
+            out,
+            recalled,
+            first_error: None,
+            held: false,
+        }
+    }
+
+    fn messages(&self) -> usize {
+        self.out.len() - self.before
+    }
+
+    fn error(&mut self, reason: Malformed) {
+        self.first_error.get_or_insert(reason);
+    }
+
+    fn stream_message(&mut self, context: &StreamContext, message: StreamMessage) {
+        self.message(
+            message.ts,
+            &context.point,
+            &context.route,
+            message.bytes,
+            message.len,
+        );
+    }
+
+    /// The message `held` (of `len` bytes, as its framing declares), seen at `point` at `ts`.
+    fn message(&mut self, ts: SystemTime, point: &Point, route: &Route, held: &[u8], len: usize) {
+        let decoded = match decode_message(held) {
+            Ok(decoded) => decoded,
+            Err(reason) => return self.error(reason),
+        };
+        let observation = Observation {
+            ts,
+            point: point.clone(),
+            transport: route.transport,
+            src: route.src,
+            dst: route.dst,
+            id: decoded.id,
+            is_response: decoded.is_response,
+            opcode: decoded.opcode,
+            rcode: decoded.rcode,
+            question: decoded.question,
+            probe: decoded.probe,
+            size: len,
+            partial: false,
+            recalled: false,
+            to_own_address: None,
+        };
+        if let Some((query, query_point)) = &self.recalled.matched {
+            self.out.push(matched_query(
+                &observation,
+                query,
+                route.family,
+                query_point,
+            ));
+        }
+        for (prior, prior_point) in &self.recalled.priors {
+            self.out
+                .push(prior_sighting(&observation, prior, prior_point));
+        }
+        self.out.push(observation);
+    }
+
+    fn outcome(&self) -> Result<(), NotDecoded> {
+        if self.messages() > 0 {
+            Ok(())
+        } else if let Some(reason) = self.first_error {
+            Err(NotDecoded::Malformed(reason))
+        } else if self.held {
+            Err(NotDecoded::InReassembly)
+        } else {
+            Err(NotDecoded::NotDns)
+        }
+    }
+}
+
+/// The first sending of the query `seen` answers (a reply) or repeats (a retry), as the kernel
+/// remembered it: `seen`'s question and id, sent by its client to the server the client chose.
+fn matched_query(
+    seen: &Observation,
+    query: &MatchedQuery,
+    family: IpFamily,
+    point: &Point,
+) -> Observation {
+    let client = if seen.is_response { seen.dst } else { seen.src };
+    Observation {
+        ts: query.at,
+        point: point.clone(),
+        src: client,
+        dst: socket_addr(family, &query.server, query.server_port),
+        is_response: false,
+        rcode: 0,
+        ..seen.clone()
+    }
+}
+
+/// The query seen before `query` made its question hot: `query`'s question, asked by the
+/// sighting's own addresses and id.
+fn prior_sighting(query: &Observation, prior: &PriorSighting, point: &Point) -> Observation {
+    Observation {
+        ts: prior.at,
+        point: point.clone(),
+        transport: if prior.tcp {
+            Transport::Tcp
+        } else {
+            Transport::Udp
+        },
+        src: prior.src,
+        dst: prior.dst,
+        id: prior.id,
+        partial: true,
+        ..query.clone()
+    }
+}
+
+/// The part of `message` the capture holds.
+fn message_bytes<'a>(
+    packet: &'a [u8],
+    segment: &Segment,
+    message: &DnsMessageRef,
+) -> Option<&'a [u8]> {
+    let held_end = (segment.payload_offset + segment.payload_len).min(packet.len());
+    let end = (message.offset + message.len).min(held_end);
+    packet.get(message.offset..end)
+}
+
+struct DecodedMessage {
+    id: u16,
+    is_response: bool,
+    opcode: u8,
+    rcode: u16,
+    question: Option<Question>,
+    probe: dnsloop_shared::parse::Probe,
+}
+
+fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
+    // The shared parser reads the header and first question, and recognises probes, even in a
+    // message cut short; hickory then refines what only a full decode knows (EDNS rcode bits).
+    let mut buffer = [0u8; DNS_BUF_LEN];
+    let held = bytes.len().min(DNS_BUF_LEN);
+    buffer[..held].copy_from_slice(&bytes[..held]);
+    let summary = parse_dns(&buffer, held)?;
+    let question = match summary.question {
+        Some(question) => {
+            let name_end = QUESTION_OFFSET + usize::from(question.name_len);
+            let name = bytes
+                .get(QUESTION_OFFSET..name_end)
+                .and_then(DnsName::from_wire)
+                .ok_or(Malformed::DnsTruncatedQuestion)?;
+            Some(Question {
+                name,
+                qtype: question.qtype,
+                qclass: question.qclass,
+            })
+        }
+        None => None,
+    };
+    // Only a reply's OPT record (in the additional section) can extend its rcode: every other
+    // message is not decoded a second time.
+    let header_rcode = u16::from(summary.header.rcode());
+    let rcode = if summary.header.qr() && summary.header.arcount > 0 {
+        Message::from_bytes(bytes)
+            .map(|message| u16::from(message.response_code))
+            .unwrap_or(header_rcode)
+    } else {
+        header_rcode
+    };
+    Ok(DecodedMessage {
+        id: summary.header.id,
+        is_response: summary.header.qr(),
+        opcode: summary.header.opcode(),
+        rcode,
+        question,
+        probe: summary
+            .question
+            .map(|question| question.probe)
+            .unwrap_or(dnsloop_shared::parse::Probe::None),
+    })
+}
+
+#[cfg(test)]
+mod tests;

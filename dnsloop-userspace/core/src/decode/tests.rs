@@ -1,0 +1,266 @@
+//! The decoder on what spans packets or hides inside them: fragmented datagrams, TCP streams
+//! cut anywhere, and frames carried in VXLAN or Geneve.
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use dnsloop_frames::{dns_query, link_header, tcp_stream, FrameSpec, QTYPE_A};
+use dnsloop_shared::{
+    parse::{DnsPorts, LinkLayer, Transport},
+    point::Direction,
+};
+
+use super::*;
+use crate::{
+    observation::Point,
+    points::{InterfaceRef, Seen},
+    source::RawPacket,
+};
+
+fn at(millis: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(millis)
+}
+
+fn seen() -> Seen {
+    Seen {
+        interface: InterfaceRef {
+            netns_cookie: 0,
+            ifindex: 2,
+        },
+        direction: Direction::Ingress,
+        via_gateway: false,
+    }
+}
+
+fn point() -> Point {
+    Point {
+        ifname: Arc::from("eth0"),
+        direction: Direction::Ingress,
+        leaves: None,
+        enters: None,
+    }
+}
+
+fn packet(millis: u64, link: LinkLayer, bytes: Vec<u8>) -> RawPacket {
+    RawPacket {
+        ts: at(millis),
+        seen: seen(),
+        link_layer: link,
+        bytes: bytes.into(),
+        matched_query: None,
+        priors: Vec::new(),
+        recorder_only: false,
+    }
+}
+
+fn decoder() -> Decoder {
+    Decoder::new(DnsPorts::new(&[53]), Coverage::EveryPacket)
+}
+
+/// Decodes `packets` in order, then ends the input; returns every observation and each
+/// packet's outcome.
+fn decode_all(
+    decoder: &mut Decoder,
+    packets: &[RawPacket],
+) -> (Vec<Observation>, Vec<Result<(), NotDecoded>>) {
+    let point = point();
+    let mut out = Vec::new();
+    let outcomes = packets
+        .iter()
+        .map(|packet| decoder.decode(packet, |_| Some(&point), &mut out))
+        .collect();
+    decoder.finish(&mut out);
+    (out, outcomes)
+}
+
+/// A query padded past any MTU: the header and question, then `padding` bytes the question
+/// does not claim (the shared parser reads the header and question; nothing else is needed).
+fn large_query(id: u16, padding: usize) -> Vec<u8> {
+    let mut message = dns_query(id, "big.example.test", QTYPE_A);
+    message.resize(message.len() + padding, 0xaa);
+    message
+}
+
+/// `ip`, an IPv4 packet with a 20-byte header, as Ethernet frames of fragments holding
+/// `chunk` bytes of its payload each (a multiple of 8).
+fn ipv4_fragments(ip: &[u8], chunk: usize) -> Vec<Vec<u8>> {
+    let (header, payload) = ip.split_at(20);
+    payload
+        .chunks(chunk)
+        .enumerate()
+        .map(|(index, data)| {
+            let offset = index * chunk;
+            let more = offset + data.len() < payload.len();
+            let mut fragment = header.to_vec();
+            let total = u16::try_from(20 + data.len()).unwrap();
+            fragment[2..4].copy_from_slice(&total.to_be_bytes());
+            let field = u16::try_from(offset / 8).unwrap() | if more { 0x2000 } else { 0 };
+            fragment[6..8].copy_from_slice(&field.to_be_bytes());
+            fragment.extend_from_slice(data);
+            let mut frame = link_header(LinkLayer::Ethernet, 0, 0x0800);
+            frame.extend_from_slice(&fragment);
+            frame
+        })
+        .collect()
+}
+
+/// `ip`, an IPv6 packet with no extension header, as Ethernet frames of fragments.
+fn ipv6_fragments(ip: &[u8], chunk: usize) -> Vec<Vec<u8>> {
+    let (header, payload) = ip.split_at(40);
+    let protocol = header[6];
+    payload
+        .chunks(chunk)
+        .enumerate()
+        .map(|(index, data)| {
+            let offset = index * chunk;
+            let more = offset + data.len() < payload.len();
+            let mut fragment = header.to_vec();
+            fragment[4..6].copy_from_slice(&u16::try_from(8 + data.len()).unwrap().to_be_bytes());
+            fragment[6] = 44;
+            let field = u16::try_from(offset).unwrap() | u16::from(more);
+            fragment.extend_from_slice(&[protocol, 0]);
+            fragment.extend_from_slice(&field.to_be_bytes());
+            fragment.extend_from_slice(&0x0bad_cafe_u32.to_be_bytes());
+            fragment.extend_from_slice(data);
+            let mut frame = link_header(LinkLayer::Ethernet, 0, 0x86dd);
+            frame.extend_from_slice(&fragment);
+            frame
+        })
+        .collect()
+}
+
+#[test]
+fn fragmented_datagrams_are_read_whole_in_any_order() {
+    for ipv6 in [false, true] {
+        let mut spec = FrameSpec {
+            payload: large_query(0x4242, 3000),
+            ..FrameSpec::default()
+        };
+        if ipv6 {
+            spec = spec.ipv6();
+        }
+        let ip = spec.ip_packet();
+        let mut fragments = if ipv6 {
+            ipv6_fragments(&ip, 1448)
+        } else {
+            ipv4_fragments(&ip, 1480)
+        };
+        assert_eq!(fragments.len(), 3);
+        // The last fragment first, as a reordering path may deliver them.
+        fragments.rotate_right(1);
+        let packets: Vec<RawPacket> = fragments
+            .into_iter()
+            .enumerate()
+            .map(|(index, frame)| packet(index as u64, LinkLayer::Ethernet, frame))
+            .collect();
+        let mut decoder = decoder();
+        let (observations, outcomes) = decode_all(&mut decoder, &packets);
+        assert_eq!(observations.len(), 1, "ipv6: {ipv6}");
+        let query = &observations[0];
+        assert_eq!(query.id, 0x4242);
+        assert_eq!(query.size, large_query(0x4242, 3000).len());
+        assert_eq!(query.ts, at(2), "read at its last fragment");
+        assert_eq!(
+            outcomes,
+            vec![
+                Err(NotDecoded::InReassembly),
+                Err(NotDecoded::InReassembly),
+                Ok(())
+            ]
+        );
+        let counts = decoder.reassembly().ip;
+        assert_eq!((counts.fragments, counts.reassembled), (3, 1));
+        assert_eq!(counts.incomplete, 0);
+    }
+}
+
+#[test]
+fn a_first_fragment_whose_rest_never_comes_is_named_and_read_alone() {
+    let ip = FrameSpec {
+        payload: large_query(0x0707, 2000),
+        ..FrameSpec::default()
+    }
+    .ip_packet();
+    let first = ipv4_fragments(&ip, 1480).remove(0);
+    let mut decoder = decoder();
+    let point = point();
+    let mut out = Vec::new();
+    let outcome = decoder.decode(
+        &packet(0, LinkLayer::Ethernet, first),
+        |_| Some(&point),
+        &mut out,
+    );
+    assert_eq!(outcome, Err(NotDecoded::InReassembly));
+    decoder.expire(at(500), &mut out);
+    assert!(out.is_empty(), "the rest may still come");
+    decoder.expire(at(1000) + FRAGMENT_WAIT, &mut out);
+    assert_eq!(out.len(), 1, "the header and question it holds were sent");
+    assert_eq!((out[0].id, out[0].ts), (0x0707, at(0)));
+    let counts = decoder.reassembly().ip;
+    assert_eq!(counts.incomplete, 1);
+    assert_eq!(
+        counts.incomplete_named[0].to_string(),
+        format!("10.0.0.1 > 10.96.0.10 id 0xabcd: 1480 bytes (the last fragment never came)")
+    );
+}
+
+#[test]
+fn dns_inside_vxlan_and_geneve_is_read() {
+    let inner = FrameSpec::default().build();
+    let vxlan = [0x08, 0, 0, 0, 0, 0, 42, 0];
+    let geneve = [0x00, 0, 0x65, 0x58, 0, 0, 42, 0];
+    for (port, header) in [(4789, vxlan), (8472, vxlan), (6081, geneve)] {
+        let mut payload = header.to_vec();
+        payload.extend_from_slice(&inner);
+        let outer = FrameSpec {
+            src: "192.168.0.2".parse().unwrap(),
+            dst: "192.168.0.3".parse().unwrap(),
+            sport: 51000,
+            dport: port,
+            payload,
+            ..FrameSpec::default()
+        }
+        .build();
+        let mut decoder = decoder();
+        let (observations, _) = decode_all(&mut decoder, &[packet(0, LinkLayer::Ethernet, outer)]);
+        assert_eq!(observations.len(), 1, "port {port}");
+        assert_eq!(observations[0].src.to_string(), "10.0.0.1:40000");
+        assert_eq!(observations[0].id, 0x1234);
+        assert_eq!(decoder.reassembly().encapsulated, 1);
+    }
+}
+
+#[test]
+fn a_tcp_length_in_a_segment_of_its_own_is_joined_to_its_message() {
+    let query = dns_query(0x5151, "kubernetes.default.svc.cluster.local", QTYPE_A);
+    let stream = tcp_stream(&[&query]);
+    let segment = |seq: u32, data: &[u8]| {
+        let mut frame = FrameSpec {
+            transport: Transport::Tcp,
+            payload: data.to_vec(),
+            ..FrameSpec::default()
+        }
+        .build();
+        // The sequence number, after the Ethernet (14) and IPv4 (20) headers and the ports.
+        frame[38..42].copy_from_slice(&seq.to_be_bytes());
+        frame
+    };
+    let packets = [
+        packet(0, LinkLayer::Ethernet, segment(1000, &stream[..2])),
+        packet(1, LinkLayer::Ethernet, segment(1002, &stream[2..])),
+    ];
+    let (observations, outcomes) = decode_all(&mut decoder(), &packets);
+    assert_eq!(outcomes[0], Err(NotDecoded::InReassembly));
+    assert_eq!(observations.len(), 1, "{observations:#?}");
+    assert_eq!(observations[0].id, 0x5151);
+    let labels: Vec<&[u8]> = observations[0]
+        .question
+        .as_ref()
+        .map(|question| question.name.labels().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        labels,
+        [&b"kubernetes"[..], b"default", b"svc", b"cluster", b"local"]
+    );
+}
