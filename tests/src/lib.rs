@@ -11,6 +11,7 @@ pub mod packet_lines;
 pub mod privilege;
 pub mod test_name;
 pub mod tracer;
+pub mod tshark;
 pub mod wait;
 
 /// Environment variable naming the `dnsloop` binary the end-to-end tests run

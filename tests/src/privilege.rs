@@ -22,6 +22,8 @@ pub enum Need {
     Tool(&'static str),
     /// The dnsloop binary named by `DNSLOOP_BIN` (set by `cargo xtask test`).
     DnsloopBinary,
+    /// A package of python3's (installed by `cargo xtask setup`).
+    PythonModule(&'static str),
 }
 
 impl Need {
@@ -31,6 +33,8 @@ impl Need {
             Need::Root => (unsafe { libc::geteuid() } != 0).then(|| "not root".to_string()),
             Need::Tool(tool) => (!on_path(tool))
                 .then(|| format!("`{tool}` is not installed (run `cargo xtask setup`)")),
+            Need::PythonModule(module) => (!python_has(module))
+                .then(|| format!("python3 cannot import `{module}` (run `cargo xtask setup`)")),
             Need::DnsloopBinary => match std::env::var_os(crate::DNSLOOP_BIN_ENV) {
                 Some(path) if std::path::Path::new(&path).is_file() => None,
                 Some(path) => Some(format!(
@@ -63,4 +67,14 @@ fn on_path(tool: &str) -> bool {
                 .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
         })
     })
+}
+
+/// Whether python3 imports `module`.
+fn python_has(module: &str) -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }

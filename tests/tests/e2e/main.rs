@@ -4,6 +4,7 @@
 mod alerts;
 mod analyze;
 mod capture;
+mod capture_corpus;
 mod cluster;
 mod conntrack_evidence;
 mod deploy;

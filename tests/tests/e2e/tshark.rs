@@ -11,6 +11,7 @@ use std::{
 use dnsloop_core::schema::PacketRecord;
 use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
+use dnsloop_tests::tshark::{dnsloop_escape, qtype_number, tshark_escape, unescape};
 use dnsloop_tests::{
     exchange::Query,
     findings::Trace,
@@ -208,63 +209,4 @@ fn tshark_dns_packets(pcap: &Path) -> Vec<Seen> {
 fn sorted(mut seen: Vec<Seen>) -> Vec<Seen> {
     seen.sort_by(|a, b| a.key.cmp(&b.key));
     seen
-}
-
-fn qtype_number(mnemonic: &str) -> u16 {
-    match mnemonic {
-        "A" => 1,
-        "HINFO" => 13,
-        "TXT" => 16,
-        "AAAA" => 28,
-        other => panic!("add {other} to the types this test knows"),
-    }
-}
-
-/// A name's bytes, ASCII lower-cased, with the escapes `escape` reads resolved.
-fn unescape(text: &str, escape: fn(&mut std::str::Chars) -> Option<u8>) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        let byte = if c == '\\' {
-            escape(&mut chars).or_fail(format_args!("a bad escape in {text}"))
-        } else {
-            u8::try_from(c).unwrap_or_else(|_| panic!("{c:?} in {text} is not a byte"))
-        };
-        bytes.push(byte.to_ascii_lowercase());
-    }
-    bytes
-}
-
-/// dnsloop's escapes, which are dig's: `\DDD` (decimal) or `\` before the character itself.
-fn dnsloop_escape(rest: &mut std::str::Chars) -> Option<u8> {
-    let first = rest.next()?;
-    if !first.is_ascii_digit() {
-        return u8::try_from(first).ok();
-    }
-    let digits: String = [Some(first), rest.next(), rest.next()]
-        .into_iter()
-        .collect::<Option<_>>()?;
-    digits.parse().ok()
-}
-
-/// tshark's escapes, which are C's: `\a`, `\t`, ..., `\\`, and `\xHH` for other bytes.
-fn tshark_escape(rest: &mut std::str::Chars) -> Option<u8> {
-    let byte = match rest.next()? {
-        'a' => 0x07,
-        'b' => 0x08,
-        't' => b'\t',
-        'n' => b'\n',
-        'v' => 0x0b,
-        'f' => 0x0c,
-        'r' => b'\r',
-        '\\' => b'\\',
-        'x' => {
-            let hex: String = [rest.next(), rest.next()]
-                .into_iter()
-                .collect::<Option<_>>()?;
-            u8::from_str_radix(&hex, 16).ok()?
-        }
-        _ => return None,
-    };
-    Some(byte)
 }
