@@ -24,8 +24,9 @@ use dnsloop_core::{
     answered_from::AnsweredFrom,
     bundle,
     decode::{Coverage, Decoder, NotDecoded, ReassemblyCounts},
-    observation::Point,
+    observation::{Namespace, Point},
     pipeline::Pipeline,
+    points::NODE,
     schema::{
         CaptureFileInfo, CaptureFileSummary, CapturePackets, InterfaceCount, PlacedInterface,
         SummarySource,
@@ -33,7 +34,7 @@ use dnsloop_core::{
     sink,
     source::{
         capture_file::{
-            link_names,
+            self, link_names,
             order::TimeOrder,
             placement::{Placement, Survey},
             CaptureFile, CaptureInterface, CapturedPacket, Format,
@@ -118,7 +119,8 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<()> {
         eprintln!("dnsloop: warning: {stopped}");
     }
     let mut placement = Placement::new(&surveyed.interfaces, &surveyed.survey, ports);
-    let answered_from = answering_addresses(&args.file, &mut placement, ports)?;
+    let every_interface = capture_file::shows_every_interface(&surveyed.interfaces);
+    let answered_from = answering_addresses(&args.file, &mut placement, ports, every_interface)?;
     let decoder = Decoder::new(ports, Coverage::EveryPacket);
 
     let node = args
@@ -207,10 +209,17 @@ fn answering_addresses(
     path: &Path,
     placement: &mut Placement,
     ports: DnsPorts,
+    every_interface: bool,
 ) -> anyhow::Result<AnsweredFrom> {
     let mut decoder = Decoder::new(ports, Coverage::EveryPacket);
     let mut file = CaptureFile::open(path)?;
-    let mut answered_from = AnsweredFrom::default();
+    // A capture of every interface shows the node whole: what entered it and never left was
+    // taken in there.
+    let mut answered_from = if every_interface {
+        AnsweredFrom::seeing_all_of(Namespace::new(NODE))
+    } else {
+        AnsweredFrom::default()
+    };
     let mut observations = Vec::new();
     while let Some(captured) = file.next_packet() {
         let Some((packet, point)) = placed(captured, placement) else {
@@ -233,6 +242,7 @@ fn answering_addresses(
     for observation in &observations {
         answered_from.learn(observation);
     }
+    answered_from.settle();
     Ok(answered_from)
 }
 

@@ -111,6 +111,16 @@ impl fmt::Display for Format {
     }
 }
 
+/// Whether `interfaces`, a file's, are every interface of the namespace it was captured in:
+/// Linux writes its cooked format for `-i any` alone, and a file holding only cooked packets
+/// was captured so.
+pub fn shows_every_interface(interfaces: &[CaptureInterface]) -> bool {
+    !interfaces.is_empty()
+        && interfaces.iter().all(|interface| {
+            [cooked::LINKTYPE_LINUX_SLL, cooked::LINKTYPE_LINUX_SLL2].contains(&interface.linktype)
+        })
+}
+
 /// An interface packets were captured on, as the file describes it. A cooked capture of
 /// `-i any` in format v2 names each packet's interface by number: each number is an interface
 /// of its own.

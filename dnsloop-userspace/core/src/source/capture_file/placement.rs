@@ -21,6 +21,13 @@
 //!    destination; so does raw IP that records no direction. Such a frame is reported as
 //!    ingress: a capture point that cannot tell directions is a tap, receiving everything.
 //!
+//! e. Before c, an interface that leads off the node is placed as one between the node and the
+//!    outside, as rule b places `eth0` or `vxlan0`: one that carried DNS inside VXLAN or
+//!    Geneve (an underlay), or DNS to or from an address that no pod of the node holds (an
+//!    overlay, or the uplink), the node's pods being known by the interfaces that lead to one
+//!    address alone, as their veths do in a capture of every interface. A question the node
+//!    sends off through it and that comes back through it went round other nodes.
+//!
 //! Rules c and d name namespaces after each packet's addresses, so the point depends on the
 //! packet, not only on its interface and direction. The capture-file source therefore places
 //! every packet itself ([`Placement::place`]) and hands the pipeline placed packets, rather than
@@ -33,7 +40,9 @@ use std::{
 };
 
 use dnsloop_shared::{
-    parse::{classify, DnsPorts, IpFamily, LinkLayer, PacketClass, SlicePacket},
+    parse::{
+        classify, encapsulated_frame, DnsPorts, IpFamily, LinkLayer, PacketClass, SlicePacket,
+    },
     point::Direction,
 };
 
@@ -89,6 +98,11 @@ pub struct Survey {
     /// file does not record: the source address of frames it sends, the destination of frames
     /// sent to it.
     fronting: HashMap<u32, HashMap<[u8; 6], HashSet<IpAddr>>>,
+    /// Per interface, the addresses beyond it in DNS packets whose direction the file records:
+    /// the source of those coming in, the destination of those going out (rule e).
+    beyond: HashMap<u32, HashSet<IpAddr>>,
+    /// Interfaces that carried DNS inside VXLAN or Geneve: a node's underlay.
+    underlays: HashSet<u32>,
     newest: Option<SystemTime>,
     /// The most any packet's timestamp is behind one before it in the file.
     pub disorder: Duration,
@@ -104,7 +118,12 @@ impl Survey {
             }
             _ => self.newest = Some(packet.ts),
         }
-        if captured.direction.is_some() || packet.link_layer != LinkLayer::Ethernet {
+        let interface = packet.seen.interface.ifindex;
+        if let Some(direction) = captured.direction {
+            self.note_beyond(interface, direction, packet, ports);
+            return;
+        }
+        if packet.link_layer != LinkLayer::Ethernet {
             return;
         }
         let (Some((destination, source)), Some((from, to))) =
@@ -125,6 +144,55 @@ impl Survey {
                 fronted.insert(address);
             }
         }
+    }
+
+    /// Notes where a DNS packet seen on `interface` going `direction` came from or went to, or
+    /// that it carried DNS in a tunnel.
+    fn note_beyond(
+        &mut self,
+        interface: u32,
+        direction: Direction,
+        packet: &crate::source::RawPacket,
+        ports: &DnsPorts,
+    ) {
+        let Some((from, to)) = addresses(packet, ports) else {
+            if carries_tunnelled_dns(packet, ports) {
+                self.underlays.insert(interface);
+            }
+            return;
+        };
+        let address = match direction {
+            Direction::Ingress => from,
+            Direction::Egress => to,
+        };
+        // Every namespace has its loopback: it tells no pod from another.
+        if address.is_loopback() {
+            return;
+        }
+        let beyond = self.beyond.entry(interface).or_default();
+        if beyond.len() < MAX_ADDRESSES_PER_MAC {
+            beyond.insert(address);
+        }
+    }
+
+    /// Whether interface `index` leads off the node (rule e): it carries DNS in a tunnel, or
+    /// to or from an address that is not a pod of this node's, where this node's pods are
+    /// known by the interfaces that lead to one address alone, as a pod's veth does.
+    fn leads_off_node(&self, index: u32) -> bool {
+        if self.underlays.contains(&index) {
+            return true;
+        }
+        let pods: HashSet<&IpAddr> = self
+            .beyond
+            .values()
+            .filter(|beyond| beyond.len() == 1)
+            .flatten()
+            .collect();
+        !pods.is_empty()
+            && self
+                .beyond
+                .get(&index)
+                .is_some_and(|beyond| beyond.iter().any(|address| !pods.contains(address)))
     }
 
     /// The MAC of the node's side of interface `index` (rule d): the one fronting the most
@@ -204,6 +272,17 @@ impl Placement {
                     (None, None) => (None, "addresses"),
                 };
                 let index = u32::try_from(index).unwrap_or(u32::MAX);
+                let (known, how) = match known {
+                    None if survey.leads_off_node(index) => {
+                        let off_node = LinkDescription {
+                            role: Role::Other { bridged: false },
+                            namespace: None,
+                            gateway: None,
+                        };
+                        (Some((off_node.role, off_node.points(&name))), "traffic")
+                    }
+                    known => (known, how),
+                };
                 InterfacePlacement {
                     name: name.into(),
                     known,
@@ -296,6 +375,23 @@ impl Placement {
             enters,
         })
     }
+}
+
+/// Whether `packet` carries DNS inside VXLAN or Geneve.
+fn carries_tunnelled_dns(packet: &crate::source::RawPacket, ports: &DnsPorts) -> bool {
+    let outer = SlicePacket(&packet.bytes);
+    encapsulated_frame(&outer, packet.link_layer).is_some_and(|inner| {
+        let end = inner.frame_end.min(packet.bytes.len());
+        packet
+            .bytes
+            .get(inner.frame_offset..end)
+            .is_some_and(|frame| {
+                matches!(
+                    classify(&SlicePacket(frame), LinkLayer::Ethernet, ports),
+                    PacketClass::Dns(_)
+                )
+            })
+    })
 }
 
 /// The destination and source MACs of an Ethernet frame.

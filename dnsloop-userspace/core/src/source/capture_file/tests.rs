@@ -309,6 +309,31 @@ fn cooked_v2_makes_each_interface_number_an_interface() {
     assert_eq!(placed[3].1.direction, Direction::Ingress);
 }
 
+#[test]
+fn an_interface_to_addresses_no_pod_of_the_node_holds_leads_off_the_node() {
+    // `tcpdump -i any` on a node: the pods' veths each lead to one address; the overlay to
+    // other nodes' pods.
+    let other_node_pod = "10.244.1.3";
+    let packets = [
+        (1, sll2(5, 0, COREDNS, NODE_CACHE)),
+        (2, sll2(5, 4, NODE_UPLINK, COREDNS)),
+        (3, sll2(4, 0, CLIENT, NODE_CACHE)),
+        (4, sll2(8, 4, NODE_UPLINK, other_node_pod)),
+        (5, sll2(8, 0, "10.244.1.0", COREDNS)),
+    ];
+    let capture = file(&pcap(
+        DataLink::LINUX_SLL2,
+        TsResolution::MicroSecond,
+        &packets,
+    ));
+    let placed = placed(capture.path());
+    let points: Vec<_> = placed.iter().map(|(_, point)| names(point)).collect();
+    assert_eq!(points[0], some("host 10.244.0.3", "node"), "a pod's veth");
+    assert_eq!(points[1], some("node", "host 10.244.0.3"));
+    assert_eq!(points[3], (Some("node".into()), None), "off the node");
+    assert_eq!(points[4], (None, Some("node".into())), "back onto it");
+}
+
 fn idb(
     linktype: DataLink,
     options: Vec<InterfaceDescriptionOption<'static>>,
