@@ -13,22 +13,28 @@
 //! query over TCP shows that some socket accepted its connection, but not in which namespace:
 //! the node may route it on, unseen.)
 //!
-//! Queries show it too, where servers never answer (a loop's storm): a query that starts out in
-//! a namespace from an address shows that the namespace holds it, as a reply does; only the
-//! node is left out, unless the capture shows every interface it has, since the node routes
-//! others' queries, whose way in a capture of some of its interfaces may miss. And in a capture
-//! of every interface of the node (`tcpdump -i any`, [`AnsweredFrom::seeing_all_of`]), a query
-//! that entered the node at an address and never left it was taken in there, unless some query
-//! to that address was seen passing through: what the node routes, it sends on.
-use std::{net::IpAddr, time::SystemTime};
+//! Queries show it too, where servers never answer (a loop's storm), in a capture of every
+//! interface of the node (`tcpdump -i any`, [`AnsweredFrom::seeing_every_interface`]), which
+//! sees whatever enters or leaves the node or a pod: a query that entered a namespace at an
+//! address and never left it, and was followed at once (within `FORWARDED_WITHIN`) by a query
+//! the namespace sent for the same question, was taken in there and forwarded. That a
+//! namespace sends from an address shows nothing: the node sends from addresses where nothing
+//! listens on port 53. A query dropped there unseen (nothing listening, and the kernel's ICMP
+//! rate-limited away) is followed, if ever, by the client's retry, seconds later. Per address,
+//! at least two must have been forwarded so, and all but one in ten and one more (`Stayed`);
+//! and none seen passing through (DNAT, routing).
+use std::{
+    collections::VecDeque,
+    net::IpAddr,
+    time::{Duration, SystemTime},
+};
 
 use crate::{
     analyzers::{
-        packet::MessageKey,
+        packet::{MessageKey, QuestionKey},
         table::{FastHash, Table},
     },
     observation::{DroppedMessage, Namespace, Observation},
-    points::NODE,
 };
 
 /// Namespaces and addresses remembered; beyond them the stalest are forgotten, and questions
@@ -47,19 +53,48 @@ pub struct AnsweredFrom {
     refused: Table<MessageKey, (), FastHash>,
     /// The namespace each recent reply last entered from elsewhere.
     entered: Table<MessageKey, Namespace, FastHash>,
-    /// Where queries started out from: a namespace and the address it sent from; and the
-    /// namespace each recent query last entered from elsewhere.
-    sending: Table<(Namespace, IpAddr), ()>,
+    /// The namespace each recent query last entered from elsewhere.
     query_entered: Table<MessageKey, Namespace, FastHash>,
-    /// The namespace whose every interface the capture shows, if one does.
-    seen_whole: Option<Namespace>,
-    /// Queries that entered `seen_whole` and have not been seen leaving it, with the address
-    /// they were sent to; and the addresses queries were seen passing through it to.
-    inside: Table<MessageKey, IpAddr, FastHash>,
-    passing_through: Table<IpAddr, ()>,
-    /// What `settle` found `seen_whole` took in.
-    taken_in: Table<IpAddr, ()>,
+    /// Whether the capture shows every interface of the node.
+    every_interface: bool,
+    /// Queries that entered a namespace and have not been seen leaving it; each question's
+    /// latest of them in each namespace, to find the ones a query the namespace sends
+    /// forwards; and the addresses queries were seen passing through a namespace to.
+    inside: Table<MessageKey, Inside, FastHash>,
+    entered_recently: Table<(QuestionKey, Namespace), VecDeque<(MessageKey, SystemTime)>, FastHash>,
+    passing_through: Table<(Namespace, IpAddr), ()>,
+    /// What `settle` found of the queries that stayed where they entered, by namespace and
+    /// address: how many were forwarded at once, and how many not.
+    stayed: Table<(Namespace, IpAddr), Stayed>,
 }
+
+/// A query that entered a namespace, at an address.
+struct Inside {
+    at: (Namespace, IpAddr),
+    forwarded: bool,
+}
+
+/// The queries to one address that stayed in its namespace.
+#[derive(Default)]
+struct Stayed {
+    forwarded: u64,
+    not_forwarded: u64,
+}
+
+impl Stayed {
+    /// Whether they show a forwarder there: forwarded at once more than once (one may be a
+    /// coincidence), and all but one in ten (a client asking it the same name just then) and
+    /// the last (the round a loop ended on, or the capture did).
+    fn taken_in(&self) -> bool {
+        self.forwarded >= 2 && self.not_forwarded <= 1 + self.forwarded / 10
+    }
+}
+
+/// How soon a forwarder sends on the question it took in: milliseconds; a client's retry comes
+/// a second or more later.
+const FORWARDED_WITHIN: Duration = Duration::from_millis(100);
+/// Queries of one question entering one namespace kept to match a forward against.
+const RECENT_ENTRIES: usize = 16;
 
 impl Default for AnsweredFrom {
     fn default() -> Self {
@@ -68,28 +103,28 @@ impl Default for AnsweredFrom {
             answering_anywhere: Table::new(ADDRESS_CAPACITY),
             refused: Table::with_hasher(REPLY_CAPACITY),
             entered: Table::with_hasher(REPLY_CAPACITY),
-            sending: Table::new(ADDRESS_CAPACITY),
             query_entered: Table::with_hasher(REPLY_CAPACITY),
-            seen_whole: None,
+            every_interface: false,
             inside: Table::with_hasher(REPLY_CAPACITY),
+            entered_recently: Table::with_hasher(ADDRESS_CAPACITY),
             passing_through: Table::new(ADDRESS_CAPACITY),
-            taken_in: Table::new(ADDRESS_CAPACITY),
+            stayed: Table::new(ADDRESS_CAPACITY),
         }
     }
 }
 
 impl AnsweredFrom {
-    /// Evidence from a capture that shows every interface of `namespace` (the node, in
-    /// `tcpdump -i any`): what enters it and never leaves was taken in there.
-    pub fn seeing_all_of(namespace: Namespace) -> Self {
+    /// Evidence from a capture that shows every interface of the node (`tcpdump -i any`):
+    /// what enters a namespace, never leaves and is forwarded at once was taken in there.
+    pub fn seeing_every_interface() -> Self {
         Self {
-            seen_whole: Some(namespace),
+            every_interface: true,
             ..Self::default()
         }
     }
 
     /// For a query, whether it is addressed to where the namespace it enters was seen answering
-    /// from, sending queries from, or, seen whole, taking queries in: `Some(true)` if so,
+    /// from or, in a capture of every interface, taking queries in and forwarding them: `Some(true)` if so,
     /// `Some(false)` if the address was seen answering only in other namespaces, `None` (not
     /// known) otherwise.
     pub fn holds(&self, obs: &Observation) -> Option<bool> {
@@ -102,13 +137,11 @@ impl AnsweredFrom {
         }
         let address = obs.dst.ip();
         let at = (namespace.clone(), address);
-        if self.answering.get(&at).is_some() || self.sending.get(&at).is_some() {
+        if self.answering.get(&at).is_some() {
             return Some(true);
         }
-        if self.seen_whole.as_ref() == Some(namespace)
-            && self.taken_in.get(&address).is_some()
-            && self.passing_through.get(&address).is_none()
-        {
+        let taken_in = self.stayed.get(&at).is_some_and(Stayed::taken_in);
+        if taken_in && self.passing_through.get(&at).is_none() {
             return Some(true);
         }
         let held_elsewhere =
@@ -119,43 +152,93 @@ impl AnsweredFrom {
     /// The capture was read through: the queries that entered the namespace seen whole and
     /// never left it were taken in there.
     pub fn settle(&mut self) {
-        for (_, address) in self.inside.drain() {
-            self.taken_in.insert(address, ());
-        }
-    }
-
-    /// Learns from `obs`, a query: where it starts out from, and, in the namespace seen
-    /// whole, whether it stays there.
-    fn learn_query(&mut self, obs: &Observation) {
-        let Some(key) = MessageKey::of(obs) else {
-            return;
-        };
-        if let (Some(whole), Some(left)) = (&self.seen_whole, &obs.point.leaves) {
-            if whole == left {
-                if let Some(address) = self.inside.remove(&key) {
-                    self.passing_through.insert(address, ());
+        let stayed: Vec<Inside> = self.inside.drain().map(|(_, inside)| inside).collect();
+        for inside in stayed {
+            if self.stayed.get(&inside.at).is_none() {
+                self.stayed.insert(inside.at.clone(), Stayed::default());
+            }
+            if let Some(count) = self.stayed.get_mut(&inside.at) {
+                if inside.forwarded {
+                    count.forwarded += 1;
+                } else {
+                    count.not_forwarded += 1;
                 }
             }
         }
-        let entered_before = self.query_entered.get(&key);
-        // The crossing it already made, seen again at a second point (a bridge and its port).
-        if entered_before.is_some() && entered_before == obs.point.enters.as_ref() {
+    }
+
+    /// `namespace` sent a query for `question` at `at`: it forwards the queries for it that
+    /// entered there just before.
+    fn note_forward(&mut self, question: &QuestionKey, namespace: &Namespace, at: SystemTime) {
+        let Some(recent) = self
+            .entered_recently
+            .get(&(question.clone(), namespace.clone()))
+        else {
             return;
-        }
-        if let Some(left) = &obs.point.leaves {
-            let starts_here = entered_before != Some(left);
-            let routes_unseen = *left.0 == *NODE && self.seen_whole.as_ref() != Some(left);
-            // Every namespace sends from its own loopback: it shows no server there.
-            if starts_here && !routes_unseen && !obs.src.ip().is_loopback() {
-                self.sending.insert((left.clone(), obs.src.ip()), ());
+        };
+        let just_before: Vec<MessageKey> = recent
+            .iter()
+            .filter(|(_, entered)| {
+                at.duration_since(*entered)
+                    .is_ok_and(|gap| gap <= FORWARDED_WITHIN)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in just_before {
+            if let Some(inside) = self.inside.get_mut(&key) {
+                inside.forwarded = true;
             }
+        }
+    }
+
+    /// `obs`, the query `key`, entered `namespace`.
+    fn note_entry(&mut self, key: MessageKey, namespace: &Namespace, obs: &Observation) {
+        let recent_key = (key.question.clone(), namespace.clone());
+        let entry = (key.clone(), obs.ts);
+        match self.entered_recently.refresh(&recent_key) {
+            Some(recent) => {
+                if recent.len() == RECENT_ENTRIES {
+                    recent.pop_front();
+                }
+                recent.push_back(entry);
+            }
+            None => {
+                self.entered_recently
+                    .insert(recent_key, VecDeque::from([entry]));
+            }
+        }
+        let inside = Inside {
+            at: (namespace.clone(), obs.dst.ip()),
+            forwarded: false,
+        };
+        self.inside.insert(key, inside);
+    }
+
+    /// Learns from `obs`, a query, in a capture of every interface: where it entered and
+    /// stayed, and whether it was forwarded from there.
+    fn learn_query(&mut self, obs: &Observation) {
+        let Some(key) = MessageKey::of(obs).filter(|_| self.every_interface) else {
+            return;
+        };
+        let entered_before = self.query_entered.get(&key).cloned();
+        if let Some(left) = &obs.point.leaves {
+            if entered_before.as_ref() == Some(left) {
+                // Routed through: it entered `left` before.
+                if let Some(inside) = self.inside.remove(&key) {
+                    self.passing_through.insert(inside.at, ());
+                }
+            } else if obs.point.enters.as_ref() != Some(left) {
+                self.note_forward(&key.question, left, obs.ts);
+            }
+        }
+        // The crossing it already made, seen again at a second point (a bridge and its port).
+        if entered_before.is_some() && entered_before == obs.point.enters {
+            return;
         }
         match &obs.point.enters {
             Some(entered) if obs.point.leaves.as_ref() != Some(entered) => {
                 self.query_entered.insert(key.clone(), entered.clone());
-                if self.seen_whole.as_ref() == Some(entered) {
-                    self.inside.insert(key, obs.dst.ip());
-                }
+                self.note_entry(key, entered, obs);
             }
             _ => {}
         }
@@ -284,23 +367,9 @@ mod tests {
     }
 
     #[test]
-    fn a_query_starting_out_in_a_pod_shows_it_holds_the_address_it_sent_from() {
-        let mut answered = AnsweredFrom::default();
-        let coredns = "10.244.0.3:53";
-        let to_pod = query(NAME).id(1).to(coredns).seen(COREDNS_IN);
-        assert_eq!(answered.holds(&to_pod), None);
-        let forward = query(NAME)
-            .id(2)
-            .from("10.244.0.3:40000")
-            .to("169.254.25.10:53");
-        answered.learn(&forward.seen(COREDNS_OUT));
-        assert_eq!(answered.holds(&to_pod), Some(true));
-    }
-
-    #[test]
-    fn the_node_is_not_taken_to_hold_what_it_may_route_unseen() {
+    fn sending_from_an_address_shows_no_server_there() {
         // Only the uplink was captured: the pod's query the node routes there seems to start
-        // out in the node.
+        // out in the node; and the node sends from addresses where nothing listens on 53.
         let mut answered = AnsweredFrom::default();
         let routed = query(NAME)
             .id(1)
@@ -312,27 +381,49 @@ mod tests {
     }
 
     #[test]
-    fn a_node_seen_whole_takes_in_what_enters_it_and_never_leaves() {
-        let mut answered = AnsweredFrom::seeing_all_of(Namespace::new(NODE));
+    fn with_every_interface_what_enters_never_leaves_and_is_forwarded_at_once_was_taken_in() {
+        let mut answered = AnsweredFrom::seeing_every_interface();
         let cache = "169.254.25.10:53";
         let service = "10.96.0.10:53";
-        // To the node-local cache: in, and never out.
-        answered.learn(&query(NAME).id(1).to(cache).seen(POD_TO_NODE_AT_PORT));
-        // To the ClusterIP: in, then out DNAT'ed to a pod.
-        answered.learn(&query(NAME).id(2).to(service).seen(POD_TO_NODE_AT_PORT));
-        answered.learn(
-            &query(NAME)
-                .id(2)
-                .to("10.244.0.3:53")
-                .seen(NODE_TO_POD_AT_PORT),
+        let closed = "10.255.0.1:53";
+        let at = |id, to: &str, ms| query(NAME).id(id).to(to).at_ms(ms);
+        // To the node-local cache: in, never out, and the node forwards the question at once.
+        answered.learn(&at(1, cache, 0).seen(POD_TO_NODE_AT_PORT));
+        let forward = at(9, "10.244.0.3:53", 2).from("10.255.0.1:40000");
+        answered.learn(&forward.seen(NODE_TO_POD_AT_PORT));
+        // To the ClusterIP: in, then out DNAT'ed to the pod.
+        answered.learn(&at(2, service, 3).seen(POD_TO_NODE_AT_PORT));
+        answered.learn(&at(2, "10.244.0.3:53", 3).seen(NODE_TO_POD_AT_PORT));
+        // The pod forwards the question at once in turn, the node again, the pod again: a
+        // loop, until the capture ends.
+        let pod_forward = at(11, cache, 4).from("10.244.0.3:50000");
+        answered.learn(&pod_forward.seen(POD_TO_NODE_AT_PORT));
+        let again = at(13, "10.244.0.3:53", 5).from("10.255.0.1:40002");
+        answered.learn(&again.seen(NODE_TO_POD_AT_PORT));
+        let pod_again = at(14, cache, 6).from("10.244.0.3:50001");
+        answered.learn(&pod_again.seen(POD_TO_NODE_AT_PORT));
+        // To a port nothing listens on: in, never out, and dropped unseen; the next query of
+        // the node's own for the question is a client's retry, a second later. The node sends
+        // from that address, which shows no server there.
+        answered.learn(&at(3, closed, 10).seen(POD_TO_NODE_AT_PORT));
+        let retry = at(10, "10.244.0.4:53", 1_010).from("10.255.0.1:40001");
+        answered.learn(&retry.seen(NODE_TO_POD_AT_PORT));
+        let asked = |id, to| query(NAME).id(id).to(to).seen(POD_TO_NODE_AT_PORT);
+        assert_eq!(
+            answered.holds(&asked(4, cache)),
+            None,
+            "known once read through"
         );
-        let to_cache = query(NAME).id(3).to(cache).seen(POD_TO_NODE_AT_PORT);
-        let to_service = query(NAME).id(4).to(service).seen(POD_TO_NODE_AT_PORT);
-        assert_eq!(answered.holds(&to_cache), None, "known once read through");
         answered.settle();
-        assert_eq!(answered.holds(&to_cache), Some(true));
-        assert_eq!(answered.holds(&to_service), None, "routed on");
+        assert_eq!(answered.holds(&asked(4, cache)), Some(true));
+        assert_eq!(answered.holds(&asked(5, service)), None, "routed on");
+        assert_eq!(answered.holds(&asked(6, closed)), None, "not forwarded");
+        let to_pod = query(NAME).id(12).to("10.244.0.3:53");
+        assert_eq!(
+            answered.holds(&to_pod.seen(NODE_TO_POD_AT_PORT)),
+            Some(true)
+        );
         let unseen_whole = AnsweredFrom::default();
-        assert_eq!(unseen_whole.holds(&to_cache), None);
+        assert_eq!(unseen_whole.holds(&asked(4, cache)), None);
     }
 }

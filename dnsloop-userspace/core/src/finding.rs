@@ -8,7 +8,7 @@ use std::{
 
 use dnsloop_shared::{parse::Probe, point::Direction};
 
-use crate::observation::{DropCause, Namespace, Transport};
+use crate::observation::{DropCause, Namespace, Observation, Question, Transport};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Finding {
@@ -33,6 +33,23 @@ pub struct Hop {
     pub id: u16,
     /// How the packet travelled: conntrack keys its flow by it.
     pub transport: Transport,
+}
+
+impl Hop {
+    /// The sighting `obs`.
+    pub fn of(obs: &Observation) -> Self {
+        Self {
+            ts: obs.ts,
+            ifname: obs.point.ifname.clone(),
+            direction: obs.point.direction,
+            leaves: obs.point.leaves.clone(),
+            enters: obs.point.enters.clone(),
+            src: obs.src,
+            dst: obs.dst,
+            id: obs.id,
+            transport: obs.transport,
+        }
+    }
 }
 
 /// A question that re-entered a namespace along a chain of forwards.
@@ -86,6 +103,9 @@ pub enum Unconfirmable {
     /// with no forward between two namespaces of this node in the round: clients on other
     /// nodes asking it the same name look the same from here.
     BackAtItsSender,
+    /// The capture shows the question storm across one point, not the path it goes round (see
+    /// `forwarding_loop::storm`).
+    PathNotShown,
 }
 
 impl Unconfirmable {
@@ -94,6 +114,7 @@ impl Unconfirmable {
         match self {
             Self::AddressNotShown => "address_not_shown",
             Self::BackAtItsSender => "back_at_its_sender",
+            Self::PathNotShown => "path_not_shown",
         }
     }
 }
@@ -119,6 +140,15 @@ impl LoopFinding {
 pub struct LoopId(pub u64);
 
 impl LoopId {
+    /// `question`'s.
+    pub fn of_question(question: &Question) -> Self {
+        Self::of(
+            question.name.folded().as_bytes(),
+            question.qtype,
+            question.qclass,
+        )
+    }
+
     /// `folded_name` in wire format, lower case.
     pub fn of(folded_name: &[u8], qtype: u16, qclass: u16) -> Self {
         use std::hash::Hasher as _;

@@ -24,9 +24,8 @@ use dnsloop_core::{
     answered_from::AnsweredFrom,
     bundle,
     decode::{Coverage, Decoder, NotDecoded, ReassemblyCounts},
-    observation::{Namespace, Point},
+    observation::Point,
     pipeline::Pipeline,
-    points::NODE,
     schema::{
         CaptureFileInfo, CaptureFileSummary, CapturePackets, InterfaceCount, PlacedInterface,
         SummarySource,
@@ -213,10 +212,10 @@ fn answering_addresses(
 ) -> anyhow::Result<AnsweredFrom> {
     let mut decoder = Decoder::new(ports, Coverage::EveryPacket);
     let mut file = CaptureFile::open(path)?;
-    // A capture of every interface shows the node whole: what entered it and never left was
-    // taken in there.
+    // A capture of every interface shows whatever enters or leaves the node or a pod: what
+    // entered one, never left and was forwarded at once was taken in there.
     let mut answered_from = if every_interface {
-        AnsweredFrom::seeing_all_of(Namespace::new(NODE))
+        AnsweredFrom::seeing_every_interface()
     } else {
         AnsweredFrom::default()
     };

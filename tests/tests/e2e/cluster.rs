@@ -414,6 +414,7 @@ fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture_with_or_witho
     }
     let files = tempfile::tempdir().expect("a temporary directory");
     let file = files.path().join("node0-any.pcap");
+    let overlay_file = files.path().join("node0-overlay.pcap");
     let links = files.path().join("node0-links.txt");
     let live = {
         let mut lab = Lab::builder(Scenario::ClusterLoop)
@@ -421,9 +422,13 @@ fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture_with_or_witho
             .start()
             .or_fail(test);
         let node = lab.node_ns_of(0).expect("node 0").to_owned();
-        // As an operator on node A would take it: every interface, DNS only.
+        // As an operator on node A would take it: every interface, DNS only; and the overlay
+        // alone, which shows the loop's storm but not its path.
         let capture = lab
             .capture_pcap(&node, "any", "port 53", &file)
+            .or_fail(test);
+        let overlay_capture = lab
+            .capture_pcap(&node, OVERLAY_DEVICE, "port 53", &overlay_file)
             .or_fail(test);
         let mut tracer =
             Tracer::start(&dnsloop_bin(), &lab, &node, &["--output", "json"]).or_fail(test);
@@ -442,6 +447,7 @@ fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture_with_or_witho
             .or_fail(test);
         lab.stop_servers();
         capture.stop().expect("tcpdump stops");
+        overlay_capture.stop().expect("tcpdump stops");
         let output = tracer.interrupt().expect("the tracer stops");
         // A cooked v2 capture numbers its interfaces: `ip -o link` names them.
         let ip_link = lab.exec(&node, &["ip", "-o", "link"]).or_fail(test);
@@ -490,6 +496,24 @@ fn analyze_finds_the_loop_through_other_nodes_in_one_nodes_capture_with_or_witho
         }
         assert_eq!(off_node.back_via, off_node.left_via, "{how}");
     }
+    // The overlay alone cannot show the path: the storm across it is a possible loop.
+    let analyzed = tracer::analyze(&dnsloop_bin(), &overlay_file, &["--node", "node-a"])
+        .and_then(Trace::from_output)
+        .or_fail("dnsloop analyze of the overlay's capture");
+    let storm = analyzed
+        .possible_loops_for(&qname)
+        .into_iter()
+        .find(|found| {
+            found
+                .unconfirmed
+                .iter()
+                .any(|gap| gap.why == "path_not_shown")
+        })
+        .or_fail(format_args!(
+            "no possible loop out of sight for {qname}\n{analyzed}"
+        ));
+    assert_eq!(storm.loop_id, live.loop_id, "the same question");
+    assert!(analyzed.loops().is_empty(), "no path, no loop:\n{analyzed}");
 }
 
 #[test]

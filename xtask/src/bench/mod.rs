@@ -25,6 +25,7 @@
 //!   and, as kernels before 6.6 attach, filters on the clsact qdisc (`attach`).
 //! - The programs on single packets of each kind (`BPF_PROG_TEST_RUN`), and the verifier's
 //!   instruction counts (`kernel_profile`).
+//! - How fast `analyze` reads the fixed load's capture, beside tshark (`analyze_speed`).
 //!
 //! Each measurement is a module with a `run`; this one holds the order they run in. What they
 //! share: `watcher` (what runs on the node while they measure), `process`, `measure` (reading
@@ -34,7 +35,9 @@
 //! `--only saturation` the saturation rows of the three topologies (about six minutes);
 //! `--only flood` the non-DNS flood's rows, the drop program's among them (a minute or so);
 //! `--only soak` the soak (`--soak-minutes`, 10 by default); `--only fixed` the fixed-load rows,
-//! the DaemonSet's configuration and memory at rest among them (about eight minutes).
+//! the DaemonSet's configuration and memory at rest among them, and `analyze`'s speed on the
+//! capture it leaves (about eight minutes).
+mod analyze_speed;
 mod attach;
 mod cluster_storm;
 mod compare;
@@ -144,6 +147,7 @@ pub fn run(compare: Option<&Path>, only: Option<Piece>, soak: Duration) -> Resul
         "bench: kernel and userspace cost at {rate} queries/s ({REPEATS} x {FIXED_SECONDS} s each)"
     );
     fixed_load::run(&context, &node_cache, &not_dns, rate, &mut report)?;
+    analyze_speed::run(&context, &mut report)?;
     if only.is_some() {
         print!("{}", report.table());
         return Ok(());

@@ -1,6 +1,8 @@
-//! What dnsloop must cost a node at most (issue 32), judged against the rows of one run: each
-//! target is held, missed, or not measured in this run (`--only` runs a piece alone).
+//! What dnsloop must cost a node at most (issue 32), and how fast `analyze` must read (issue
+//! 33), judged against the rows of one run: each target is held, missed, or not measured in
+//! this run (`--only` runs a piece alone).
 use super::{
+    analyze_speed::{ANALYZE, ANALYZE_SPEED_SECTION},
     fixed_load::{
         KERNEL_DNS_SECTION, KERNEL_PER_QUERY_SECTION, MAP_MEMORY_SECTION, MEMORY_AT_REST_SECTION,
         USERSPACE_SECTION,
@@ -24,6 +26,8 @@ const MEMORY_AT_REST_MIB: f64 = 24.0;
 const STORM_PEAK_MIB: f64 = 64.0;
 const DROP_NS: f64 = 150.0;
 const LOOP_REPORTED_MS: f64 = 1000.0;
+/// Capture packets `analyze` reads a second (issue 33).
+const ANALYZE_PACKETS_PER_SECOND: f64 = 500_000.0;
 
 /// One target, as this run measured it.
 pub struct Judged {
@@ -150,5 +154,14 @@ pub fn judge(report: &Report) -> Vec<Judged> {
         LOOP_REPORTED_MS,
         "ms",
     ));
+    let read = report.median(ANALYZE_SPEED_SECTION, ANALYZE);
+    judged.push(Judged {
+        target: format!(
+            "capture packets analyze reads per second: >= {} (issue 33)",
+            number(ANALYZE_PACKETS_PER_SECOND)
+        ),
+        measured: read.map(|read| format!("{} pkt/s", number(read))),
+        held: read.is_some_and(|read| read >= ANALYZE_PACKETS_PER_SECOND),
+    });
     judged
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use dnsloop_shared::names::{kernel_name, EGRESS_PROGRAM, INGRESS_PROGRAM, XDP_INGRESS_PROGRAM};
-use dnsloop_tests::tracer::READY_MARKER;
+use dnsloop_tests::{lab::Lab, tracer::READY_MARKER};
 use serde_json::Value;
 
 use super::{
@@ -83,6 +83,12 @@ pub enum Running {
     Processes(Vec<Process>),
 }
 
+/// Where `Watcher::Tcpdump` writes node `node`'s capture: a file per node, as the nodes'
+/// tcpdumps run at once. The last run's stays, for `analyze_speed`.
+pub fn tcpdump_file(lab: &Lab, node: &str) -> std::path::PathBuf {
+    lab.state_dir().join(format!("bench-tcpdump-{node}.pcap"))
+}
+
 impl Running {
     pub fn start(context: &Context, watcher: Watcher) -> Result<Self> {
         let lab = context.lab;
@@ -115,8 +121,7 @@ impl Running {
     fn start_process(context: &Context, watcher: Watcher, node: &str) -> Result<Process> {
         let lab = context.lab;
         let dnsloop = context.dnsloop.to_str().context("a UTF-8 path")?;
-        // A file per node: the nodes' tcpdumps run at once.
-        let pcap = lab.state_dir().join(format!("bench-tcpdump-{node}.pcap"));
+        let pcap = tcpdump_file(lab, node);
         let record = lab.state_dir().join(format!("bench-record-{node}"));
         let argv: Vec<&str> = match watcher {
             Watcher::Nothing | Watcher::Floor | Watcher::OneLookup => {

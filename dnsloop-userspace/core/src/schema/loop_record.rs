@@ -99,10 +99,13 @@ pub struct Unconfirmed {
     /// The address the question was sent to there.
     pub at: SocketAddr,
     /// What is missing: `address_not_shown` (nothing shows that the namespace holds the
-    /// address: its addresses are not known and no reply came from it there), or
+    /// address: its addresses are not known and no reply came from it there),
     /// `back_at_its_sender` (the question came back from other nodes to the namespace that had
     /// sent it off the node, and no namespace of this node forwarded it to another: other
-    /// nodes' clients asking it look the same; their tracers' findings tell).
+    /// nodes' clients asking it look the same; their tracers' findings tell), or
+    /// `path_not_shown` (the capture shows the question storm across one interface both ways,
+    /// under new ids and never answered, but not the path it goes round: `path` holds a few
+    /// of its crossings, `at` one of its destinations).
     pub why: String,
 }
 

@@ -26,6 +26,9 @@ pub struct LoopKey {
     /// A cycle with an unconfirmed delivery is reported apart: a possible loop, which pages
     /// no one, and a loop once the evidence is there.
     possible: bool,
+    /// A storm whose path the capture does not show (see `storm`), reported apart from
+    /// cycles.
+    out_of_sight: bool,
 }
 
 impl LoopKey {
@@ -34,6 +37,17 @@ impl LoopKey {
             question,
             through_other_nodes,
             possible,
+            out_of_sight: false,
+        }
+    }
+
+    /// The key of `question`'s storm out of sight.
+    pub fn out_of_sight(question: QuestionKey) -> Self {
+        Self {
+            question,
+            through_other_nodes: false,
+            possible: true,
+            out_of_sight: true,
         }
     }
 }
@@ -78,11 +92,7 @@ pub fn loop_finding(cycle: &[&Flight], rounds: u64, at: SystemTime) -> Option<Lo
     Some(LoopFinding {
         ts: at,
         since: at,
-        loop_id: LoopId::of(
-            question.name.folded().as_bytes(),
-            question.qtype,
-            question.qclass,
-        ),
+        loop_id: LoopId::of_question(question),
         qname,
         qtype: question.qtype,
         count: rounds,

@@ -146,17 +146,7 @@ impl Flight {
     /// Records the sighting `obs` of this flight.
     pub fn advance(&mut self, obs: &Observation) {
         if self.hops.len() < MAX_HOPS {
-            self.hops.push(Hop {
-                ts: obs.ts,
-                ifname: obs.point.ifname.clone(),
-                direction: obs.point.direction,
-                leaves: obs.point.leaves.clone(),
-                enters: obs.point.enters.clone(),
-                src: obs.src,
-                dst: obs.dst,
-                id: obs.id,
-                transport: obs.transport,
-            });
+            self.hops.push(Hop::of(obs));
         }
         self.position = match &obs.point.enters {
             Some(namespace) => Position::Entered {

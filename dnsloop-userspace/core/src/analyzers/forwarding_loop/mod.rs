@@ -24,6 +24,7 @@
 mod cycle;
 mod describe;
 mod flight;
+mod storm;
 #[cfg(test)]
 mod tests;
 
@@ -36,7 +37,11 @@ use std::{
 use dnsloop_shared::parse::Probe;
 
 pub use self::flight::{Flight, FlightId};
-use self::{describe::LoopKey, flight::Flights};
+use self::{
+    describe::LoopKey,
+    flight::Flights,
+    storm::{Storms, Window},
+};
 use super::{
     has_waited,
     packet::{MessageKey, QuestionKey},
@@ -112,6 +117,8 @@ pub struct ForwardingLoops {
     /// forward of one it had taken in (a client there, beside a server or not).
     asked: Table<(QuestionKey, Namespace), SystemTime, FastHash>,
     reports: Repeats<LoopKey, LoopFinding>,
+    /// Each question's storms at each interface, for a loop whose path is out of sight.
+    storms: Storms,
     next_id: FlightId,
 }
 
@@ -137,6 +144,7 @@ impl ForwardingLoops {
             sent_out: Table::with_hasher(capacity),
             asked: Table::with_hasher(capacity),
             reports: Repeats::new(report_interval, capacity),
+            storms: Storms::new(capacity),
             next_id: 0,
         }
     }
@@ -152,6 +160,7 @@ impl ForwardingLoops {
         let Some(question) = obs.question.as_ref() else {
             return;
         };
+        self.storms.query(&message.question, obs);
         if let Some(left) = &obs.point.leaves {
             if obs.point.enters.as_ref() != Some(left) {
                 self.sent_out
@@ -233,6 +242,7 @@ impl ForwardingLoops {
     /// A reply leaving the namespace a flight was delivered to: that namespace answered it. A
     /// reply to a flight that left the node was answered out of sight.
     fn reply(&mut self, obs: &Observation, message: &MessageKey) {
+        self.storms.reply(&message.question, &obs.point.ifname);
         let Some(&id) = self.latest.get(message) else {
             return;
         };
@@ -259,6 +269,7 @@ impl ForwardingLoops {
             + self.probes.evictions()
             + self.drops.evictions()
             + self.reports.evictions()
+            + self.storms.evictions()
             + self.entered_overflows
     }
 
@@ -495,6 +506,33 @@ impl ForwardingLoops {
         out.extend(finding.map(Finding::Loop));
     }
 
+    /// Reports the storms of `windows` that show a possible loop, unless the question's loop
+    /// was reported since the storm began: its path was seen, and says more.
+    fn report_storms(
+        &mut self,
+        windows: Vec<(QuestionKey, Window)>,
+        at: SystemTime,
+        out: &mut Vec<Finding>,
+    ) {
+        for (question, window) in windows {
+            let cycle_reported = [(false, false), (true, false), (false, true), (true, true)]
+                .into_iter()
+                .any(|(through_other_nodes, possible)| {
+                    let key = LoopKey::new(question.clone(), through_other_nodes, possible);
+                    self.reports
+                        .last_occurred(&key)
+                        .is_some_and(|last| last >= window.start())
+                });
+            if cycle_reported {
+                continue;
+            }
+            if let Some((key, found)) = window.possible_loop(at) {
+                let reported = self.reports.occurred_after(key, at, 0, || Some(found));
+                out.extend(reported.map(Finding::Loop));
+            }
+        }
+    }
+
     /// Forgets flights, and what points at them, once they are too old to matter.
     fn expire(&mut self, now: SystemTime) {
         let stale = waited_by(self.retention(), now);
@@ -608,6 +646,8 @@ impl Analyzer for ForwardingLoops {
 
     fn tick(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
         self.settle_until(now, out);
+        let ended = self.storms.ended(now);
+        self.report_storms(ended, now, out);
         self.expire(now);
     }
 
@@ -616,6 +656,8 @@ impl Analyzer for ForwardingLoops {
         while let Some((since, id)) = self.entered.pop_front() {
             self.deliver(since, id, out);
         }
+        let unfinished = self.storms.drain();
+        self.report_storms(unfinished, now, out);
         self.expire(now);
         out.extend(self.reports.unreported().map(Finding::Loop));
     }

@@ -13,6 +13,7 @@ use crate::{
 
 mod not_taken_in;
 mod other_nodes;
+mod out_of_sight;
 
 pub(super) const NAME: &str = "www.example.test.";
 /// From a re-entry to the moment it is known to be a delivery.
