@@ -2,7 +2,10 @@
 //! lost on the way. Loss is always reported, never hidden.
 use std::sync::Arc;
 
-use dnsloop_core::schema::{InterfaceCount, KernelSummary, SummarySource};
+use dnsloop_core::{
+    decode::ReassemblyCounts,
+    schema::{InterfaceCount, KernelSummary, SummarySource},
+};
 use dnsloop_shared::counter::Counter;
 
 use crate::kernel::{
@@ -11,7 +14,8 @@ use crate::kernel::{
 };
 
 /// The kernel's side of the summary; `drops` per reason, `None` when drops were not watched;
-/// `lacks`, what this kernel lacks of what dnsloop uses.
+/// `lacks`, what this kernel lacks of what dnsloop uses; `reassembly`, what userspace put
+/// together, when every DNS packet was streamed.
 pub fn summary_extra(
     interfaces: &[PointCount],
     kernel: &GlobalCounts,
@@ -19,6 +23,7 @@ pub fn summary_extra(
     undecodable_records: u64,
     unplaced_records: u64,
     lacks: &[Lack],
+    reassembly: Option<&ReassemblyCounts>,
 ) -> SummarySource {
     SummarySource::Kernel(KernelSummary {
         interfaces: interfaces
@@ -50,6 +55,7 @@ pub fn summary_extra(
         undecodable_records,
         unplaced_records,
         kernel_lacks: lacks.iter().map(|lack| lack.name().to_owned()).collect(),
+        reassembly: reassembly.map(|counts| Box::new(counts.into())),
     })
 }
 
@@ -72,7 +78,7 @@ mod tests {
             malformed: vec![(Malformed::DnsCompressionPointer, 2)],
         };
         let SummarySource::Kernel(extra) =
-            summary_extra(&interfaces, &kernel, None, 1, 0, &[Lack::Tcx])
+            summary_extra(&interfaces, &kernel, None, 1, 0, &[Lack::Tcx], None)
         else {
             panic!("the kernel's numbers");
         };

@@ -408,16 +408,22 @@ impl Tracer {
                 .drops
                 .as_ref()
                 .map_or(0, |drops| drops.undecodable_records);
-        pipeline.finish(source.watermark(), Some(servers), |unplaced_records, _| {
-            summary::summary_extra(
-                &interfaces,
-                &kernel,
-                drops.as_deref(),
-                undecodable_records,
-                unplaced_records,
-                &self.lacks,
-            )
-        })?;
+        let every_packet = self.config.programs.stream_every_packet;
+        pipeline.finish(
+            source.watermark(),
+            Some(servers),
+            |unplaced_records, reassembly| {
+                summary::summary_extra(
+                    &interfaces,
+                    &kernel,
+                    drops.as_deref(),
+                    undecodable_records,
+                    unplaced_records,
+                    &self.lacks,
+                    every_packet.then_some(&reassembly),
+                )
+            },
+        )?;
         self.detach();
         Ok(())
     }

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use dnsloop_core::schema::PacketRecord;
+use dnsloop_core::schema::{PacketRecord, SummarySource};
 use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::tshark::{dnsloop_escape, qtype_number, tshark_escape, unescape};
@@ -61,6 +61,19 @@ fn dnsloop_and_tshark_see_the_same_dns_packets_on_an_interface() {
     let output = tracer.interrupt().or_fail(test);
     capture.stop().or_fail(test);
     let trace = Trace::from_output(output).or_fail(test);
+    // With every packet streamed, userspace put the TCP query and reply back together from
+    // their segments, and lost nothing.
+    let SummarySource::Kernel(kernel) = &trace.summary().source else {
+        panic!("a trace's summary has the kernel's numbers:\n{trace}");
+    };
+    let reassembly = kernel.reassembly.as_ref().or_fail(format_args!(
+        "no reassembly counts with --packets:\n{trace}"
+    ));
+    assert_eq!(
+        (reassembly.tcp_gaps, reassembly.tcp_bytes_skipped),
+        (0, 0),
+        "{trace}"
+    );
     let dnsloop = sorted(
         packet_lines(&trace)
             .iter()

@@ -160,6 +160,11 @@ pub struct KernelSummary {
     /// empty on a kernel that has them all, or in a record of a dnsloop that did not say.
     #[serde(default)]
     pub kernel_lacks: Vec<String>,
+    /// What userspace put together from the TCP segments and IP fragments streamed to it, when
+    /// every DNS packet was (`--packets`, `--slow`); `null` otherwise, when a stream's other
+    /// segments are missing by design and only those that start with a message are read.
+    #[serde(default)]
+    pub reassembly: Option<Box<ReassemblySummary>>,
 }
 
 /// What a capture file held and how its packets were placed, in place of the kernel's

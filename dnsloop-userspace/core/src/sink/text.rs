@@ -215,7 +215,10 @@ impl<W: Write> TextSink<W> {
         if !kernel.kernel_lacks.is_empty() {
             self.line(&format!("kernel lacks: {}", kernel.kernel_lacks.join(", ")))?;
         }
-        Ok(())
+        match &kernel.reassembly {
+            Some(reassembly) => self.reassembly(reassembly),
+            None => Ok(()),
+        }
     }
 
     /// The capture file's numbers below the summary.
