@@ -53,19 +53,25 @@ pub struct AnsweredFrom {
     refused: Table<MessageKey, (), FastHash>,
     /// The namespace each recent reply last entered from elsewhere.
     entered: Table<MessageKey, Namespace, FastHash>,
-    /// The namespace each recent query last entered from elsewhere.
-    query_entered: Table<MessageKey, Namespace, FastHash>,
     /// Whether the capture shows every interface of the node.
     every_interface: bool,
     /// Queries that entered a namespace and have not been seen leaving it; each question's
     /// latest of them in each namespace, to find the ones a query the namespace sends
     /// forwards; and the addresses queries were seen passing through a namespace to.
     inside: Table<MessageKey, Inside, FastHash>,
-    entered_recently: Table<(QuestionKey, Namespace), VecDeque<(MessageKey, SystemTime)>, FastHash>,
+    entered_recently: Table<QuestionKey, VecDeque<Entry>, FastHash>,
     passing_through: Table<(Namespace, IpAddr), ()>,
     /// What `settle` found of the queries that stayed where they entered, by namespace and
-    /// address: how many were forwarded at once, and how many not.
+    /// address: how many were forwarded at once, and how many not; and whether it has.
     stayed: Table<(Namespace, IpAddr), Stayed>,
+    settled: bool,
+}
+
+/// A query that entered a namespace, when.
+struct Entry {
+    key: MessageKey,
+    namespace: Namespace,
+    at: SystemTime,
 }
 
 /// A query that entered a namespace, at an address.
@@ -93,7 +99,7 @@ impl Stayed {
 /// How soon a forwarder sends on the question it took in: milliseconds; a client's retry comes
 /// a second or more later.
 const FORWARDED_WITHIN: Duration = Duration::from_millis(100);
-/// Queries of one question entering one namespace kept to match a forward against.
+/// Queries of one question entering namespaces kept to match a forward against.
 const RECENT_ENTRIES: usize = 16;
 
 impl Default for AnsweredFrom {
@@ -103,12 +109,12 @@ impl Default for AnsweredFrom {
             answering_anywhere: Table::new(ADDRESS_CAPACITY),
             refused: Table::with_hasher(REPLY_CAPACITY),
             entered: Table::with_hasher(REPLY_CAPACITY),
-            query_entered: Table::with_hasher(REPLY_CAPACITY),
             every_interface: false,
             inside: Table::with_hasher(REPLY_CAPACITY),
             entered_recently: Table::with_hasher(ADDRESS_CAPACITY),
             passing_through: Table::new(ADDRESS_CAPACITY),
             stayed: Table::new(ADDRESS_CAPACITY),
+            settled: false,
         }
     }
 }
@@ -152,6 +158,8 @@ impl AnsweredFrom {
     /// The capture was read through: the queries that entered the namespace seen whole and
     /// never left it were taken in there.
     pub fn settle(&mut self) {
+        self.settled = true;
+        self.entered_recently.drain().for_each(drop);
         let stayed: Vec<Inside> = self.inside.drain().map(|(_, inside)| inside).collect();
         for inside in stayed {
             if self.stayed.get(&inside.at).is_none() {
@@ -168,34 +176,39 @@ impl AnsweredFrom {
     }
 
     /// `namespace` sent a query for `question` at `at`: it forwards the queries for it that
-    /// entered there just before.
+    /// entered there just before. Those are done with: a later query is later still.
     fn note_forward(&mut self, question: &QuestionKey, namespace: &Namespace, at: SystemTime) {
-        let Some(recent) = self
-            .entered_recently
-            .get(&(question.clone(), namespace.clone()))
-        else {
+        let Some(recent) = self.entered_recently.get_mut(question) else {
             return;
         };
-        let just_before: Vec<MessageKey> = recent
-            .iter()
-            .filter(|(_, entered)| {
-                at.duration_since(*entered)
-                    .is_ok_and(|gap| gap <= FORWARDED_WITHIN)
-            })
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in just_before {
-            if let Some(inside) = self.inside.get_mut(&key) {
-                inside.forwarded = true;
+        let inside = &mut self.inside;
+        recent.retain(|entry| {
+            if entry.namespace != *namespace {
+                return true;
             }
-        }
+            let just_before = at
+                .duration_since(entry.at)
+                .is_ok_and(|gap| gap <= FORWARDED_WITHIN);
+            if let Some(stayed) = inside.get_mut(&entry.key).filter(|_| just_before) {
+                stayed.forwarded = true;
+            }
+            false
+        });
     }
 
-    /// `obs`, the query `key`, entered `namespace`.
+    /// `obs`, the query `key`, entered `namespace`: unless a server there was seen answering
+    /// from its address already, which shows what this would.
     fn note_entry(&mut self, key: MessageKey, namespace: &Namespace, obs: &Observation) {
-        let recent_key = (key.question.clone(), namespace.clone());
-        let entry = (key.clone(), obs.ts);
-        match self.entered_recently.refresh(&recent_key) {
+        let at = (namespace.clone(), obs.dst.ip());
+        if self.answering.get(&at).is_some() {
+            return;
+        }
+        let entry = Entry {
+            key: key.clone(),
+            namespace: namespace.clone(),
+            at: obs.ts,
+        };
+        match self.entered_recently.refresh(&key.question) {
             Some(recent) => {
                 if recent.len() == RECENT_ENTRIES {
                     recent.pop_front();
@@ -204,11 +217,11 @@ impl AnsweredFrom {
             }
             None => {
                 self.entered_recently
-                    .insert(recent_key, VecDeque::from([entry]));
+                    .insert(key.question.clone(), VecDeque::from([entry]));
             }
         }
         let inside = Inside {
-            at: (namespace.clone(), obs.dst.ip()),
+            at,
             forwarded: false,
         };
         self.inside.insert(key, inside);
@@ -217,13 +230,20 @@ impl AnsweredFrom {
     /// Learns from `obs`, a query, in a capture of every interface: where it entered and
     /// stayed, and whether it was forwarded from there.
     fn learn_query(&mut self, obs: &Observation) {
-        let Some(key) = MessageKey::of(obs).filter(|_| self.every_interface) else {
+        // Once settled, what queries show is known: the analysis reads the capture again.
+        if !self.every_interface || self.settled {
+            return;
+        }
+        let Some(key) = MessageKey::of(obs) else {
             return;
         };
-        let entered_before = self.query_entered.get(&key).cloned();
         if let Some(left) = &obs.point.leaves {
-            if entered_before.as_ref() == Some(left) {
-                // Routed through: it entered `left` before.
+            let routed = self
+                .inside
+                .get(&key)
+                .is_some_and(|inside| inside.at.0 == *left);
+            if routed {
+                // It entered `left` before: routed through.
                 if let Some(inside) = self.inside.remove(&key) {
                     self.passing_through.insert(inside.at, ());
                 }
@@ -231,16 +251,10 @@ impl AnsweredFrom {
                 self.note_forward(&key.question, left, obs.ts);
             }
         }
-        // The crossing it already made, seen again at a second point (a bridge and its port).
-        if entered_before.is_some() && entered_before == obs.point.enters {
-            return;
-        }
-        match &obs.point.enters {
-            Some(entered) if obs.point.leaves.as_ref() != Some(entered) => {
-                self.query_entered.insert(key.clone(), entered.clone());
+        if let Some(entered) = &obs.point.enters {
+            if obs.point.leaves.as_ref() != Some(entered) {
                 self.note_entry(key, entered, obs);
             }
-            _ => {}
         }
     }
 

@@ -36,8 +36,10 @@ const SENDERS: usize = 8;
 /// Sightings of the storm's queries shown as its path.
 const SHOWN: usize = 4;
 
-/// The storm of one question at one interface, over one window.
+/// The storm of one question at one interface, the first it was seen at in the window (a
+/// packet seen at several, a bridge and its port, is counted once), over one window.
 pub struct Window {
+    ifname: Arc<str>,
     start: SystemTime,
     last: SystemTime,
     question: Question,
@@ -86,9 +88,9 @@ impl Window {
     }
 }
 
-/// Storms being counted, by question and interface.
+/// Storms being counted, by question.
 pub struct Storms {
-    windows: Table<(QuestionKey, Arc<str>), Window, FastHash>,
+    windows: Table<QuestionKey, Window, FastHash>,
 }
 
 impl Storms {
@@ -103,13 +105,13 @@ impl Storms {
         let Some(asked) = &obs.question else {
             return;
         };
-        let key = (question.clone(), obs.point.ifname.clone());
-        let window = match self.windows.get_mut(&key) {
+        let window = match self.windows.get_mut(question) {
             Some(window) => window,
             None => {
                 self.windows.insert(
-                    key.clone(),
+                    question.clone(),
                     Window {
+                        ifname: obs.point.ifname.clone(),
                         start: obs.ts,
                         last: obs.ts,
                         question: asked.clone(),
@@ -122,19 +124,24 @@ impl Storms {
                         shown: Vec::new(),
                     },
                 );
-                let Some(window) = self.windows.get_mut(&key) else {
+                let Some(window) = self.windows.get_mut(question) else {
                     return;
                 };
                 window
             }
         };
+        if !same_interface(&window.ifname, &obs.point.ifname) {
+            return;
+        }
         window.count(obs);
     }
 
     /// A reply to a query of `question` at `ifname`: the storm there was answered.
     pub fn reply(&mut self, question: &QuestionKey, ifname: &Arc<str>) {
-        if let Some(window) = self.windows.get_mut(&(question.clone(), ifname.clone())) {
-            window.answered = true;
+        if let Some(window) = self.windows.get_mut(question) {
+            if same_interface(&window.ifname, ifname) {
+                window.answered = true;
+            }
         }
     }
 
@@ -142,7 +149,7 @@ impl Storms {
     /// reported unless its question's loop was (`reported`).
     pub fn ended(&mut self, now: SystemTime) -> Vec<(QuestionKey, Window)> {
         let mut ended = Vec::new();
-        while let Some(((question, _), window)) = self.windows.pop_stalest_if(|_, window| {
+        while let Some((question, window)) = self.windows.pop_stalest_if(|_, window| {
             now.duration_since(window.start)
                 .is_ok_and(|age| age >= STORM_WINDOW)
         }) {
@@ -153,10 +160,7 @@ impl Storms {
 
     /// Every window, the input having ended.
     pub fn drain(&mut self) -> Vec<(QuestionKey, Window)> {
-        self.windows
-            .drain()
-            .map(|((question, _), window)| (question, window))
-            .collect()
+        self.windows.drain().collect()
     }
 
     pub fn evictions(&self) -> u64 {
@@ -221,4 +225,9 @@ impl Window {
             },
         ))
     }
+}
+
+/// Whether two points' interface names are one: the same name, mostly the same allocation.
+fn same_interface(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
 }

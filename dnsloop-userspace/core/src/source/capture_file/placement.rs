@@ -100,7 +100,7 @@ pub struct Survey {
     fronting: HashMap<u32, HashMap<[u8; 6], HashSet<IpAddr>>>,
     /// Per interface, the addresses beyond it in DNS packets whose direction the file records:
     /// the source of those coming in, the destination of those going out (rule e).
-    beyond: HashMap<u32, HashSet<IpAddr>>,
+    beyond: HashMap<u32, Beyond>,
     /// Interfaces that carried DNS inside VXLAN or Geneve: a node's underlay.
     underlays: HashSet<u32>,
     newest: Option<SystemTime>,
@@ -170,8 +170,14 @@ impl Survey {
             return;
         }
         let beyond = self.beyond.entry(interface).or_default();
-        if beyond.len() < MAX_ADDRESSES_PER_MAC {
-            beyond.insert(address);
+        // A pod's veth, and an interface between two hosts, carries one address after another:
+        // each once is enough.
+        if beyond.last == Some(address) {
+            return;
+        }
+        beyond.last = Some(address);
+        if beyond.addresses.len() < MAX_ADDRESSES_PER_MAC {
+            beyond.addresses.insert(address);
         }
     }
 
@@ -185,14 +191,16 @@ impl Survey {
         let pods: HashSet<&IpAddr> = self
             .beyond
             .values()
-            .filter(|beyond| beyond.len() == 1)
-            .flatten()
+            .filter(|beyond| beyond.addresses.len() == 1)
+            .flat_map(|beyond| &beyond.addresses)
             .collect();
         !pods.is_empty()
-            && self
-                .beyond
-                .get(&index)
-                .is_some_and(|beyond| beyond.iter().any(|address| !pods.contains(address)))
+            && self.beyond.get(&index).is_some_and(|beyond| {
+                beyond
+                    .addresses
+                    .iter()
+                    .any(|address| !pods.contains(address))
+            })
     }
 
     /// The MAC of the node's side of interface `index` (rule d): the one fronting the most
@@ -211,6 +219,13 @@ impl Survey {
             _ => None,
         }
     }
+}
+
+/// The addresses beyond one interface (rule e), and the latest.
+#[derive(Debug, Default)]
+struct Beyond {
+    addresses: foldhash::HashSet<IpAddr>,
+    last: Option<IpAddr>,
 }
 
 /// How one interface's packets are placed.
