@@ -7,7 +7,8 @@ use anyhow::{bail, Result};
 use crate::command::{self, output_contains};
 
 /// LLVM 22 for bpf-linker; real DNS servers (dnsdist forwards like CoreDNS in the cluster
-/// scenarios, Knot Resolver is their upstream) and network tools for the lab (curl scrapes dnsloop's metrics); QEMU, busybox
+/// scenarios, Knot Resolver is their upstream) and network tools for the lab (curl scrapes dnsloop's metrics;
+/// kdig pipelines queries over TCP for the capture corpus); QEMU, busybox
 /// and strip for the kernel matrix's guest; Prometheus and promtool check the alert rules and
 /// scrape a tracer on the lab (`deploy/alerts.yaml`, tests/tests/e2e/alerts.rs).
 const DEBIAN_PACKAGES: &[&str] = &[
@@ -25,6 +26,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "bpftool",
     "conntrack",
     "bind9-dnsutils",
+    "knot-dnsutils",
     "curl",
     "qemu-system-x86",
     "busybox-static",

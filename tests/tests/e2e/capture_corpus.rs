@@ -2,15 +2,18 @@
 //! TCP cut every way, fragmented datagrams, every link layer tcpdump and dumpcap write,
 //! nanosecond timestamps, pcapng with several interfaces and snap-length cuts, VXLAN and
 //! Geneve, malformed records) is decoded by both; dnsloop must name at least 99 % of the
-//! messages tshark names, and none that tshark does not.
+//! messages tshark names, and none that tshark does not. So must captures of real tools: dig
+//! and kdig over UDP with fragmented replies, and over TCP, pipelined and kept open.
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
     process::Command,
 };
 
+use dnsloop_core::schema::SummarySource;
 use dnsloop_tests::{
     findings::Trace,
+    lab::{Lab, Pod, Scenario},
     or_fail::OrFail as _,
     packet_lines::packet_lines,
     privilege::{can_run, dnsloop_bin, Need},
@@ -165,4 +168,141 @@ fn difference(left: Vec<MessageKey>, right: Vec<MessageKey>) -> (Vec<MessageKey>
         side.extend(std::iter::repeat_n(key, repeats));
     }
     (only_left, only_right)
+}
+
+/// The port the test's own server answers on, apart from the lab's servers.
+const TOOLS_PORT: &str = "5300";
+
+#[test]
+fn analyze_names_the_messages_tshark_names_in_captures_of_real_tools() {
+    // Real resolvers' clients and a real server, on the lab: dig over UDP with a large EDNS
+    // buffer (the 3 KB reply leaves the server as IP fragments) and over TCP, and kdig with
+    // several queries on one kept-open TCP connection, and with EDNS padding. (The veth's
+    // segmentation offload hands tcpdump a 3 KB reply as one segment: the corpus above cuts
+    // TCP every way by hand.)
+    let test = test_name!();
+    let needs = [
+        Need::Root,
+        Need::DnsloopBinary,
+        Need::Tool("tcpdump"),
+        Need::Tool("tshark"),
+        Need::Tool("dig"),
+        Need::Tool("kdig"),
+        Need::Tool("dnsmasq"),
+    ];
+    if !can_run(test, &needs) {
+        return;
+    }
+    let lab = Lab::builder(Scenario::Healthy).start().or_fail(test);
+    let server_ip = Pod::CoreDnsA.ip().to_string();
+    let big_text: Vec<String> = (0..12).map(|_| "x".repeat(250)).collect();
+    let txt_record = format!("--txt-record=big.example.test,{}", big_text.join(","));
+    let server = lab
+        .spawn(
+            &lab.pod_ns(Pod::CoreDnsA),
+            &[
+                "dnsmasq",
+                "--keep-in-foreground",
+                "--no-resolv",
+                "--no-hosts",
+                "--bind-interfaces",
+                &format!("--listen-address={server_ip}"),
+                &format!("--port={TOOLS_PORT}"),
+                "--edns-packet-max=4096",
+                "--address=/tools.example.test/192.0.2.1",
+                &txt_record,
+                "--pid-file=",
+            ],
+        )
+        .or_fail(test);
+    let _server = KillOnDrop(server);
+    let client = lab.pod_ns(Pod::Client);
+    let ask = |argv: &[&str]| lab.exec(&client, argv).or_fail(format_args!("{argv:?}"));
+    // Waits for the server: it answers once it has bound its port.
+    let at = format!("@{server_ip}");
+    let ready = (0..50).any(|_| {
+        let output = ask(&[
+            "dig",
+            "+tries=1",
+            "+time=1",
+            "-p",
+            TOOLS_PORT,
+            &at,
+            "a.tools.example.test",
+        ]);
+        String::from_utf8_lossy(&output.stdout).contains("192.0.2.1")
+    });
+    assert!(ready, "dnsmasq never answered on {server_ip}:{TOOLS_PORT}");
+
+    let dir = tempfile::tempdir().or_fail("a directory for the capture");
+    let file = dir.path().join("tools.pcap");
+    let capture = lab
+        .capture_pcap(lab.node_ns(), &Pod::Client.host_veth(), "udp or tcp", &file)
+        .or_fail(test);
+    let port = ["-p", TOOLS_PORT, &at];
+    for argv in [
+        &["dig", "+bufsize=4096", "+ignore", "TXT", "big.example.test"][..],
+        &["dig", "+tcp", "TXT", "big.example.test"][..],
+        &[
+            "kdig",
+            "+tcp",
+            "+keepopen",
+            "A",
+            "a.tools.example.test",
+            "AAAA",
+            "b.tools.example.test",
+            "TXT",
+            "big.example.test",
+        ][..],
+        &["kdig", "+tcp", "+padding", "A", "c.tools.example.test"][..],
+    ] {
+        let output = ask(&[&argv[..1], &port[..], &argv[1..]].concat());
+        assert!(
+            output.status.success(),
+            "{argv:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    capture.stop().or_fail(test);
+
+    let options = [
+        &TSHARK_OPTIONS[..],
+        &["-d", "udp.port==5300,dns", "-d", "tcp.port==5300,dns"],
+    ]
+    .concat();
+    let by_tshark = tshark_messages(&file, &options);
+    let trace = tracer::analyze(
+        &dnsloop_bin(),
+        &file,
+        &["--packets", "--dns-port", TOOLS_PORT],
+    )
+    .and_then(Trace::from_output)
+    .or_fail("dnsloop analyze of the tools' capture");
+    let by_dnsloop: Vec<MessageKey> = packet_lines(&trace)
+        .iter()
+        .map(MessageKey::from_dnsloop)
+        .collect();
+    assert!(
+        by_tshark.len() >= 12,
+        "tshark sees the exchanges: {by_tshark:#?}"
+    );
+    let (only_tshark, only_dnsloop) = difference(by_tshark, by_dnsloop);
+    assert!(
+        only_tshark.is_empty() && only_dnsloop.is_empty(),
+        "only tshark: {only_tshark:#?}\nonly dnsloop: {only_dnsloop:#?}\n{trace}"
+    );
+    let SummarySource::CaptureFile(summary) = &trace.summary().source else {
+        panic!("analyze's summary has the file's numbers:\n{trace}");
+    };
+    assert!(summary.reassembly.ip_datagrams_reassembled >= 1, "{trace}");
+}
+
+/// A process of the test's own, killed and reaped however the test ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -55,8 +55,10 @@ pub struct StreamCounts {
     pub messages_unfinished: u64,
 }
 
-/// Streams followed at once; the idlest is let go first.
+/// Streams followed at once, and the bytes they may hold between them (a message is at most
+/// 64 KiB); the idlest is let go first.
 const MAX_STREAMS: usize = 16_384;
+const MAX_HELD_BYTES: usize = 32 << 20;
 /// Segments held ahead of a gap before the gap is taken to be lost, and how long (in packet
 /// time) the first of them waits: a segment reordered on the way comes within microseconds.
 const MAX_AHEAD: usize = 16;
@@ -73,6 +75,8 @@ pub struct TcpStreams<C> {
     streams: LinkedHashMap<StreamKey, Stream<C>>,
     /// Whether a segment that comes early waits for the ones before it (see `Coverage`).
     wait_ahead: bool,
+    /// What the streams hold between them.
+    held_bytes: usize,
     counts: StreamCounts,
 }
 
@@ -93,6 +97,7 @@ impl<C> TcpStreams<C> {
         Self {
             streams: LinkedHashMap::new(),
             wait_ahead,
+            held_bytes: 0,
             counts: StreamCounts::default(),
         }
     }
@@ -114,7 +119,7 @@ impl<C> TcpStreams<C> {
         let data_seq = if position.syn {
             // A SYN starts the stream afresh: its sequence number is the SYN's own.
             if let Some(old) = self.streams.remove(&key) {
-                old.close(&mut self.counts, emit);
+                self.close(old, emit);
             }
             position.seq.wrapping_add(1)
         } else {
@@ -140,6 +145,7 @@ impl<C> TcpStreams<C> {
             }
         };
         stream.last_ts = segment.ts;
+        let held_before = stream.held();
         if !segment.data.is_empty() || segment.cut > 0 {
             stream.receive(
                 Piece {
@@ -152,16 +158,24 @@ impl<C> TcpStreams<C> {
                 emit,
             );
         }
+        self.held_bytes = self.held_bytes + stream.held() - held_before;
         if position.fin || position.rst {
             if let Some(stream) = self.streams.remove(&key) {
-                stream.close(&mut self.counts, emit);
+                self.close(stream, emit);
             }
         }
-        while self.streams.len() > MAX_STREAMS {
-            if let Some((_, stream)) = self.streams.pop_front() {
-                stream.close(&mut self.counts, emit);
-            }
+        while self.streams.len() > MAX_STREAMS || self.held_bytes > MAX_HELD_BYTES {
+            let Some((_, stream)) = self.streams.pop_front() else {
+                break;
+            };
+            self.close(stream, emit);
         }
+    }
+
+    /// Lets go of `stream`, giving what it still holds.
+    fn close(&mut self, stream: Stream<C>, emit: &mut impl FnMut(&C, StreamMessage)) {
+        self.held_bytes -= stream.held();
+        stream.close(&mut self.counts, emit);
     }
 
     /// Lets go of the streams silent since before `now - IDLE`, giving what they still hold.
@@ -174,7 +188,7 @@ impl<C> TcpStreams<C> {
                 break;
             }
             if let Some((_, stream)) = self.streams.pop_front() {
-                stream.close(&mut self.counts, emit);
+                self.close(stream, emit);
             }
         }
     }
@@ -182,7 +196,7 @@ impl<C> TcpStreams<C> {
     /// The input ended: gives what every stream still holds.
     pub fn finish(&mut self, emit: &mut impl FnMut(&C, StreamMessage)) {
         while let Some((_, stream)) = self.streams.pop_front() {
-            stream.close(&mut self.counts, emit);
+            self.close(stream, emit);
         }
     }
 }
@@ -232,6 +246,16 @@ impl<C> Stream<C> {
             wait_ahead,
             last_ts: ts,
         }
+    }
+
+    /// The bytes it holds: in order, and waiting ahead.
+    fn held(&self) -> usize {
+        self.buffer.len()
+            + self
+                .ahead
+                .iter()
+                .map(|piece| piece.data.len())
+                .sum::<usize>()
     }
 
     /// How far `seq` lies past the next byte in order (negative: before it).
