@@ -358,6 +358,48 @@ impl<C> Stream<C> {
         self.buffer.extend_from_slice(data);
         self.next_seq = self.next_seq.wrapping_add(data.len() as u32);
         self.extract(ts, counts, emit);
+        if !self.wait_ahead {
+            self.give_what_is_held(ts, counts, emit);
+        }
+    }
+
+    /// Where a stream's segments are streamed only when worth it, the rest of a message begun
+    /// seldom comes: the message is given at once as held, if its header is, and its rest
+    /// passed over should it come.
+    fn give_what_is_held(
+        &mut self,
+        ts: SystemTime,
+        counts: &mut StreamCounts,
+        emit: &mut impl FnMut(&C, StreamMessage),
+    ) {
+        let Some(declared) = declared_len(&self.buffer) else {
+            return;
+        };
+        let end = PREFIX + declared;
+        if self.buffer.len() < PREFIX + DNS_HEADER_LEN || self.buffer.len() >= end {
+            return;
+        }
+        // Met mid-stream, as such streams are: the segment must start with a query or reply
+        // whose header and question it holds.
+        if !self.synced {
+            if !starts_with_question(&self.buffer) {
+                return;
+            }
+            self.synced = true;
+            self.segment_starts.clear();
+        }
+        counts.messages_cut += 1;
+        emit(
+            &self.context,
+            StreamMessage {
+                bytes: &self.buffer[PREFIX..],
+                len: declared,
+                ts,
+            },
+        );
+        self.skip = end - self.buffer.len();
+        self.buffer.clear();
+        self.earlier = 0;
     }
 
     /// Takes out every whole message at the front of `buffer`.
@@ -508,6 +550,27 @@ impl<C> Stream<C> {
             counts.messages_unfinished += 1;
         }
     }
+}
+
+/// Whether `bytes`, a segment's payload from its start, start with a message's length prefix
+/// and a standard query or its reply whose header and one question they hold.
+fn starts_with_question(bytes: &[u8]) -> bool {
+    let Some(len) = declared_len(bytes) else {
+        return false;
+    };
+    let Some(header) = bytes.get(PREFIX..PREFIX + DNS_HEADER_LEN) else {
+        return false;
+    };
+    let opcode = (header[2] >> 3) & 0x0f;
+    let questions = u16::from_be_bytes([header[4], header[5]]);
+    if len < DNS_HEADER_LEN || opcode != 0 || questions != 1 {
+        return false;
+    }
+    let held = &bytes[PREFIX..bytes.len().min(PREFIX + len)];
+    let mut buffer = [0u8; DNS_BUF_LEN];
+    let copied = held.len().min(DNS_BUF_LEN);
+    buffer[..copied].copy_from_slice(&held[..copied]);
+    parse_dns(&buffer, copied).is_ok_and(|summary| summary.question.is_some())
 }
 
 /// The length the prefix at the front of `bytes` declares, if `bytes` holds it.

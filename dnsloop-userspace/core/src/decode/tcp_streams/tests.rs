@@ -263,3 +263,26 @@ fn a_message_still_open_when_the_stream_ends_is_counted() {
     assert!(feed.messages.is_empty());
     assert_eq!(feed.streams.counts().messages_unfinished, 1);
 }
+
+#[test]
+fn sampled_streams_give_a_message_begun_at_once_as_held() {
+    // Only the first segment of a large reply is streamed: it is given as held, as a reader of
+    // single segments would, and should the rest come after all, it is passed over.
+    let (first, _, mut third) = queries();
+    // Its answers, as far as the reader of its header and question cares.
+    third.resize(third.len() + 200, 0xaa);
+    let stream = tcp_stream(&[&third, &first]);
+    let mut feed = Feed::new(false);
+    // The header and the question: 2 + 12 + 38 + 4 bytes.
+    feed.data(0, &stream[..60]);
+    assert_eq!(feed.messages.len(), 1);
+    assert_eq!(feed.messages[0].0, third[..58]);
+    assert_eq!(feed.messages[0].1, third.len());
+    feed.data(60, &stream[60..]);
+    assert_eq!(
+        feed.bytes()[1],
+        first,
+        "the rest passed over, the next read"
+    );
+    assert_eq!(feed.messages.len(), 2);
+}
