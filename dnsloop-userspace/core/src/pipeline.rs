@@ -18,7 +18,7 @@ use crate::{
         Engine, ServerSummary,
     },
     answered_from::AnsweredFrom,
-    decode::{Decoder, NotDecoded, ReassemblyCounts},
+    decode::{completes_for_analysis, Decoder, NotDecoded, ReassemblyCounts},
     enrich::Enricher,
     finding::Finding,
     observation::{DropPlace, DroppedMessage, Observation, Point},
@@ -171,7 +171,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         packets: &mut Vec<RawPacket>,
         points: &PointMap,
     ) -> Result<(), PipelineError> {
-        for packet in packets.drain(..).filter(|packet| !packet.recorder_only) {
+        for packet in packets.drain(..).filter(completes_for_analysis) {
             let place = |seen| points.get(seen);
             if let Err(NotDecoded::Unplaced) = self.decode(&packet, place)? {
                 self.unplaced_records += 1;

@@ -318,9 +318,11 @@ impl Tracer {
             slow: self.config.slow,
             ..EngineConfig::default()
         });
-        // Every packet reaches the analysis only when the kernel streams every one; `--record`
-        // streams the rest for the recorder alone.
-        let coverage = if self.config.programs.stream_every_packet {
+        // Every packet of a TCP stream reaches the decoder when the kernel streams every one:
+        // for the analysis, or (`--record`) for the recorder, its TCP segments completing the
+        // analysis's messages.
+        let programs = &self.config.programs;
+        let coverage = if programs.stream_every_packet || programs.record_every_packet {
             Coverage::EveryPacket
         } else {
             Coverage::Sampled
@@ -408,7 +410,8 @@ impl Tracer {
                 .drops
                 .as_ref()
                 .map_or(0, |drops| drops.undecodable_records);
-        let every_packet = self.config.programs.stream_every_packet;
+        let every_packet =
+            self.config.programs.stream_every_packet || self.config.programs.record_every_packet;
         pipeline.finish(
             source.watermark(),
             Some(servers),

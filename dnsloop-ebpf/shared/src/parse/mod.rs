@@ -133,6 +133,21 @@ pub fn refused_query<P: PacketBytes>(
     })
 }
 
+/// The IP protocol (IPv6: the first next header) of the packet at `link`; `None` when its
+/// link or IP header does not parse. Userspace only: a cheap look before a full `classify`.
+pub fn ip_protocol<P: PacketBytes>(pkt: &P, link: LinkLayer) -> Option<u8> {
+    let network = link::network_start(pkt, link).ok()?;
+    let offset = match network.family {
+        IpFamily::V4 => IPV4_PROTOCOL_OFFSET,
+        IpFamily::V6 => IPV6_NEXT_HEADER_OFFSET,
+    };
+    let [protocol] = pkt.read::<1>(network.offset + offset)?;
+    Some(protocol)
+}
+
+const IPV4_PROTOCOL_OFFSET: usize = 9;
+const IPV6_NEXT_HEADER_OFFSET: usize = 6;
+
 #[inline(always)]
 fn dns_segment<P: PacketBytes>(
     pkt: &P,

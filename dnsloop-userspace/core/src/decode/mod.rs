@@ -12,9 +12,9 @@ mod tcp_streams;
 use std::{net::SocketAddr, sync::Arc, time::SystemTime};
 
 use dnsloop_shared::parse::{
-    classify, encapsulated_frame, ip_fragment, parse_dns, refused_query, tcp_framing, tcp_position,
-    udp_message, DnsMessageRef, DnsPorts, IpFamily, LinkLayer, Malformed, PacketClass, Segment,
-    Skip, SlicePacket, Unreachable, DNS_BUF_LEN,
+    classify, encapsulated_frame, ip_fragment, ip_protocol, parse_dns, refused_query, tcp_framing,
+    tcp_position, udp_message, DnsMessageRef, DnsPorts, IpFamily, LinkLayer, Malformed,
+    PacketClass, Segment, Skip, SlicePacket, Unreachable, DNS_BUF_LEN,
 };
 use dnsloop_shared::point::Direction;
 use hickory_proto::{op::Message, serialize::binary::BinDecodable};
@@ -84,6 +84,17 @@ pub enum Coverage {
     /// message.
     Sampled,
 }
+
+/// Whether `packet`, streamed only to be recorded, still matters to the analysis: a TCP
+/// segment may complete a message begun in one streamed for analysis. (A look at the IP
+/// protocol alone: most recorded packets are UDP, and are passed over at the cost of it.)
+pub fn completes_for_analysis(packet: &RawPacket) -> bool {
+    !packet.recorder_only
+        || ip_protocol(&SlicePacket(&packet.bytes), packet.link_layer) == Some(TCP)
+}
+
+/// The IP protocol number of TCP.
+const TCP: u8 = 6;
 
 pub struct Decoder {
     ports: DnsPorts,
@@ -157,6 +168,7 @@ impl Decoder {
             seen: packet.seen,
             ts: packet.ts,
             point,
+            for_analysis: !packet.recorder_only,
         };
         let mut let_go = Vec::new();
         self.decode_frame(
@@ -256,6 +268,9 @@ impl Decoder {
         let_go: &mut Vec<FirstFragment<Point>>,
         depth: usize,
     ) {
+        if !at.for_analysis {
+            return;
+        }
         match self
             .fragments
             .add(fragment, &mut |first| let_go.push(first))
@@ -281,6 +296,7 @@ impl Decoder {
                 seen: first.seen,
                 ts: first.ts,
                 point: &first.context,
+                for_analysis: true,
             };
             if segment.transport == Transport::Udp {
                 self.decode_segment(&first.frame, &segment, &at, &mut found);
@@ -299,6 +315,7 @@ impl Decoder {
             dst,
         };
         match segment.transport {
+            Transport::Udp if !at.for_analysis => {}
             Transport::Udp => {
                 let message = udp_message(segment);
                 if let Some(held) = message_bytes(bytes, segment, &message) {
@@ -317,6 +334,7 @@ impl Decoder {
                     data,
                     cut: segment.declared_payload_len - segment.payload_len,
                     ts: at.ts,
+                    for_analysis: at.for_analysis,
                 };
                 let key = StreamKey {
                     seen: at.seen,
@@ -463,11 +481,13 @@ impl Decoder {
     }
 }
 
-/// Where and when the packet being decoded was seen.
+/// Where and when the packet being decoded was seen, and whether it is for analysis (not
+/// streamed only to be recorded, see `RawPacket::recorder_only`).
 struct At<'p> {
     seen: Seen,
     ts: SystemTime,
     point: &'p Point,
+    for_analysis: bool,
 }
 
 /// Who sent a message to whom, over what.
@@ -523,6 +543,11 @@ impl<'o, 'p> Found<'o, 'p> {
     }
 
     fn stream_message(&mut self, context: &StreamContext, message: StreamMessage) {
+        // Begun in a segment streamed only to be recorded: a trace without recording never
+        // sees it.
+        if !message.for_analysis {
+            return;
+        }
         self.message(
             message.ts,
             &context.point,

@@ -32,6 +32,8 @@ pub struct StreamMessage<'a> {
     pub len: usize,
     /// When its last held byte was captured.
     pub ts: SystemTime,
+    /// Whether its first byte came in a segment given for analysis (see `TcpSegment`).
+    pub for_analysis: bool,
 }
 
 /// What reassembly met, over a run.
@@ -88,6 +90,10 @@ pub struct TcpSegment<'a> {
     /// Payload bytes the headers declare beyond `data` (cut by the snap length).
     pub cut: usize,
     pub ts: SystemTime,
+    /// False for a segment streamed only to be recorded (`trace --record`): it completes
+    /// messages begun in segments for analysis, and what begins in it is left out, as a trace
+    /// without recording never sees it.
+    pub for_analysis: bool,
 }
 
 impl<C> TcpStreams<C> {
@@ -153,6 +159,7 @@ impl<C> TcpStreams<C> {
                     data: segment.data.to_vec(),
                     cut: segment.cut,
                     ts: segment.ts,
+                    for_analysis: segment.for_analysis,
                 },
                 &mut self.counts,
                 emit,
@@ -207,6 +214,7 @@ struct Piece {
     data: Vec<u8>,
     cut: usize,
     ts: SystemTime,
+    for_analysis: bool,
 }
 
 struct Stream<C> {
@@ -225,6 +233,8 @@ struct Stream<C> {
     earlier: usize,
     /// Bytes still to pass over: the rest of a message a gap cut, whose end its length told.
     skip: usize,
+    /// Where in `buffer` each segment's bytes start, and whether it was given for analysis.
+    analysed_from: Vec<(usize, bool)>,
     /// Segments that came before the ones they follow, in arrival order; `wait_ahead` as in
     /// `TcpStreams`.
     ahead: Vec<Piece>,
@@ -242,9 +252,35 @@ impl<C> Stream<C> {
             segment_starts: Vec::new(),
             earlier: 0,
             skip: 0,
+            analysed_from: Vec::new(),
             ahead: Vec::new(),
             wait_ahead,
             last_ts: ts,
+        }
+    }
+
+    /// Whether the byte at `offset` of `buffer` came in a segment given for analysis.
+    fn for_analysis_at(&self, offset: usize) -> bool {
+        self.analysed_from
+            .iter()
+            .rev()
+            .find(|(start, _)| *start <= offset)
+            .is_none_or(|&(_, for_analysis)| for_analysis)
+    }
+
+    /// `count` bytes were taken from the front of `buffer`.
+    fn drained(&mut self, count: usize) {
+        for (start, _) in &mut self.analysed_from {
+            *start = start.saturating_sub(count);
+        }
+        // Of the segments that now start at the front, the last holds the front.
+        let at_front = self
+            .analysed_from
+            .iter()
+            .take_while(|(start, _)| *start == 0)
+            .count();
+        if at_front > 1 {
+            self.analysed_from.drain(..at_front - 1);
         }
     }
 
@@ -304,7 +340,7 @@ impl<C> Stream<C> {
         } else {
             (&[][..], total - seen)
         };
-        self.take(data, piece.ts, counts, emit);
+        self.take(data, piece.ts, piece.for_analysis, counts, emit);
         if cut > 0 {
             self.lose(cut, piece.ts, counts, emit);
         }
@@ -345,6 +381,7 @@ impl<C> Stream<C> {
         &mut self,
         data: &[u8],
         ts: SystemTime,
+        for_analysis: bool,
         counts: &mut StreamCounts,
         emit: &mut impl FnMut(&C, StreamMessage),
     ) {
@@ -354,6 +391,7 @@ impl<C> Stream<C> {
         if !self.synced {
             self.segment_starts.push(self.buffer.len());
         }
+        self.analysed_from.push((self.buffer.len(), for_analysis));
         self.earlier = self.buffer.len();
         self.buffer.extend_from_slice(data);
         self.next_seq = self.next_seq.wrapping_add(data.len() as u32);
@@ -395,10 +433,12 @@ impl<C> Stream<C> {
                 bytes: &self.buffer[PREFIX..],
                 len: declared,
                 ts,
+                for_analysis: self.for_analysis_at(0),
             },
         );
         self.skip = end - self.buffer.len();
         self.buffer.clear();
+        self.analysed_from.clear();
         self.earlier = 0;
     }
 
@@ -447,11 +487,13 @@ impl<C> Stream<C> {
                     bytes: &self.buffer[start + PREFIX..end],
                     len,
                     ts,
+                    for_analysis: self.for_analysis_at(start),
                 },
             );
             start = end;
         }
         self.buffer.drain(..start);
+        self.drained(start);
         self.earlier = self.earlier.saturating_sub(start);
         for segment_start in &mut self.segment_starts {
             *segment_start = segment_start.saturating_sub(start);
@@ -522,9 +564,11 @@ impl<C> Stream<C> {
                         bytes: &self.buffer[PREFIX..],
                         len: declared,
                         ts,
+                        for_analysis: self.for_analysis_at(0),
                     },
                 );
                 self.buffer.clear();
+                self.analysed_from.clear();
                 self.earlier = 0;
                 if unknown <= missing {
                     self.skip = missing - unknown;
@@ -534,6 +578,7 @@ impl<C> Stream<C> {
         }
         counts.bytes_skipped += self.buffer.len() as u64;
         self.buffer.clear();
+        self.analysed_from.clear();
         self.segment_starts.clear();
         self.earlier = 0;
         self.skip = 0;

@@ -235,17 +235,7 @@ fn dns_inside_vxlan_and_geneve_is_read() {
 fn a_tcp_length_in_a_segment_of_its_own_is_joined_to_its_message() {
     let query = dns_query(0x5151, "kubernetes.default.svc.cluster.local", QTYPE_A);
     let stream = tcp_stream(&[&query]);
-    let segment = |seq: u32, data: &[u8]| {
-        let mut frame = FrameSpec {
-            transport: Transport::Tcp,
-            payload: data.to_vec(),
-            ..FrameSpec::default()
-        }
-        .build();
-        // The sequence number, after the Ethernet (14) and IPv4 (20) headers and the ports.
-        frame[38..42].copy_from_slice(&seq.to_be_bytes());
-        frame
-    };
+    let segment = tcp_segment;
     let packets = [
         packet(0, LinkLayer::Ethernet, segment(1000, &stream[..2])),
         packet(1, LinkLayer::Ethernet, segment(1002, &stream[2..])),
@@ -262,5 +252,56 @@ fn a_tcp_length_in_a_segment_of_its_own_is_joined_to_its_message() {
     assert_eq!(
         labels,
         [&b"kubernetes"[..], b"default", b"svc", b"cluster", b"local"]
+    );
+}
+
+/// An Ethernet frame of the TCP segment holding `data` at sequence number `seq`.
+fn tcp_segment(seq: u32, data: &[u8]) -> Vec<u8> {
+    let mut frame = FrameSpec {
+        transport: Transport::Tcp,
+        payload: data.to_vec(),
+        ..FrameSpec::default()
+    }
+    .build();
+    // The sequence number, after the Ethernet (14) and IPv4 (20) headers and the ports.
+    frame[38..42].copy_from_slice(&seq.to_be_bytes());
+    frame
+}
+
+#[test]
+fn recorded_segments_complete_messages_begun_for_analysis_and_give_none_of_their_own() {
+    // trace --record: the kernel streams for analysis the segment whose message it judged
+    // (here, the length alone), and the rest only to be recorded.
+    let query = dns_query(0x5252, "api.default.svc.cluster.local", QTYPE_A);
+    let stream = tcp_stream(&[&query, &query]);
+    let half = query.len() + 2;
+    let recorded = |mut packet: RawPacket| {
+        packet.recorder_only = true;
+        packet
+    };
+    let packets = [
+        packet(0, LinkLayer::Ethernet, tcp_segment(1000, &stream[..2])),
+        recorded(packet(
+            1,
+            LinkLayer::Ethernet,
+            tcp_segment(1002, &stream[2..half]),
+        )),
+        recorded(packet(
+            2,
+            LinkLayer::Ethernet,
+            tcp_segment(1000 + half as u32, &stream[half..]),
+        )),
+        recorded(packet(3, LinkLayer::Ethernet, FrameSpec::default().build())),
+    ];
+    let (observations, _) = decode_all(&mut decoder(), &packets);
+    assert_eq!(observations.len(), 1, "{observations:#?}");
+    assert_eq!((observations[0].id, observations[0].ts), (0x5252, at(1)));
+    assert!(
+        completes_for_analysis(&packets[2]),
+        "a recorded TCP segment may complete one"
+    );
+    assert!(
+        !completes_for_analysis(&packets[3]),
+        "a recorded datagram never does"
     );
 }

@@ -161,7 +161,8 @@ pub struct KernelSummary {
     #[serde(default)]
     pub kernel_lacks: Vec<String>,
     /// What userspace put together from the TCP segments and IP fragments streamed to it, when
-    /// every DNS packet was (`--packets`, `--slow`); `null` otherwise, when a stream's other
+    /// every DNS packet was (`--packets`, `--slow`; `--record`, whose TCP segments streamed for
+    /// the recorder complete the analysis's messages); `null` otherwise, when a stream's other
     /// segments are missing by design and only those that start with a message are read.
     #[serde(default)]
     pub reassembly: Option<Box<ReassemblySummary>>,

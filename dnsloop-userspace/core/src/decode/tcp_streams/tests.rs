@@ -37,6 +37,8 @@ fn at(millis: u64) -> SystemTime {
 struct Feed {
     streams: TcpStreams<()>,
     messages: Vec<(Vec<u8>, usize, SystemTime)>,
+    /// Whether each message began in a segment given for analysis.
+    analysed: Vec<bool>,
     clock: u64,
 }
 
@@ -45,11 +47,24 @@ impl Feed {
         Self {
             streams: TcpStreams::new(wait_ahead),
             messages: Vec::new(),
+            analysed: Vec::new(),
             clock: 0,
         }
     }
 
     fn send(&mut self, seq: u32, data: &[u8], cut: usize, flags: (bool, bool, bool)) {
+        self.send_for(seq, data, cut, flags, true);
+    }
+
+    /// As `send`, the segment given for analysis or only to be recorded.
+    fn send_for(
+        &mut self,
+        seq: u32,
+        data: &[u8],
+        cut: usize,
+        flags: (bool, bool, bool),
+        for_analysis: bool,
+    ) {
         self.clock += 1;
         let (syn, fin, rst) = flags;
         let segment = TcpSegment {
@@ -57,11 +72,14 @@ impl Feed {
             data,
             cut,
             ts: at(self.clock),
+            for_analysis,
         };
         let messages = &mut self.messages;
+        let analysed = &mut self.analysed;
         self.streams
             .segment(key(), || (), &segment, &mut |_, message| {
-                messages.push((message.bytes.to_vec(), message.len, message.ts))
+                messages.push((message.bytes.to_vec(), message.len, message.ts));
+                analysed.push(message.for_analysis);
             });
     }
 
@@ -285,4 +303,28 @@ fn sampled_streams_give_a_message_begun_at_once_as_held() {
         "the rest passed over, the next read"
     );
     assert_eq!(feed.messages.len(), 2);
+}
+
+#[test]
+fn a_message_is_for_analysis_when_it_began_in_a_segment_for_analysis() {
+    // trace --record: the kernel streams the segment that starts a query it judged, and the
+    // rest only to be recorded; and segments of queries it did not judge, only recorded.
+    let (first, second, _) = queries();
+    let stream = tcp_stream(&[&first, &second]);
+    let second_start = first.len() + 2;
+    let mut feed = Feed::new(true);
+    feed.syn();
+    let seq = |offset: usize| ISN.wrapping_add(1).wrapping_add(offset as u32);
+    let none = (false, false, false);
+    feed.send_for(seq(0), &stream[..10], 0, none, true);
+    feed.send_for(seq(10), &stream[10..second_start + 6], 0, none, false);
+    feed.send_for(
+        seq(second_start + 6),
+        &stream[second_start + 6..],
+        0,
+        none,
+        false,
+    );
+    assert_eq!(feed.bytes(), vec![first, second]);
+    assert_eq!(feed.analysed, [true, false]);
 }
