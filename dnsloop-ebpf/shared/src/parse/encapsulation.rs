@@ -34,6 +34,14 @@ pub struct Encapsulated {
     pub frame_end: usize,
 }
 
+impl Encapsulated {
+    /// The inner frame in `packet`, the bytes `encapsulated_frame` found it at, as far as the
+    /// packet holds it; `None` when it holds none of it.
+    pub fn frame<'a>(&self, packet: &'a [u8]) -> Option<&'a [u8]> {
+        packet.get(self.frame_offset..self.frame_end.min(packet.len()))
+    }
+}
+
 /// VXLAN's IANA port, and the one Linux and flannel use by default.
 const VXLAN_PORTS: [u16; 2] = [4789, 8472];
 const GENEVE_PORT: u16 = 6081;

@@ -245,8 +245,7 @@ impl Decoder {
                 let Some(inner) = encapsulated_frame(&packet, link) else {
                     return;
                 };
-                let end = inner.frame_end.min(bytes.len());
-                if let Some(frame) = bytes.get(inner.frame_offset..end) {
+                if let Some(frame) = inner.frame(bytes) {
                     let before = found.messages();
                     self.decode_frame(frame, LinkLayer::Ethernet, at, found, let_go, depth + 1);
                     if found.messages() > before {

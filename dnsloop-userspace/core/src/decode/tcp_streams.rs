@@ -228,12 +228,10 @@ struct Stream<C> {
     buffer: Vec<u8>,
     /// While not synced: where in `buffer` each segment starts, the places a message may.
     segment_starts: Vec<usize>,
-    /// Where in `buffer` the bytes of the segments before the latest end: a message that
-    /// starts before it spans segments.
-    earlier: usize,
     /// Bytes still to pass over: the rest of a message a gap cut, whose end its length told.
     skip: usize,
     /// Where in `buffer` each segment's bytes start, and whether it was given for analysis.
+    /// A message that starts before the latest segment's spans segments.
     analysed_from: Vec<(usize, bool)>,
     /// Segments that came before the ones they follow, in arrival order; `wait_ahead` as in
     /// `TcpStreams`.
@@ -250,13 +248,17 @@ impl<C> Stream<C> {
             synced,
             buffer: Vec::new(),
             segment_starts: Vec::new(),
-            earlier: 0,
             skip: 0,
             analysed_from: Vec::new(),
             ahead: Vec::new(),
             wait_ahead,
             last_ts: ts,
         }
+    }
+
+    /// Where in `buffer` the latest segment's bytes start (0 when it holds none).
+    fn latest_segment_start(&self) -> usize {
+        self.analysed_from.last().map_or(0, |&(start, _)| start)
     }
 
     /// Whether the byte at `offset` of `buffer` came in a segment given for analysis.
@@ -392,7 +394,6 @@ impl<C> Stream<C> {
             self.segment_starts.push(self.buffer.len());
         }
         self.analysed_from.push((self.buffer.len(), for_analysis));
-        self.earlier = self.buffer.len();
         self.buffer.extend_from_slice(data);
         self.next_seq = self.next_seq.wrapping_add(data.len() as u32);
         self.extract(ts, counts, emit);
@@ -426,20 +427,7 @@ impl<C> Stream<C> {
             self.synced = true;
             self.segment_starts.clear();
         }
-        counts.messages_cut += 1;
-        emit(
-            &self.context,
-            StreamMessage {
-                bytes: &self.buffer[PREFIX..],
-                len: declared,
-                ts,
-                for_analysis: self.for_analysis_at(0),
-            },
-        );
-        self.skip = end - self.buffer.len();
-        self.buffer.clear();
-        self.analysed_from.clear();
-        self.earlier = 0;
+        self.skip = self.give_front_as_held(declared, ts, counts, emit);
     }
 
     /// Takes out every whole message at the front of `buffer`.
@@ -478,7 +466,7 @@ impl<C> Stream<C> {
             if end > self.buffer.len() {
                 break;
             }
-            if start < self.earlier {
+            if start < self.latest_segment_start() {
                 counts.messages_across_segments += 1;
             }
             emit(
@@ -494,7 +482,6 @@ impl<C> Stream<C> {
         }
         self.buffer.drain(..start);
         self.drained(start);
-        self.earlier = self.earlier.saturating_sub(start);
         for segment_start in &mut self.segment_starts {
             *segment_start = segment_start.saturating_sub(start);
         }
@@ -531,6 +518,31 @@ impl<C> Stream<C> {
         None
     }
 
+    /// Gives the message at the front of `buffer`, of `declared` bytes, as far as it is held,
+    /// and lets go of it; returns how many of its bytes are missing.
+    fn give_front_as_held(
+        &mut self,
+        declared: usize,
+        ts: SystemTime,
+        counts: &mut StreamCounts,
+        emit: &mut impl FnMut(&C, StreamMessage),
+    ) -> usize {
+        let missing = PREFIX + declared - self.buffer.len();
+        counts.messages_cut += 1;
+        emit(
+            &self.context,
+            StreamMessage {
+                bytes: &self.buffer[PREFIX..],
+                len: declared,
+                ts,
+                for_analysis: self.for_analysis_at(0),
+            },
+        );
+        self.buffer.clear();
+        self.analysed_from.clear();
+        missing
+    }
+
     /// `len` bytes from the next in order on never arrived.
     fn lose(
         &mut self,
@@ -556,20 +568,7 @@ impl<C> Stream<C> {
             if let Some(declared) = declared_len(&self.buffer) {
                 // The gap cuts the message at the front: give it as held, and pass over the
                 // rest of it when the gap ends inside it.
-                let missing = PREFIX + declared - self.buffer.len();
-                counts.messages_cut += 1;
-                emit(
-                    &self.context,
-                    StreamMessage {
-                        bytes: &self.buffer[PREFIX..],
-                        len: declared,
-                        ts,
-                        for_analysis: self.for_analysis_at(0),
-                    },
-                );
-                self.buffer.clear();
-                self.analysed_from.clear();
-                self.earlier = 0;
+                let missing = self.give_front_as_held(declared, ts, counts, emit);
                 if unknown <= missing {
                     self.skip = missing - unknown;
                     return;
@@ -580,7 +579,6 @@ impl<C> Stream<C> {
         self.buffer.clear();
         self.analysed_from.clear();
         self.segment_starts.clear();
-        self.earlier = 0;
         self.skip = 0;
         self.synced = false;
     }
@@ -600,22 +598,29 @@ impl<C> Stream<C> {
 /// Whether `bytes`, a segment's payload from its start, start with a message's length prefix
 /// and a standard query or its reply whose header and one question they hold.
 fn starts_with_question(bytes: &[u8]) -> bool {
-    let Some(len) = declared_len(bytes) else {
+    let Some(len) = declared_len(bytes).filter(|&len| len >= DNS_HEADER_LEN) else {
         return false;
     };
-    let Some(header) = bytes.get(PREFIX..PREFIX + DNS_HEADER_LEN) else {
-        return false;
-    };
+    let message = &bytes[PREFIX..bytes.len().min(PREFIX + len)];
+    message
+        .get(..DNS_HEADER_LEN)
+        .is_some_and(is_standard_header)
+        && holds_question(message)
+}
+
+/// Whether `header` is a standard query's or reply's, with one question.
+fn is_standard_header(header: &[u8]) -> bool {
     let opcode = (header[2] >> 3) & 0x0f;
     let questions = u16::from_be_bytes([header[4], header[5]]);
-    if len < DNS_HEADER_LEN || opcode != 0 || questions != 1 {
-        return false;
-    }
-    let held = &bytes[PREFIX..bytes.len().min(PREFIX + len)];
+    opcode == 0 && questions == 1
+}
+
+/// Whether `message`, as far as held, parses through its first question.
+fn holds_question(message: &[u8]) -> bool {
     let mut buffer = [0u8; DNS_BUF_LEN];
-    let copied = held.len().min(DNS_BUF_LEN);
-    buffer[..copied].copy_from_slice(&held[..copied]);
-    parse_dns(&buffer, copied).is_ok_and(|summary| summary.question.is_some())
+    let held = message.len().min(DNS_BUF_LEN);
+    buffer[..held].copy_from_slice(&message[..held]);
+    parse_dns(&buffer, held).is_ok_and(|summary| summary.question.is_some())
 }
 
 /// The length the prefix at the front of `bytes` declares, if `bytes` holds it.
@@ -645,20 +650,13 @@ fn starts_message(bytes: &[u8]) -> Verdict {
     let Some(header) = bytes.get(PREFIX..PREFIX + DNS_HEADER_LEN) else {
         return Verdict::NotYet;
     };
-    let opcode = (header[2] >> 3) & 0x0f;
-    let questions = u16::from_be_bytes([header[4], header[5]]);
-    if opcode != 0 || questions != 1 {
+    if !is_standard_header(header) {
         return Verdict::No;
     }
     let Some(message) = bytes.get(PREFIX..PREFIX + len) else {
         return Verdict::NotYet;
     };
-    let mut buffer = [0u8; DNS_BUF_LEN];
-    let held = message.len().min(DNS_BUF_LEN);
-    buffer[..held].copy_from_slice(&message[..held]);
-    let parses = parse_dns(&buffer, held).is_ok_and(|summary| summary.question.is_some())
-        && Message::from_bytes(message).is_ok();
-    if parses {
+    if holds_question(message) && Message::from_bytes(message).is_ok() {
         Verdict::Yes
     } else {
         Verdict::No

@@ -395,18 +395,14 @@ impl Placement {
 /// Whether `packet` carries DNS inside VXLAN or Geneve.
 fn carries_tunnelled_dns(packet: &crate::source::RawPacket, ports: &DnsPorts) -> bool {
     let outer = SlicePacket(&packet.bytes);
-    encapsulated_frame(&outer, packet.link_layer).is_some_and(|inner| {
-        let end = inner.frame_end.min(packet.bytes.len());
-        packet
-            .bytes
-            .get(inner.frame_offset..end)
-            .is_some_and(|frame| {
-                matches!(
-                    classify(&SlicePacket(frame), LinkLayer::Ethernet, ports),
-                    PacketClass::Dns(_)
-                )
-            })
-    })
+    encapsulated_frame(&outer, packet.link_layer)
+        .and_then(|inner| inner.frame(&packet.bytes))
+        .is_some_and(|frame| {
+            matches!(
+                classify(&SlicePacket(frame), LinkLayer::Ethernet, ports),
+                PacketClass::Dns(_)
+            )
+        })
 }
 
 /// The destination and source MACs of an Ethernet frame.
