@@ -9,7 +9,8 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 use dnsloop_core::schema::{
-    DropRecord, LoopRecord, Record, SummaryRecord, TimeoutRecord, UnexpectedSourceRecord,
+    DropRecord, LoopRecord, Record, SummaryRecord, TimeoutRecord, TruncationRecord,
+    UnexpectedSourceRecord,
 };
 
 use crate::tracer::TracerOutput;
@@ -186,6 +187,16 @@ impl Trace {
             .collect()
     }
 
+    pub fn truncations_not_retried(&self) -> Vec<&TruncationRecord> {
+        self.records
+            .iter()
+            .filter_map(|record| match record {
+                Record::TruncatedNotRetried(found) => Some(found),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn drops(&self) -> Vec<&DropRecord> {
         self.records
             .iter()
@@ -313,8 +324,9 @@ mod tests {
             r#"{"kind":"timeout","ts":"2025-01-01T12:00:03.000Z","client":"10.244.0.3:5353","server":"10.255.0.99:53","id":77,"count":1,"qname":"corp.example.","qtype":"A","waited_ms":2000,"dropped":null,"summary":"no answer from 10.255.0.99:53 for corp.example. A (client 10.244.0.3:5353, id 77) after 2.0s","node":"node-\"a\""}"#,
             r#"{"kind":"packet","ts":"2025-01-01T12:00:01.123Z","ifname":"cni0","dir":"ingress","proto":"udp","src":"10.244.0.2:41234","dst":"169.254.25.10:53","id":4242,"qr":false,"opcode":"QUERY","rcode":"NOERROR","qname":"www.example.test.","qtype":"A","size":40,"leaves":null,"enters":"node","node":"node-\"a\""}"#,
             r#"{"kind":"malformed","ts":"1970-01-01T12:00:01.500Z","ifname":"cni0","dir":"ingress","reason":"dns_compression_pointer","src":"10.244.0.2:41234","dst":"10.96.0.10:53","head":"12340100c00c","node":"node-\"a\""}"#,
-            r#"{"kind":"summary","ts":"2025-01-01T12:01:00.000Z","observations":1234,"late_observations":2,"findings":{"loop":0,"possible_loop":0,"unexpected_source":0,"timeout":0,"drop":0},"timeouts":{"queries":0,"in_loops":0,"in_repeats":0},"evictions":{"reorder":0,"timeout":5},"unanswered_at_end":1,"servers":[{"server":"169.254.25.10:53","count":30,"p50_ms":1.2,"p90_ms":3.0,"p99_ms":10.0,"max_ms":12.0,"rcodes":{"NOERROR":28,"NXDOMAIN":2}}],"interfaces":[{"ifname":"cni0","dir":"ingress","dns_packets":4,"packets":10},{"ifname":"veth-a-very-long-name-x","dir":"egress","dns_packets":0,"packets":123456789}],"kernel":{"packets":10,"dns_packets":4,"dns_messages":4,"non_first_fragments":0,"tcp_splits":1,"tcp_messages_beyond_limit":0,"lost_records":3,"streamed_records":2,"dns_port_unreachable":1,"unplaced_packets":0},"malformed":{"dns_compression_pointer":2,"bad_ihl":1},"drops":{"NETFILTER_DROP":2},"lost_events":3,"undecodable_records":1,"unplaced_records":0,"kernel_lacks":["tcx"],"node":"node-\"a\""}"#,
-            r#"{"kind":"summary","ts":"2025-01-01T12:01:00.000Z","observations":1234,"late_observations":2,"findings":{"loop":0,"possible_loop":0,"unexpected_source":0,"timeout":0,"drop":0},"timeouts":{"queries":0,"in_loops":0,"in_repeats":0},"evictions":{"reorder":0,"timeout":5},"unanswered_at_end":1,"servers":[{"server":"169.254.25.10:53","count":30,"p50_ms":1.2,"p90_ms":3.0,"p99_ms":10.0,"max_ms":12.0,"rcodes":{"NOERROR":28,"NXDOMAIN":2}}],"capture":{"file":"/tmp/x y.pcap","format":"pcapng","complete":false,"note":"truncated \"here\""},"interfaces":[{"ifname":"any","dir":"ingress","dns_packets":4,"packets":10}],"capture_interfaces":[{"ifname":"any","linktype":113,"placed_by":"addresses","node_mac":null},{"ifname":"eth0","linktype":1,"placed_by":"name","node_mac":"02:00:00:00:00:01"}],"packets":{"read":10,"dns":4,"not_dns":5,"malformed":1,"unsupported_link":0,"unplaced":0},"malformed":{"bad_ihl":1},"node":"node-\"a\""}"#,
+            r#"{"kind":"summary","ts":"2025-01-01T12:01:00.000Z","observations":1234,"late_observations":2,"findings":{"loop":0,"possible_loop":0,"unexpected_source":0,"timeout":0,"drop":0,"truncated_not_retried":0},"timeouts":{"queries":0,"in_loops":0,"in_repeats":0},"evictions":{"reorder":0,"timeout":5},"unanswered_at_end":1,"servers":[{"server":"169.254.25.10:53","count":30,"p50_ms":1.2,"p90_ms":3.0,"p99_ms":10.0,"max_ms":12.0,"rcodes":{"NOERROR":28,"NXDOMAIN":2},"truncated":1}],"interfaces":[{"ifname":"cni0","dir":"ingress","dns_packets":4,"packets":10},{"ifname":"veth-a-very-long-name-x","dir":"egress","dns_packets":0,"packets":123456789}],"kernel":{"packets":10,"dns_packets":4,"dns_messages":4,"non_first_fragments":0,"tcp_splits":1,"tcp_messages_beyond_limit":0,"lost_records":3,"streamed_records":2,"dns_port_unreachable":1,"unplaced_packets":0},"malformed":{"dns_compression_pointer":2,"bad_ihl":1},"drops":{"NETFILTER_DROP":2},"lost_events":3,"undecodable_records":1,"unplaced_records":0,"kernel_lacks":["tcx"],"node":"node-\"a\""}"#,
+            r#"{"kind":"summary","ts":"2025-01-01T12:01:00.000Z","observations":1234,"late_observations":2,"findings":{"loop":0,"possible_loop":0,"unexpected_source":0,"timeout":0,"drop":0,"truncated_not_retried":0},"timeouts":{"queries":0,"in_loops":0,"in_repeats":0},"evictions":{"reorder":0,"timeout":5},"unanswered_at_end":1,"servers":[{"server":"169.254.25.10:53","count":30,"p50_ms":1.2,"p90_ms":3.0,"p99_ms":10.0,"max_ms":12.0,"rcodes":{"NOERROR":28,"NXDOMAIN":2},"truncated":1}],"capture":{"file":"/tmp/x y.pcap","format":"pcapng","complete":false,"note":"truncated \"here\""},"interfaces":[{"ifname":"any","dir":"ingress","dns_packets":4,"packets":10}],"capture_interfaces":[{"ifname":"any","linktype":113,"placed_by":"addresses","node_mac":null},{"ifname":"eth0","linktype":1,"placed_by":"name","node_mac":"02:00:00:00:00:01"}],"packets":{"read":10,"dns":4,"not_dns":5,"malformed":1,"unsupported_link":0,"unplaced":0},"malformed":{"bad_ihl":1},"node":"node-\"a\""}"#,
+            r#"{"kind":"truncated_not_retried","ts":"2025-01-01T12:00:02.010Z","client":"10.244.0.2:41234","client_namespace":"pod default/alpine","server":"169.254.25.10:53","id":4242,"count":1,"qname":"big.example.test.","qtype":"A","size":508,"waited_ms":2000,"summary":"10.244.0.2 (pod default/alpine) took a truncated answer","node":"node-a"}"#,
         ];
         let records: Vec<Record> = lines
             .iter()
@@ -349,5 +361,8 @@ mod tests {
         assert_eq!(analysed.dns_packets("any", "ingress"), 4);
         assert_eq!(analysed.kernel_counter("dns_port_unreachable"), None);
         assert_eq!(analysed.lost_events(), 0);
+        assert!(
+            matches!(&records[7], Record::TruncatedNotRetried(t) if t.server.port() == 53 && t.size == 508)
+        );
     }
 }

@@ -38,3 +38,4 @@ pub mod question;
 pub mod record;
 pub mod server;
 pub mod stores;
+pub mod truncation;

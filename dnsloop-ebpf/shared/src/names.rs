@@ -38,6 +38,9 @@ pub const QUERIES_MAP: &str = "QUERIES";
 pub const SERVERS_MAP: &str = "SERVERS";
 /// The addresses that forward DNS (`forwarder::ForwarderKey`).
 pub const FORWARDERS_MAP: &str = "FORWARDERS";
+/// Questions answered truncated at their client (`truncation::TruncatedKey`): the programs'
+/// own, which userspace never opens.
+pub const TRUNCATED_MAP: &str = "TRUNCATED";
 /// The ring buffer of streamed packets (`record::PacketRecord`).
 pub const RECORDS_MAP: &str = "RECORDS";
 /// The ring buffer of dropped DNS packets (`drop::DropRecord`).
@@ -57,7 +60,7 @@ pub const NAME_WALK_MAP: &str = "NAME_WALK";
 pub const PARSED_MAP: &str = "PARSED";
 
 /// Every map in the object.
-pub const MAPS: [&str; 18] = [
+pub const MAPS: [&str; 19] = [
     POINTS_MAP,
     POINT_COUNTERS_MAP,
     COUNTERS_MAP,
@@ -65,6 +68,7 @@ pub const MAPS: [&str; 18] = [
     QUERIES_MAP,
     SERVERS_MAP,
     FORWARDERS_MAP,
+    TRUNCATED_MAP,
     RECORDS_MAP,
     DROPS_MAP,
     DROP_REASONS_MAP,

@@ -35,6 +35,9 @@ pub enum StreamReason {
     /// keeps it for the recording and does not analyse it, as a trace without `--record` never
     /// sees it.
     Recorded = 7,
+    /// An answer with TC set reaching its client, with its query in `matched_query`; or that
+    /// client's query for the same question over TCP, its retry, and the answer to it.
+    Truncated = 8,
 }
 
 /// Malformed packets are streamed at most this often per CPU (every one is counted): enough to
@@ -52,6 +55,7 @@ impl StreamReason {
             5 => Some(Self::Retried),
             6 => Some(Self::Malformed),
             7 => Some(Self::Recorded),
+            8 => Some(Self::Truncated),
             _ => None,
         }
     }
@@ -114,9 +118,10 @@ mod tests {
             StreamReason::Retried,
             StreamReason::Malformed,
             StreamReason::Recorded,
+            StreamReason::Truncated,
         ] {
             assert_eq!(StreamReason::from_u8(reason as u8), Some(reason));
         }
-        assert_eq!(StreamReason::from_u8(8), None);
+        assert_eq!(StreamReason::from_u8(9), None);
     }
 }

@@ -20,6 +20,8 @@ pub struct ServerStats {
     pub answered: u64,
     /// The slowest answer; updated without a lock, so a near-simultaneous one may be missed.
     pub max_ns: u64,
+    /// Answers with TC set: the client has to ask again over TCP for the whole answer.
+    pub truncated: u64,
     /// Answers per 4-bit header rcode.
     pub rcodes: [u64; 16],
     /// Answers per latency bucket (see `latency_buckets::bucket`), from the query's first sighting.
@@ -30,6 +32,7 @@ impl ServerStats {
     pub const ZERO: Self = Self {
         answered: 0,
         max_ns: 0,
+        truncated: 0,
         rcodes: [0; 16],
         latency: [0; crate::latency_buckets::LATENCY_BUCKETS],
     };
@@ -50,7 +53,7 @@ mod tests {
         assert_eq!(size_of::<ServerKey>(), 20);
         assert_eq!(
             size_of::<ServerStats>(),
-            8 * (2 + 16 + crate::latency_buckets::LATENCY_BUCKETS)
+            8 * (3 + 16 + crate::latency_buckets::LATENCY_BUCKETS)
         );
     }
 }

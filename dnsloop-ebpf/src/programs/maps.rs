@@ -21,6 +21,7 @@ use dnsloop_shared::{
     record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
     server::{ServerKey, ServerStats},
     stores,
+    truncation::TruncatedKey,
 };
 
 use super::linux::ParsedMessage;
@@ -69,6 +70,11 @@ pub static ZERO_SERVER_STATS: PerCpuArray<ServerStats> = PerCpuArray::with_max_e
 /// responders evicts the oldest.
 #[map]
 pub static FORWARDERS: LruHashMap<ForwarderKey, u8> = LruHashMap::with_max_entries(4096, 0);
+
+/// Questions answered truncated at their client, by when (see `truncations`). Truncated
+/// answers are rare; LRU keeps the latest under a burst of them.
+#[map]
+pub static TRUNCATED: LruHashMap<TruncatedKey, u64> = LruHashMap::with_max_entries(1024, 0);
 
 /// Packets streamed to userspace.
 #[map]

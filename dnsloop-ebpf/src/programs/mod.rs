@@ -18,6 +18,7 @@ mod maps;
 mod queries;
 mod questions;
 mod stream;
+mod truncations;
 
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use dnsloop_shared::{
@@ -394,19 +395,38 @@ fn follow_question<H: Hook>(
     let attach_unstreamed = config().stream_every_packet == 0;
     if header.qr() {
         forwarders::note_responder(&scratch.segment);
-        if let Some(query) = queries::answered_at_client(id, header.rcode(), scratch) {
+        if let Some(query) = queries::answered_at_client(header, scratch) {
             if attach_unstreamed && queries::from_elsewhere(&scratch.segment, &query) {
                 scratch.matched_query.copy_from(&query);
                 scratch.stream_because(StreamReason::UnexpectedSource);
             } else if query.retried != 0 {
                 // The retry was streamed: so is its answer, or the query would look unanswered.
                 scratch.stream_unless_set(StreamReason::Retried);
+            } else if attach_unstreamed && header.tc() {
+                truncations::note_answer(question, scratch);
+                scratch.matched_query.copy_from(&query);
+                scratch.stream_because(StreamReason::Truncated);
             }
         }
-    } else if let Some(first) = queries::remember(packet, message_offset, question, id, scratch) {
-        if attach_unstreamed {
-            scratch.matched_query.copy_from(&first);
-            scratch.stream_because(StreamReason::Retried);
+    } else {
+        // A retry over TCP is streamed, and so is its answer (`QueryState::retried`): the
+        // truncated answer's client is then seen asking again, and answered.
+        let retry_over_tcp = attach_unstreamed && truncations::retries_over_tcp(question, scratch);
+        if retry_over_tcp {
+            scratch.stream_unless_set(StreamReason::Truncated);
+        }
+        if let Some(first) = queries::remember(
+            packet,
+            message_offset,
+            question,
+            id,
+            retry_over_tcp,
+            scratch,
+        ) {
+            if attach_unstreamed {
+                scratch.matched_query.copy_from(&first);
+                scratch.stream_because(StreamReason::Retried);
+            }
         }
     }
     let window = config().hot_window_ns;

@@ -6,7 +6,7 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 use aya_ebpf::bindings::BPF_NOEXIST;
 use dnsloop_shared::{
     latency_buckets,
-    parse::{Question, Segment},
+    parse::{DnsHeader, Question, Segment},
     query::{QueryKey, QueryState},
     server::{ServerKey, ServerStats},
 };
@@ -28,13 +28,15 @@ const NAME_OFFSET: usize = 12;
 /// no longer the one the client chose.
 ///
 /// Returns the first sending when this is the client sending it again, unanswered, from where it
-/// first did: stub resolvers (glibc) retry on the same socket with the same ID.
+/// first did: stub resolvers (glibc) retry on the same socket with the same ID. A query that is
+/// `streamed` for a reason its answer must share is remembered as retried already.
 #[inline(always)]
 pub fn remember<H: Hook>(
     packet: &HookBytes<H>,
     message_offset: usize,
     question: &Question,
     id: u16,
+    streamed: bool,
     scratch: &mut PacketScratch,
 ) -> Option<QueryState> {
     let segment = &scratch.segment;
@@ -65,7 +67,7 @@ pub fn remember<H: Hook>(
         server: segment.dst,
         server_port: segment.dport,
         direction: scratch.direction,
-        retried: 0,
+        retried: u8::from(streamed),
         ifindex: scratch.ifindex,
         via_gateway: u32::from(scratch.via_gateway),
         _pad: 0,
@@ -94,9 +96,9 @@ pub fn remember<H: Hook>(
 /// egress only, in the same one). The entry is then done with; an answer from where the query
 /// went is counted in its server's statistics.
 #[inline(always)]
-pub fn answered_at_client(id: u16, rcode: u8, scratch: &mut PacketScratch) -> Option<QueryState> {
+pub fn answered_at_client(header: DnsHeader, scratch: &mut PacketScratch) -> Option<QueryState> {
     let segment = &scratch.segment;
-    let key = key(segment.dst, segment.dport, id, segment);
+    let key = key(segment.dst, segment.dport, header.id, segment);
     if !same_packet_further_on(&key, true, scratch) {
         note_lookup(&key, true, scratch);
         let last = &mut scratch.last_lookup;
@@ -125,14 +127,14 @@ pub fn answered_at_client(id: u16, rcode: u8, scratch: &mut PacketScratch) -> Op
     let _ = QUERIES.remove(&key);
     scratch.last_lookup.found = 0;
     if !from_elsewhere(&scratch.segment, &query) {
-        count_answer(&query, family, rcode, scratch.now_ns);
+        count_answer(&query, family, header, scratch.now_ns);
     }
     Some(query)
 }
 
 /// Adds an answer to `query` to its server's statistics.
 #[inline(always)]
-fn count_answer(query: &QueryState, family: u8, rcode: u8, now_ns: u64) {
+fn count_answer(query: &QueryState, family: u8, header: DnsHeader, now_ns: u64) {
     let key = ServerKey {
         address: query.server,
         port: query.server_port,
@@ -157,8 +159,11 @@ fn count_answer(query: &QueryState, family: u8, rcode: u8, now_ns: u64) {
     // SAFETY: a value of our map, shared with other CPUs: counts change only by atomic adds.
     let stats: &mut ServerStats = unsafe { &mut *stats };
     add(&mut stats.answered);
-    if let Some(count) = stats.rcodes.get_mut(usize::from(rcode & 0x0f)) {
+    if let Some(count) = stats.rcodes.get_mut(usize::from(header.rcode())) {
         add(count);
+    }
+    if header.tc() {
+        add(&mut stats.truncated);
     }
     if let Some(count) = stats
         .latency

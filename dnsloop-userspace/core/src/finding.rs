@@ -17,6 +17,7 @@ pub enum Finding {
     Timeout(TimeoutFinding),
     Drop(DropFinding),
     Lookup(LookupFinding),
+    TruncatedNotRetried(TruncationFinding),
 }
 
 /// One packet of a finding's path.
@@ -229,6 +230,32 @@ pub struct TimeoutFinding {
     pub waited: Duration,
     /// The kernel dropped the (latest) query, or its reply, on its way: why and where.
     pub dropped: Option<DropCause>,
+    pub summary: String,
+}
+
+/// Truncated answers (TC set) that reached a client which did not ask again over TCP: the
+/// first reported when judged, the others from the same server to the same client counted and
+/// reported together at most once per report interval.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TruncationFinding {
+    /// When the wait for the (latest) retry ended.
+    pub ts: SystemTime,
+    /// The client's query that got the first truncated answer.
+    pub client: SocketAddr,
+    /// The namespace the client's query was first seen leaving (a pod), when watched.
+    pub client_namespace: Option<Namespace>,
+    /// The server the client asked, as it addressed it.
+    pub server: SocketAddr,
+    pub id: u16,
+    /// Presentation format, as the client asked it.
+    pub qname: String,
+    pub qtype: u16,
+    /// Bytes of the truncated answer.
+    pub size: usize,
+    /// How long a retry over TCP was awaited.
+    pub waited: Duration,
+    /// Truncated answers this reports: 1, or those not retried so far.
+    pub count: u64,
     pub summary: String,
 }
 

@@ -237,6 +237,8 @@ pub struct Observation {
     pub opcode: u8,
     /// The response code, EDNS extended bits included when present.
     pub rcode: u16,
+    /// An answer with TC set: cut to fit, to be asked again over TCP.
+    pub truncated: bool,
     pub question: Option<Question>,
     pub probe: Probe,
     /// Length of the DNS message in bytes.

@@ -129,6 +129,7 @@ pub fn read_servers(ebpf: &Ebpf) -> Result<Vec<ServerSummary>, LoadError> {
                 &stats.latency,
                 Duration::from_nanos(stats.max_ns),
                 rcodes,
+                stats.truncated,
             ))
         })
         .collect();

@@ -131,11 +131,11 @@ fn copy_into(chunk: &mut BytesMut, bytes: &[u8]) -> bytes::Bytes {
 }
 
 /// The first sending of the query the record's packet answers (a reply from an unexpected
-/// source) or repeats (a retry), when the record carries one.
+/// source, a truncated answer) or repeats (a retry), when the record carries one.
 fn matched_query(record: &PacketRecord, clock: &MonotonicClock) -> Option<MatchedQuery> {
     let carries_one = matches!(
         StreamReason::from_u8(record.reason),
-        Some(StreamReason::UnexpectedSource | StreamReason::Retried)
+        Some(StreamReason::UnexpectedSource | StreamReason::Retried | StreamReason::Truncated)
     );
     let query = &record.matched_query;
     if !carries_one || query.first_ns == 0 {

@@ -4,14 +4,22 @@
 //! Every query that timed out is counted, though a storm of them is reported in few findings:
 //! a timeout finding counts `count` queries, and a loop's report says how many of its queries
 //! went `unanswered` so far, of which the counter takes what is new since the loop's previous
-//! report.
-use std::{cell::RefCell, collections::HashMap, io, rc::Rc};
+//! report. Truncated answers not retried are counted the same way from their reports' counts
+//! so far.
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    hash::Hash,
+    io,
+    net::{IpAddr, SocketAddr},
+    rc::Rc,
+};
 
 use super::servers::ServerLabels;
 use dnsloop_core::{
     analyzers::Summary,
     decode::MalformedSample,
-    finding::{BundleNotice, Finding, LoopFinding},
+    finding::{BundleNotice, Finding},
     observation::Observation,
     schema::SummarySource,
     sink::Sink,
@@ -26,9 +34,9 @@ use prometheus_client::{
 /// loop's servers in turn, and the loop's report counts them together.
 pub const IN_LOOPS: &str = "loop";
 
-/// The most loops whose reported `unanswered` is remembered. Beyond them, a loop's every
-/// report is counted in full: more than the queries, not fewer.
-const MAX_LOOPS_REMEMBERED: usize = 4096;
+/// The most findings whose reported count so far is remembered. Beyond them, a finding's every
+/// report is counted in full: more than happened, not fewer.
+const MAX_REPORTS_REMEMBERED: usize = 4096;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServerLabel {
@@ -42,6 +50,7 @@ pub struct FindingCounts {
     possible_loops: Counter,
     unexpected_sources: Counter,
     timeouts: Family<ServerLabel, Counter>,
+    truncations_not_retried: Family<ServerLabel, Counter>,
 }
 
 impl FindingCounts {
@@ -72,10 +81,16 @@ impl FindingCounts {
              reported loop as server=\"loop\"",
             counts.timeouts.clone(),
         );
+        registry.register(
+            "dnsloop_truncations_not_retried",
+            "Truncated answers (TC set) whose client did not ask again over TCP within \
+             --timeout, by the server that sent them: the client used a cut answer",
+            counts.truncations_not_retried.clone(),
+        );
         counts
     }
 
-    fn count(&self, finding: &Finding, servers: &mut ServerLabels, loops: &mut LoopsUnanswered) {
+    fn count(&self, finding: &Finding, servers: &mut ServerLabels, so_far: &mut CountsSoFar) {
         match finding {
             // Its unanswered queries are reported as timeouts: it may be no loop.
             Finding::Loop(found) if found.is_possible() => {
@@ -83,7 +98,8 @@ impl FindingCounts {
             }
             Finding::Loop(found) => {
                 self.loops.inc();
-                let unanswered = loops.new_since_last_report(found);
+                let key = (found.qname.clone(), found.qtype);
+                let unanswered = so_far.loops.new_since_last_report(key, found.unanswered);
                 if unanswered > 0 {
                     let label = ServerLabel {
                         server: IN_LOOPS.to_owned(),
@@ -105,32 +121,57 @@ impl FindingCounts {
             Finding::Drop(_) => {}
             // A slow answer is no fault of its own: the summary counts them.
             Finding::Lookup(_) => {}
+            Finding::TruncatedNotRetried(found) => {
+                let key = (found.client.ip(), found.server);
+                let new = so_far.truncations.new_since_last_report(key, found.count);
+                let label = ServerLabel {
+                    server: servers.label(found.server),
+                };
+                self.truncations_not_retried
+                    .get_or_create(&label)
+                    .inc_by(new);
+            }
         }
     }
 }
 
-/// Each loop's `unanswered` as last reported, by its question as written: a loop's reports all
-/// carry the question of its first.
+/// The counts so far that repeated findings last reported.
 #[derive(Default)]
-struct LoopsUnanswered {
-    reported: HashMap<(String, u16), u64>,
+struct CountsSoFar {
+    /// Each loop's `unanswered`, by its question as written: a loop's reports all carry the
+    /// question of its first.
+    loops: ReportedSoFar<(String, u16)>,
+    /// Truncated answers not retried, by client address and server.
+    truncations: ReportedSoFar<(IpAddr, SocketAddr)>,
 }
 
-impl LoopsUnanswered {
-    /// How many more queries `found` says went unanswered than its loop's previous report.
-    fn new_since_last_report(&mut self, found: &LoopFinding) -> u64 {
-        let key = (found.qname.clone(), found.qtype);
+/// A count so far, as each finding under `K` last reported it.
+struct ReportedSoFar<K> {
+    reported: HashMap<K, u64>,
+}
+
+impl<K> Default for ReportedSoFar<K> {
+    fn default() -> Self {
+        Self {
+            reported: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq> ReportedSoFar<K> {
+    /// How much more `so_far` is than the previous report under `key` said.
+    fn new_since_last_report(&mut self, key: K, so_far: u64) -> u64 {
         match self.reported.get_mut(&key) {
             Some(reported) => {
-                let new = found.unanswered.saturating_sub(*reported);
-                *reported = (*reported).max(found.unanswered);
+                let new = so_far.saturating_sub(*reported);
+                *reported = (*reported).max(so_far);
                 new
             }
             None => {
-                if self.reported.len() < MAX_LOOPS_REMEMBERED {
-                    self.reported.insert(key, found.unanswered);
+                if self.reported.len() < MAX_REPORTS_REMEMBERED {
+                    self.reported.insert(key, so_far);
                 }
-                found.unanswered
+                so_far
             }
         }
     }
@@ -141,7 +182,7 @@ pub struct CountingSink<'a> {
     inner: Box<dyn Sink + 'a>,
     counts: FindingCounts,
     servers: Rc<RefCell<ServerLabels>>,
-    loops: LoopsUnanswered,
+    so_far: CountsSoFar,
 }
 
 impl<'a> CountingSink<'a> {
@@ -154,7 +195,7 @@ impl<'a> CountingSink<'a> {
             inner,
             counts,
             servers,
-            loops: LoopsUnanswered::default(),
+            so_far: CountsSoFar::default(),
         }
     }
 }
@@ -162,7 +203,7 @@ impl<'a> CountingSink<'a> {
 impl Sink for CountingSink<'_> {
     fn finding(&mut self, finding: &Finding) -> io::Result<()> {
         self.counts
-            .count(finding, &mut self.servers.borrow_mut(), &mut self.loops);
+            .count(finding, &mut self.servers.borrow_mut(), &mut self.so_far);
         self.inner.finding(finding)
     }
 

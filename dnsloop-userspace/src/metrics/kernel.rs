@@ -51,6 +51,8 @@ pub struct ServerAnswers {
     pub rcodes: [u64; 16],
     /// In the kernel's latency buckets.
     pub latency: Box<[u64; LATENCY_BUCKETS]>,
+    /// Answers with TC set.
+    pub truncated: u64,
 }
 
 impl Default for ServerAnswers {
@@ -58,6 +60,7 @@ impl Default for ServerAnswers {
         Self {
             rcodes: [0; 16],
             latency: Box::new([0; LATENCY_BUCKETS]),
+            truncated: 0,
         }
     }
 }
@@ -70,6 +73,7 @@ impl ServerAnswers {
         for (sum, count) in self.latency.iter_mut().zip(stats.latency) {
             *sum += count;
         }
+        self.truncated += stats.truncated;
     }
 }
 
@@ -182,6 +186,16 @@ impl KernelSnapshot {
                         )
                     })
             }),
+        )?;
+        encode_counters(
+            encoder,
+            "dnsloop_truncated_answers",
+            "Answers with TC set (cut to fit, for the client to ask again over TCP) that reached \
+             their client, by the server the query was sent to.",
+            self.servers
+                .iter()
+                .filter(|(_, answers)| answers.truncated > 0)
+                .map(|(server, answers)| ([("server", server.clone())], answers.truncated)),
         )?;
         let mut latencies = encoder.encode_descriptor(
             "dnsloop_answer_latency",

@@ -17,8 +17,8 @@ use super::*;
 use crate::kernel::counters::{GlobalCounts, PointCount};
 use dnsloop_core::{
     finding::{
-        Finding, LoopFinding, LoopId, TimeoutFinding, Unconfirmable, Unconfirmed,
-        UnexpectedSourceFinding,
+        Finding, LoopFinding, LoopId, TimeoutFinding, TruncationFinding, Unconfirmable,
+        Unconfirmed, UnexpectedSourceFinding,
     },
     observation::{Namespace, Transport},
     sink::TextSink,
@@ -103,9 +103,28 @@ fn answers(rcodes: &[(usize, u64)], latencies: &[u64]) -> kernel::ServerAnswers 
     for &micros in latencies {
         stats.latency[bucket(micros)] += 1;
     }
+    stats.truncated = rcodes.iter().map(|&(_, count)| count).sum::<u64>() / 4;
     let mut answers = kernel::ServerAnswers::default();
     answers.add(&stats);
     answers
+}
+
+/// A pod's truncated answers from the node cache not retried over TCP, `so_far` of them by
+/// this report.
+fn a_truncation_not_retried(so_far: u64) -> Finding {
+    Finding::TruncatedNotRetried(TruncationFinding {
+        ts: SystemTime::UNIX_EPOCH,
+        client: address("10.244.0.2:41234"),
+        client_namespace: Some(Namespace::new("pod default/alpine")),
+        server: address("169.254.25.10:53"),
+        id: 4242,
+        qname: "big.example.test.".into(),
+        qtype: 1,
+        size: 508,
+        waited: Duration::from_secs(2),
+        count: so_far,
+        summary: "a truncated answer not retried".into(),
+    })
 }
 
 fn known_snapshot() -> KernelSnapshot {
@@ -150,6 +169,8 @@ fn a_registry_of_known_values_reads_as_prometheus_text() {
         a_possible_loop(),
         an_unexpected_source(),
         a_timeout("10.96.0.10:53"),
+        a_truncation_not_retried(1),
+        a_truncation_not_retried(3),
     ] {
         sink.finding(&finding).unwrap();
     }
@@ -167,6 +188,9 @@ dnsloop_unexpected_sources_total 1
 # HELP dnsloop_timeouts Queries with no answer after --timeout, by the server they were sent to (a client's retries of one query count once); those of a question caught in a reported loop as server="loop".
 # TYPE dnsloop_timeouts counter
 dnsloop_timeouts_total{server="10.96.0.10:53"} 1
+# HELP dnsloop_truncations_not_retried Truncated answers (TC set) whose client did not ask again over TCP within --timeout, by the server that sent them: the client used a cut answer.
+# TYPE dnsloop_truncations_not_retried counter
+dnsloop_truncations_not_retried_total{server="169.254.25.10:53"} 3
 # HELP dnsloop_packets Packets the kernel programs saw on the node's interfaces.
 # TYPE dnsloop_packets counter
 dnsloop_packets_total{interface="cni0",direction="ingress"} 10
@@ -194,6 +218,9 @@ dnsloop_lost_events_total 3
 # TYPE dnsloop_answers counter
 dnsloop_answers_total{server="169.254.25.10:53",rcode="NOERROR"} 3
 dnsloop_answers_total{server="169.254.25.10:53",rcode="NXDOMAIN"} 1
+# HELP dnsloop_truncated_answers Answers with TC set (cut to fit, for the client to ask again over TCP) that reached their client, by the server the query was sent to.
+# TYPE dnsloop_truncated_answers counter
+dnsloop_truncated_answers_total{server="169.254.25.10:53"} 1
 # HELP dnsloop_answer_latency_seconds From a query's first sighting to its answer reaching the client, by the server the query was sent to. Bucket bounds are met to within 1/8 and the sum is estimated to within 1/16, from the kernel's finer buckets.
 # TYPE dnsloop_answer_latency_seconds histogram
 # UNIT dnsloop_answer_latency_seconds seconds

@@ -628,12 +628,16 @@ fn a_real_prometheus_fires_the_loop_alert_for_the_looping_node_alone() {
     for (what, expr) in queried {
         for name in metric_names(&expr) {
             assert!(
-                exposed.contains(&name),
+                exposed.contains(&name) || SERVED_FROM_THEIR_FIRST_FINDING.contains(&name.as_str()),
                 "{what} queries {name}, which dnsloop does not serve ({expr}):\n{exposed:#?}"
             );
         }
     }
 }
+
+/// Counters by server that a tracer serves from the first finding they count on, which the loop
+/// lab never makes: `dnsloop-userspace/src/metrics/tests.rs` checks their names and help.
+const SERVED_FROM_THEIR_FIRST_FINDING: &[&str] = &["dnsloop_truncations_not_retried_total"];
 
 /// docs/operations.md's "Series per node": one series per interface and direction in each of
 /// the two packet counters, one per malformed reason, per drop reason, per server's timeouts

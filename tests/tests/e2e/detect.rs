@@ -554,7 +554,90 @@ fn an_answer_truncated_over_udp_and_asked_again_over_tcp_is_no_loop() {
             trace.timeouts().is_empty(),
             "{how}: every query was answered:\n{trace}"
         );
+        assert!(
+            trace.truncations_not_retried().is_empty(),
+            "{how}: every truncated answer was asked again over TCP:\n{trace}"
+        );
     }
+}
+
+#[test]
+fn a_truncated_answer_the_client_does_not_ask_again_over_tcp_names_client_and_server() {
+    // The upstream truncates over UDP; CoreDNS and the node cache pass the cut answer on as it
+    // is, for their client to ask again over TCP. dig +ignore takes it as it is, as musl's
+    // resolver did before 1.2.4: only that client is reported, not the forwarders on the way.
+    // dig without it asks again over TCP, and is no finding.
+    let [_, _, _, (big, _), _] = upstream_failure_domains();
+    let (cut, retried) = (fqdn(&format!("cut.{big}")), fqdn(&format!("retried.{big}")));
+    let cache = SocketAddr::new(NODE_LOCAL_DNS.into(), 53);
+    let test = test_name!();
+    let Some((trace, analysed, outcomes)) =
+        traced_and_captured(test, Scenario::DeadUpstream, |lab| {
+            let server = node_cache();
+            let cut = lab.dig_or_fail(Pod::Client, &server, &["+ignore", &cut]);
+            let retried = lab.dig_or_fail(Pod::Client, &server, &[&retried]);
+            // A truncated answer is judged once the client had --timeout to ask again; the
+            // query after that moves a capture's time past it.
+            thread::sleep(TIMEOUT_REPORTED_WITHIN);
+            lab.dig_or_fail(Pod::Client, &node_cache(), &[CLUSTER_NAME]);
+            (cut, retried)
+        })
+    else {
+        return;
+    };
+    let (cut_outcome, retried_outcome) = outcomes;
+    assert!(
+        cut_outcome.stdout.contains(" tc ") || cut_outcome.stdout.contains(" tc;"),
+        "dig +ignore keeps the truncated answer:\n{}",
+        cut_outcome.stdout
+    );
+    assert_eq!(
+        retried_outcome.answers,
+        [EXTERNAL_A.to_string()],
+        "{retried} is answered over TCP:\n{}",
+        retried_outcome.stdout
+    );
+    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
+        let found = trace.truncations_not_retried();
+        assert_eq!(
+            found.len(),
+            1,
+            "{how}: one client took one cut answer:\n{trace}"
+        );
+        let found = found[0];
+        assert_eq!(
+            (found.qname.as_str(), found.server, found.count),
+            (cut.as_str(), cache, 1),
+            "{how}: {found:?}"
+        );
+        assert_eq!(found.client.ip(), IpAddr::V4(Pod::Client.ip()), "{found:?}");
+        assert!(
+            found.summary.contains("did not ask again over TCP"),
+            "{how}: {}",
+            found.summary
+        );
+        let answers = trace
+            .summary()
+            .servers
+            .iter()
+            .find(|answers| answers.server == cache)
+            .or_fail(format_args!(
+                "{how}: no answers counted from {cache}:\n{trace}"
+            ));
+        assert_eq!(
+            answers.truncated, 2,
+            "{how}: both truncated answers counted"
+        );
+        trace.assert_no_loop(how);
+    }
+    let found = trace.truncations_not_retried()[0];
+    assert!(
+        found
+            .client_namespace
+            .as_deref()
+            .is_some_and(|namespace| namespace.starts_with("pod ")),
+        "the trace names the client's pod: {found:?}"
+    );
 }
 
 #[test]

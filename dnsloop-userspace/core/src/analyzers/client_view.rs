@@ -1,8 +1,8 @@
 //! Replies as the clients see them: one table of the queries they sent (`outstanding`), and the
-//! three analyses that judge against it. A reply from elsewhere is a misdelivery
-//! (`unexpected_source`), an answer counts for its server's latency (`latency`), and a query
-//! that waited too long has timed out (`timeout`). Each query is recorded, answered or expired
-//! once, for all three.
+//! four analyses that judge against it. A reply from elsewhere is a misdelivery
+//! (`unexpected_source`), an answer counts for its server's latency (`latency`), a truncated
+//! answer awaits the client's retry over TCP (`truncation`), and a query that waited too long
+//! has timed out (`timeout`). Each query is recorded, answered or expired once, for all four.
 //!
 //! Whether a query that timed out was caught in a loop is the forwarding-loop analyzer's to
 //! say: the engine hands it in (`timeout::Loops`) with each observation and tick.
@@ -14,6 +14,7 @@ use super::{
     server_answers::ServerAnswers,
     summary::TimeoutCounts,
     timeout::{Loops, Timeouts},
+    truncation::Truncations,
     unexpected_source::UnexpectedSources,
     ServerSummary,
 };
@@ -24,6 +25,7 @@ pub struct ClientView {
     unexpected_sources: UnexpectedSources,
     timeouts: Timeouts,
     answers: ServerAnswers,
+    truncations: Truncations,
 }
 
 impl ClientView {
@@ -35,6 +37,7 @@ impl ClientView {
             unexpected_sources: UnexpectedSources::new(report_interval, capacity),
             timeouts: Timeouts::new(timeout, report_interval, capacity),
             answers: ServerAnswers::new(capacity),
+            truncations: Truncations::new(timeout, report_interval, capacity),
         }
     }
 
@@ -57,8 +60,8 @@ impl ClientView {
     }
 
     /// Entries dropped from each analysis's full tables so far, by its name: the queries
-    /// dropped from the shared table are lost to all three.
-    pub fn evictions(&self) -> [(&'static str, u64); 3] {
+    /// dropped from the shared table are lost to all.
+    pub fn evictions(&self) -> [(&'static str, u64); 4] {
         let waiting = self.waiting.evictions();
         [
             (
@@ -67,6 +70,10 @@ impl ClientView {
             ),
             ("timeout", waiting + self.timeouts.evictions()),
             ("latency", waiting + self.answers.evictions()),
+            (
+                "truncated_not_retried",
+                waiting + self.truncations.evictions(),
+            ),
         ]
     }
 
@@ -83,6 +90,7 @@ impl ClientView {
         self.tick_with(obs.ts, loops, out);
         let key = message?;
         if !obs.is_response {
+            self.truncations.asked(obs);
             let timeouts = &self.timeouts;
             self.waiting.query(key, obs, || timeouts.reported(key));
             return None;
@@ -90,6 +98,7 @@ impl ClientView {
         match self.waiting.reply(key, obs) {
             Some(Reply::Answer(query)) => {
                 self.answers.answered(&query, obs);
+                self.truncations.answered(&query, obs);
                 return Some(query);
             }
             Some(Reply::FromElsewhere(query)) => {
@@ -110,6 +119,7 @@ impl ClientView {
             self.timeouts.expired(key, query, loops, out);
         }
         self.timeouts.tick(now, out);
+        self.truncations.tick(now, out);
     }
 
     /// As `Analyzer::finish`.
@@ -121,6 +131,7 @@ impl ClientView {
         );
         self.tick_with(now, loops, out);
         self.timeouts.finish(out);
+        self.truncations.finish(now, out);
     }
 }
 
@@ -172,6 +183,7 @@ mod tests {
                 Finding::Timeout(_) => "timeout",
                 Finding::Drop(_) => "drop",
                 Finding::Lookup(_) => "lookup",
+                Finding::TruncatedNotRetried(_) => "truncated not retried",
             })
             .collect()
     }

@@ -25,6 +25,7 @@ mod server_answers;
 mod summary;
 pub(crate) mod table;
 mod timeout;
+mod truncation;
 mod unexpected_source;
 
 use std::time::{Duration, SystemTime};

@@ -17,6 +17,7 @@ pub struct ServerAnswers {
 struct ServerStats {
     latency: Histogram,
     rcodes: BTreeMap<u16, u64>,
+    truncated: u64,
 }
 
 impl ServerAnswers {
@@ -32,6 +33,7 @@ impl ServerAnswers {
         let record = |stats: &mut ServerStats| {
             stats.latency.record(latency);
             *stats.rcodes.entry(reply.rcode).or_default() += 1;
+            stats.truncated += u64::from(reply.truncated);
         };
         // Looked up once for a server already known: its address is hashed with SipHash.
         match self.servers.refresh(&query.server) {
@@ -40,6 +42,7 @@ impl ServerAnswers {
                 let mut stats = ServerStats {
                     latency: Histogram::new(),
                     rcodes: BTreeMap::new(),
+                    truncated: 0,
                 };
                 record(&mut stats);
                 self.servers.insert(query.server, stats);
@@ -53,7 +56,12 @@ impl ServerAnswers {
             .servers
             .iter()
             .map(|(&server, stats)| {
-                ServerSummary::new(server, &stats.latency, stats.rcodes.clone())
+                ServerSummary::new(
+                    server,
+                    &stats.latency,
+                    stats.rcodes.clone(),
+                    stats.truncated,
+                )
             })
             .collect();
         servers.sort_by_key(|summary| summary.server);

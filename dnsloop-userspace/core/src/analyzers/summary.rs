@@ -36,6 +36,7 @@ pub struct FindingCounts {
     pub unexpected_sources: u64,
     pub timeouts: u64,
     pub drops: u64,
+    pub truncated_not_retried: u64,
 }
 
 impl FindingCounts {
@@ -47,6 +48,7 @@ impl FindingCounts {
                 Finding::UnexpectedSource(_) => self.unexpected_sources += 1,
                 Finding::Timeout(_) => self.timeouts += 1,
                 Finding::Drop(_) => self.drops += 1,
+                Finding::TruncatedNotRetried(_) => self.truncated_not_retried += 1,
                 // Counted in the lookups' own summary.
                 Finding::Lookup(_) => {}
             }
@@ -77,10 +79,17 @@ pub struct ServerSummary {
     pub max: Duration,
     /// Replies per response code.
     pub rcodes: BTreeMap<u16, u64>,
+    /// Replies with TC set.
+    pub truncated: u64,
 }
 
 impl ServerSummary {
-    pub fn new(server: SocketAddr, latency: &Histogram, rcodes: BTreeMap<u16, u64>) -> Self {
+    pub fn new(
+        server: SocketAddr,
+        latency: &Histogram,
+        rcodes: BTreeMap<u16, u64>,
+        truncated: u64,
+    ) -> Self {
         Self {
             server,
             answered: latency.count(),
@@ -89,17 +98,24 @@ impl ServerSummary {
             p99: latency.quantile(0.99),
             max: latency.max(),
             rcodes,
+            truncated,
         }
     }
 
     /// A server's answers as the kernel counted them: latencies in the shared buckets
-    /// (`dnsloop_shared::latency_buckets`), the slowest, and answers per rcode.
+    /// (`dnsloop_shared::latency_buckets`), the slowest, answers per rcode, and truncated ones.
     pub fn from_kernel_counts(
         server: SocketAddr,
         latency: &[u64; dnsloop_shared::latency_buckets::LATENCY_BUCKETS],
         max: Duration,
         rcodes: BTreeMap<u16, u64>,
+        truncated: u64,
     ) -> Self {
-        Self::new(server, &Histogram::from_counts(latency, max), rcodes)
+        Self::new(
+            server,
+            &Histogram::from_counts(latency, max),
+            rcodes,
+            truncated,
+        )
     }
 }

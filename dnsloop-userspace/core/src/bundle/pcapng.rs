@@ -200,6 +200,9 @@ impl<W: Write> PcapngWriter<W> {
                 found.cause.reason
             ),
             Finding::Lookup(found) => format!("slow lookup {}", found.qname),
+            Finding::TruncatedNotRetried(found) => {
+                format!("truncated, not retried over TCP {}", found.qname)
+            }
         };
         for held in &mut self.held {
             let Some(messages) = &held.messages else {
@@ -363,6 +366,10 @@ fn names(finding: &Finding, ts: SystemTime, messages: &Messages) -> bool {
             .hops
             .iter()
             .any(|hop| carries(hop.src, hop.server, hop.id)),
+        Finding::TruncatedNotRetried(found) => {
+            carries(found.client, found.server, found.id)
+                || carries(found.server, found.client, found.id)
+        }
     }
 }
 

@@ -465,6 +465,7 @@ impl Decoder {
             is_response: false,
             opcode: 0,
             rcode: 0,
+            truncated: false,
             question: Some(Question {
                 name: query.name.clone(),
                 qtype: query.qtype,
@@ -572,6 +573,7 @@ impl<'o, 'p> Found<'o, 'p> {
             is_response: decoded.is_response,
             opcode: decoded.opcode,
             rcode: decoded.rcode,
+            truncated: decoded.truncated,
             question: decoded.question,
             probe: decoded.probe,
             size: len,
@@ -623,6 +625,7 @@ fn matched_query(
         dst: socket_addr(family, &query.server, query.server_port),
         is_response: false,
         rcode: 0,
+        truncated: false,
         ..seen.clone()
     }
 }
@@ -662,6 +665,7 @@ struct DecodedMessage {
     is_response: bool,
     opcode: u8,
     rcode: u16,
+    truncated: bool,
     question: Option<Question>,
     probe: dnsloop_shared::parse::Probe,
 }
@@ -703,6 +707,7 @@ fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
         is_response: summary.header.qr(),
         opcode: summary.header.opcode(),
         rcode,
+        truncated: summary.header.qr() && summary.header.tc(),
         question,
         probe: summary
             .question

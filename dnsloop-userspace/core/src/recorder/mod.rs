@@ -114,6 +114,7 @@ enum Key {
     Timeout,
     Drop,
     Lookup,
+    TruncatedNotRetried,
 }
 
 impl Key {
@@ -124,6 +125,7 @@ impl Key {
             Finding::Timeout(_) => Self::Timeout,
             Finding::Drop(_) => Self::Drop,
             Finding::Lookup(_) => Self::Lookup,
+            Finding::TruncatedNotRetried(_) => Self::TruncatedNotRetried,
         }
     }
 
@@ -135,6 +137,7 @@ impl Key {
             Self::Timeout => "timeout".to_owned(),
             Self::Drop => "drop".to_owned(),
             Self::Lookup => "lookup".to_owned(),
+            Self::TruncatedNotRetried => "truncated_not_retried".to_owned(),
         }
     }
 }
@@ -463,6 +466,7 @@ fn finding_time(finding: &Finding) -> SystemTime {
         Finding::Timeout(found) => found.ts,
         Finding::Drop(found) => found.ts,
         Finding::Lookup(found) => found.ts,
+        Finding::TruncatedNotRetried(found) => found.ts,
     }
 }
 
@@ -477,6 +481,7 @@ fn first_packet_time(finding: &Finding) -> SystemTime {
             .map_or(found.ts, |first| first.min(found.ts)),
         Finding::UnexpectedSource(found) => found.ts,
         Finding::Timeout(found) => earlier(found.ts, found.waited),
+        Finding::TruncatedNotRetried(found) => earlier(found.ts, found.waited),
         Finding::Drop(found) => found.ts,
         Finding::Lookup(found) => found
             .hops
@@ -505,6 +510,7 @@ fn kind(finding: &Finding) -> &'static str {
         Finding::Timeout(_) => "timeout",
         Finding::Drop(_) => "drop",
         Finding::Lookup(_) => "lookup",
+        Finding::TruncatedNotRetried(_) => "truncated_not_retried",
     }
 }
 
@@ -516,6 +522,7 @@ fn qname(finding: &Finding) -> Option<String> {
         Finding::Timeout(found) => Some(found.qname.clone()),
         Finding::Drop(found) => found.qname.clone(),
         Finding::Lookup(found) => Some(found.qname.clone()),
+        Finding::TruncatedNotRetried(found) => Some(found.qname.clone()),
     }
 }
 

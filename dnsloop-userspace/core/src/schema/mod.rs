@@ -22,6 +22,7 @@ mod probe;
 mod summary;
 mod timeout;
 mod timestamp;
+mod truncation;
 mod unexpected_source;
 
 #[cfg(test)]
@@ -50,6 +51,7 @@ pub use summary::{
 };
 pub use timeout::TimeoutRecord;
 pub use timestamp::Timestamp;
+pub use truncation::TruncationRecord;
 pub use unexpected_source::{Conntrack, UnexpectedSourceRecord};
 
 use crate::finding::Finding;
@@ -69,6 +71,8 @@ pub enum Record {
     Timeout(TimeoutRecord),
     /// The kernel dropped DNS messages.
     Drop(DropRecord),
+    /// A client took truncated answers without asking again over TCP.
+    TruncatedNotRetried(TruncationRecord),
     /// Where `trace --record` puts the packets of the finding just before it.
     Bundle(BundleRecord),
     /// A sample of the packets on DNS ports that could not be parsed.
@@ -97,6 +101,9 @@ impl Record {
             Finding::Timeout(found) => Self::Timeout(TimeoutRecord::new(found, node)),
             Finding::Drop(found) => Self::Drop(DropRecord::new(found, node)),
             Finding::Lookup(found) => Self::Lookup(LookupRecord::new(found, node)),
+            Finding::TruncatedNotRetried(found) => {
+                Self::TruncatedNotRetried(TruncationRecord::new(found, node))
+            }
         }
     }
 }

@@ -51,6 +51,8 @@ pub struct FindingCounts {
     pub timeout: u64,
     /// `drop` records written.
     pub drop: u64,
+    /// `truncated_not_retried` records written.
+    pub truncated_not_retried: u64,
 }
 
 /// Every query that timed out (a client's retries of one query count once), and how many of
@@ -83,6 +85,8 @@ pub struct ServerAnswers {
     pub max_ms: f64,
     /// Answers by response code (`NOERROR`, `NXDOMAIN`, ...), in code order.
     pub rcodes: Counts,
+    /// Of the answers, those with TC set: cut to fit, for the client to ask again over TCP.
+    pub truncated: u64,
 }
 
 /// The lookups followed through their forwards (`--slow`), and the time spent at each server.
@@ -319,6 +323,7 @@ impl SummaryRecord {
                 unexpected_source: summary.findings.unexpected_sources,
                 timeout: summary.findings.timeouts,
                 drop: summary.findings.drops,
+                truncated_not_retried: summary.findings.truncated_not_retried,
             },
             timeouts: TimeoutCounts {
                 queries: summary.timeouts.queries,
@@ -369,6 +374,7 @@ impl ServerAnswers {
                 .iter()
                 .map(|(&rcode, &count)| (mnemonic::rcode(rcode), count))
                 .collect(),
+            truncated: server.truncated,
         }
     }
 }

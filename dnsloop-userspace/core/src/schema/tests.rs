@@ -26,6 +26,7 @@ fn every_line_the_sink_writes_reads_back_into_its_record_and_writes_alike() {
             "unexpected_source",
             "timeout",
             "lookup",
+            "truncated_not_retried",
             "drop",
             "bundle",
             "packet",

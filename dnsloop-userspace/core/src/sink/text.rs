@@ -339,6 +339,9 @@ impl<W: Write> Sink for TextSink<W> {
             }
             Finding::Drop(found) => self.counted("DROP", found.ts, found.count, &found.summary)?,
             Finding::Lookup(found) => self.lookup(found)?,
+            Finding::TruncatedNotRetried(found) => {
+                self.counted("TRUNCATED", found.ts, found.count, &found.summary)?
+            }
         }
         self.out.flush()
     }
@@ -411,8 +414,13 @@ impl<W: Write> Sink for TextSink<W> {
             0 => String::new(),
             count => format!(" ({count} possible loop)"),
         };
+        // Said only when there were any, as the fewest readers meet them.
+        let truncated = match findings.truncated_not_retried {
+            0 => String::new(),
+            count => format!(", {count} truncated not retried"),
+        };
         self.line(&format!(
-            "findings: {} loop{possible}, {} unexpected source, {} timeout{folded}",
+            "findings: {} loop{possible}, {} unexpected source, {} timeout{folded}{truncated}",
             findings.loops, findings.unexpected_sources, findings.timeouts
         ))?;
         let evicted: Vec<String> = summary
@@ -433,11 +441,14 @@ impl<W: Write> Sink for TextSink<W> {
                 "server", "answered", "p50", "p90", "p99", "max"
             ))?;
             for server in &summary.servers {
-                let rcodes: Vec<String> = server
+                let mut rcodes: Vec<String> = server
                     .rcodes
                     .iter()
                     .map(|(&rcode, count)| format!("{} {count}", mnemonic::rcode(rcode)))
                     .collect();
+                if server.truncated > 0 {
+                    rcodes.push(format!("truncated {}", server.truncated));
+                }
                 self.line(&format!(
                     "  {:<40} {:>8} {:>9} {:>9} {:>9} {:>9}  {}",
                     server.server.to_string(),

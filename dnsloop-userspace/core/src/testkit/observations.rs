@@ -128,6 +128,7 @@ impl Message {
                 is_response: false,
                 opcode: 0,
                 rcode: 0,
+                truncated: false,
                 question: Some(Question {
                     name,
                     qtype: A,
@@ -167,6 +168,12 @@ impl Message {
 
     pub fn rcode(mut self, rcode: u16) -> Self {
         self.obs.rcode = rcode;
+        self
+    }
+
+    /// An answer with TC set.
+    pub fn truncated(mut self) -> Self {
+        self.obs.truncated = true;
         self
     }
 

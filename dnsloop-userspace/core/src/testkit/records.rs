@@ -107,6 +107,7 @@ pub fn sink_lines() -> Vec<String> {
             a_timeout(),
             a_dropped_timeout(),
             a_slow_lookup(),
+            a_truncation_not_retried(),
         ]
         .into_iter()
         .chain(drops())
@@ -259,6 +260,7 @@ pub fn every_record() -> Vec<(&'static str, Value)> {
                 Record::Timeout(_) => "TimeoutRecord",
                 Record::Drop(_) => "DropRecord",
                 Record::Lookup(_) => "LookupRecord",
+                Record::TruncatedNotRetried(_) => "TruncationRecord",
                 Record::Bundle(_) => "BundleRecord",
                 Record::Malformed(_) => "MalformedRecord",
                 Record::Packet(_) => "PacketRecord",

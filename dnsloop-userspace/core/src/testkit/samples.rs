@@ -15,8 +15,8 @@ use crate::{
     analyzers::{HopTimes, LookupCounts, LookupSummary, ServerSummary, Summary},
     finding::{
         BundleNotice, ConntrackEvidence, Dnat, DropFinding, Finding, Hop, LookupFinding, LookupHop,
-        LoopFinding, LoopId, OffNode, TimeoutFinding, Unconfirmable, Unconfirmed,
-        UnexpectedSourceFinding,
+        LoopFinding, LoopId, OffNode, TimeoutFinding, TruncationFinding, Unconfirmable,
+        Unconfirmed, UnexpectedSourceFinding,
     },
     observation::{DropCause, DropPlace, Namespace, Transport},
     points::{InterfaceRef, Seen},
@@ -141,6 +141,25 @@ pub fn a_timeout() -> Finding {
         dropped: None,
         summary: "no answer from 10.255.0.99:53 for corp.example. A (client 10.244.0.3:5353, id 77) after 2.0s".into(),
     })
+}
+
+/// An Alpine pod taking a truncated answer from the node cache without retrying over TCP.
+pub fn a_truncation_not_retried() -> Finding {
+    let mut found = TruncationFinding {
+        ts: ms(2_010),
+        client: addr("10.244.0.2:41234"),
+        client_namespace: Some(Namespace::new("pod default/alpine")),
+        server: addr("169.254.25.10:53"),
+        id: 4242,
+        qname: "big.example.test.".into(),
+        qtype: A,
+        size: 508,
+        waited: Duration::from_secs(2),
+        count: 1,
+        summary: String::new(),
+    };
+    found.summary = "10.244.0.2 (pod default/alpine) took a truncated answer from 169.254.25.10:53 (the latest for big.example.test. A, 508 bytes, TC set) and did not ask again over TCP within 2.0s".into();
+    Finding::TruncatedNotRetried(found)
 }
 
 /// A NetworkPolicy's rule dropping queries to a CoreDNS pod, in the node's forward path.
@@ -353,6 +372,7 @@ pub fn a_summary() -> Summary {
             p99: Duration::from_millis(10),
             max: Duration::from_millis(12),
             rcodes: BTreeMap::from([(0, 28), (3, 2)]),
+            truncated: 1,
         }],
         lookups: None,
     }

@@ -60,6 +60,73 @@ fn a_query_sent_again_unanswered_is_streamed_with_its_first_sending_and_so_is_it
     });
 }
 
+/// A truncated answer is streamed with its query; the client's retry of the question over TCP
+/// (a new socket, a new ID) is streamed with its answer, and so is nothing else over TCP.
+#[test]
+fn a_truncated_answer_and_the_clients_retry_over_tcp_are_streamed() {
+    for_each_build(loaded(trace_settings()), |mut kernel| {
+        let query = query_frame(0x5151, "big.example.test", QTYPE_TXT);
+        let mut cut = dns_response(0x5151, "big.example.test", QTYPE_TXT);
+        // TC set.
+        cut[2] |= 0x02;
+        let truncated = FrameSpec {
+            src: FrameSpec::default().dst,
+            dst: FrameSpec::default().src,
+            sport: 53,
+            dport: 40000,
+            payload: cut,
+            ..FrameSpec::default()
+        }
+        .build();
+        let over_tcp = |id: u16, name: &str, answer: bool| {
+            let spec = FrameSpec {
+                sport: 40001,
+                payload: dns_query(id, name, QTYPE_TXT),
+                ..FrameSpec::default()
+            };
+            let spec = if answer {
+                FrameSpec {
+                    src: spec.dst,
+                    dst: spec.src,
+                    sport: 53,
+                    dport: 40001,
+                    payload: dns_response(id, name, QTYPE_TXT),
+                    ..spec
+                }
+            } else {
+                spec
+            };
+            spec.tcp().build()
+        };
+        let retry = over_tcp(0x6161, "big.example.test", false);
+        let retry_answer = over_tcp(0x6161, "big.example.test", true);
+        let other = over_tcp(0x7171, "other.example.test", false);
+
+        kernel.run(Direction::Ingress, &query);
+        kernel.run(Direction::Egress, &truncated);
+        kernel.run(Direction::Ingress, &other);
+        kernel.run(Direction::Ingress, &retry);
+        kernel.run(Direction::Egress, &retry_answer);
+
+        let records = kernel.assert_streamed(&[
+            (&truncated, Direction::Egress, StreamReason::Truncated),
+            (&retry, Direction::Ingress, StreamReason::Truncated),
+            (&retry_answer, Direction::Egress, StreamReason::Retried),
+        ]);
+        assert_ne!(
+            records[0].matched_query.first_ns, 0,
+            "the truncated answer carries its query"
+        );
+        let servers =
+            crate::kernel::counters::read_servers(&kernel.ebpf).expect("reading the servers");
+        let truncated: Vec<(String, u64, u64)> = servers
+            .iter()
+            .map(|server| (server.server.to_string(), server.answered, server.truncated))
+            .collect();
+        assert_eq!(truncated, [("10.96.0.10:53".to_owned(), 2, 1)]);
+    });
+}
+
 /// A packet seen again at the next point is not parsed again (see `a_dns_query_is_counted_...`,
 /// whose second sighting is counted all the same); another message from the same socket right
 /// after, with another ID, is parsed for itself.

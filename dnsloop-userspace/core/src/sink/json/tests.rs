@@ -304,7 +304,7 @@ fn summary_fields_with_the_callers_merged_in() {
     assert_eq!(value["late_observations"], 2);
     assert_eq!(
         value["findings"],
-        json!({"loop": 0, "possible_loop": 0, "unexpected_source": 0, "timeout": 0, "drop": 0})
+        json!({"loop": 0, "possible_loop": 0, "unexpected_source": 0, "timeout": 0, "drop": 0, "truncated_not_retried": 0})
     );
     assert_eq!(value["evictions"], json!({"reorder": 0, "timeout": 5}));
     assert_eq!(
@@ -318,13 +318,23 @@ fn summary_fields_with_the_callers_merged_in() {
     let server = &value["servers"][0];
     assert_eq!(
         keys(server),
-        set(&["server", "count", "p50_ms", "p90_ms", "p99_ms", "max_ms", "rcodes"])
+        set(&[
+            "server",
+            "count",
+            "p50_ms",
+            "p90_ms",
+            "p99_ms",
+            "max_ms",
+            "rcodes",
+            "truncated"
+        ])
     );
     assert_eq!(server["server"], "169.254.25.10:53");
     assert_eq!(server["count"], 30);
     assert_eq!(server["p50_ms"], 1.2);
     assert_eq!(server["max_ms"], 12.0);
     assert_eq!(server["rcodes"], json!({"NOERROR": 28, "NXDOMAIN": 2}));
+    assert_eq!(server["truncated"], 1);
 }
 
 #[test]

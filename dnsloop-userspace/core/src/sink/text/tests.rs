@@ -144,6 +144,14 @@ fn a_timeout_is_one_line() {
 }
 
 #[test]
+fn a_truncation_not_retried_is_one_line() {
+    assert_eq!(
+        written(|sink| sink.finding(&a_truncation_not_retried())),
+        "12:00:02.010  TRUNCATED  10.244.0.2 (pod default/alpine) took a truncated answer from 169.254.25.10:53 (the latest for big.example.test. A, 508 bytes, TC set) and did not ask again over TCP within 2.0s\n"
+    );
+}
+
+#[test]
 fn a_repeated_timeout_is_one_line_with_its_count() {
     let Finding::Timeout(mut found) = a_timeout() else {
         unreachable!("a timeout")
@@ -259,7 +267,9 @@ fn summary_table_with_the_callers_numbers() {
     );
     assert!(lines[4].starts_with("  169.254.25.10:53 "), "{text}");
     assert!(
-        lines[4].ends_with(" 30    1.20ms    3.00ms    10.0ms    12.0ms  NOERROR 28, NXDOMAIN 2"),
+        lines[4].ends_with(
+            " 30    1.20ms    3.00ms    10.0ms    12.0ms  NOERROR 28, NXDOMAIN 2, truncated 1"
+        ),
         "{text}"
     );
     assert!(!text.lines().any(|line| line.ends_with(' ')), "{text}");
