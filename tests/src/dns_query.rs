@@ -1,12 +1,16 @@
 //! Hand-made DNS traffic inside a lab namespace, for what dig cannot make: one query sent twice
 //! from one socket with one id, as a stub resolver retries; A and AAAA at once from one socket,
-//! as glibc asks; a burst of queries sent without waiting; a server that never reads its
-//! socket.
+//! as glibc asks, or from two CPUs at the same instant to race in conntrack; a burst of queries
+//! sent without waiting; a server that never reads its socket.
 use std::{
     net::{SocketAddr, UdpSocket},
     path::Path,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Barrier, RwLock,
+    },
     thread,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result};
@@ -88,6 +92,103 @@ pub fn send_a_and_aaaa(netns: &Path, server: SocketAddr, name: &str, id: u16) ->
         Ok(answered.iter().filter(|&&answered| answered).count())
     })
     .with_context(|| format!("entering the namespace at {}", netns.display()))?
+}
+
+/// How long a raced pair waits for its answers before the next pair: CoreDNS in the lab answers
+/// in well under a millisecond.
+const RACE_REPLY_WAIT: Duration = Duration::from_millis(100);
+
+/// Sends up to `pairs` pairs of `A` and `AAAA` queries for `name` to `server` from the
+/// namespace at `netns`, each pair from a new connected socket, its two queries sent by two
+/// threads pinned to CPUs 0 and 1 at the same instant: the race in conntrack of two packets of
+/// one new flow that glibc's parallel queries make. Stops after `pairs` or at `deadline`,
+/// whichever comes first; returns the pairs sent.
+pub fn race_a_and_aaaa(
+    netns: &Path,
+    server: SocketAddr,
+    name: &str,
+    pairs: u32,
+    deadline: Duration,
+) -> Result<u32> {
+    let queries = [
+        query(0x5a00, name, QTYPE_A)?,
+        query(0x5a01, name, QTYPE_AAAA)?,
+    ];
+    let end = Instant::now() + deadline;
+    // Three parties: the two racers and the thread in the namespace, which opens each pair's
+    // socket, or sets `stop` once the pairs are sent or the deadline has passed.
+    let start = Barrier::new(3);
+    let sent = Barrier::new(3);
+    let stop = AtomicBool::new(false);
+    let pair_socket: RwLock<Option<UdpSocket>> = RwLock::new(None);
+    thread::scope(|scope| -> Result<u32> {
+        let racers: Vec<_> = (0..2)
+            .map(|cpu| {
+                let (start, sent, stop, pair_socket) = (&start, &sent, &stop, &pair_socket);
+                let query = &queries[cpu];
+                scope.spawn(move || -> Result<()> {
+                    let pinned = pin_to_cpu(cpu);
+                    loop {
+                        start.wait();
+                        if stop.load(Ordering::Relaxed) {
+                            return pinned;
+                        }
+                        if pinned.is_ok() {
+                            if let Some(socket) =
+                                &*pair_socket.read().unwrap_or_else(|e| e.into_inner())
+                            {
+                                let _ = socket.send(query);
+                            }
+                        }
+                        sent.wait();
+                    }
+                })
+            })
+            .collect();
+        let raced = in_netns::run(netns, || -> Result<u32> {
+            let mut buffer = [0u8; 1500];
+            let mut done = 0;
+            while done < pairs && Instant::now() < end {
+                let socket = UdpSocket::bind(unspecified_for(server))?;
+                socket.connect(server)?;
+                socket.set_read_timeout(Some(RACE_REPLY_WAIT))?;
+                *pair_socket.write().unwrap_or_else(|e| e.into_inner()) = Some(socket);
+                start.wait();
+                sent.wait();
+                done += 1;
+                if let Some(socket) = &*pair_socket.read().unwrap_or_else(|e| e.into_inner()) {
+                    for _ in 0..2 {
+                        if socket.recv(&mut buffer).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(done)
+        });
+        stop.store(true, Ordering::Relaxed);
+        start.wait();
+        for racer in racers {
+            racer
+                .join()
+                .map_err(|_| anyhow::anyhow!("a racing thread panicked"))??;
+        }
+        raced.with_context(|| format!("entering the namespace at {}", netns.display()))?
+    })
+}
+
+/// Keeps the calling thread on CPU `cpu`.
+fn pin_to_cpu(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes within the set; `cpu` is 0 or 1, below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size given; 0 is this thread.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .context(format!("pinning a thread to CPU {cpu}"));
+    }
+    Ok(())
 }
 
 /// Sends `count` `A` queries for `name` to `server` from one socket in the namespace at

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use dnsloop_core::{
     decode::ReassemblyCounts,
-    schema::{InterfaceCount, KernelSummary, SummarySource},
+    schema::{ConntrackCounts, InterfaceCount, KernelSummary, SummarySource},
 };
 use dnsloop_shared::counter::Counter;
 
@@ -13,18 +13,34 @@ use crate::kernel::{
     features::Lack,
 };
 
-/// The kernel's side of the summary; `drops` per reason, `None` when drops were not watched;
-/// `lacks`, what this kernel lacks of what dnsloop uses; `reassembly`, what userspace put
-/// together, when every DNS packet was streamed.
-pub fn summary_extra(
-    interfaces: &[PointCount],
-    kernel: &GlobalCounts,
-    drops: Option<&[(Arc<str>, u64)]>,
-    undecodable_records: u64,
-    unplaced_records: u64,
-    lacks: &[Lack],
-    reassembly: Option<&ReassemblyCounts>,
-) -> SummarySource {
+/// What the tracer counted, for the kernel's side of the summary.
+pub struct KernelNumbers<'a> {
+    pub interfaces: &'a [PointCount],
+    pub kernel: &'a GlobalCounts,
+    /// Per reason; `None` when drops were not watched.
+    pub drops: Option<&'a [(Arc<str>, u64)]>,
+    pub undecodable_records: u64,
+    pub unplaced_records: u64,
+    /// What this kernel lacks of what dnsloop uses.
+    pub lacks: &'a [Lack],
+    /// What userspace put together, when every DNS packet was streamed.
+    pub reassembly: Option<&'a ReassemblyCounts>,
+    /// What the node's conntrack counters rose by, when they could be read.
+    pub conntrack: Option<ConntrackCounts>,
+}
+
+/// The kernel's side of the summary.
+pub fn summary_extra(numbers: KernelNumbers<'_>) -> SummarySource {
+    let KernelNumbers {
+        interfaces,
+        kernel,
+        drops,
+        undecodable_records,
+        unplaced_records,
+        lacks,
+        reassembly,
+        conntrack,
+    } = numbers;
     SummarySource::Kernel(KernelSummary {
         interfaces: interfaces
             .iter()
@@ -56,6 +72,7 @@ pub fn summary_extra(
         unplaced_records,
         kernel_lacks: lacks.iter().map(|lack| lack.name().to_owned()).collect(),
         reassembly: reassembly.map(|counts| Box::new(counts.into())),
+        conntrack,
     })
 }
 
@@ -77,9 +94,16 @@ mod tests {
             counters: vec![(Counter::LostRecords, 3), (Counter::Packets, 10)],
             malformed: vec![(Malformed::DnsCompressionPointer, 2)],
         };
-        let SummarySource::Kernel(extra) =
-            summary_extra(&interfaces, &kernel, None, 1, 0, &[Lack::Tcx], None)
-        else {
+        let SummarySource::Kernel(extra) = summary_extra(KernelNumbers {
+            interfaces: &interfaces,
+            kernel: &kernel,
+            drops: None,
+            undecodable_records: 1,
+            unplaced_records: 0,
+            lacks: &[Lack::Tcx],
+            reassembly: None,
+            conntrack: None,
+        }) else {
             panic!("the kernel's numbers");
         };
         assert_eq!(extra.interfaces[0].ifname, "cni0");

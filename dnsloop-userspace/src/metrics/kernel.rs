@@ -28,6 +28,7 @@ use crate::{
     node::topology::Link,
 };
 use dnsloop_core::{
+    doctor::ConntrackStats,
     present::mnemonic,
     source::{ip_family, socket_addr},
 };
@@ -42,6 +43,8 @@ pub struct KernelSnapshot {
     pub servers: BTreeMap<String, ServerAnswers>,
     /// DNS packets the kernel dropped, by reason; `None` when drops are not watched.
     pub drops: Option<Vec<(Arc<str>, u64)>>,
+    /// The node's conntrack counters; `None` where they cannot be read.
+    pub conntrack: Option<ConntrackStats>,
 }
 
 /// The answers of one server (or of all those labelled `other`).
@@ -107,7 +110,41 @@ impl KernelSnapshot {
             global,
             servers: by_label(answered, labels),
             drops,
+            conntrack: crate::node::conntrack::read(),
         })
+    }
+
+    /// The node's conntrack counters, as the kernel keeps them since boot: every flow's.
+    fn encode_conntrack(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        conntrack: &ConntrackStats,
+    ) -> fmt::Result {
+        if let Some(resolved) = conntrack.clashes_resolved {
+            encode_counter(
+                encoder,
+                "dnsloop_conntrack_clashes_resolved",
+                "Races between two packets of one new flow on two CPUs (a resolver's parallel A \
+                 and AAAA queries from one socket) that the node's conntrack resolved without a \
+                 drop, every flow's, since boot (Linux 5.6 and later).",
+                resolved,
+            )?;
+        }
+        encode_counter(
+            encoder,
+            "dnsloop_conntrack_insert_failed",
+            "New flows' conntrack entries that lost the race to be inserted on the node, every \
+             flow's, since boot.",
+            conntrack.insert_failed,
+        )?;
+        encode_counter(
+            encoder,
+            "dnsloop_conntrack_drops",
+            "Packets the node's conntrack dropped because their entry could not be made (a lost \
+             race, a full table), every flow's, since boot: for DNS over UDP, each a 5-second \
+             timeout.",
+            conntrack.drop,
+        )
     }
 
     fn malformed(&self, reason: Malformed) -> u64 {
@@ -160,14 +197,13 @@ impl KernelSnapshot {
                     .map(|(reason, count)| ([("reason", reason.to_string())], *count)),
             )?;
         }
-        let lost = encoder.encode_descriptor(
+        encode_counter(
+            encoder,
             "dnsloop_lost_events",
             "Packets the kernel could not hand to dnsloop because its ring buffer was full \
              (raise --ring-buffer-mib): the findings may have missed them.",
-            None,
-            MetricType::Counter,
+            self.global.get(Counter::LostRecords),
         )?;
-        ConstCounter::new(self.global.get(Counter::LostRecords)).encode(lost)?;
         encode_counters(
             encoder,
             "dnsloop_answers",
@@ -197,6 +233,9 @@ impl KernelSnapshot {
                 .filter(|(_, answers)| answers.truncated > 0)
                 .map(|(server, answers)| ([("server", server.clone())], answers.truncated)),
         )?;
+        if let Some(conntrack) = &self.conntrack {
+            self.encode_conntrack(encoder, conntrack)?;
+        }
         let mut latencies = encoder.encode_descriptor(
             "dnsloop_answer_latency",
             "From a query's first sighting to its answer reaching the client, by the server the \
@@ -235,6 +274,16 @@ pub fn by_label(
 }
 
 /// One counter family of `samples`, each a label set and its value.
+fn encode_counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> fmt::Result {
+    let family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    ConstCounter::new(value).encode(family)
+}
+
 fn encode_counters<L: EncodeLabelSet>(
     encoder: &mut DescriptorEncoder,
     name: &str,

@@ -18,6 +18,7 @@ use aya::{maps::MapData, maps::RingBuf, Ebpf};
 use dnsloop_core::{
     analyzers::{Engine, EngineConfig},
     decode::{Coverage, Decoder},
+    doctor::ConntrackStats,
     enrich::Enricher,
     observation::DropPlace,
     pipeline::Pipeline,
@@ -48,7 +49,7 @@ use crate::{
     },
     metrics,
     node::{
-        namespaces,
+        self, namespaces,
         pods::{self, CriSocket, PodNames, RuntimePods},
         topology::{self, Link, LinkEvent, LinkRole},
     },
@@ -234,6 +235,8 @@ pub struct Tracer {
     exporter: Option<metrics::Exporter>,
     /// What this kernel lacks of what dnsloop uses.
     lacks: Vec<Lack>,
+    /// The node's conntrack counters when the run began; `None` where they cannot be read.
+    conntrack_at_start: Option<ConntrackStats>,
 }
 
 /// The programs as loaded, with the maps the tracer reads taken out.
@@ -298,6 +301,7 @@ impl Tracer {
             _pins: pins,
             exporter,
             lacks,
+            conntrack_at_start: node::conntrack::read(),
         })
     }
 
@@ -412,19 +416,25 @@ impl Tracer {
                 .map_or(0, |drops| drops.undecodable_records);
         let every_packet =
             self.config.programs.stream_every_packet || self.config.programs.record_every_packet;
+        let conntrack = self
+            .conntrack_at_start
+            .as_ref()
+            .zip(node::conntrack::read())
+            .map(|(start, end)| node::conntrack::counts_between(start, &end));
         pipeline.finish(
             source.watermark(),
             Some(servers),
             |unplaced_records, reassembly| {
-                summary::summary_extra(
-                    &interfaces,
-                    &kernel,
-                    drops.as_deref(),
+                summary::summary_extra(summary::KernelNumbers {
+                    interfaces: &interfaces,
+                    kernel: &kernel,
+                    drops: drops.as_deref(),
                     undecodable_records,
                     unplaced_records,
-                    &self.lacks,
-                    every_packet.then_some(&reassembly),
-                )
+                    lacks: &self.lacks,
+                    reassembly: every_packet.then_some(&reassembly),
+                    conntrack,
+                })
             },
         )?;
         self.detach();

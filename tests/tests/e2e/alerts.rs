@@ -658,6 +658,12 @@ fn assert_series_follow_the_formula(exposition: &str) {
     let timeout_servers = named("dnsloop_timeouts_total").len();
     let server_rcodes = named("dnsloop_answers_total").len();
     let servers = named("dnsloop_answer_latency_seconds_count").len();
+    let truncating = named("dnsloop_truncated_answers_total").len()
+        + named("dnsloop_truncations_not_retried_total").len();
+    let conntrack = named("dnsloop_conntrack_clashes_resolved_total").len()
+        + named("dnsloop_conntrack_insert_failed_total").len()
+        + named("dnsloop_conntrack_drops_total").len();
+    assert!(conntrack <= 3, "{exposition}");
     assert_eq!(
         named("dnsloop_dns_packets_total").len(),
         interface_directions
@@ -668,12 +674,15 @@ fn assert_series_follow_the_formula(exposition: &str) {
         + timeout_servers
         + server_rcodes
         + 16 * servers
+        + truncating
+        + conntrack
         + 4;
     assert_eq!(
         series.len(),
         formula,
         "{interface_directions} interface directions, {malformed_reasons} malformed reasons, \
          {drop_reasons} drop reasons, {timeout_servers} servers timed out, {server_rcodes} \
-         server rcodes, {servers} servers answered:\n{exposition}"
+         server rcodes, {servers} servers answered, {truncating} truncating, {conntrack} \
+         conntrack counters:\n{exposition}"
     );
 }

@@ -6,6 +6,7 @@ mod analyze;
 mod capture;
 mod capture_corpus;
 mod cluster;
+mod conntrack_clashes;
 mod conntrack_evidence;
 mod deploy;
 mod detect;

@@ -28,6 +28,9 @@ use self::{
 };
 use crate::sink::OutputFormat;
 
+/// conntrack's counters, which `trace` also reads, from the file doctor reads them from.
+pub use self::read::conntrack::{parse_stats as parse_conntrack_stats, Stats as ConntrackStats};
+
 /// Some check is an error.
 pub const EXIT_ERRORS: u8 = 1;
 /// Doctor could not run: its input is not there.

@@ -45,9 +45,9 @@ pub use malformed::MalformedRecord;
 pub use packet::PacketRecord;
 pub use probe::{ProbeRecord, ProbeResult};
 pub use summary::{
-    CaptureFileInfo, CaptureFileSummary, CapturePackets, FindingCounts, HopTimes, InterfaceCount,
-    KernelSummary, LookupsSummary, PlacedInterface, ReassemblySummary, ServerAnswers,
-    SummaryRecord, SummarySource, TimeoutCounts,
+    CaptureFileInfo, CaptureFileSummary, CapturePackets, ConntrackCounts, FindingCounts, HopTimes,
+    InterfaceCount, KernelSummary, LookupsSummary, PlacedInterface, ReassemblySummary,
+    ServerAnswers, SummaryRecord, SummarySource, TimeoutCounts,
 };
 pub use timeout::TimeoutRecord;
 pub use timestamp::Timestamp;

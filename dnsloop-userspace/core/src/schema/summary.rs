@@ -170,6 +170,25 @@ pub struct KernelSummary {
     /// segments are missing by design and only those that start with a message are read.
     #[serde(default)]
     pub reassembly: Option<Box<ReassemblySummary>>,
+    /// What the node's conntrack counters rose by during the run; `null` where conntrack's
+    /// statistics could not be read (conntrack not loaded).
+    #[serde(default)]
+    pub conntrack: Option<ConntrackCounts>,
+}
+
+/// The node's conntrack counters over a run (`/proc/net/stat/nf_conntrack`, every flow's):
+/// races between two packets of one new flow on two CPUs, as a resolver's parallel A and AAAA
+/// queries from one socket make.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConntrackCounts {
+    /// Races the kernel resolved without dropping a packet: the same race, survived; `null`
+    /// on a kernel that does not count them (before Linux 5.6).
+    pub clashes_resolved: Option<u64>,
+    /// Entries that lost the race to be inserted.
+    pub insert_failed: u64,
+    /// Packets dropped because their entry could not be made (a lost race, a full table): for
+    /// DNS over UDP, each a 5-second timeout.
+    pub drop: u64,
 }
 
 /// What a capture file held and how its packets were placed, in place of the kernel's

@@ -215,6 +215,16 @@ impl<W: Write> TextSink<W> {
         if !kernel.kernel_lacks.is_empty() {
             self.line(&format!("kernel lacks: {}", kernel.kernel_lacks.join(", ")))?;
         }
+        if let Some(conntrack) = &kernel.conntrack {
+            let resolved = match conntrack.clashes_resolved {
+                Some(resolved) => format!("{resolved} clashes resolved, "),
+                None => String::new(),
+            };
+            self.line(&format!(
+                "conntrack during the run (every flow's): {resolved}{} insert_failed, {} dropped",
+                conntrack.insert_failed, conntrack.drop
+            ))?;
+        }
         match &kernel.reassembly {
             Some(reassembly) => self.reassembly(reassembly),
             None => Ok(()),

@@ -20,7 +20,7 @@ use crate::{
     },
     observation::{DropCause, DropPlace, Namespace, Transport},
     points::{InterfaceRef, Seen},
-    schema::{InterfaceCount, KernelSummary, SummarySource},
+    schema::{ConntrackCounts, InterfaceCount, KernelSummary, SummarySource},
     source::RawPacket,
 };
 
@@ -406,6 +406,11 @@ pub fn kernel_numbers() -> SummarySource {
         kernel: [("packets", 10)].into_iter().collect(),
         drops: Some([("NETFILTER_DROP", 3)].into_iter().collect()),
         lost_events: 3,
+        conntrack: Some(ConntrackCounts {
+            clashes_resolved: Some(12),
+            insert_failed: 0,
+            drop: 0,
+        }),
         ..KernelSummary::default()
     })
 }

@@ -34,8 +34,12 @@ fn stats(node: &Node) -> Check {
     };
     // As asked: /proc/net leads through /proc/self to this process's own pid.
     let at = Location::file(&read.file.asked);
+    let resolved = match stats.clashes_resolved {
+        Some(resolved) => format!(" (and {resolved} clashes resolved without a drop)"),
+        None => String::new(),
+    };
     let counted = format!(
-        "insert_failed {} and drop {} since boot, summed over {} CPUs",
+        "insert_failed {} and drop {} since boot{resolved}, summed over {} CPUs",
         stats.insert_failed, stats.drop, stats.cpus
     );
     if stats.insert_failed == 0 && stats.drop == 0 {

@@ -15,6 +15,9 @@ pub struct Stats {
     pub insert_failed: u64,
     /// Packets dropped because their entry could not be created (table full, lost race).
     pub drop: u64,
+    /// Races the kernel resolved instead of dropping the packet (`clashres`, Linux 5.6 and
+    /// later; `None` where the column is not there): the same race, survived.
+    pub clashes_resolved: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -40,8 +43,9 @@ fn parse_number(text: String) -> Result<u64, Unavailable> {
         .map_err(|_| Unavailable::Unreadable(format!("{:?} is not a number", text.trim())))
 }
 
-/// Sums the `insert_failed` and `drop` columns, found by name: the columns differ between
-/// kernels (`searched` became `clashres`, `delete_list` became `chainlength`).
+/// Sums the `insert_failed`, `drop` and (where there is one) `clashres` columns, found by name:
+/// the columns differ between kernels (`searched` became `clashres`, `delete_list` became
+/// `chainlength`).
 pub fn parse_stats(text: &str) -> Result<Stats, String> {
     let mut lines = text.lines().filter(|line| !line.trim().is_empty());
     let header: Vec<&str> = lines
@@ -56,10 +60,12 @@ pub fn parse_stats(text: &str) -> Result<Stats, String> {
             .ok_or_else(|| format!("no {name} column in its header"))
     };
     let (insert_failed_column, drop_column) = (column("insert_failed")?, column("drop")?);
+    let clashres_column = column("clashres").ok();
     let mut stats = Stats {
         cpus: 0,
         insert_failed: 0,
         drop: 0,
+        clashes_resolved: clashres_column.map(|_| 0),
     };
     for (row, line) in lines.enumerate() {
         let values: Vec<&str> = line.split_whitespace().collect();
@@ -73,6 +79,9 @@ pub fn parse_stats(text: &str) -> Result<Stats, String> {
             .insert_failed
             .saturating_add(value(insert_failed_column)?);
         stats.drop = stats.drop.saturating_add(value(drop_column)?);
+        if let (Some(column), Some(sum)) = (clashres_column, &mut stats.clashes_resolved) {
+            *sum = sum.saturating_add(value(column)?);
+        }
         stats.cpus += 1;
     }
     Ok(stats)
@@ -95,7 +104,8 @@ entries  clashres found new invalid ignore delete chainlength insert insert_fail
             Stats {
                 cpus: 2,
                 insert_failed: 0xc + 0xf0,
-                drop: 3
+                drop: 3,
+                clashes_resolved: Some(5),
             }
         );
     }
@@ -109,7 +119,8 @@ entries  clashres found new invalid ignore delete chainlength insert insert_fail
             Stats {
                 cpus: 1,
                 insert_failed: 2,
-                drop: 1
+                drop: 1,
+                clashes_resolved: None,
             }
         );
     }

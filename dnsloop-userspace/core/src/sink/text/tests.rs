@@ -275,6 +275,10 @@ fn summary_table_with_the_callers_numbers() {
     assert!(!text.lines().any(|line| line.ends_with(' ')), "{text}");
     assert!(lines.contains(&"lost_events: 3"), "{text}");
     assert!(
+        lines.contains(&"conntrack during the run (every flow's): 12 clashes resolved, 0 insert_failed, 0 dropped"),
+        "{text}"
+    );
+    assert!(
         lines.contains(&"kernel drops of DNS packets: NETFILTER_DROP 3"),
         "{text}"
     );
