@@ -9,8 +9,8 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 use dnsloop_core::schema::{
-    DropRecord, LoopRecord, Record, SummaryRecord, TimeoutRecord, TruncationRecord,
-    UnexpectedSourceRecord,
+    DropRecord, LoopRecord, Record, SearchListRecord, SummaryRecord, TimeoutRecord,
+    TruncationRecord, UnexpectedSourceRecord,
 };
 
 use crate::tracer::TracerOutput;
@@ -192,6 +192,16 @@ impl Trace {
             .iter()
             .filter_map(|record| match record {
                 Record::TruncatedNotRetried(found) => Some(found),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn search_list_wastes(&self) -> Vec<&SearchListRecord> {
+        self.records
+            .iter()
+            .filter_map(|record| match record {
+                Record::SearchListWaste(found) => Some(found),
                 _ => None,
             })
             .collect()

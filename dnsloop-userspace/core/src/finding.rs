@@ -18,6 +18,7 @@ pub enum Finding {
     Drop(DropFinding),
     Lookup(LookupFinding),
     TruncatedNotRetried(TruncationFinding),
+    SearchListWaste(SearchListFinding),
 }
 
 /// One packet of a finding's path.
@@ -257,6 +258,55 @@ pub struct TruncationFinding {
     /// Truncated answers this reports: 1, or those not retried so far.
     pub count: u64,
     pub summary: String,
+}
+
+/// A client's lookups that went through its search list first: queries of the name with each
+/// suffix, answered NXDOMAIN, before the name itself. Reported when its first such lookup ends,
+/// then at most once per report interval, with what it wasted since the previous report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchListFinding {
+    pub ts: SystemTime,
+    /// Since when this counts: the client's first query seen, or its previous report.
+    pub since: SystemTime,
+    pub client: IpAddr,
+    /// The namespace its queries were first seen leaving (a pod), when watched.
+    pub client_namespace: Option<Namespace>,
+    /// The server its latest wasteful lookup asked, as it addressed it.
+    pub server: SocketAddr,
+    /// The client's queries answered in the period, wasted or not.
+    pub queries: u64,
+    /// Of those, the expansions answered NXDOMAIN before the name they expanded.
+    pub wasted: u64,
+    /// Lookups that wasted queries.
+    pub lookups: u64,
+    /// What the wasted queries added to those lookups, together: from each one's first
+    /// expansion to its name being asked.
+    pub extra: Duration,
+    pub slowest: SlowestSearch,
+    pub summary: String,
+}
+
+impl SearchListFinding {
+    /// The share of the client's queries wasted, 0 to 1.
+    pub fn wasted_share(&self) -> f64 {
+        if self.queries == 0 {
+            0.0
+        } else {
+            self.wasted as f64 / self.queries as f64
+        }
+    }
+}
+
+/// The lookup a search list delayed most.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlowestSearch {
+    /// The name at last asked, presentation format.
+    pub qname: String,
+    pub qtype: u16,
+    /// Expansions asked before it.
+    pub wasted: u64,
+    /// From the first of them to the name being asked.
+    pub extra: Duration,
 }
 
 /// DNS messages the kernel dropped for one reason at one place, to or from one server: the

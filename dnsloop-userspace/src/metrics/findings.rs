@@ -51,6 +51,7 @@ pub struct FindingCounts {
     unexpected_sources: Counter,
     timeouts: Family<ServerLabel, Counter>,
     truncations_not_retried: Family<ServerLabel, Counter>,
+    search_list_wasted: Family<ServerLabel, Counter>,
 }
 
 impl FindingCounts {
@@ -86,6 +87,13 @@ impl FindingCounts {
             "Truncated answers (TC set) whose client did not ask again over TCP within \
              --timeout, by the server that sent them: the client used a cut answer",
             counts.truncations_not_retried.clone(),
+        );
+        registry.register(
+            "dnsloop_search_list_wasted_queries",
+            "Clients' queries of search-list expansions answered NXDOMAIN before the name they \
+             expanded was asked (ndots), by the server asked; counted where every DNS packet is \
+             analysed (--slow, --packets)",
+            counts.search_list_wasted.clone(),
         );
         counts
     }
@@ -130,6 +138,15 @@ impl FindingCounts {
                 self.truncations_not_retried
                     .get_or_create(&label)
                     .inc_by(new);
+            }
+            // Each report counts what the client wasted since its previous one.
+            Finding::SearchListWaste(found) => {
+                let label = ServerLabel {
+                    server: servers.label(found.server),
+                };
+                self.search_list_wasted
+                    .get_or_create(&label)
+                    .inc_by(found.wasted);
             }
         }
     }

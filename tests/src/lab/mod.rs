@@ -431,6 +431,44 @@ impl Lab {
             .with_context(|| format!("`{}` from {} on node {node}", argv.join(" "), from.name()))
     }
 
+    /// Looks `name` up with glibc (`getent ahosts`: A and AAAA at once) in `from`'s namespace on
+    /// node 0, through the resolv.conf kubelet gives a pod in namespace `default`: the node
+    /// cache, the cluster's search list and `ndots:5`. Mounted over /etc/resolv.conf in a mount
+    /// namespace of the command's own, so nothing else sees it. Returns the addresses found.
+    pub fn getent_as_a_pod(&self, from: Pod, name: &str) -> Result<Vec<String>> {
+        // In the lab's state directory, which goes with the lab.
+        let resolv_conf = self
+            .state_dir()
+            .join(format!("{}-resolv.conf", from.name()));
+        fs::write(
+            &resolv_conf,
+            format!(
+                "nameserver {NODE_LOCAL_DNS}\n\
+                 search default.svc.{CLUSTER_DOMAIN} svc.{CLUSTER_DOMAIN} {CLUSTER_DOMAIN}\n\
+                 options ndots:5\n"
+            ),
+        )
+        .with_context(|| format!("writing {}", resolv_conf.display()))?;
+        let script = format!(
+            "mount --bind {} /etc/resolv.conf && exec getent ahosts {name}",
+            resolv_conf.display()
+        );
+        let namespace = self.names.pod_on(0, from)?;
+        let output = self.exec(namespace, &["unshare", "--mount", "sh", "-c", &script])?;
+        ensure!(
+            output.status.success(),
+            "`getent ahosts {name}` from {}: {}",
+            from.name(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let mut addresses: Vec<String> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+            .collect();
+        addresses.dedup();
+        Ok(addresses)
+    }
+
     /// [`Lab::dig`], failing the test when dig itself cannot run.
     pub fn dig_or_fail(&self, from: Pod, server: &str, args: &[&str]) -> DigOutcome {
         self.dig(from, server, args)

@@ -637,7 +637,10 @@ fn a_real_prometheus_fires_the_loop_alert_for_the_looping_node_alone() {
 
 /// Counters by server that a tracer serves from the first finding they count on, which the loop
 /// lab never makes: `dnsloop-userspace/src/metrics/tests.rs` checks their names and help.
-const SERVED_FROM_THEIR_FIRST_FINDING: &[&str] = &["dnsloop_truncations_not_retried_total"];
+const SERVED_FROM_THEIR_FIRST_FINDING: &[&str] = &[
+    "dnsloop_truncations_not_retried_total",
+    "dnsloop_search_list_wasted_queries_total",
+];
 
 /// docs/operations.md's "Series per node": one series per interface and direction in each of
 /// the two packet counters, one per malformed reason, per drop reason, per server's timeouts
@@ -659,7 +662,8 @@ fn assert_series_follow_the_formula(exposition: &str) {
     let server_rcodes = named("dnsloop_answers_total").len();
     let servers = named("dnsloop_answer_latency_seconds_count").len();
     let truncating = named("dnsloop_truncated_answers_total").len()
-        + named("dnsloop_truncations_not_retried_total").len();
+        + named("dnsloop_truncations_not_retried_total").len()
+        + named("dnsloop_search_list_wasted_queries_total").len();
     let conntrack = named("dnsloop_conntrack_clashes_resolved_total").len()
         + named("dnsloop_conntrack_insert_failed_total").len()
         + named("dnsloop_conntrack_drops_total").len();

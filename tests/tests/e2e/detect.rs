@@ -89,6 +89,16 @@ fn traced_and_captured<T>(
     scenario: Scenario,
     traffic: impl FnOnce(&Lab) -> T,
 ) -> Option<(Trace, Trace, T)> {
+    traced_and_captured_with(test, scenario, &[], traffic)
+}
+
+/// As `traced_and_captured`, with `options` added to the tracer's command line.
+fn traced_and_captured_with<T>(
+    test: &str,
+    scenario: Scenario,
+    options: &[&str],
+    traffic: impl FnOnce(&Lab) -> T,
+) -> Option<(Trace, Trace, T)> {
     if !can_run(
         test,
         &[Need::Root, Need::Tool("tcpdump"), Need::DnsloopBinary],
@@ -101,12 +111,8 @@ fn traced_and_captured<T>(
     let capture = lab
         .capture_pcap(lab.node_ns(), "any", "port 53 or icmp or icmp6", &file)
         .or_fail(test);
-    let (trace, returned) = trace_lab(test, &lab, &[], traffic);
+    let (trace, returned) = trace_lab(test, &lab, options, traffic);
     capture.stop_complete().or_fail(test);
-    let _ = std::fs::copy(
-        &file,
-        format!("/tmp/keep-{test}-{}.pcap", std::process::id()),
-    );
     let analysed = tracer::analyze(&dnsloop_bin(), &file, &[])
         .and_then(Trace::from_output)
         .or_fail(format_args!("{test}: dnsloop analyze"));
@@ -638,6 +644,51 @@ fn a_truncated_answer_the_client_does_not_ask_again_over_tcp_names_client_and_se
             .is_some_and(|namespace| namespace.starts_with("pod ")),
         "the trace names the client's pod: {found:?}"
     );
+}
+
+#[test]
+fn a_pods_lookup_of_an_external_name_through_its_search_list_is_reported_as_waste() {
+    // glibc, with the resolv.conf kubelet gives a pod (three cluster suffixes, ndots:5), asks
+    // the name with each suffix first, A and AAAA at once, each answered NXDOMAIN, then the name
+    // itself: 6 of its 8 queries wasted. The node cache forwards every one of them and is not
+    // reported. Every packet is analysed live with --slow.
+    let test = test_name!();
+    let Some((trace, analysed, addresses)) =
+        traced_and_captured_with(test, Scenario::Healthy, &["--slow", "10s"], |lab| {
+            lab.getent_as_a_pod(Pod::Client, EXTERNAL_NAME)
+                .or_fail(format_args!("looking {EXTERNAL_NAME} up as a pod"))
+        })
+    else {
+        return;
+    };
+    assert_eq!(
+        addresses,
+        [EXTERNAL_A.to_string(), EXTERNAL_AAAA.to_string()],
+        "{EXTERNAL_NAME} is found after the search list"
+    );
+    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
+        let found = trace.search_list_wastes();
+        assert_eq!(found.len(), 1, "{how}: one pod wasted queries:\n{trace}");
+        let found = found[0];
+        assert_eq!(
+            found.client,
+            IpAddr::V4(Pod::Client.ip()),
+            "{how}: {found:?}"
+        );
+        assert_eq!(
+            (found.queries, found.wasted, found.lookups),
+            (8, 6, 2),
+            "{how}: {found:?}"
+        );
+        assert_eq!(
+            (found.slowest.qname.as_str(), found.slowest.wasted),
+            (fqdn(EXTERNAL_NAME).as_str(), 3),
+            "{how}: {found:?}"
+        );
+        assert!(found.extra_ms > 0.0, "{how}: {found:?}");
+        trace.assert_no_loop(how);
+        assert!(trace.timeouts().is_empty(), "{how}:\n{trace}");
+    }
 }
 
 #[test]

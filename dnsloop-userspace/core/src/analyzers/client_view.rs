@@ -1,8 +1,9 @@
 //! Replies as the clients see them: one table of the queries they sent (`outstanding`), and the
-//! four analyses that judge against it. A reply from elsewhere is a misdelivery
+//! analyses that judge against it. A reply from elsewhere is a misdelivery
 //! (`unexpected_source`), an answer counts for its server's latency (`latency`), a truncated
-//! answer awaits the client's retry over TCP (`truncation`), and a query that waited too long
-//! has timed out (`timeout`). Each query is recorded, answered or expired once, for all four.
+//! answer awaits the client's retry over TCP (`truncation`), an answer ends a lookup that may
+//! have gone through the search list first (`search_list`), and a query that waited too long
+//! has timed out (`timeout`). Each query is recorded, answered or expired once, for all.
 //!
 //! Whether a query that timed out was caught in a loop is the forwarding-loop analyzer's to
 //! say: the engine hands it in (`timeout::Loops`) with each observation and tick.
@@ -11,6 +12,7 @@ use std::time::{Duration, SystemTime};
 use super::{
     outstanding::{Outstanding, Reply, SentQuery},
     packet::MessageKey,
+    search_list::SearchLists,
     server_answers::ServerAnswers,
     summary::TimeoutCounts,
     timeout::{Loops, Timeouts},
@@ -26,6 +28,7 @@ pub struct ClientView {
     timeouts: Timeouts,
     answers: ServerAnswers,
     truncations: Truncations,
+    search_lists: SearchLists,
 }
 
 impl ClientView {
@@ -38,6 +41,7 @@ impl ClientView {
             timeouts: Timeouts::new(timeout, report_interval, capacity),
             answers: ServerAnswers::new(capacity),
             truncations: Truncations::new(timeout, report_interval, capacity),
+            search_lists: SearchLists::new(report_interval, capacity),
         }
     }
 
@@ -61,7 +65,7 @@ impl ClientView {
 
     /// Entries dropped from each analysis's full tables so far, by its name: the queries
     /// dropped from the shared table are lost to all.
-    pub fn evictions(&self) -> [(&'static str, u64); 4] {
+    pub fn evictions(&self) -> [(&'static str, u64); 5] {
         let waiting = self.waiting.evictions();
         [
             (
@@ -74,6 +78,7 @@ impl ClientView {
                 "truncated_not_retried",
                 waiting + self.truncations.evictions(),
             ),
+            ("search_list", waiting + self.search_lists.evictions()),
         ]
     }
 
@@ -90,15 +95,19 @@ impl ClientView {
         self.tick_with(obs.ts, loops, out);
         let key = message?;
         if !obs.is_response {
-            self.truncations.asked(obs);
             let timeouts = &self.timeouts;
-            self.waiting.query(key, obs, || timeouts.reported(key));
+            // Its first sighting only: a query's later hops are the same query.
+            if self.waiting.query(key, obs, || timeouts.reported(key)) {
+                self.truncations.asked(obs);
+                self.search_lists.asked(obs);
+            }
             return None;
         }
         match self.waiting.reply(key, obs) {
             Some(Reply::Answer(query)) => {
                 self.answers.answered(&query, obs);
                 self.truncations.answered(&query, obs);
+                self.search_lists.answered(&query, obs);
                 return Some(query);
             }
             Some(Reply::FromElsewhere(query)) => {
@@ -120,6 +129,7 @@ impl ClientView {
         }
         self.timeouts.tick(now, out);
         self.truncations.tick(now, out);
+        self.search_lists.tick(now, out);
     }
 
     /// As `Analyzer::finish`.
@@ -132,6 +142,7 @@ impl ClientView {
         self.tick_with(now, loops, out);
         self.timeouts.finish(out);
         self.truncations.finish(now, out);
+        self.search_lists.finish(now, out);
     }
 }
 
@@ -184,6 +195,7 @@ mod tests {
                 Finding::Drop(_) => "drop",
                 Finding::Lookup(_) => "lookup",
                 Finding::TruncatedNotRetried(_) => "truncated not retried",
+                Finding::SearchListWaste(_) => "search list waste",
             })
             .collect()
     }

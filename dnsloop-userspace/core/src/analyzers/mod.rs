@@ -21,6 +21,7 @@ mod outstanding;
 pub(crate) mod packet;
 mod reorder;
 mod repeats;
+mod search_list;
 mod server_answers;
 mod summary;
 pub(crate) mod table;

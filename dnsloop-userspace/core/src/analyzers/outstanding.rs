@@ -64,15 +64,15 @@ impl Outstanding {
 
     /// Records the query `obs` unless it is already waiting: later sightings (further hops, or
     /// the client's retries with the same id) are the same query. `repeats_timed_out` is asked
-    /// only of a query recorded.
+    /// only of a query recorded. Returns whether it was recorded: a new query, first seen.
     pub fn query(
         &mut self,
         key: &MessageKey,
         obs: &Observation,
         repeats_timed_out: impl FnOnce() -> bool,
-    ) {
+    ) -> bool {
         let Some(question) = &obs.question else {
-            return;
+            return false;
         };
         if let Some(query) = self.queries.get_mut(key) {
             // Sent again from the client itself, to another server; a later hop of the same
@@ -84,6 +84,7 @@ impl Outstanding {
             if sent_elsewhere && query.also_sent_to.len() < MAX_SERVERS_OF_ONE_QUERY {
                 query.also_sent_to.push(obs.dst);
             }
+            false
         } else {
             self.queries.insert(
                 key.clone(),
@@ -98,6 +99,7 @@ impl Outstanding {
                     repeats_timed_out: repeats_timed_out(),
                 },
             );
+            true
         }
     }
 

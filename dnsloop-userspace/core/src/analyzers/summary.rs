@@ -37,6 +37,7 @@ pub struct FindingCounts {
     pub timeouts: u64,
     pub drops: u64,
     pub truncated_not_retried: u64,
+    pub search_list_waste: u64,
 }
 
 impl FindingCounts {
@@ -49,6 +50,7 @@ impl FindingCounts {
                 Finding::Timeout(_) => self.timeouts += 1,
                 Finding::Drop(_) => self.drops += 1,
                 Finding::TruncatedNotRetried(_) => self.truncated_not_retried += 1,
+                Finding::SearchListWaste(_) => self.search_list_waste += 1,
                 // Counted in the lookups' own summary.
                 Finding::Lookup(_) => {}
             }

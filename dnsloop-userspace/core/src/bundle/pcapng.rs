@@ -203,6 +203,9 @@ impl<W: Write> PcapngWriter<W> {
             Finding::TruncatedNotRetried(found) => {
                 format!("truncated, not retried over TCP {}", found.qname)
             }
+            Finding::SearchListWaste(found) => {
+                format!("search list of {}", found.client)
+            }
         };
         for held in &mut self.held {
             let Some(messages) = &held.messages else {
@@ -369,6 +372,10 @@ fn names(finding: &Finding, ts: SystemTime, messages: &Messages) -> bool {
         Finding::TruncatedNotRetried(found) => {
             carries(found.client, found.server, found.id)
                 || carries(found.server, found.client, found.id)
+        }
+        // Its lookups' queries, each id of its own: the client's to the server.
+        Finding::SearchListWaste(found) => {
+            messages.src.ip() == found.client && messages.dst == found.server
         }
     }
 }

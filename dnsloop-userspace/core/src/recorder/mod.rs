@@ -115,6 +115,7 @@ enum Key {
     Drop,
     Lookup,
     TruncatedNotRetried,
+    SearchListWaste,
 }
 
 impl Key {
@@ -126,6 +127,7 @@ impl Key {
             Finding::Drop(_) => Self::Drop,
             Finding::Lookup(_) => Self::Lookup,
             Finding::TruncatedNotRetried(_) => Self::TruncatedNotRetried,
+            Finding::SearchListWaste(_) => Self::SearchListWaste,
         }
     }
 
@@ -138,6 +140,7 @@ impl Key {
             Self::Drop => "drop".to_owned(),
             Self::Lookup => "lookup".to_owned(),
             Self::TruncatedNotRetried => "truncated_not_retried".to_owned(),
+            Self::SearchListWaste => "search_list_waste".to_owned(),
         }
     }
 }
@@ -467,6 +470,7 @@ fn finding_time(finding: &Finding) -> SystemTime {
         Finding::Drop(found) => found.ts,
         Finding::Lookup(found) => found.ts,
         Finding::TruncatedNotRetried(found) => found.ts,
+        Finding::SearchListWaste(found) => found.ts,
     }
 }
 
@@ -482,6 +486,7 @@ fn first_packet_time(finding: &Finding) -> SystemTime {
         Finding::UnexpectedSource(found) => found.ts,
         Finding::Timeout(found) => earlier(found.ts, found.waited),
         Finding::TruncatedNotRetried(found) => earlier(found.ts, found.waited),
+        Finding::SearchListWaste(found) => earlier(found.ts, found.slowest.extra),
         Finding::Drop(found) => found.ts,
         Finding::Lookup(found) => found
             .hops
@@ -511,6 +516,7 @@ fn kind(finding: &Finding) -> &'static str {
         Finding::Drop(_) => "drop",
         Finding::Lookup(_) => "lookup",
         Finding::TruncatedNotRetried(_) => "truncated_not_retried",
+        Finding::SearchListWaste(_) => "search_list_waste",
     }
 }
 
@@ -523,6 +529,7 @@ fn qname(finding: &Finding) -> Option<String> {
         Finding::Drop(found) => found.qname.clone(),
         Finding::Lookup(found) => Some(found.qname.clone()),
         Finding::TruncatedNotRetried(found) => Some(found.qname.clone()),
+        Finding::SearchListWaste(found) => Some(found.slowest.qname.clone()),
     }
 }
 

@@ -19,6 +19,7 @@ mod loop_record;
 mod malformed;
 mod packet;
 mod probe;
+mod search_list;
 mod summary;
 mod timeout;
 mod timestamp;
@@ -44,6 +45,7 @@ pub use loop_record::{Dnat, Hop, LoopRecord, OffNode, Unconfirmed};
 pub use malformed::MalformedRecord;
 pub use packet::PacketRecord;
 pub use probe::{ProbeRecord, ProbeResult};
+pub use search_list::{SearchListRecord, SlowestSearch};
 pub use summary::{
     CaptureFileInfo, CaptureFileSummary, CapturePackets, ConntrackCounts, FindingCounts, HopTimes,
     InterfaceCount, KernelSummary, LookupsSummary, PlacedInterface, ReassemblySummary,
@@ -73,6 +75,8 @@ pub enum Record {
     Drop(DropRecord),
     /// A client took truncated answers without asking again over TCP.
     TruncatedNotRetried(TruncationRecord),
+    /// A client's lookups went through its search list first, wasting queries.
+    SearchListWaste(SearchListRecord),
     /// Where `trace --record` puts the packets of the finding just before it.
     Bundle(BundleRecord),
     /// A sample of the packets on DNS ports that could not be parsed.
@@ -103,6 +107,9 @@ impl Record {
             Finding::Lookup(found) => Self::Lookup(LookupRecord::new(found, node)),
             Finding::TruncatedNotRetried(found) => {
                 Self::TruncatedNotRetried(TruncationRecord::new(found, node))
+            }
+            Finding::SearchListWaste(found) => {
+                Self::SearchListWaste(SearchListRecord::new(found, node))
             }
         }
     }

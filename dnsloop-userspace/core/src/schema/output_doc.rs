@@ -12,13 +12,14 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-const SOURCES: [&str; 14] = [
+const SOURCES: [&str; 15] = [
     include_str!("mod.rs"),
     include_str!("loop_record.rs"),
     include_str!("lookup.rs"),
     include_str!("unexpected_source.rs"),
     include_str!("timeout.rs"),
     include_str!("truncation.rs"),
+    include_str!("search_list.rs"),
     include_str!("drop.rs"),
     include_str!("bundle.rs"),
     include_str!("malformed.rs"),

@@ -52,7 +52,11 @@ pub struct FindingCounts {
     /// `drop` records written.
     pub drop: u64,
     /// `truncated_not_retried` records written.
+    #[serde(default)]
     pub truncated_not_retried: u64,
+    /// `search_list_waste` records written.
+    #[serde(default)]
+    pub search_list_waste: u64,
 }
 
 /// Every query that timed out (a client's retries of one query count once), and how many of
@@ -86,6 +90,7 @@ pub struct ServerAnswers {
     /// Answers by response code (`NOERROR`, `NXDOMAIN`, ...), in code order.
     pub rcodes: Counts,
     /// Of the answers, those with TC set: cut to fit, for the client to ask again over TCP.
+    #[serde(default)]
     pub truncated: u64,
 }
 
@@ -343,6 +348,7 @@ impl SummaryRecord {
                 timeout: summary.findings.timeouts,
                 drop: summary.findings.drops,
                 truncated_not_retried: summary.findings.truncated_not_retried,
+                search_list_waste: summary.findings.search_list_waste,
             },
             timeouts: TimeoutCounts {
                 queries: summary.timeouts.queries,

@@ -27,6 +27,7 @@ fn every_line_the_sink_writes_reads_back_into_its_record_and_writes_alike() {
             "timeout",
             "lookup",
             "truncated_not_retried",
+            "search_list_waste",
             "drop",
             "bundle",
             "packet",

@@ -352,6 +352,9 @@ impl<W: Write> Sink for TextSink<W> {
             Finding::TruncatedNotRetried(found) => {
                 self.counted("TRUNCATED", found.ts, found.count, &found.summary)?
             }
+            Finding::SearchListWaste(found) => {
+                self.counted("SEARCH", found.ts, 1, &found.summary)?
+            }
         }
         self.out.flush()
     }
@@ -429,8 +432,12 @@ impl<W: Write> Sink for TextSink<W> {
             0 => String::new(),
             count => format!(", {count} truncated not retried"),
         };
+        let search = match findings.search_list_waste {
+            0 => String::new(),
+            count => format!(", {count} search list waste"),
+        };
         self.line(&format!(
-            "findings: {} loop{possible}, {} unexpected source, {} timeout{folded}{truncated}",
+            "findings: {} loop{possible}, {} unexpected source, {} timeout{folded}{truncated}{search}",
             findings.loops, findings.unexpected_sources, findings.timeouts
         ))?;
         let evicted: Vec<String> = summary

@@ -108,6 +108,7 @@ pub fn sink_lines() -> Vec<String> {
             a_dropped_timeout(),
             a_slow_lookup(),
             a_truncation_not_retried(),
+            a_search_list_waste(),
         ]
         .into_iter()
         .chain(drops())
@@ -261,6 +262,7 @@ pub fn every_record() -> Vec<(&'static str, Value)> {
                 Record::Drop(_) => "DropRecord",
                 Record::Lookup(_) => "LookupRecord",
                 Record::TruncatedNotRetried(_) => "TruncationRecord",
+                Record::SearchListWaste(_) => "SearchListRecord",
                 Record::Bundle(_) => "BundleRecord",
                 Record::Malformed(_) => "MalformedRecord",
                 Record::Packet(_) => "PacketRecord",

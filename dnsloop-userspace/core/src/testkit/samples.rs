@@ -15,8 +15,8 @@ use crate::{
     analyzers::{HopTimes, LookupCounts, LookupSummary, ServerSummary, Summary},
     finding::{
         BundleNotice, ConntrackEvidence, Dnat, DropFinding, Finding, Hop, LookupFinding, LookupHop,
-        LoopFinding, LoopId, OffNode, TimeoutFinding, TruncationFinding, Unconfirmable,
-        Unconfirmed, UnexpectedSourceFinding,
+        LoopFinding, LoopId, OffNode, SearchListFinding, SlowestSearch, TimeoutFinding,
+        TruncationFinding, Unconfirmable, Unconfirmed, UnexpectedSourceFinding,
     },
     observation::{DropCause, DropPlace, Namespace, Transport},
     points::{InterfaceRef, Seen},
@@ -160,6 +160,28 @@ pub fn a_truncation_not_retried() -> Finding {
     };
     found.summary = "10.244.0.2 (pod default/alpine) took a truncated answer from 169.254.25.10:53 (the latest for big.example.test. A, 508 bytes, TC set) and did not ask again over TCP within 2.0s".into();
     Finding::TruncatedNotRetried(found)
+}
+
+/// A pod whose lookups of an external name go through the cluster's search list first.
+pub fn a_search_list_waste() -> Finding {
+    Finding::SearchListWaste(SearchListFinding {
+        ts: ms(10_000),
+        since: ms(1_000),
+        client: "10.244.0.2".parse().expect("an address"),
+        client_namespace: Some(Namespace::new("pod default/web")),
+        server: addr("169.254.25.10:53"),
+        queries: 80,
+        wasted: 60,
+        lookups: 10,
+        extra: Duration::from_millis(35),
+        slowest: SlowestSearch {
+            qname: "api.example.com.".into(),
+            qtype: A,
+            wasted: 6,
+            extra: Duration::from_millis(7),
+        },
+        summary: "10.244.0.2 (pod default/web) wasted 60 of its 80 queries (75%) on search-list expansions".into(),
+    })
 }
 
 /// A NetworkPolicy's rule dropping queries to a CoreDNS pod, in the node's forward path.
