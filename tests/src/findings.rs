@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 use dnsloop_core::schema::{
-    DropRecord, LoopRecord, Record, SearchListRecord, SummaryRecord, TimeoutRecord,
+    DropRecord, LoopRecord, Record, SearchListRecord, ServfailRecord, SummaryRecord, TimeoutRecord,
     TruncationRecord, UnexpectedSourceRecord,
 };
 
@@ -202,6 +202,16 @@ impl Trace {
             .iter()
             .filter_map(|record| match record {
                 Record::SearchListWaste(found) => Some(found),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn servfail_storms(&self) -> Vec<&ServfailRecord> {
+        self.records
+            .iter()
+            .filter_map(|record| match record {
+                Record::ServfailStorm(found) => Some(found),
                 _ => None,
             })
             .collect()

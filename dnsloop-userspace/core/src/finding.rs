@@ -19,6 +19,7 @@ pub enum Finding {
     Lookup(LookupFinding),
     TruncatedNotRetried(TruncationFinding),
     SearchListWaste(SearchListFinding),
+    ServfailStorm(ServfailFinding),
 }
 
 /// One packet of a finding's path.
@@ -295,6 +296,34 @@ impl SearchListFinding {
             self.wasted as f64 / self.queries as f64
         }
     }
+}
+
+/// A server answering SERVFAIL at a high rate, with what failed behind it in the same seconds.
+/// Each second of the storm counts; the first is reported at once, later ones at most once per
+/// report interval.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServfailFinding {
+    /// When the latest second counted was judged.
+    pub ts: SystemTime,
+    /// When the storm was first reported.
+    pub since: SystemTime,
+    /// The server, as its clients addressed it.
+    pub server: SocketAddr,
+    /// SERVFAIL answers a second over the window judged.
+    pub per_second: f64,
+    /// Their share of the server's answers in that window, 0 to 1.
+    pub share: f64,
+    /// Seconds of the storm judged so far.
+    pub seconds: u64,
+    /// Other servers found storming in the same seconds: in a chain of forwards, each passes
+    /// the SERVFAIL of the one after it on. At most 8.
+    pub also_storming: Vec<SocketAddr>,
+    /// Servers whose queries timed out in the window, and how many: a forwarder's SERVFAIL is
+    /// often its upstream's silence. Largest first, at most 8.
+    pub timeouts_behind: Vec<(SocketAddr, u64)>,
+    /// DNS packets the kernel dropped in the window, by reason. Largest first, at most 8.
+    pub drops_behind: Vec<(Arc<str>, u64)>,
+    pub summary: String,
 }
 
 /// The lookup a search list delayed most.

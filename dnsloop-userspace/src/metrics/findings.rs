@@ -52,6 +52,7 @@ pub struct FindingCounts {
     timeouts: Family<ServerLabel, Counter>,
     truncations_not_retried: Family<ServerLabel, Counter>,
     search_list_wasted: Family<ServerLabel, Counter>,
+    servfail_storms: Counter,
 }
 
 impl FindingCounts {
@@ -94,6 +95,13 @@ impl FindingCounts {
              expanded was asked (ndots), by the server asked; counted where every DNS packet is \
              analysed (--slow, --packets)",
             counts.search_list_wasted.clone(),
+        );
+        registry.register(
+            "dnsloop_servfail_storms",
+            "SERVFAIL storms reported (a server answering SERVFAIL at least 10 times a second, \
+             in a fifth of its answers): once when found, then at most once per \
+             --report-interval while it goes on; counted where every DNS packet is analysed",
+            counts.servfail_storms.clone(),
         );
         counts
     }
@@ -147,6 +155,9 @@ impl FindingCounts {
                 self.search_list_wasted
                     .get_or_create(&label)
                     .inc_by(found.wasted);
+            }
+            Finding::ServfailStorm(_) => {
+                self.servfail_storms.inc();
             }
         }
     }

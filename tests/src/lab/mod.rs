@@ -50,6 +50,7 @@ mod turn;
 use std::{
     fs,
     io::Write as _,
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Output, Stdio},
     sync::{
@@ -467,6 +468,42 @@ impl Lab {
             .collect();
         addresses.dedup();
         Ok(addresses)
+    }
+
+    /// Runs dnsperf in `from`'s namespace on node 0: `query` (`NAME TYPE`) asked of `server`
+    /// `per_second` times a second for `duration`, then it stops by itself.
+    pub fn dnsperf(
+        &self,
+        from: Pod,
+        server: SocketAddr,
+        query: &str,
+        per_second: u32,
+        duration: Duration,
+    ) -> Result<()> {
+        let queries = self
+            .state_dir()
+            .join(format!("{}-dnsperf.txt", from.name()));
+        fs::write(&queries, format!("{query}\n"))
+            .with_context(|| format!("writing {}", queries.display()))?;
+        let (address, port) = (server.ip().to_string(), server.port().to_string());
+        let (rate, seconds) = (
+            per_second.to_string(),
+            duration.as_secs().max(1).to_string(),
+        );
+        let queries = queries.display().to_string();
+        let argv = [
+            "dnsperf", "-s", &address, "-p", &port, "-d", &queries, "-Q", &rate, "-l", &seconds,
+        ];
+        let namespace = self.names.pod_on(0, from)?;
+        let output = self.exec(namespace, &argv)?;
+        ensure!(
+            output.status.success(),
+            "`{}` from {}: {}",
+            argv.join(" "),
+            from.name(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok(())
     }
 
     /// [`Lab::dig`], failing the test when dig itself cannot run.

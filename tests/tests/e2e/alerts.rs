@@ -680,7 +680,7 @@ fn assert_series_follow_the_formula(exposition: &str) {
         + 16 * servers
         + truncating
         + conntrack
-        + 4;
+        + 5;
     assert_eq!(
         series.len(),
         formula,

@@ -692,6 +692,56 @@ fn a_pods_lookup_of_an_external_name_through_its_search_list_is_reported_as_wast
 }
 
 #[test]
+fn a_name_the_upstream_fails_asked_50_times_a_second_is_a_servfail_storm_down_the_chain() {
+    // dnsperf asks the node cache a name the upstream answers SERVFAIL, 50 times a second for
+    // 7 s: the cache, CoreDNS and the upstream each answer SERVFAIL to everyone, and each
+    // report names the others storming with it. Every packet is analysed live with --slow.
+    let [_, (servfail, _), _, _, _] = upstream_failure_domains();
+    let cache = SocketAddr::new(NODE_LOCAL_DNS.into(), 53);
+    let upstream = SocketAddr::new(ODD_DNS.into(), 53);
+    let test = test_name!();
+    if !can_run(test, &[Need::Tool("dnsperf")]) {
+        return;
+    }
+    let Some((trace, analysed, ())) =
+        traced_and_captured_with(test, Scenario::DeadUpstream, &["--slow", "10s"], |lab| {
+            lab.dnsperf(
+                Pod::Client,
+                cache,
+                &format!("{servfail} A"),
+                50,
+                STORM_LASTS,
+            )
+            .or_fail(format_args!("dnsperf asking {servfail}"));
+        })
+    else {
+        return;
+    };
+    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
+        let storms = trace.servfail_storms();
+        let from_the_cache = storms
+            .iter()
+            .find(|storm| storm.server == cache)
+            .or_fail(format_args!("{how}: no storm from the cache:\n{trace}"));
+        assert!(
+            from_the_cache.per_second >= 10.0 && from_the_cache.share > 0.9,
+            "{how}: {from_the_cache:?}"
+        );
+        assert!(
+            storms
+                .iter()
+                .any(|storm| storm.server == cache && storm.also_storming.contains(&upstream)),
+            "{how}: the upstream storms with the cache:\n{trace}"
+        );
+        trace.assert_no_loop(how);
+        assert!(trace.timeouts().is_empty(), "{how}:\n{trace}");
+    }
+}
+
+/// How long the SERVFAIL storm's load lasts: past the 3 s a storm takes to be one.
+const STORM_LASTS: Duration = Duration::from_secs(7);
+
+#[test]
 fn a_policy_dropping_a_clients_queries_to_the_cluster_ip_is_a_drop_and_a_timeout() {
     // What a NetworkPolicy denying the client DNS comes to, before kube-proxy's DNAT: the
     // node drops its queries to the ClusterIP. The client asks twice, as resolvers retry.

@@ -14,6 +14,7 @@ use super::{
     packet::MessageKey,
     search_list::SearchLists,
     server_answers::ServerAnswers,
+    servfail::ServfailStorms,
     summary::TimeoutCounts,
     timeout::{Loops, Timeouts},
     truncation::Truncations,
@@ -29,6 +30,7 @@ pub struct ClientView {
     answers: ServerAnswers,
     truncations: Truncations,
     search_lists: SearchLists,
+    servfail_storms: ServfailStorms,
 }
 
 impl ClientView {
@@ -42,6 +44,7 @@ impl ClientView {
             answers: ServerAnswers::new(capacity),
             truncations: Truncations::new(timeout, report_interval, capacity),
             search_lists: SearchLists::new(report_interval, capacity),
+            servfail_storms: ServfailStorms::new(report_interval, capacity),
         }
     }
 
@@ -65,7 +68,7 @@ impl ClientView {
 
     /// Entries dropped from each analysis's full tables so far, by its name: the queries
     /// dropped from the shared table are lost to all.
-    pub fn evictions(&self) -> [(&'static str, u64); 5] {
+    pub fn evictions(&self) -> [(&'static str, u64); 6] {
         let waiting = self.waiting.evictions();
         [
             (
@@ -79,6 +82,7 @@ impl ClientView {
                 waiting + self.truncations.evictions(),
             ),
             ("search_list", waiting + self.search_lists.evictions()),
+            ("servfail", waiting + self.servfail_storms.evictions()),
         ]
     }
 
@@ -108,6 +112,8 @@ impl ClientView {
                 self.answers.answered(&query, obs);
                 self.truncations.answered(&query, obs);
                 self.search_lists.answered(&query, obs);
+                self.servfail_storms
+                    .answered(query.server, obs.rcode, obs.ts, out);
                 return Some(query);
             }
             Some(Reply::FromElsewhere(query)) => {
@@ -143,6 +149,23 @@ impl ClientView {
         self.timeouts.finish(out);
         self.truncations.finish(now, out);
         self.search_lists.finish(now, out);
+        self.servfail_storms.finish(out);
+    }
+
+    /// What failed on the node, for the SERVFAIL storms it may explain: the timeouts among
+    /// `findings`.
+    pub fn failures_behind(&mut self, findings: &[Finding]) {
+        for finding in findings {
+            if let Finding::Timeout(timeout) = finding {
+                self.servfail_storms
+                    .timed_out(timeout.server, timeout.count, timeout.ts);
+            }
+        }
+    }
+
+    /// The kernel dropped a DNS packet for `reason` at `at`.
+    pub fn dropped(&mut self, reason: &std::sync::Arc<str>, at: SystemTime) {
+        self.servfail_storms.dropped(reason, 1, at);
     }
 }
 
@@ -196,6 +219,7 @@ mod tests {
                 Finding::Lookup(_) => "lookup",
                 Finding::TruncatedNotRetried(_) => "truncated not retried",
                 Finding::SearchListWaste(_) => "search list waste",
+                Finding::ServfailStorm(_) => "servfail storm",
             })
             .collect()
     }

@@ -116,6 +116,7 @@ impl Engine {
             self.loops.dropped(message, namespace, dropped.ts);
         }
         let start = out.len();
+        self.clients.dropped(&dropped.cause.reason, dropped.ts);
         self.drops.dropped(dropped, out);
         self.findings.count(&out[start..]);
     }
@@ -182,6 +183,7 @@ impl Engine {
             }
         }
         self.explain_timeouts(&mut out[start..]);
+        self.clients.failures_behind(&out[start..]);
         self.findings.count(&out[start..]);
     }
 

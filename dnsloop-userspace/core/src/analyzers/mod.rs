@@ -23,6 +23,7 @@ mod reorder;
 mod repeats;
 mod search_list;
 mod server_answers;
+mod servfail;
 mod summary;
 pub(crate) mod table;
 mod timeout;

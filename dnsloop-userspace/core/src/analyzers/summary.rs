@@ -38,6 +38,7 @@ pub struct FindingCounts {
     pub drops: u64,
     pub truncated_not_retried: u64,
     pub search_list_waste: u64,
+    pub servfail_storms: u64,
 }
 
 impl FindingCounts {
@@ -51,6 +52,7 @@ impl FindingCounts {
                 Finding::Drop(_) => self.drops += 1,
                 Finding::TruncatedNotRetried(_) => self.truncated_not_retried += 1,
                 Finding::SearchListWaste(_) => self.search_list_waste += 1,
+                Finding::ServfailStorm(_) => self.servfail_storms += 1,
                 // Counted in the lookups' own summary.
                 Finding::Lookup(_) => {}
             }

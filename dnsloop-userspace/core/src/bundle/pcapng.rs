@@ -206,6 +206,7 @@ impl<W: Write> PcapngWriter<W> {
             Finding::SearchListWaste(found) => {
                 format!("search list of {}", found.client)
             }
+            Finding::ServfailStorm(found) => format!("SERVFAIL storm from {}", found.server),
         };
         for held in &mut self.held {
             let Some(messages) = &held.messages else {
@@ -377,6 +378,8 @@ fn names(finding: &Finding, ts: SystemTime, messages: &Messages) -> bool {
         Finding::SearchListWaste(found) => {
             messages.src.ip() == found.client && messages.dst == found.server
         }
+        // Its answers, to every client.
+        Finding::ServfailStorm(found) => messages.src == found.server,
     }
 }
 

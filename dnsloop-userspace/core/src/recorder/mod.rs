@@ -116,6 +116,7 @@ enum Key {
     Lookup,
     TruncatedNotRetried,
     SearchListWaste,
+    ServfailStorm,
 }
 
 impl Key {
@@ -128,6 +129,7 @@ impl Key {
             Finding::Lookup(_) => Self::Lookup,
             Finding::TruncatedNotRetried(_) => Self::TruncatedNotRetried,
             Finding::SearchListWaste(_) => Self::SearchListWaste,
+            Finding::ServfailStorm(_) => Self::ServfailStorm,
         }
     }
 
@@ -141,6 +143,7 @@ impl Key {
             Self::Lookup => "lookup".to_owned(),
             Self::TruncatedNotRetried => "truncated_not_retried".to_owned(),
             Self::SearchListWaste => "search_list_waste".to_owned(),
+            Self::ServfailStorm => "servfail_storm".to_owned(),
         }
     }
 }
@@ -471,6 +474,7 @@ fn finding_time(finding: &Finding) -> SystemTime {
         Finding::Lookup(found) => found.ts,
         Finding::TruncatedNotRetried(found) => found.ts,
         Finding::SearchListWaste(found) => found.ts,
+        Finding::ServfailStorm(found) => found.ts,
     }
 }
 
@@ -487,6 +491,7 @@ fn first_packet_time(finding: &Finding) -> SystemTime {
         Finding::Timeout(found) => earlier(found.ts, found.waited),
         Finding::TruncatedNotRetried(found) => earlier(found.ts, found.waited),
         Finding::SearchListWaste(found) => earlier(found.ts, found.slowest.extra),
+        Finding::ServfailStorm(found) => earlier(found.ts, Duration::from_secs(5)),
         Finding::Drop(found) => found.ts,
         Finding::Lookup(found) => found
             .hops
@@ -517,6 +522,7 @@ fn kind(finding: &Finding) -> &'static str {
         Finding::Lookup(_) => "lookup",
         Finding::TruncatedNotRetried(_) => "truncated_not_retried",
         Finding::SearchListWaste(_) => "search_list_waste",
+        Finding::ServfailStorm(_) => "servfail_storm",
     }
 }
 
@@ -530,6 +536,7 @@ fn qname(finding: &Finding) -> Option<String> {
         Finding::Lookup(found) => Some(found.qname.clone()),
         Finding::TruncatedNotRetried(found) => Some(found.qname.clone()),
         Finding::SearchListWaste(found) => Some(found.slowest.qname.clone()),
+        Finding::ServfailStorm(_) => None,
     }
 }
 

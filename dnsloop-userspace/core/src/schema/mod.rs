@@ -20,6 +20,7 @@ mod malformed;
 mod packet;
 mod probe;
 mod search_list;
+mod servfail;
 mod summary;
 mod timeout;
 mod timestamp;
@@ -46,6 +47,7 @@ pub use malformed::MalformedRecord;
 pub use packet::PacketRecord;
 pub use probe::{ProbeRecord, ProbeResult};
 pub use search_list::{SearchListRecord, SlowestSearch};
+pub use servfail::{Behind, ServfailRecord};
 pub use summary::{
     CaptureFileInfo, CaptureFileSummary, CapturePackets, ConntrackCounts, FindingCounts, HopTimes,
     InterfaceCount, KernelSummary, LookupsSummary, PlacedInterface, ReassemblySummary,
@@ -77,6 +79,8 @@ pub enum Record {
     TruncatedNotRetried(TruncationRecord),
     /// A client's lookups went through its search list first, wasting queries.
     SearchListWaste(SearchListRecord),
+    /// A server answers SERVFAIL at a high rate.
+    ServfailStorm(ServfailRecord),
     /// Where `trace --record` puts the packets of the finding just before it.
     Bundle(BundleRecord),
     /// A sample of the packets on DNS ports that could not be parsed.
@@ -111,6 +115,7 @@ impl Record {
             Finding::SearchListWaste(found) => {
                 Self::SearchListWaste(SearchListRecord::new(found, node))
             }
+            Finding::ServfailStorm(found) => Self::ServfailStorm(ServfailRecord::new(found, node)),
         }
     }
 }

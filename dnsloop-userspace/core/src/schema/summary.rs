@@ -57,6 +57,9 @@ pub struct FindingCounts {
     /// `search_list_waste` records written.
     #[serde(default)]
     pub search_list_waste: u64,
+    /// `servfail_storm` records written.
+    #[serde(default)]
+    pub servfail_storm: u64,
 }
 
 /// Every query that timed out (a client's retries of one query count once), and how many of
@@ -349,6 +352,7 @@ impl SummaryRecord {
                 drop: summary.findings.drops,
                 truncated_not_retried: summary.findings.truncated_not_retried,
                 search_list_waste: summary.findings.search_list_waste,
+                servfail_storm: summary.findings.servfail_storms,
             },
             timeouts: TimeoutCounts {
                 queries: summary.timeouts.queries,

@@ -28,6 +28,7 @@ fn every_line_the_sink_writes_reads_back_into_its_record_and_writes_alike() {
             "lookup",
             "truncated_not_retried",
             "search_list_waste",
+            "servfail_storm",
             "drop",
             "bundle",
             "packet",

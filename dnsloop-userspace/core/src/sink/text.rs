@@ -355,6 +355,9 @@ impl<W: Write> Sink for TextSink<W> {
             Finding::SearchListWaste(found) => {
                 self.counted("SEARCH", found.ts, 1, &found.summary)?
             }
+            Finding::ServfailStorm(found) => {
+                self.counted("SERVFAIL", found.ts, 1, &found.summary)?
+            }
         }
         self.out.flush()
     }
@@ -436,8 +439,12 @@ impl<W: Write> Sink for TextSink<W> {
             0 => String::new(),
             count => format!(", {count} search list waste"),
         };
+        let servfail = match findings.servfail_storms {
+            0 => String::new(),
+            count => format!(", {count} SERVFAIL storm"),
+        };
         self.line(&format!(
-            "findings: {} loop{possible}, {} unexpected source, {} timeout{folded}{truncated}{search}",
+            "findings: {} loop{possible}, {} unexpected source, {} timeout{folded}{truncated}{search}{servfail}",
             findings.loops, findings.unexpected_sources, findings.timeouts
         ))?;
         let evicted: Vec<String> = summary

@@ -109,6 +109,7 @@ pub fn sink_lines() -> Vec<String> {
             a_slow_lookup(),
             a_truncation_not_retried(),
             a_search_list_waste(),
+            a_servfail_storm(),
         ]
         .into_iter()
         .chain(drops())
@@ -263,6 +264,7 @@ pub fn every_record() -> Vec<(&'static str, Value)> {
                 Record::Lookup(_) => "LookupRecord",
                 Record::TruncatedNotRetried(_) => "TruncationRecord",
                 Record::SearchListWaste(_) => "SearchListRecord",
+                Record::ServfailStorm(_) => "ServfailRecord",
                 Record::Bundle(_) => "BundleRecord",
                 Record::Malformed(_) => "MalformedRecord",
                 Record::Packet(_) => "PacketRecord",

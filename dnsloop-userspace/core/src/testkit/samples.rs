@@ -15,8 +15,8 @@ use crate::{
     analyzers::{HopTimes, LookupCounts, LookupSummary, ServerSummary, Summary},
     finding::{
         BundleNotice, ConntrackEvidence, Dnat, DropFinding, Finding, Hop, LookupFinding, LookupHop,
-        LoopFinding, LoopId, OffNode, SearchListFinding, SlowestSearch, TimeoutFinding,
-        TruncationFinding, Unconfirmable, Unconfirmed, UnexpectedSourceFinding,
+        LoopFinding, LoopId, OffNode, SearchListFinding, ServfailFinding, SlowestSearch,
+        TimeoutFinding, TruncationFinding, Unconfirmable, Unconfirmed, UnexpectedSourceFinding,
     },
     observation::{DropCause, DropPlace, Namespace, Transport},
     points::{InterfaceRef, Seen},
@@ -181,6 +181,22 @@ pub fn a_search_list_waste() -> Finding {
             extra: Duration::from_millis(7),
         },
         summary: "10.244.0.2 (pod default/web) wasted 60 of its 80 queries (75%) on search-list expansions".into(),
+    })
+}
+
+/// The node cache answering SERVFAIL to everyone while its upstream is silent.
+pub fn a_servfail_storm() -> Finding {
+    Finding::ServfailStorm(ServfailFinding {
+        ts: ms(8_000),
+        since: ms(5_000),
+        server: addr("169.254.25.10:53"),
+        per_second: 120.0,
+        share: 0.95,
+        seconds: 4,
+        also_storming: vec![addr("10.96.0.10:53")],
+        timeouts_behind: vec![(addr("10.255.0.99:53"), 480)],
+        drops_behind: vec![("NETFILTER_DROP".into(), 12)],
+        summary: "169.254.25.10:53 answers SERVFAIL 120.0 times a second (95% of its answers) for 4s so far; in the same seconds 480 queries to 10.255.0.99:53 timed out, the kernel dropped 12 DNS packets as NETFILTER_DROP".into(),
     })
 }
 
