@@ -1,6 +1,7 @@
 //! Running `dnsloop trace` inside a lab namespace, as the end-to-end tests and the demo do.
 use std::{
     io::{BufRead, BufReader, Read},
+    os::unix::process::CommandExt as _,
     path::Path,
     process::{Child, Command, ExitStatus, Stdio},
     sync::mpsc,
@@ -51,6 +52,17 @@ impl Tracer {
         Self::spawn(dnsloop, "trace", lab, ns, args, env)
     }
 
+    /// As [`Tracer::start`], with dnsloop's umask set to `umask`.
+    pub fn start_with_umask(
+        dnsloop: &Path,
+        lab: &Lab,
+        ns: &str,
+        args: &[&str],
+        umask: libc::mode_t,
+    ) -> Result<Tracer> {
+        Self::launch(dnsloop, "trace", lab, ns, args, &[], Some(umask))
+    }
+
     /// Starts `dnsloop SUBCOMMAND ARGS` (one that traces: `trace`, `capture`) in namespace `ns`
     /// and returns once it is attached.
     pub fn start_subcommand(
@@ -71,8 +83,30 @@ impl Tracer {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Result<Tracer> {
+        Self::launch(dnsloop, subcommand, lab, ns, args, env, None)
+    }
+
+    fn launch(
+        dnsloop: &Path,
+        subcommand: &str,
+        lab: &Lab,
+        ns: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        umask: Option<libc::mode_t>,
+    ) -> Result<Tracer> {
         // `ip netns exec` execs dnsloop: the child's PID is dnsloop's.
-        let mut child = Command::new("ip")
+        let mut command = Command::new("ip");
+        if let Some(umask) = umask {
+            // SAFETY: umask is async-signal-safe and touches only the child's own state.
+            unsafe {
+                command.pre_exec(move || {
+                    libc::umask(umask);
+                    Ok(())
+                });
+            }
+        }
+        let mut child = command
             .args(["netns", "exec", ns])
             .arg(dnsloop)
             .arg(subcommand)

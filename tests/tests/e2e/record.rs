@@ -1,9 +1,11 @@
 //! `dnsloop trace --record DIR`, the flight recorder, on a looping lab: the loop's finding is
 //! printed with the path of a bundle, which holds the loop from the client's very first query
 //! on, names the loop in its report, and analyzes to the loop live tracing reported; the same
-//! loop seen again within `--record-interval` gets no second bundle.
+//! loop seen again within `--record-interval` gets no second bundle. What it writes is its
+//! owner's alone, even under a umask of 0000, and it refuses a directory others can write.
 use std::{
     fs,
+    os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
     process::Command,
     thread,
@@ -62,6 +64,57 @@ fn directories(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The permission bits of `path`.
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path)
+        .or_fail(format_args!("{}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// Every directory under `dir`, itself included, is 0700 and every file 0600.
+fn assert_private(dir: &Path) {
+    assert_eq!(mode(dir), 0o700, "{}", dir.display());
+    for entry in fs::read_dir(dir).or_fail(format_args!("{}", dir.display())) {
+        let path = entry.or_fail("an entry").path();
+        if path.is_dir() {
+            assert_private(&path);
+        } else {
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+        }
+    }
+}
+
+#[test]
+fn a_directory_others_can_write_is_refused_for_recording() {
+    let test = test_name!();
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
+        return;
+    }
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let shared = scratch.path().join("shared");
+    fs::create_dir(&shared).expect("a directory");
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).expect("chmod 1777");
+    let output = Command::new(dnsloop_bin())
+        .args(["trace", "--duration", "1s", "--record"])
+        .arg(&shared)
+        .output()
+        .expect("running dnsloop");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "refused: {stderr}");
+    assert!(
+        stderr.contains("can be written by any user of the node (mode 1777)")
+            && stderr.contains("chmod o-w"),
+        "says why and what to do: {stderr}"
+    );
+    assert_eq!(
+        fs::read_dir(&shared).expect("the directory").count(),
+        0,
+        "nothing written there"
+    );
+}
+
 #[test]
 fn a_loop_is_recorded_once_from_the_clients_first_query_and_analyzes_to_the_same_loop() {
     let test = test_name!();
@@ -79,7 +132,8 @@ fn a_loop_is_recorded_once_from_the_clients_first_query_and_analyzes_to_the_same
     let client_capture = lab
         .capture_pcap(&lab.pod_ns(Pod::Client), "any", "udp port 53", &client_file)
         .or_fail(test);
-    let trace = Tracer::start(
+    // Under a umask that takes nothing away: the recording is private all the same.
+    let trace = Tracer::start_with_umask(
         &dnsloop_bin(),
         &lab,
         lab.node_ns(),
@@ -93,6 +147,7 @@ fn a_loop_is_recorded_once_from_the_clients_first_query_and_analyzes_to_the_same
             "--record-after",
             "2s",
         ],
+        0o000,
     )
     .or_fail(test);
     lab.dig(Pod::Client, &NODE_LOCAL_DNS.to_string(), &[EXTERNAL_NAME])
@@ -148,6 +203,8 @@ fn a_loop_is_recorded_once_from_the_clients_first_query_and_analyzes_to_the_same
     started.sort();
     assert_eq!(directories(&record_dir), started, "{}", live.stderr);
     assert!(started.contains(&path), "{live}");
+    // Every pod's DNS is in there: the node's other users read none of it, whatever the umask.
+    assert_private(&record_dir);
     assert!(
         live.stderr
             .contains(&format!("bundle written to {}", path.display())),

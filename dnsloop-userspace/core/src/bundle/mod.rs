@@ -14,10 +14,11 @@
 mod markdown;
 mod node;
 pub mod pcapng;
+pub mod private;
 
 use std::{
     fmt,
-    fs::{self, File, OpenOptions},
+    fs::File,
     io::{self, BufWriter},
     path::{Path, PathBuf},
     time::{Duration, SystemTime},
@@ -61,7 +62,7 @@ pub enum BundleError {
 
 /// Creates `dir` if needed; refuses one that already holds a bundle, which would be lost.
 pub fn prepare_dir(dir: &Path) -> Result<(), BundleError> {
-    fs::create_dir_all(dir).map_err(|error| BundleError::Create(dir.to_path_buf(), error))?;
+    private::create_dir_all(dir).map_err(|error| BundleError::Create(dir.to_path_buf(), error))?;
     for name in [PCAPNG_FILE, JSON_REPORT, MARKDOWN_REPORT] {
         let path = dir.join(name);
         if path.exists() {
@@ -108,14 +109,10 @@ impl Bundle {
     /// Starts the bundle in `dir`, which [`prepare_dir`] made ready: its packet file first.
     pub fn create(dir: &Path, options: PcapngOptions) -> Result<Self, BundleError> {
         let path = dir.join(PCAPNG_FILE);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|error| match error.kind() {
-                io::ErrorKind::AlreadyExists => BundleError::Exists(path.clone()),
-                _ => BundleError::Create(path.clone(), error),
-            })?;
+        let file = private::create_new_file(&path).map_err(|error| match error.kind() {
+            io::ErrorKind::AlreadyExists => BundleError::Exists(path.clone()),
+            _ => BundleError::Create(path.clone(), error),
+        })?;
         let pcapng = PcapngWriter::new(BufWriter::new(file), options)
             .map_err(|error| BundleError::Write(path, error))?;
         Ok(Self {
@@ -282,20 +279,18 @@ fn pcapng_json(report: &PcapngReport, note: Option<&str>, unplaced: u64) -> Pcap
 /// Writes `contents` to `path`, which must not exist yet.
 fn write_new(path: &Path, contents: &[u8]) -> Result<(), BundleError> {
     use io::Write as _;
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|error| match error.kind() {
-            io::ErrorKind::AlreadyExists => BundleError::Exists(path.to_path_buf()),
-            _ => BundleError::Create(path.to_path_buf(), error),
-        })?;
+    let mut file = private::create_new_file(path).map_err(|error| match error.kind() {
+        io::ErrorKind::AlreadyExists => BundleError::Exists(path.to_path_buf()),
+        _ => BundleError::Create(path.to_path_buf(), error),
+    })?;
     file.write_all(contents)
         .map_err(|error| BundleError::Write(path.to_path_buf(), error))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     #[test]

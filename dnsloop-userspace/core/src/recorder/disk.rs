@@ -6,7 +6,7 @@ use std::{
     time::SystemTime,
 };
 
-use crate::present::time::rfc3339;
+use crate::{bundle::private, present::time::rfc3339};
 
 /// What every bundle directory the recorder makes starts with: only these are ever removed.
 const BUNDLE_PREFIX: &str = "dnsloop-";
@@ -24,7 +24,7 @@ pub(super) fn new_bundle_dir(dir: &Path, at: SystemTime, what: &str) -> io::Resu
             1 => dir.join(&name),
             _ => dir.join(format!("{name}-{attempt}")),
         };
-        match fs::create_dir(&path) {
+        match private::create_dir(&path) {
             Ok(()) => return Ok(path),
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists && attempt < 1000 => {
                 attempt += 1;

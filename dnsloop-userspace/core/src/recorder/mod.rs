@@ -33,7 +33,7 @@ use crate::{
     bundle::{
         self,
         pcapng::{InterfaceRecord, PcapngOptions},
-        About, Bundle, BundleError, NodeConfig, Written,
+        private, About, Bundle, BundleError, NodeConfig, Written,
     },
     finding::{BundleNotice, Finding, LoopId},
     points::{InterfaceRef, PointMap},
@@ -79,6 +79,14 @@ pub struct RecorderConfig {
 pub enum RecorderError {
     #[error("creating {}", .0.display())]
     CreateDir(PathBuf, #[source] io::Error),
+    #[error(
+        "{} can be written by any user of the node (mode {:o}): another user could replace or \
+         remove the bundles of every pod's DNS written there; take write access from others \
+         (`chmod o-w`) or record to a directory of root's own",
+        .0.display(),
+        .1
+    )]
+    WritableByOthers(PathBuf, u32),
     #[error("starting the thread that writes bundles")]
     Thread(#[source] io::Error),
 }
@@ -191,10 +199,17 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Makes `config.dir` if needed and starts the thread that writes bundles.
+    /// Makes `config.dir` if needed (0700, as every bundle in it) and starts the thread that
+    /// writes bundles; refuses a directory that others can write.
     pub fn start(config: RecorderConfig) -> Result<Self, RecorderError> {
-        std::fs::create_dir_all(&config.dir)
-            .map_err(|error| RecorderError::CreateDir(config.dir.clone(), error))?;
+        let dir = &config.dir;
+        private::create_dir_all(dir)
+            .map_err(|error| RecorderError::CreateDir(dir.clone(), error))?;
+        match private::writable_by_others(dir) {
+            Ok(None) => {}
+            Ok(Some(mode)) => return Err(RecorderError::WritableByOthers(dir.clone(), mode)),
+            Err(error) => return Err(RecorderError::CreateDir(dir.clone(), error)),
+        }
         let (to_writer, closed) = mpsc::channel();
         let (events, from_writer) = mpsc::channel();
         let writer_config = config.clone();
