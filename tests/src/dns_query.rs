@@ -94,6 +94,38 @@ pub fn send_a_and_aaaa(netns: &Path, server: SocketAddr, name: &str, id: u16) ->
     .with_context(|| format!("entering the namespace at {}", netns.display()))?
 }
 
+/// Asks `server` for `name` from port `port` in the namespace at `netns`, runs `between`, then
+/// asks again on the same socket (the same flow, as a resolver keeping its socket does), and
+/// returns whether each was answered within a second.
+pub fn ask_around<T: Send>(
+    netns: &Path,
+    server: SocketAddr,
+    name: &str,
+    port: u16,
+    between: impl FnOnce() -> T + Send,
+) -> Result<(bool, T, bool)> {
+    let queries = [query(0x6e01, name, QTYPE_A)?, query(0x6e02, name, QTYPE_A)?];
+    in_netns::run(netns, || -> Result<(bool, T, bool)> {
+        let local = SocketAddr::new(unspecified_for(server).ip(), port);
+        let socket = UdpSocket::bind(local).with_context(|| format!("binding {local}"))?;
+        socket.set_read_timeout(Some(REPLY_WAIT))?;
+        let mut buffer = [0u8; 1500];
+        let mut ask = |query: &[u8]| -> Result<bool> {
+            socket
+                .send_to(query, server)
+                .with_context(|| format!("sending to {server}"))?;
+            Ok(socket
+                .recv_from(&mut buffer)
+                .is_ok_and(|(len, _)| len >= 2 && buffer[..2] == query[..2]))
+        };
+        let first = ask(&queries[0])?;
+        let meanwhile = between();
+        let second = ask(&queries[1])?;
+        Ok((first, meanwhile, second))
+    })
+    .with_context(|| format!("entering the namespace at {}", netns.display()))?
+}
+
 /// How long a raced pair waits for its answers before the next pair: CoreDNS in the lab answers
 /// in well under a millisecond.
 const RACE_REPLY_WAIT: Duration = Duration::from_millis(100);

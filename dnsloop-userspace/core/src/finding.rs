@@ -232,6 +232,9 @@ pub struct TimeoutFinding {
     pub waited: Duration,
     /// The kernel dropped the (latest) query, or its reply, on its way: why and where.
     pub dropped: Option<DropCause>,
+    /// Conntrack still translates the (latest) query's flow to a backend nothing answers for:
+    /// an entry that outlived its endpoint (an enricher's evidence).
+    pub stale_conntrack: Option<ConntrackEvidence>,
     pub summary: String,
 }
 

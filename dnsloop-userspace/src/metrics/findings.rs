@@ -50,6 +50,7 @@ pub struct FindingCounts {
     possible_loops: Counter,
     unexpected_sources: Counter,
     timeouts: Family<ServerLabel, Counter>,
+    stale_conntrack_timeouts: Family<ServerLabel, Counter>,
     truncations_not_retried: Family<ServerLabel, Counter>,
     search_list_wasted: Family<ServerLabel, Counter>,
     servfail_storms: Counter,
@@ -82,6 +83,13 @@ impl FindingCounts {
              client's retries of one query count once); those of a question caught in a \
              reported loop as server=\"loop\"",
             counts.timeouts.clone(),
+        );
+        registry.register(
+            "dnsloop_stale_conntrack_timeouts",
+            "Queries with no answer after --timeout whose flow conntrack still sent to a backend \
+             nothing answers for (a stale entry, left when the backend went), by the server \
+             they were sent to",
+            counts.stale_conntrack_timeouts.clone(),
         );
         registry.register(
             "dnsloop_truncations_not_retried",
@@ -131,6 +139,11 @@ impl FindingCounts {
                     server: servers.label(timeout.server),
                 };
                 self.timeouts.get_or_create(&label).inc_by(timeout.count);
+                if timeout.stale_conntrack.is_some() {
+                    self.stale_conntrack_timeouts
+                        .get_or_create(&label)
+                        .inc_by(timeout.count);
+                }
             }
             // Counted by reason from the kernel's own counters (`dnsloop_dns_drops`), which
             // also count the drops whose records a full ring lost.

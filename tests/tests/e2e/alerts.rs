@@ -663,7 +663,8 @@ fn assert_series_follow_the_formula(exposition: &str) {
     let servers = named("dnsloop_answer_latency_seconds_count").len();
     let truncating = named("dnsloop_truncated_answers_total").len()
         + named("dnsloop_truncations_not_retried_total").len()
-        + named("dnsloop_search_list_wasted_queries_total").len();
+        + named("dnsloop_search_list_wasted_queries_total").len()
+        + named("dnsloop_stale_conntrack_timeouts_total").len();
     let conntrack = named("dnsloop_conntrack_clashes_resolved_total").len()
         + named("dnsloop_conntrack_insert_failed_total").len()
         + named("dnsloop_conntrack_drops_total").len();

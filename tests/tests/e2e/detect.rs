@@ -913,6 +913,95 @@ fn a_dns_pod_deleted_in_the_middle_of_a_lookup_is_a_timeout_naming_it() {
     assert_no_loop_and_a_timeout(&trace, &analysed, coredns_a, &name);
 }
 
+/// The client's port for the flow conntrack keeps after its backend goes.
+const STALE_FLOW_PORT: u16 = 40404;
+
+/// The backend conntrack translated the client's flow from `port` to, as `conntrack -L` says.
+fn conntrack_backend(lab: &Lab, port: u16) -> IpAddr {
+    let output = lab
+        .exec(
+            lab.node_ns(),
+            &[
+                "conntrack",
+                "-L",
+                "-p",
+                "udp",
+                "--orig-port-src",
+                &port.to_string(),
+            ],
+        )
+        .or_fail("conntrack -L");
+    let listed = String::from_utf8_lossy(&output.stdout);
+    // `udp 17 29 src=C dst=SERVICE sport=P dport=53 src=BACKEND dst=C ...`: the reply tuple's
+    // source.
+    listed
+        .split_whitespace()
+        .filter_map(|field| field.strip_prefix("src="))
+        .nth(1)
+        .and_then(|backend| backend.parse().ok())
+        .or_fail(format_args!(
+            "no translated flow from port {port}:\n{listed}"
+        ))
+}
+
+#[test]
+fn a_flow_conntrack_keeps_on_a_gone_dns_pod_is_a_timeout_naming_the_stale_entry() {
+    // The client asks the ClusterIP from one socket, answered by the pod conntrack chose; that
+    // pod goes (its veth deleted, its endpoint not flushed from conntrack, as kubernetes#125467
+    // leaves it), and the client asks again on the same socket: conntrack still sends the flow
+    // to the gone pod.
+    let test = test_name!();
+    if !can_run(test, &[Need::Tool("conntrack")]) {
+        return;
+    }
+    let service = SocketAddr::new(CLUSTER_DNS.into(), 53);
+    let Some((trace, (answered, gone, answered_again))) = traced(test, Scenario::Healthy, |lab| {
+        let client = lab.netns_path(&lab.pod_ns(Pod::Client));
+        let asked = dns_query::ask_around(&client, service, CLUSTER_NAME, STALE_FLOW_PORT, || {
+            let backend = conntrack_backend(lab, STALE_FLOW_PORT);
+            let pod = Pod::COREDNS
+                .into_iter()
+                .find(|pod| IpAddr::V4(pod.ip()) == backend)
+                .or_fail(format_args!("{backend} is no CoreDNS pod"));
+            let deleted = lab
+                .exec(lab.node_ns(), &["ip", "link", "del", &pod.host_veth()])
+                .or_fail("ip runs");
+            assert!(deleted.status.success(), "deleting the veth: {deleted:?}");
+            backend
+        })
+        .or_fail("asking the ClusterIP around the pod's going");
+        thread::sleep(TIMEOUT_REPORTED_WITHIN);
+        asked
+    }) else {
+        return;
+    };
+    assert!(answered && !answered_again, "answered, then not:\n{trace}");
+    let timeout = trace
+        .timeouts()
+        .into_iter()
+        .find(|timeout| timeout.server == service && timeout.client.port() == STALE_FLOW_PORT)
+        .or_fail(format_args!(
+            "no timeout of the client's flow to {service}:\n{trace}"
+        ));
+    let stale = timeout
+        .stale_conntrack
+        .or_fail(format_args!("the timeout names the stale entry:\n{trace}"));
+    assert_eq!(
+        (stale.original_dst, stale.reply_src),
+        (service, SocketAddr::new(gone, 53)),
+        "{trace}"
+    );
+    assert!(
+        timeout.summary.contains(&format!(
+            "conntrack -D -p udp --orig-src {} --orig-port-src {STALE_FLOW_PORT}",
+            Pod::Client.ip()
+        )),
+        "the summary says how to remove it: {}",
+        timeout.summary
+    );
+    trace.assert_no_loop("trace");
+}
+
 #[test]
 fn a_client_retrying_a_dead_server_directly_times_out_naming_it() {
     // No forwarder is involved: only the client's own query, sent again after a second on the

@@ -232,6 +232,7 @@ mod tests {
             qtype: A,
             waited: Duration::from_secs(2),
             dropped: None,
+            stale_conntrack: None,
             summary: "no answer".into(),
         }
     }

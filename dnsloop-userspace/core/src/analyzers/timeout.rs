@@ -229,6 +229,7 @@ impl Timeouts {
             waited: self.timeout,
             // The engine says, from the drops it saw.
             dropped: None,
+            stale_conntrack: None,
             summary,
         }
     }

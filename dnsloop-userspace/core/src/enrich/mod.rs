@@ -11,6 +11,7 @@ pub mod conntrack;
 mod dnat;
 mod neighbour;
 mod netlink_socket;
+mod stale;
 
 use std::{collections::HashMap, path::Path};
 
@@ -68,10 +69,17 @@ impl Enricher {
         finding.summary = dnat::name_services(&finding.summary, &finding.dnat);
     }
 
-    /// Says in `finding.summary` why its server did not answer when the kernel has not said yet
-    /// and the node's neighbour table does: nothing answers ARP for it. (The kernel drops such
-    /// a query, `NEIGH_FAILED`, only seconds after its resolver gave up.)
+    /// Says in `finding.summary` why its server did not answer: conntrack still translates the
+    /// client's flow to a backend nothing answers for (a stale entry, `finding.stale_conntrack`),
+    /// or, when the kernel has not said yet, the node's neighbour table says nothing answers ARP
+    /// for the server itself. (The kernel drops such a query, `NEIGH_FAILED`, only seconds after
+    /// its resolver gave up.)
     pub fn enrich_timeout(&mut self, finding: &mut TimeoutFinding) {
+        if let Some(stale) = self.stale_translation(finding) {
+            finding.summary = format!("{}; {}", finding.summary, stale::explain(finding, &stale));
+            finding.stale_conntrack = Some(stale);
+            return;
+        }
         if finding.dropped.is_some() {
             return;
         }
@@ -101,6 +109,36 @@ impl Enricher {
         if named {
             finding.summary = lookup_summary(finding);
         }
+    }
+
+    /// Conntrack's entry for the timed-out query's flow, if it translates the flow to another
+    /// address that the node's neighbour table cannot resolve, or that the kernel's drop of the
+    /// query says is held by no one there (see `stale::BACKEND_GONE`). UDP only: a DNS client
+    /// reuses a UDP flow, where a TCP connection to a gone backend is reset and made anew.
+    fn stale_translation(&mut self, finding: &TimeoutFinding) -> Option<ConntrackEvidence> {
+        let flow = QueryFlow {
+            transport: Transport::Udp,
+            client: finding.client,
+            server: finding.server,
+        };
+        let entry = match self.conntrack.lookup(&flow) {
+            Ok(entry) => entry?,
+            Err(error) => {
+                tracing::debug!("no conntrack entry for {flow:?}: {}", error_chain(&error));
+                return None;
+            }
+        };
+        if entry.reply_src == finding.server {
+            return None;
+        }
+        let backend = entry.reply_src.ip();
+        let dropped_as_gone = finding
+            .dropped
+            .as_ref()
+            .is_some_and(|drop| stale::BACKEND_GONE.contains(&&*drop.reason));
+        let gone =
+            dropped_as_gone || neighbour::unresolved(backend).is_ok_and(|entry| entry.is_some());
+        gone.then_some(entry)
     }
 
     /// The distinct DNATs conntrack recorded for `flows`, in their order.

@@ -3,7 +3,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DropCause, Timestamp};
+use super::{Conntrack, DropCause, Timestamp};
 use crate::{finding, present::mnemonic};
 
 /// A query with no answer after `--timeout`, naming the server that did not answer. The first
@@ -32,6 +32,11 @@ pub struct TimeoutRecord {
     /// Where the kernel dropped the latest query or its reply, and why; `null` when it saw no
     /// drop of either (or drops are not watched).
     pub dropped: Option<DropCause>,
+    /// Conntrack's entry for the latest query's flow when it still translates the flow to a
+    /// backend that nothing answers for (its pod gone): the stale entry, which the summary says
+    /// how to delete; `null` otherwise (and in `analyze`, which reads no conntrack).
+    #[serde(default)]
+    pub stale_conntrack: Option<Conntrack>,
     /// The finding in one sentence.
     pub summary: String,
     /// The node this was seen on.
@@ -51,6 +56,7 @@ impl TimeoutRecord {
             qtype: mnemonic::qtype(found.qtype).into_owned(),
             waited_ms: u64::try_from(found.waited.as_millis()).unwrap_or(u64::MAX),
             dropped: found.dropped.as_ref().map(DropCause::new),
+            stale_conntrack: found.stale_conntrack.as_ref().map(Conntrack::new),
             summary: found.summary.clone(),
             node: node.to_owned(),
         }

@@ -38,7 +38,7 @@ pub struct UnexpectedSourceRecord {
     pub node: String,
 }
 
-/// Conntrack's entry for an unexpected reply's flow.
+/// Conntrack's entry for a query's flow: an unexpected reply's, or a timed-out query's stale one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Conntrack {
     /// Where the client sent the query (a ClusterIP, before DNAT).
@@ -47,6 +47,17 @@ pub struct Conntrack {
     pub reply_src: SocketAddr,
     /// Whether conntrack never saw a reply on the flow.
     pub unreplied: bool,
+}
+
+impl Conntrack {
+    /// `evidence`, as an enricher found it.
+    pub fn new(evidence: &finding::ConntrackEvidence) -> Self {
+        Self {
+            original_dst: evidence.original_dst,
+            reply_src: evidence.reply_src,
+            unreplied: evidence.unreplied,
+        }
+    }
 }
 
 impl UnexpectedSourceRecord {
@@ -60,11 +71,7 @@ impl UnexpectedSourceRecord {
             id: found.id,
             qname: found.qname.clone(),
             qtype: mnemonic::qtype(found.qtype).into_owned(),
-            conntrack: found.conntrack.as_ref().map(|evidence| Conntrack {
-                original_dst: evidence.original_dst,
-                reply_src: evidence.reply_src,
-                unreplied: evidence.unreplied,
-            }),
+            conntrack: found.conntrack.as_ref().map(Conntrack::new),
             cause: found.cause.clone(),
             summary: found.summary.clone(),
             node: node.to_owned(),

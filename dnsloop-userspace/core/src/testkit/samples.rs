@@ -139,6 +139,7 @@ pub fn a_timeout() -> Finding {
         qtype: A,
         waited: Duration::from_secs(2),
         dropped: None,
+            stale_conntrack: None,
         summary: "no answer from 10.255.0.99:53 for corp.example. A (client 10.244.0.3:5353, id 77) after 2.0s".into(),
     })
 }

@@ -283,11 +283,13 @@ fn timeout_fields() {
             "qtype",
             "waited_ms",
             "dropped",
+            "stale_conntrack",
             "summary",
             "node"
         ])
     );
     assert_eq!(value["dropped"], serde_json::Value::Null);
+    assert_eq!(value["stale_conntrack"], serde_json::Value::Null);
     assert_eq!(value["count"], 1);
     assert_eq!(value["kind"], "timeout");
     assert_eq!(value["ts"], "2025-01-01T12:00:03.000Z");
