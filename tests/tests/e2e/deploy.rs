@@ -18,7 +18,7 @@ use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     findings::Trace,
-    lab::{Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_NAME},
+    lab::{Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_NAME, NODE_UPLINK},
     privilege::{can_run, dnsloop_bin, Need},
     tracer::Tracer,
 };
@@ -48,7 +48,8 @@ const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
 const METRICS_PORT_NAME: &str = "metrics";
 const METRICS_PORT: u64 = 9553;
 const METRICS_PATH: &str = "/metrics";
-/// The arguments `dnsloop` runs with in the DaemonSet, and by default in the image.
+/// The arguments `dnsloop` runs with by default in the image, where only every interface is a
+/// known address.
 const TRACE_ARGS: [&str; 5] = [
     "trace",
     "--output",
@@ -56,6 +57,17 @@ const TRACE_ARGS: [&str; 5] = [
     "--metrics-addr",
     "0.0.0.0:9553",
 ];
+/// The DaemonSet's: metrics on the node's own address only, which Kubernetes puts in for
+/// `$(HOST_IP)` from the downward API.
+const DAEMONSET_TRACE_ARGS: [&str; 5] = [
+    "trace",
+    "--output",
+    "json",
+    "--metrics-addr",
+    "$(HOST_IP):9553",
+];
+/// The environment variable the DaemonSet's `--metrics-addr` is made of.
+const HOST_IP: &str = "HOST_IP";
 /// Where the DaemonSet's flight recorder writes its bundles, on the node (`--record`): not
 /// in the image's default command, which has no such directory mounted.
 const RECORD_DIR: &str = "/var/lib/dnsloop/record";
@@ -311,9 +323,20 @@ fn the_daemonset_mounts_only_the_nodes_netns_pins_bpffs_cri_socket_and_record_di
 fn the_daemonset_prints_json_lines_and_serves_metrics_on_a_named_port() {
     let pod_template = daemonset()["spec"]["template"].clone();
     let container = container();
-    let mut args = TRACE_ARGS.to_vec();
+    let mut args = DAEMONSET_TRACE_ARGS.to_vec();
     args.extend(["--record", RECORD_DIR]);
     assert_eq!(strings(&container["args"]), args);
+    let host_ip = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|variable| variable["name"] == HOST_IP)
+        .or_fail(format_args!("no {HOST_IP} in the container's env"));
+    assert_eq!(
+        host_ip["valueFrom"],
+        json!({"fieldRef": {"fieldPath": "status.hostIP"}}),
+        "the node's address, from the downward API, not every interface"
+    );
     assert_eq!(
         container["ports"],
         json!([{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}])
@@ -638,13 +661,15 @@ fn start_as_in_the_daemonset(lab: &Lab, capabilities: &[String]) -> anyhow::Resu
     let container = container();
     // The bundles go to the lab's state directory, removed with it, not to the machine's disk.
     let record_dir = lab.state_dir().join("record").display().to_string();
+    // As Kubernetes expands `$(HOST_IP)`: the lab node's own address.
+    let host_ip = format!("$({HOST_IP})");
     let args: Vec<String> = strings(&container["args"])
         .into_iter()
         .map(|arg| {
             if arg == RECORD_DIR {
                 record_dir.clone()
             } else {
-                arg
+                arg.replace(&host_ip, &NODE_UPLINK.to_string())
             }
         })
         .collect();
@@ -699,9 +724,9 @@ fn ask_the_self_looping_pod(lab: &Lab) {
     .or_fail("dig from the client to coredns-a");
 }
 
-/// `dnsloop_loops_total` as the node's Prometheus would scrape it (within the lab's node).
+/// `dnsloop_loops_total` as the node's Prometheus would scrape it, at the node's address.
 fn scraped_loops(lab: &Lab) -> Option<f64> {
-    let url = format!("http://127.0.0.1:{METRICS_PORT}{METRICS_PATH}");
+    let url = format!("http://{NODE_UPLINK}:{METRICS_PORT}{METRICS_PATH}");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let output = lab

@@ -2,8 +2,9 @@
 //!
 //! [`Engine`] puts observations back in timestamp order (`reorder`) and runs two analyzers on
 //! them: `forwarding_loop`, and `client_view`, which judges replies against one table of the
-//! queries their clients sent (`outstanding`) for `unexpected_source`, `timeout` and `latency`
-//! (summary only). Both recognise a message across NAT hops the same way (`packet`). With a
+//! queries their clients sent (`outstanding`) for `unexpected_source`, `timeout`, `latency`
+//! (summary only), `truncation` (answers cut and never asked again over TCP), `search_list`
+//! (expansions wasted before a name) and `servfail` (SERVFAIL storms). Both recognise a message across NAT hops the same way (`packet`). With a
 //! `slow` threshold, `lookups` puts the two together: each query the clients' view saw
 //! answered, placed in the chain of forwards the loop analyzer linked it to.
 //!
