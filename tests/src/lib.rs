@@ -9,6 +9,7 @@ pub mod lab;
 pub mod or_fail;
 pub mod packet_lines;
 pub mod privilege;
+pub mod scrape;
 pub mod test_name;
 pub mod tracer;
 pub mod tshark;

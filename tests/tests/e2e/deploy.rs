@@ -20,6 +20,7 @@ use dnsloop_tests::{
     findings::Trace,
     lab::{Lab, Pod, Scenario, CLUSTER_DNS, EXTERNAL_NAME, NODE_UPLINK},
     privilege::{can_run, dnsloop_bin, Need},
+    scrape::{sample, scrape_until},
     tracer::Tracer,
 };
 use serde_json::{json, Value};
@@ -727,21 +728,10 @@ fn ask_the_self_looping_pod(lab: &Lab) {
 /// `dnsloop_loops_total` as the node's Prometheus would scrape it, at the node's address.
 fn scraped_loops(lab: &Lab) -> Option<f64> {
     let url = format!("http://{NODE_UPLINK}:{METRICS_PORT}{METRICS_PATH}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let output = lab
-            .exec(lab.node_ns(), &["curl", "-s", "--max-time", "5", &url])
-            .or_fail(format_args!("curl {url}"));
-        let exposition = String::from_utf8_lossy(&output.stdout).into_owned();
-        let loops = exposition
-            .lines()
-            .find_map(|line| line.strip_prefix("dnsloop_loops_total "))
-            .and_then(|value| value.parse::<f64>().ok());
-        if loops.is_some_and(|loops| loops >= 1.0) || Instant::now() >= deadline {
-            return loops;
-        }
-        thread::sleep(Duration::from_millis(250));
-    }
+    let loops = |exposition: &str| sample(exposition, "dnsloop_loops_total", &[]);
+    loops(&scrape_until(lab, &url, |exposition| {
+        loops(exposition).is_some_and(|loops| loops >= 1.0)
+    }))
 }
 
 #[test]

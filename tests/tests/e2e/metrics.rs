@@ -1,65 +1,17 @@
 //! `dnsloop trace --metrics-addr` serves what it sees to Prometheus while it runs: on a node
 //! whose CoreDNS forwards back to the node-local cache, a scrape shows the loop, the packets
 //! on the bridge, no lost events, and the cache's answer latencies.
-use std::{
-    thread,
-    time::{Duration, Instant},
-};
 
 use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
     lab::{Lab, Pod, Scenario, CLUSTER_RECORDS, EXTERNAL_NAME, NODE_LOCAL_DNS},
     privilege::{can_run, dnsloop_bin, Need},
+    scrape::{sample, scrape_until},
     tracer::Tracer,
 };
 
 const METRICS_ADDRESS: &str = "127.0.0.1:9553";
-/// dnsloop reads the kernel's counters every second; a scrape shows them by then.
-const SCRAPE_SHOWS_WITHIN: Duration = Duration::from_secs(5);
-
-/// The value of the sample `name{labels}`, whose labels include every one of `labels`
-/// (`key="value"`), summed over the samples that match.
-fn sample(exposition: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    let values: Vec<f64> = exposition
-        .lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (series_name, series_labels) = match series.split_once('{') {
-                Some((series_name, rest)) => (series_name, rest.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            let matches = series_name == name
-                && labels
-                    .iter()
-                    .all(|label| series_labels.split(',').any(|have| have == *label));
-            matches.then(|| value.parse().ok()).flatten()
-        })
-        .collect();
-    (!values.is_empty()).then(|| values.iter().sum())
-}
-
-fn scrape(lab: &Lab, url: &str) -> String {
-    let output = lab
-        .exec(lab.node_ns(), &["curl", "-s", "--max-time", "5", url])
-        .or_fail(format_args!("curl {url}"));
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// Scrapes until `ready` holds for the exposition, for up to [`SCRAPE_SHOWS_WITHIN`]; returns
-/// the last one.
-fn scrape_until(lab: &Lab, url: &str, ready: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + SCRAPE_SHOWS_WITHIN;
-    loop {
-        let exposition = scrape(lab, url);
-        if ready(&exposition) || Instant::now() >= deadline {
-            return exposition;
-        }
-        thread::sleep(Duration::from_millis(250));
-    }
-}
-
 #[test]
 fn a_scrape_shows_the_loop_the_bridge_traffic_and_answer_latencies() {
     let test = test_name!();
