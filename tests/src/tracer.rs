@@ -49,7 +49,7 @@ impl Tracer {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Result<Tracer> {
-        Self::spawn(dnsloop, "trace", lab, ns, args, env)
+        Self::spawn(dnsloop, "trace", lab, ns, args, env, None)
     }
 
     /// As [`Tracer::start`], with dnsloop's umask set to `umask`.
@@ -60,7 +60,7 @@ impl Tracer {
         args: &[&str],
         umask: libc::mode_t,
     ) -> Result<Tracer> {
-        Self::launch(dnsloop, "trace", lab, ns, args, &[], Some(umask))
+        Self::spawn(dnsloop, "trace", lab, ns, args, &[], Some(umask))
     }
 
     /// Starts `dnsloop SUBCOMMAND ARGS` (one that traces: `trace`, `capture`) in namespace `ns`
@@ -72,21 +72,10 @@ impl Tracer {
         ns: &str,
         args: &[&str],
     ) -> Result<Tracer> {
-        Self::spawn(dnsloop, subcommand, lab, ns, args, &[])
+        Self::spawn(dnsloop, subcommand, lab, ns, args, &[], None)
     }
 
     fn spawn(
-        dnsloop: &Path,
-        subcommand: &str,
-        lab: &Lab,
-        ns: &str,
-        args: &[&str],
-        env: &[(&str, &str)],
-    ) -> Result<Tracer> {
-        Self::launch(dnsloop, subcommand, lab, ns, args, env, None)
-    }
-
-    fn launch(
         dnsloop: &Path,
         subcommand: &str,
         lab: &Lab,

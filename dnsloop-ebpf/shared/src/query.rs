@@ -44,8 +44,9 @@ pub struct QueryState {
     /// Direction of the first sighting; the reply reaches the client at the same interface in
     /// the other direction.
     pub direction: u8,
-    /// Non-zero once the client sent the query again without an answer (it was streamed then,
-    /// and its reply will be).
+    /// Non-zero once the query was streamed for a reason its reply must be streamed for too:
+    /// its client sent it again without an answer, or it is a client's retry over TCP of a
+    /// truncated answer.
     pub retried: u8,
     pub ifindex: u32,
     /// Of the first sighting, as in [`PacketRecord`](crate::record::PacketRecord). A `u32`,

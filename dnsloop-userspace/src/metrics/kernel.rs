@@ -114,39 +114,6 @@ impl KernelSnapshot {
         })
     }
 
-    /// The node's conntrack counters, as the kernel keeps them since boot: every flow's.
-    fn encode_conntrack(
-        &self,
-        encoder: &mut DescriptorEncoder,
-        conntrack: &ConntrackStats,
-    ) -> fmt::Result {
-        if let Some(resolved) = conntrack.clashes_resolved {
-            encode_counter(
-                encoder,
-                "dnsloop_conntrack_clashes_resolved",
-                "Races between two packets of one new flow on two CPUs (a resolver's parallel A \
-                 and AAAA queries from one socket) that the node's conntrack resolved without a \
-                 drop, every flow's, since boot (Linux 5.6 and later).",
-                resolved,
-            )?;
-        }
-        encode_counter(
-            encoder,
-            "dnsloop_conntrack_insert_failed",
-            "New flows' conntrack entries that lost the race to be inserted on the node, every \
-             flow's, since boot.",
-            conntrack.insert_failed,
-        )?;
-        encode_counter(
-            encoder,
-            "dnsloop_conntrack_drops",
-            "Packets the node's conntrack dropped because their entry could not be made (a lost \
-             race, a full table), every flow's, since boot: for DNS over UDP, each a 5-second \
-             timeout.",
-            conntrack.drop,
-        )
-    }
-
     fn malformed(&self, reason: Malformed) -> u64 {
         self.global
             .malformed
@@ -234,7 +201,7 @@ impl KernelSnapshot {
                 .map(|(server, answers)| ([("server", server.clone())], answers.truncated)),
         )?;
         if let Some(conntrack) = &self.conntrack {
-            self.encode_conntrack(encoder, conntrack)?;
+            encode_conntrack(encoder, conntrack)?;
         }
         let mut latencies = encoder.encode_descriptor(
             "dnsloop_answer_latency",
@@ -273,7 +240,36 @@ pub fn by_label(
     servers
 }
 
-/// One counter family of `samples`, each a label set and its value.
+/// The node's conntrack counters, as the kernel keeps them since boot: every flow's.
+fn encode_conntrack(encoder: &mut DescriptorEncoder, conntrack: &ConntrackStats) -> fmt::Result {
+    if let Some(resolved) = conntrack.clashes_resolved {
+        encode_counter(
+            encoder,
+            "dnsloop_conntrack_clashes_resolved",
+            "Races between two packets of one new flow on two CPUs (a resolver's parallel A \
+             and AAAA queries from one socket) that the node's conntrack resolved without a \
+             drop, every flow's, since boot (Linux 5.6 and later).",
+            resolved,
+        )?;
+    }
+    encode_counter(
+        encoder,
+        "dnsloop_conntrack_insert_failed",
+        "New flows' conntrack entries that lost the race to be inserted on the node, every \
+         flow's, since boot.",
+        conntrack.insert_failed,
+    )?;
+    encode_counter(
+        encoder,
+        "dnsloop_conntrack_drops",
+        "Packets the node's conntrack dropped because their entry could not be made (a lost \
+         race, a full table), every flow's, since boot: for DNS over UDP, each a 5-second \
+         timeout.",
+        conntrack.drop,
+    )
+}
+
+/// One counter without labels.
 fn encode_counter(
     encoder: &mut DescriptorEncoder,
     name: &str,
@@ -284,6 +280,7 @@ fn encode_counter(
     ConstCounter::new(value).encode(family)
 }
 
+/// One counter family of `samples`, each a label set and its value.
 fn encode_counters<L: EncodeLabelSet>(
     encoder: &mut DescriptorEncoder,
     name: &str,

@@ -68,6 +68,12 @@ fn has_waited(since: SystemTime, wait: Duration, now: SystemTime) -> bool {
     waited_by(wait, now)(since)
 }
 
+/// `by` after `time`, or `time` itself past the latest time there is: times come from captures
+/// and kernels.
+fn later(time: SystemTime, by: Duration) -> SystemTime {
+    time.checked_add(by).unwrap_or(time)
+}
+
 /// `has_waited(since, wait, now)` as a question about `since`, for asking it of many.
 fn waited_by(wait: Duration, now: SystemTime) -> impl Fn(SystemTime) -> bool {
     // `now - since >= wait` as a comparison with `now - wait`, worked out once: every tick asks

@@ -21,7 +21,7 @@ use std::{
 };
 
 use super::{
-    has_waited,
+    has_waited, later,
     outstanding::SentQuery,
     packet::QuestionKey,
     table::{FastHash, Table},
@@ -274,11 +274,6 @@ impl Client {
         self.due = None;
         Some(found)
     }
-}
-
-/// `by` after `time`, or `time` itself past the latest time there is.
-fn later(time: SystemTime, by: Duration) -> SystemTime {
-    time.checked_add(by).unwrap_or(time)
 }
 
 fn describe(found: &SearchListFinding) -> String {

@@ -223,7 +223,7 @@ impl ServfailStorms {
             self.reports.occurred(server, at, || None)
         } else {
             self.reports.occurred(server, at, || {
-                let mut found = ServfailFinding::new(at, server, per_second, share);
+                let mut found = ServfailFinding::new(at, server);
                 latest(&mut found);
                 Some(found)
             })
@@ -250,13 +250,14 @@ fn sum_within<K: Ord + Clone>(
 }
 
 impl ServfailFinding {
-    fn new(at: SystemTime, server: SocketAddr, per_second: f64, share: f64) -> Self {
+    /// The storm of `server` found at `at`, its numbers still to be filled in.
+    fn new(at: SystemTime, server: SocketAddr) -> Self {
         Self {
             ts: at,
             since: at,
             server,
-            per_second,
-            share,
+            per_second: 0.0,
+            share: 0.0,
             seconds: MIN_SECONDS,
             also_storming: Vec::new(),
             timeouts_behind: Vec::new(),

@@ -14,7 +14,7 @@ use std::{
 };
 
 use super::{
-    has_waited,
+    has_waited, later,
     outstanding::SentQuery,
     packet::{MessageKey, QuestionKey},
     summary::TimeoutCounts,
@@ -195,7 +195,7 @@ impl Timeouts {
     }
 
     fn deadline(&self, query: &SentQuery) -> SystemTime {
-        query.sent.checked_add(self.timeout).unwrap_or(query.sent)
+        later(query.sent, self.timeout)
     }
 
     /// The report of `count` queries, `query` the latest.

@@ -19,7 +19,7 @@ use std::{
 };
 
 use super::{
-    has_waited,
+    has_waited, later,
     outstanding::SentQuery,
     packet::QuestionKey,
     repeats::{Repeated, Repeats},
@@ -132,7 +132,7 @@ impl Truncations {
 
     fn not_retried(&mut self, awaited: Awaited, out: &mut Vec<Finding>) {
         let query = &awaited.query;
-        let at = awaited.at.checked_add(self.wait).unwrap_or(awaited.at);
+        let at = later(awaited.at, self.wait);
         let key = (query.client.ip(), query.server);
         let wait = self.wait;
         let found = self.reports.occurred(key, at, || {
