@@ -62,14 +62,17 @@ impl UnansweredQueries {
         let timeout_ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         let expired_before = monotonic_now_ns().saturating_sub(timeout_ns);
         let mut expired: Vec<(QueryKey, QueryEntry)> =
-            map_batch::read_all(&self.table).map_err(|io_error| {
+            map_batch::read_matching(&self.table, |_, entry| {
+                entry.state.first_ns < expired_before
+            })
+            .map_err(|io_error| {
                 MapError::SyscallError(aya::sys::SyscallError {
                     call: "bpf_map_lookup_batch",
                     io_error,
                 })
             })?;
-        expired.retain(|(_, entry)| entry.state.first_ns < expired_before);
-        expired.sort_by_key(|(_, entry)| entry.state.first_ns);
+        // Unstable: a stable sort takes a buffer of half the entries besides.
+        expired.sort_unstable_by_key(|(_, entry)| entry.state.first_ns);
         for (key, entry) in expired {
             match self.table.remove(&key) {
                 // Answered just now, between the read and the removal.
