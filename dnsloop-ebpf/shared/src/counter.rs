@@ -28,10 +28,13 @@ pub enum Counter {
     /// DNS packets the kernel dropped (`skb:kfree_skb`), each streamed to userspace with its
     /// reason unless the drop ring was full (then counted in `LostRecords` too).
     DnsDrops = 10,
+    /// New queries the query table had no room for: their answers are not timed, and no
+    /// timeout of theirs is reported.
+    QueriesNotTracked = 11,
 }
 
 impl Counter {
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::Packets,
         Self::DnsPackets,
         Self::DnsMessages,
@@ -43,6 +46,7 @@ impl Counter {
         Self::DnsPortUnreachable,
         Self::UnplacedPackets,
         Self::DnsDrops,
+        Self::QueriesNotTracked,
     ];
     pub const COUNT: u32 = Self::ALL.len() as u32;
 
@@ -59,6 +63,7 @@ impl Counter {
             Self::DnsPortUnreachable => "dns_port_unreachable",
             Self::UnplacedPackets => "unplaced_packets",
             Self::DnsDrops => "dns_drops",
+            Self::QueriesNotTracked => "queries_not_tracked",
         }
     }
 }

@@ -2,7 +2,7 @@
 use aya_ebpf::{
     bindings::BPF_F_NO_COMMON_LRU,
     macros::map,
-    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use dnsloop_shared::{
     config::ProgramConfig,
@@ -51,11 +51,12 @@ pub static QUESTIONS: LruHashMap<QuestionKey, QuestionState> =
 pub static NEW_QUESTION: PerCpuArray<QuestionState> = PerCpuArray::with_max_entries(1, 0);
 
 /// Queries in flight, to check their replies' source and time them (see `queries`). Userspace
-/// takes out the ones never answered once they are older than its timeout. LRU: under a storm
-/// of unanswered queries the oldest are forgotten rather than new ones refused.
+/// takes out the ones never answered once they are older than its timeout. A plain hash, not
+/// an LRU: under a storm of unanswered queries a full table refuses new ones and counts them
+/// (`Counter::QueriesNotTracked`), where an LRU would forget the oldest, which userspace was
+/// about to report as timeouts, without a trace.
 #[map]
-pub static QUERIES: LruHashMap<QueryKey, QueryEntry> =
-    LruHashMap::with_max_entries(65536, BPF_F_NO_COMMON_LRU);
+pub static QUERIES: HashMap<QueryKey, QueryEntry> = HashMap::with_max_entries(65536, 0);
 
 /// Answer counts and latency per server, as its clients addressed it. A node talks to a few
 /// dozen servers; LRU keeps the busiest under a storm of new ones.

@@ -5,6 +5,7 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 use dnsloop_shared::{
+    counter::Counter,
     latency_buckets,
     parse::{DnsHeader, Question, Segment},
     query::{QueryKey, QueryState},
@@ -12,6 +13,7 @@ use dnsloop_shared::{
 };
 
 use super::{
+    counters,
     hook::{copy_into, Hook, HookBytes, LOOPBACK_IFINDEX},
     maps::{Moment, PacketScratch, QUERIES, SERVERS, ZERO_SERVER_STATS},
 };
@@ -19,6 +21,9 @@ use super::{
 /// A client resending a query waits at least this long for the answer first (stub resolvers
 /// wait a second or more); sooner, it is the same query met again.
 const RETRY_AFTER_NS: u64 = 200_000_000;
+
+/// The helpers' "already there" error (`-EEXIST`), for an insert with `BPF_NOEXIST`.
+const EEXIST: i32 = 17;
 
 /// Offset of the question's name in a DNS message.
 const NAME_OFFSET: usize = 12;
@@ -48,18 +53,6 @@ pub fn remember<H: Hook>(
         return None;
     }
     note_lookup(&key, false, scratch);
-    if let Some(first) = QUERIES.get_ptr_mut(&key) {
-        // SAFETY: a value of our map; a concurrent update can only skew the flag.
-        let first = unsafe { &mut (*first).state };
-        let resent = first.ifindex == scratch.ifindex
-            && first.direction == scratch.direction
-            && now.saturating_sub(first.first_ns) >= RETRY_AFTER_NS;
-        if !resent {
-            return None;
-        }
-        first.retried = 1;
-        return Some(*first);
-    }
     let segment = &scratch.segment;
     let entry = &mut scratch.new_query;
     entry.state = QueryState {
@@ -86,9 +79,35 @@ pub fn remember<H: Hook>(
         &mut entry.name,
         usize::from(question.name_len),
     )?;
+    // Inserted first, looked up only if the query is there already: nearly every query is new
+    // here (a later hop was met just before, on the same CPU), and the look would find nothing.
     // The entry is copied from the per-CPU scratch value: it is too big for the stack.
-    let _ = QUERIES.insert(&key, &scratch.new_query, BPF_NOEXIST.into());
-    None
+    match QUERIES.insert(&key, &scratch.new_query, BPF_NOEXIST.into()) {
+        Ok(()) => None,
+        Err(error) if error == -EEXIST => resent(&key, scratch),
+        // Full: counted, for the summary and the metrics to say which timeouts went unseen.
+        Err(_) => {
+            counters::bump(Counter::QueriesNotTracked);
+            None
+        }
+    }
+}
+
+/// The query with `key` met again: its first sending if this is the client sending it again,
+/// unanswered, from where it first did.
+#[inline(always)]
+fn resent(key: &QueryKey, scratch: &PacketScratch) -> Option<QueryState> {
+    let first = QUERIES.get_ptr_mut(key)?;
+    // SAFETY: a value of our map; a concurrent update can only skew the flag.
+    let first = unsafe { &mut (*first).state };
+    let resent = first.ifindex == scratch.ifindex
+        && first.direction == scratch.direction
+        && scratch.now_ns.saturating_sub(first.first_ns) >= RETRY_AFTER_NS;
+    if !resent {
+        return None;
+    }
+    first.retried = 1;
+    Some(*first)
 }
 
 /// The query a reply answers, if the reply is now reaching that query's client: at the interface

@@ -171,6 +171,13 @@ impl KernelSnapshot {
              (raise --ring-buffer-mib): the findings may have missed them.",
             self.global.get(Counter::LostRecords),
         )?;
+        encode_counter(
+            encoder,
+            "dnsloop_untracked_queries",
+            "New queries the kernel's query table had no room for (raise --query-table-size): \
+             their answers are not timed, and their timeouts go unreported.",
+            self.global.get(Counter::QueriesNotTracked),
+        )?;
         encode_counters(
             encoder,
             "dnsloop_answers",

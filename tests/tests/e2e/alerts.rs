@@ -681,7 +681,7 @@ fn assert_series_follow_the_formula(exposition: &str) {
         + 16 * servers
         + truncating
         + conntrack
-        + 5;
+        + 6;
     assert_eq!(
         series.len(),
         formula,

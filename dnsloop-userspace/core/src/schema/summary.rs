@@ -154,7 +154,9 @@ pub struct KernelSummary {
     /// The kernel programs' counters, in their order: `packets`, `dns_packets`,
     /// `dns_messages`, `non_first_fragments`, `tcp_splits`, `tcp_messages_beyond_limit`,
     /// `lost_records`, `streamed_records`, `dns_port_unreachable` (ICMP refusals of a DNS
-    /// reply), `unplaced_packets`, `dns_drops` (DNS packets the kernel dropped).
+    /// reply), `unplaced_packets`, `dns_drops` (DNS packets the kernel dropped),
+    /// `queries_not_tracked` (new queries the full query table had no room for: no timeout of
+    /// theirs is reported).
     pub kernel: Counts,
     /// DNS-port packets that could not be parsed, by reason; only reasons that occurred.
     pub malformed: Counts,

@@ -67,8 +67,10 @@ pub struct TraceArgs {
     pub question_table_size: u32,
 
     /// Queries in flight the kernel remembers, with their question, to check and time their
-    /// replies and to report those never answered (LRU). Each entry takes about 380 bytes of
-    /// kernel memory: the default 32768 is about 12 MiB.
+    /// replies and to report those never answered. A full table takes no new query until
+    /// dnsloop has collected the expired ones, and counts each it refused
+    /// (`queries_not_tracked` in the summary, `dnsloop_untracked_queries_total`). Each entry
+    /// takes about 380 bytes of kernel memory: the default 32768 is about 12 MiB.
     #[arg(long, value_name = "ENTRIES", default_value_t = programs::DEFAULT_QUERY_TABLE_SIZE)]
     pub query_table_size: u32,
 

@@ -6,11 +6,11 @@ use std::{
 };
 
 use dnsloop_frames::*;
-use dnsloop_shared::point::Direction;
+use dnsloop_shared::{counter::Counter, point::Direction};
 
 use crate::kernel::{
     clock::{monotonic_now_ns, MonotonicClock},
-    programs,
+    programs::{self, Settings},
     unanswered::UnansweredQueries,
 };
 
@@ -85,6 +85,48 @@ fn every_query_of_a_large_table_is_collected_once_oldest_first() {
             .take_expired(Duration::ZERO, &mut expired)
             .expect("reading the query table");
         assert!(expired.is_empty(), "each is collected once");
+    });
+}
+
+/// A full table refuses new queries and counts each, rather than forgetting queries about to be
+/// reported as timeouts; once those are collected, it takes new ones again.
+#[test]
+fn a_full_table_counts_the_queries_it_refuses_and_keeps_those_it_holds() {
+    const TABLE: u16 = 1024;
+    let settings = Settings {
+        query_table_size: u32::from(TABLE),
+        ..trace_settings()
+    };
+    for_each_build(loaded(settings), |mut kernel| {
+        for id in 0..TABLE + 6 {
+            kernel.run(
+                Direction::Ingress,
+                &query_frame(id, &format!("host{id}.example"), QTYPE_A),
+            );
+        }
+        assert_eq!(kernel.counts().get(Counter::QueriesNotTracked), 6);
+
+        let mut unanswered = kernel.unanswered_queries();
+        let mut expired = Vec::new();
+        unanswered
+            .take_expired(Duration::ZERO, &mut expired)
+            .expect("reading the query table");
+        let ids: Vec<u16> = expired.iter().map(|query| query.id).collect();
+        assert_eq!(
+            ids,
+            (0..TABLE).collect::<Vec<_>>(),
+            "the first ones, all kept"
+        );
+
+        kernel.run(
+            Direction::Ingress,
+            &query_frame(9999, "later.example", QTYPE_A),
+        );
+        assert_eq!(
+            kernel.counts().get(Counter::QueriesNotTracked),
+            6,
+            "room again once collected"
+        );
     });
 }
 
