@@ -9,8 +9,8 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 use dnsloop_core::schema::{
-    DropRecord, LoopRecord, Record, SearchListRecord, ServfailRecord, SummaryRecord, TimeoutRecord,
-    TruncationRecord, UnexpectedSourceRecord,
+    DropRecord, FragmentationRecord, LoopRecord, Record, SearchListRecord, ServfailRecord,
+    SummaryRecord, TimeoutRecord, TruncationRecord, UnexpectedSourceRecord,
 };
 
 use crate::tracer::TracerOutput;
@@ -212,6 +212,16 @@ impl Trace {
             .iter()
             .filter_map(|record| match record {
                 Record::ServfailStorm(found) => Some(found),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn fragmented_replies_lost(&self) -> Vec<&FragmentationRecord> {
+        self.records
+            .iter()
+            .filter_map(|record| match record {
+                Record::FragmentedReplyLost(found) => Some(found),
                 _ => None,
             })
             .collect()

@@ -8,7 +8,7 @@ use std::{
 
 use dnsloop_shared::{parse::Probe, point::Direction};
 
-use crate::observation::{DropCause, Namespace, Observation, Question, Transport};
+use crate::observation::{DropCause, FragmentSizes, Namespace, Observation, Question, Transport};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Finding {
@@ -20,6 +20,7 @@ pub enum Finding {
     TruncatedNotRetried(TruncationFinding),
     SearchListWaste(SearchListFinding),
     ServfailStorm(ServfailFinding),
+    FragmentedReplyLost(FragmentationFinding),
 }
 
 /// One packet of a finding's path.
@@ -260,6 +261,35 @@ pub struct TruncationFinding {
     /// How long a retry over TCP was awaited.
     pub waited: Duration,
     /// Truncated answers this reports: 1, or those not retried so far.
+    pub count: u64,
+    pub summary: String,
+}
+
+/// DNS replies lost to fragmentation: a reply larger than its path's MTU went in fragments, and
+/// a host on its way held the first one and gave up waiting for the rest (the kernel dropped it
+/// as `FRAG_REASM_TIMEOUT`, or the host said so in an ICMP "fragment reassembly time
+/// exceeded"). The first from a server to a client is reported when found, the next ones at
+/// most once per report interval, counted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FragmentationFinding {
+    /// When the host gave up the (latest) reply.
+    pub ts: SystemTime,
+    /// Where the reply went: the query's client, as the reply was addressed.
+    pub client: SocketAddr,
+    pub server: SocketAddr,
+    pub id: u16,
+    /// Presentation format.
+    pub qname: String,
+    pub qtype: u16,
+    /// The reply's fragments as its first one shows them, when the drop held its headers.
+    pub sizes: Option<FragmentSizes>,
+    /// The UDP size the client's query advertised in its OPT record, when the query was seen.
+    pub edns_udp_size: Option<u16>,
+    /// Where the reply's first fragment was seen on its way, in order, when it was.
+    pub seen: Vec<Hop>,
+    /// Where and how the host gave it up.
+    pub lost: DropCause,
+    /// Replies this reports: 1, or those lost so far from this server to this client.
     pub count: u64,
     pub summary: String,
 }

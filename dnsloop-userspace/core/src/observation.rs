@@ -85,6 +85,19 @@ pub struct DroppedMessage {
     pub id: u16,
     pub is_response: bool,
     pub question: Option<Question>,
+    /// Set when the packet dropped was the first fragment of a larger datagram: the rest of
+    /// the message was in fragments the drop did not show.
+    pub fragmented: Option<FragmentSizes>,
+}
+
+/// A fragmented DNS message's sizes, as its first fragment shows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragmentSizes {
+    /// The whole message, in bytes, as the UDP header declares it.
+    pub message: usize,
+    /// The first fragment on the wire, IP header included: the path's MTU where it was cut was
+    /// this large, at least.
+    pub first_fragment: usize,
 }
 
 /// The parser's own: one type names a packet's transport from the kernel to the sinks.
@@ -258,6 +271,9 @@ pub struct Observation {
     /// `None` when it enters no namespace, or one whose addresses are unknown (a pod, a
     /// capture).
     pub to_own_address: Option<bool>,
+    /// The UDP payload size a query's EDNS (OPT) record advertises: the largest reply it
+    /// invites. `None` for a reply, or a query without one.
+    pub edns_udp_size: Option<u16>,
 }
 
 #[cfg(test)]

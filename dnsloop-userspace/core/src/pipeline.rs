@@ -189,10 +189,10 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
         self.analyze()
     }
 
-    /// A drop of a query that a host sent back in ICMP, at its first sighting: where it left
-    /// the namespace that sent it.
+    /// A drop of a query that a host sent back in ICMP (or of a reply whose reassembly it gave
+    /// up), at its first sighting: where it left the namespace that sent it.
     fn refused(&mut self, refused: DroppedMessage) {
-        let Some(key) = MessageKey::of_dropped_query(&refused) else {
+        let Some(key) = MessageKey::of_dropped(&refused) else {
             return;
         };
         let same_message = self.refusals.get(&key).is_some_and(|&last| {

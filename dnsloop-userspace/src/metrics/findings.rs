@@ -4,8 +4,8 @@
 //! Every query that timed out is counted, though a storm of them is reported in few findings:
 //! a timeout finding counts `count` queries, and a loop's report says how many of its queries
 //! went `unanswered` so far, of which the counter takes what is new since the loop's previous
-//! report. Truncated answers not retried are counted the same way from their reports' counts
-//! so far.
+//! report. Truncated answers not retried, and replies lost to fragmentation, are counted the
+//! same way from their reports' counts so far.
 use std::{
     cell::RefCell,
     collections::HashMap,
@@ -54,6 +54,7 @@ pub struct FindingCounts {
     truncations_not_retried: Family<ServerLabel, Counter>,
     search_list_wasted: Family<ServerLabel, Counter>,
     servfail_storms: Counter,
+    fragmented_replies_lost: Family<ServerLabel, Counter>,
 }
 
 impl FindingCounts {
@@ -110,6 +111,13 @@ impl FindingCounts {
              in a fifth of its answers): once when found, then at most once per \
              --report-interval while it goes on; counted where every DNS packet is analysed",
             counts.servfail_storms.clone(),
+        );
+        registry.register(
+            "dnsloop_fragmented_replies_lost",
+            "DNS replies lost to fragmentation, by the server that sent them: a host on their way \
+             held the first fragment and gave up waiting for the rest (FRAG_REASM_TIMEOUT); the \
+             client got no answer",
+            counts.fragmented_replies_lost.clone(),
         );
         counts
     }
@@ -172,6 +180,16 @@ impl FindingCounts {
             Finding::ServfailStorm(_) => {
                 self.servfail_storms.inc();
             }
+            Finding::FragmentedReplyLost(found) => {
+                let key = (found.client.ip(), found.server);
+                let new = so_far.fragmented.new_since_last_report(key, found.count);
+                let label = ServerLabel {
+                    server: servers.label(found.server),
+                };
+                self.fragmented_replies_lost
+                    .get_or_create(&label)
+                    .inc_by(new);
+            }
         }
     }
 }
@@ -184,6 +202,8 @@ struct CountsSoFar {
     loops: ReportedSoFar<(String, u16)>,
     /// Truncated answers not retried, by client address and server.
     truncations: ReportedSoFar<(IpAddr, SocketAddr)>,
+    /// Replies lost to fragmentation, by client address and server.
+    fragmented: ReportedSoFar<(IpAddr, SocketAddr)>,
 }
 
 /// A count so far, as each finding under `K` last reported it.

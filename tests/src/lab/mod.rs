@@ -77,7 +77,10 @@ pub use topology::{
     ROUTED_POD_GATEWAY_V6, STUB_DOMAIN, UNDERLAY_DEVICE, UPLINK_DEVICE, UPSTREAM_DNS,
     UPSTREAM_DNS_V6, VXLAN_PORT,
 };
-pub use topology::{upstream_failure_domains, GONE_DNS, ODD_DNS, ODD_DNS_DELAY};
+pub use topology::{
+    upstream_failure_domains, GONE_DNS, LARGE_ANSWER_RECORDS, LARGE_ANSWER_ZONE, ODD_DNS,
+    ODD_DNS_DELAY,
+};
 
 use crate::or_fail::OrFail as _;
 use describe::ServerProcess;

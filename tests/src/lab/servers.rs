@@ -90,6 +90,8 @@ pub(crate) enum ZoneAnswer {
     },
     /// Truncated (TC) over UDP, so that it is asked again over TCP; `address` over TCP.
     TruncatedOverUdp { zone: &'static str, address: IpAddr },
+    /// `records` A records (198.51.100.1 on), over UDP too, whatever size the query invites.
+    Large { zone: &'static str, records: u8 },
 }
 
 /// What one DNS server does.
@@ -339,6 +341,18 @@ impl ServerConfig {
                      addAction({rule}, SpoofAction({{\"{address}\"}}))",
                     rule = dnsdist_zone_rule(zone)
                 )?,
+                ZoneAnswer::Large { zone, records } => {
+                    let addresses: Vec<String> = (1..=*records)
+                        .map(|host| format!("\"198.51.100.{host}\""))
+                        .collect();
+                    writeln!(
+                        conf,
+                        "-- {zone}: {records} A records, in one UDP reply larger than an MTU.\n\
+                         addAction({}, SpoofAction({{{}}}))",
+                        dnsdist_zone_rule(zone),
+                        addresses.join(", ")
+                    )?
+                }
             }
         }
         for zone in &self.local_zones {

@@ -51,6 +51,12 @@ pub const ODD_DNS: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 96);
 /// within dig's 5 s.
 pub const ODD_DNS_DELAY: std::time::Duration = std::time::Duration::from_millis(2_500);
 
+/// A name [`ODD_DNS`] answers with [`LARGE_ANSWER_RECORDS`] A records (3,242 bytes asked as
+/// `large.corp.example A`), whatever EDNS size the query advertises, as a server with a large
+/// buffer does: over UDP, a reply larger than the path's MTU, which goes in IP fragments.
+pub const LARGE_ANSWER_ZONE: &str = "large.corp.example";
+pub const LARGE_ANSWER_RECORDS: u8 = 200;
+
 /// The stub domains CoreDNS forwards, in `dead-upstream`, to servers that answer badly or
 /// only on a second try, each with what happens: at once REFUSED, at once SERVFAIL, after
 /// [`ODD_DNS_DELAY`], truncated over UDP so that the client asks again over TCP (all by

@@ -640,6 +640,7 @@ fn a_real_prometheus_fires_the_loop_alert_for_the_looping_node_alone() {
 const SERVED_FROM_THEIR_FIRST_FINDING: &[&str] = &[
     "dnsloop_truncations_not_retried_total",
     "dnsloop_search_list_wasted_queries_total",
+    "dnsloop_fragmented_replies_lost_total",
 ];
 
 /// docs/operations.md's "Series per node": one series per interface and direction in each of
@@ -664,7 +665,8 @@ fn assert_series_follow_the_formula(exposition: &str) {
     let truncating = named("dnsloop_truncated_answers_total").len()
         + named("dnsloop_truncations_not_retried_total").len()
         + named("dnsloop_search_list_wasted_queries_total").len()
-        + named("dnsloop_stale_conntrack_timeouts_total").len();
+        + named("dnsloop_stale_conntrack_timeouts_total").len()
+        + named("dnsloop_fragmented_replies_lost_total").len();
     let conntrack = named("dnsloop_conntrack_clashes_resolved_total").len()
         + named("dnsloop_conntrack_insert_failed_total").len()
         + named("dnsloop_conntrack_drops_total").len();

@@ -19,7 +19,7 @@ use dnsloop_tests::{
     lab::{
         dead_stub_domains, dns_server, upstream_failure_domains, Lab, Pod, Scenario, CLUSTER_DNS,
         CLUSTER_DNS_V6, DEAD_DNS, EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, GONE_DNS,
-        NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, ODD_DNS, UPSTREAM_DNS,
+        LARGE_ANSWER_ZONE, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, ODD_DNS, UPSTREAM_DNS,
     },
     privilege::{can_run, dnsloop_bin, Need},
     tracer::{self, Tracer},
@@ -1240,4 +1240,198 @@ fn another_labs_traffic_stays_out_of_the_trace() {
         0,
         "nothing was sent on this node, yet dnsloop observed DNS:\n{trace}"
     );
+}
+
+/// Drops every IP fragment but the first in namespace `ns` of `lab`, in a chain of `family` on
+/// `hook`, and has the hosts of `giving_up` give a datagram up 2 s after its first fragment
+/// (30 s by default).
+fn lose_later_fragments(
+    lab: &Lab,
+    test: &str,
+    ns: &str,
+    giving_up: &str,
+    family: &str,
+    hook: &str,
+) {
+    let chain = format!("add chain {family} lose-fragments later {{ type filter {hook}; }}");
+    let rule = format!("add rule {family} lose-fragments later ip frag-off & 0x1fff != 0 drop");
+    for (ns, argv) in [
+        (giving_up, &["sysctl", "-qw", "net.ipv4.ipfrag_time=2"][..]),
+        (ns, &["nft", "add", "table", family, "lose-fragments"]),
+        (ns, &["nft", &chain]),
+        (ns, &["nft", &rule]),
+    ] {
+        let output = lab.exec(ns, argv).or_fail(test);
+        assert!(
+            output.status.success(),
+            "{argv:?} in {ns}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_large_reply_whose_fragments_never_reach_the_client_is_lost_to_fragmentation() {
+    // The upstream answers a large name with 200 records whatever EDNS size is asked: 3,2xx
+    // bytes over UDP, in three IP fragments. First, nothing on the way drops fragments: the
+    // client gets every record, and nothing is reported. Then a rule in the client's namespace
+    // drops every fragment but the first before reassembly (prerouting at -450, before
+    // conntrack's defragmentation at -400), as a firewall passing no fragment without ports
+    // does; the client's kernel holds the first fragment, gives up after ipfrag_time (2 s
+    // here, 30 s by default) as FRAG_REASM_TIMEOUT, and sends the server an ICMP "fragment
+    // reassembly time exceeded". dig times out. The trace sees the kernel's drop, analyze of
+    // the capture the ICMP: both name the reply lost, its sizes and the fix.
+    let (whole, lost) = (
+        fqdn(&format!("whole.{LARGE_ANSWER_ZONE}")),
+        fqdn(&format!("lost.{LARGE_ANSWER_ZONE}")),
+    );
+    let server = ODD_DNS.to_string();
+    let test = test_name!();
+    let Some((trace, analysed, (delivered, timed_out))) =
+        traced_and_captured(test, Scenario::DeadUpstream, |lab| {
+            let asked = ["+bufsize=4096", "+tries=1", "+timeout=3"];
+            let delivered =
+                lab.dig_or_fail(Pod::Client, &server, &[&asked[..], &[&whole]].concat());
+            let client = lab.pod_ns(Pod::Client);
+            lose_later_fragments(
+                lab,
+                test,
+                &client,
+                &client,
+                "ip",
+                "hook prerouting priority -450",
+            );
+            let timed_out = lab.dig_or_fail(Pod::Client, &server, &[&asked[..], &[&lost]].concat());
+            // The query after it moves a capture's time past the reply's reassembly.
+            lab.dig_or_fail(Pod::Client, &node_cache(), &[CLUSTER_NAME]);
+            (delivered, timed_out)
+        })
+    else {
+        return;
+    };
+    assert_eq!(
+        delivered.answers.len(),
+        200,
+        "{whole} arrives whole:\n{}",
+        delivered.stdout
+    );
+    assert_eq!(
+        timed_out.status, None,
+        "{lost} never arrives:\n{}",
+        timed_out.stdout
+    );
+    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
+        let found = trace.fragmented_replies_lost();
+        assert_eq!(found.len(), 1, "{how}: one reply lost:\n{trace}");
+        let found = found[0];
+        assert_eq!(
+            (found.qname.as_str(), found.server, found.count),
+            (lost.as_str(), SocketAddr::new(ODD_DNS.into(), 53), 1),
+            "{how}: {found:?}"
+        );
+        assert_eq!(found.client.ip(), IpAddr::V4(Pod::Client.ip()), "{found:?}");
+        assert_eq!(found.lost.reason, "FRAG_REASM_TIMEOUT", "{how}: {found:?}");
+        assert_eq!(found.first_fragment, Some(1500), "{how}: {found:?}");
+        assert!(
+            found.size.is_some_and(|size| size > 3_000),
+            "{how}: {found:?}"
+        );
+        assert!(
+            found.summary.contains("bufsize 1232"),
+            "{how}: {}",
+            found.summary
+        );
+        assert!(
+            trace
+                .drops()
+                .iter()
+                .all(|drop| drop.qname.as_deref() != Some(whole.as_str())),
+            "{how}: the reply delivered whole was not dropped:\n{trace}"
+        );
+        trace.assert_no_loop(how);
+    }
+    // Every packet is analysed: the query's EDNS size, and where the reply went.
+    let found = analysed.fragmented_replies_lost()[0];
+    assert_eq!(found.edns_udp_size, Some(4096), "{found:?}");
+    let client = format!("host {}", Pod::Client.ip());
+    assert_eq!(
+        (
+            found.seen.first().and_then(|hop| hop.enters.as_deref()),
+            found.seen.last().and_then(|hop| hop.enters.as_deref()),
+            found.lost.namespace.as_deref(),
+        ),
+        (Some("node"), Some(client.as_str()), Some(client.as_str())),
+        "the reply's first fragment came in to the node and on to the client, which gave it \
+         up: {found:?}"
+    );
+    // The tracer knows the namespace the kernel gave it up in.
+    let found = trace.fragmented_replies_lost()[0];
+    assert!(
+        found
+            .lost
+            .namespace
+            .as_deref()
+            .is_some_and(|namespace| namespace.starts_with("pod ")),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_large_reply_whose_later_fragments_the_network_drops_is_given_up_on_the_node() {
+    // The fragments after the first are lost before the node: the upstream's uplink drops
+    // them, as a network passing no fragment without ports does. The node's conntrack holds
+    // the first one to reassemble the reply and gives it up there as FRAG_REASM_TIMEOUT, with
+    // no ICMP (the kernel sends none for a datagram it only forwards). The trace names the
+    // reply lost on the node; a capture shows no host giving it up: analyze reports the
+    // query's timeout, and claims no fragmentation.
+    let lost = fqdn(&format!("lost.{LARGE_ANSWER_ZONE}"));
+    let server = ODD_DNS.to_string();
+    let test = test_name!();
+    let Some((trace, analysed, timed_out)) =
+        traced_and_captured(test, Scenario::DeadUpstream, |lab| {
+            lose_later_fragments(
+                lab,
+                test,
+                lab.upstream_ns(),
+                lab.node_ns(),
+                "netdev",
+                "hook egress device eth0 priority 0",
+            );
+            let asked = ["+bufsize=4096", "+tries=1", "+timeout=3", lost.as_str()];
+            let timed_out = lab.dig_or_fail(Pod::Client, &server, &asked);
+            lab.dig_or_fail(Pod::Client, &node_cache(), &[CLUSTER_NAME]);
+            timed_out
+        })
+    else {
+        return;
+    };
+    assert_eq!(timed_out.status, None, "{}", timed_out.stdout);
+    let found = trace.fragmented_replies_lost();
+    assert_eq!(found.len(), 1, "one reply lost:\n{trace}");
+    let found = found[0];
+    assert_eq!(
+        (
+            found.qname.as_str(),
+            found.lost.reason.as_str(),
+            found.lost.namespace.as_deref(),
+            found.lost.device.as_deref(),
+        ),
+        (
+            lost.as_str(),
+            "FRAG_REASM_TIMEOUT",
+            Some("node"),
+            Some("eth0")
+        ),
+        "{found:?}"
+    );
+    assert!(
+        analysed.fragmented_replies_lost().is_empty(),
+        "a capture shows no host giving the reply up:\n{analysed}"
+    );
+    for (how, trace) in [("trace", &trace), ("analyze of a capture", &analysed)] {
+        assert!(
+            trace.timeouts().iter().any(|timeout| timeout.qname == lost),
+            "{how}: the query timed out:\n{trace}"
+        );
+    }
 }

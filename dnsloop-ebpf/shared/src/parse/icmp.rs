@@ -1,6 +1,7 @@
 //! ICMP errors about DNS: a client whose socket refused a reply (a reply from an unexpected
 //! source, for one) answers with a port unreachable quoting that reply; a host where nothing
-//! listens on a DNS port answers a query with one quoting the query.
+//! listens on a DNS port answers a query with one quoting the query; a host that gave up
+//! reassembling a fragmented reply answers with a time exceeded quoting its first fragment.
 
 use super::bytes::{read_u16, PacketBytes};
 use super::ip::IpFamily;
@@ -13,6 +14,10 @@ const ICMPV4_PORT_UNREACHABLE: u8 = 3;
 const ICMPV6_DEST_UNREACHABLE: u8 = 1;
 const ICMPV6_ADDRESS_UNREACHABLE: u8 = 3;
 const ICMPV6_PORT_UNREACHABLE: u8 = 4;
+const ICMPV4_TIME_EXCEEDED: u8 = 11;
+const ICMPV6_TIME_EXCEEDED: u8 = 3;
+/// The same code in both families: "fragment reassembly time exceeded".
+const FRAGMENT_REASSEMBLY_TIME_EXCEEDED: u8 = 1;
 /// Type, code, checksum and 4 unused bytes precede the quoted datagram.
 const ICMP_HEADER_LEN: usize = 8;
 const IPPROTO_UDP: u8 = 17;
@@ -59,6 +64,25 @@ pub(crate) fn unreachable_quote<P: PacketBytes>(
         family,
     };
     Some((unreachable, quoted))
+}
+
+/// Where the datagram quoted by the ICMP message at `offset` starts, if that message is a
+/// "fragment reassembly time exceeded": its sender held the datagram's first fragment and gave
+/// up waiting for the rest. `None` for any other message.
+pub(crate) fn reassembly_timeout_quote<P: PacketBytes>(
+    pkt: &P,
+    family: IpFamily,
+    offset: usize,
+) -> Option<NetworkStart> {
+    let [kind, code] = pkt.read::<2>(offset)?;
+    let time_exceeded = match family {
+        IpFamily::V4 => ICMPV4_TIME_EXCEEDED,
+        IpFamily::V6 => ICMPV6_TIME_EXCEEDED,
+    };
+    (kind == time_exceeded && code == FRAGMENT_REASSEMBLY_TIME_EXCEEDED).then_some(NetworkStart {
+        offset: offset + ICMP_HEADER_LEN,
+        family,
+    })
 }
 
 /// Whether the ICMP message at `offset` is a port unreachable quoting a UDP datagram sent from

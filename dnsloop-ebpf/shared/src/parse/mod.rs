@@ -43,6 +43,7 @@ pub use transport::{
 };
 
 use class::Rejected;
+use link::NetworkStart;
 
 /// A UDP or TCP segment on a DNS port, and where its payload is. Offsets are absolute, from
 /// the start of the packet.
@@ -99,38 +100,89 @@ pub fn refused_query<P: PacketBytes>(
     link: LinkLayer,
     ports: &DnsPorts,
 ) -> Option<RefusedQuery> {
+    let (sender, family, offset) = icmp_error(pkt, link)?;
+    let (why, quoted) = icmp::unreachable_quote(pkt, family, offset)?;
+    let (query, _) = quoted_udp(pkt, quoted, ports)?;
+    ports.contains(query.dport).then_some(RefusedQuery {
+        why,
+        refused_by: sender,
+        query,
+    })
+}
+
+/// A DNS reply whose fragments a host gave up reassembling, as the ICMP "fragment reassembly
+/// time exceeded" it sent back quotes the reply's first fragment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AbandonedReply {
+    /// The ICMP message's sender, the host that held the first fragment (IPv4 in the first 4
+    /// bytes).
+    pub abandoned_by: [u8; 16],
+    /// The reply's first fragment as sent; its payload is as much of the reply as the ICMP
+    /// quotes, its declared length the whole reply's.
+    pub reply: Segment,
+    /// The first fragment's size on the wire, IP header included, as its header declares it.
+    pub fragment_len: usize,
+}
+
+/// The UDP reply from one of `ports` whose reassembly an ICMP "fragment reassembly time
+/// exceeded" in `pkt` says its sender gave up; `None` for any other packet. The kernel
+/// programs see these as drops (`FRAG_REASM_TIMEOUT`); a capture shows them only this way.
+/// Userspace only.
+pub fn abandoned_reply<P: PacketBytes>(
+    pkt: &P,
+    link: LinkLayer,
+    ports: &DnsPorts,
+) -> Option<AbandonedReply> {
+    let (sender, family, offset) = icmp_error(pkt, link)?;
+    let quoted = icmp::reassembly_timeout_quote(pkt, family, offset)?;
+    let (reply, end) = quoted_udp(pkt, quoted, ports)?;
+    // A reply, fragmented: its UDP length runs past the fragment that carries its header.
+    let fragmented = reply.payload_offset + reply.declared_payload_len > end;
+    (ports.contains(reply.sport) && fragmented).then_some(AbandonedReply {
+        abandoned_by: sender,
+        reply,
+        fragment_len: end - quoted.offset,
+    })
+}
+
+/// The sender of the ICMP message in `pkt` (IPv4 in the first 4 bytes), its family and where
+/// the message starts; `None` for a packet that is not ICMP.
+fn icmp_error<P: PacketBytes>(pkt: &P, link: LinkLayer) -> Option<([u8; 16], IpFamily, usize)> {
     let network = link::network_start(pkt, link).ok()?;
     let Err(Rejected::Icmp { family, offset }) = ip::parse_ip(pkt, network) else {
         return None;
     };
-    let (why, quoted) = icmp::unreachable_quote(pkt, family, offset)?;
+    let (sender, _) = ip::addresses(pkt, network);
+    Some((sender, family, offset))
+}
+
+/// The UDP datagram on one of `ports` an ICMP error quotes at `quoted`, and where the datagram
+/// ends as its IP header declares it.
+fn quoted_udp<P: PacketBytes>(
+    pkt: &P,
+    quoted: NetworkStart,
+    ports: &DnsPorts,
+) -> Option<(Segment, usize)> {
     let datagram = ip::parse_ip(pkt, quoted).ok()?;
     if datagram.transport != Transport::Udp {
         return None;
     }
     let payload = transport::parse_transport(pkt, &datagram, ports).ok()?;
-    if !ports.contains(payload.dport) {
-        return None;
-    }
-    let (refused_by, _) = ip::addresses(pkt, network);
     let (src, dst) = ip::addresses(pkt, quoted);
-    Some(RefusedQuery {
-        why,
-        refused_by,
-        query: Segment {
-            l3_offset: quoted.offset,
-            family,
-            src,
-            dst,
-            sport: payload.sport,
-            dport: payload.dport,
-            transport: Transport::Udp,
-            l4_offset: datagram.l4_offset,
-            payload_offset: payload.offset,
-            payload_len: payload.len,
-            declared_payload_len: payload.declared_len,
-        },
-    })
+    let segment = Segment {
+        l3_offset: quoted.offset,
+        family: quoted.family,
+        src,
+        dst,
+        sport: payload.sport,
+        dport: payload.dport,
+        transport: Transport::Udp,
+        l4_offset: datagram.l4_offset,
+        payload_offset: payload.offset,
+        payload_len: payload.len,
+        declared_payload_len: payload.declared_len,
+    };
+    Some((segment, datagram.end))
 }
 
 /// The IP protocol (IPv6: the first next header) of the packet at `link`; `None` when its

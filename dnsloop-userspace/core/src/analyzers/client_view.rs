@@ -220,6 +220,7 @@ mod tests {
                 Finding::TruncatedNotRetried(_) => "truncated not retried",
                 Finding::SearchListWaste(_) => "search list waste",
                 Finding::ServfailStorm(_) => "servfail storm",
+                Finding::FragmentedReplyLost(_) => "fragmented reply lost",
             })
             .collect()
     }

@@ -218,6 +218,7 @@ mod tests {
                 qtype: A,
                 qclass: 1,
             }),
+            fragmented: None,
         }
     }
 

@@ -13,6 +13,7 @@ use super::{
     client_view::ClientView,
     drops::Drops,
     forwarding_loop::ForwardingLoops,
+    fragmentation::FragmentedReplies,
     lookups::Lookups,
     packet::{MessageKey, QuestionKey},
     reorder::Reorder,
@@ -69,6 +70,7 @@ pub struct Engine {
     loops: ForwardingLoops,
     clients: ClientView,
     drops: Drops,
+    fragments: FragmentedReplies,
     lookups: Option<Lookups>,
     /// When the analyzers were last told the time (`Analyzer::tick`).
     ticked: Option<SystemTime>,
@@ -91,6 +93,7 @@ impl Engine {
             loops: ForwardingLoops::new(settle, forward_window, loop_report_interval, max_tracked),
             clients: ClientView::new(timeout, loop_report_interval, max_tracked),
             drops: Drops::new(loop_report_interval, max_tracked),
+            fragments: FragmentedReplies::new(settle, loop_report_interval, max_tracked),
             lookups: slow.map(|slow| Lookups::new(slow, settle, timeout, max_tracked)),
             ticked: None,
             observations: 0,
@@ -117,6 +120,7 @@ impl Engine {
         }
         let start = out.len();
         self.clients.dropped(&dropped.cause.reason, dropped.ts);
+        self.fragments.dropped(&dropped);
         self.drops.dropped(dropped, out);
         self.findings.count(&out[start..]);
     }
@@ -140,6 +144,7 @@ impl Engine {
         self.clients.finish_with(now, &mut self.loops, out);
         self.loops.finish(now, out);
         self.drops.finish(out);
+        self.fragments.finish(out);
         self.explain_timeouts(&mut out[start..]);
         if let Some(lookups) = &mut self.lookups {
             lookups.finish(&self.loops, out);
@@ -149,6 +154,7 @@ impl Engine {
             ("reorder", self.reorder.overflows()),
             ("forwarding_loop", self.loops.evictions()),
             ("drops", self.drops.evictions()),
+            ("fragmentation", self.fragments.evictions()),
         ]);
         evictions.extend(self.clients.evictions());
         if let Some(lookups) = &self.lookups {
@@ -199,6 +205,9 @@ impl Engine {
     /// The loops first, so that a timeout is judged knowing every loop found by then.
     fn feed(&mut self, obs: &Observation, out: &mut Vec<Finding>) {
         let message = MessageKey::of(obs);
+        if !obs.recalled {
+            self.fragments.observe(obs);
+        }
         if !obs.recalled && (!obs.partial || self.loops.takes_partial()) {
             self.loops.observe(obs, message.as_ref(), out);
         }
@@ -216,6 +225,7 @@ impl Engine {
     }
 
     fn tell_time(&mut self, now: SystemTime, out: &mut Vec<Finding>) {
+        self.fragments.tick(now, out);
         self.loops.tick(now, out);
         self.clients.tick_with(now, &mut self.loops, out);
         if let Some(lookups) = &mut self.lookups {

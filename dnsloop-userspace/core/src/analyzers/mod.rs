@@ -4,7 +4,8 @@
 //! them: `forwarding_loop`, and `client_view`, which judges replies against one table of the
 //! queries their clients sent (`outstanding`) for `unexpected_source`, `timeout`, `latency`
 //! (summary only), `truncation` (answers cut and never asked again over TCP), `search_list`
-//! (expansions wasted before a name) and `servfail` (SERVFAIL storms). Both recognise a message across NAT hops the same way (`packet`). With a
+//! (expansions wasted before a name) and `servfail` (SERVFAIL storms); `drops` and
+//! `fragmentation` (replies lost to it) take the kernel's drops too. Both recognise a message across NAT hops the same way (`packet`). With a
 //! `slow` threshold, `lookups` puts the two together: each query the clients' view saw
 //! answered, placed in the chain of forwards the loop analyzer linked it to.
 //!
@@ -16,6 +17,7 @@ mod client_view;
 mod drops;
 mod engine;
 mod forwarding_loop;
+mod fragmentation;
 mod histogram;
 mod lookups;
 mod outstanding;

@@ -91,6 +91,21 @@ impl MessageKey {
         ))
     }
 
+    /// The key of the message dropped, a query or a reply; `None` for one without a question.
+    pub fn of_dropped(dropped: &DroppedMessage) -> Option<Self> {
+        let client = if dropped.is_response {
+            dropped.dst
+        } else {
+            dropped.src
+        };
+        Some(Self::new(
+            dropped.question.as_ref()?,
+            dropped.id,
+            client.port(),
+            dropped.transport,
+        ))
+    }
+
     pub fn new(question: &Question, id: u16, client_port: u16, transport: Transport) -> Self {
         let question = QuestionKey::of(question);
         // Hashed as one number: SipHash costs by the piece written to it.

@@ -39,6 +39,7 @@ pub struct FindingCounts {
     pub truncated_not_retried: u64,
     pub search_list_waste: u64,
     pub servfail_storms: u64,
+    pub fragmented_replies_lost: u64,
 }
 
 impl FindingCounts {
@@ -53,6 +54,7 @@ impl FindingCounts {
                 Finding::TruncatedNotRetried(_) => self.truncated_not_retried += 1,
                 Finding::SearchListWaste(_) => self.search_list_waste += 1,
                 Finding::ServfailStorm(_) => self.servfail_storms += 1,
+                Finding::FragmentedReplyLost(_) => self.fragmented_replies_lost += 1,
                 // Counted in the lookups' own summary.
                 Finding::Lookup(_) => {}
             }

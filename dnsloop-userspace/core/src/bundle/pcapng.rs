@@ -207,6 +207,9 @@ impl<W: Write> PcapngWriter<W> {
                 format!("search list of {}", found.client)
             }
             Finding::ServfailStorm(found) => format!("SERVFAIL storm from {}", found.server),
+            Finding::FragmentedReplyLost(found) => {
+                format!("reply lost to fragmentation {}", found.qname)
+            }
         };
         for held in &mut self.held {
             let Some(messages) = &held.messages else {
@@ -380,6 +383,10 @@ fn names(finding: &Finding, ts: SystemTime, messages: &Messages) -> bool {
         }
         // Its answers, to every client.
         Finding::ServfailStorm(found) => messages.src == found.server,
+        Finding::FragmentedReplyLost(found) => {
+            carries(found.client, found.server, found.id)
+                || carries(found.server, found.client, found.id)
+        }
     }
 }
 

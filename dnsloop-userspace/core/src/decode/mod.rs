@@ -12,9 +12,9 @@ mod tcp_streams;
 use std::{net::SocketAddr, sync::Arc, time::SystemTime};
 
 use dnsloop_shared::parse::{
-    classify, encapsulated_frame, ip_fragment, ip_protocol, parse_dns, refused_query, tcp_framing,
-    tcp_position, udp_message, DnsMessageRef, DnsPorts, IpFamily, LinkLayer, Malformed,
-    PacketClass, Segment, Skip, SlicePacket, Unreachable, DNS_BUF_LEN,
+    abandoned_reply, classify, encapsulated_frame, ip_fragment, ip_protocol, parse_dns,
+    refused_query, tcp_framing, tcp_position, udp_message, DnsMessageRef, DnsPorts, IpFamily,
+    LinkLayer, Malformed, PacketClass, Segment, Skip, SlicePacket, Unreachable, DNS_BUF_LEN,
 };
 use dnsloop_shared::point::Direction;
 use hickory_proto::{op::Message, serialize::binary::BinDecodable};
@@ -27,7 +27,8 @@ use self::{
 };
 use crate::{
     observation::{
-        DnsName, DropCause, DropPlace, DroppedMessage, Observation, Point, Question, Transport,
+        DnsName, DropCause, DropPlace, DroppedMessage, FragmentSizes, Namespace, Observation,
+        Point, Question, Transport,
     },
     points::Seen,
     source::{socket_addr, DroppedPacket, MatchedQuery, PriorSighting, RawPacket, UnansweredQuery},
@@ -39,6 +40,19 @@ fn drop_reason(why: Unreachable) -> &'static str {
         Unreachable::Port => "NO_SOCKET",
         Unreachable::Host => "NEIGH_FAILED",
     }
+}
+
+/// The kernel's drop reason for a datagram whose fragments did not all come in time.
+pub const REASSEMBLY_TIMEOUT: &str = "FRAG_REASM_TIMEOUT";
+
+/// The sizes of the DNS message `segment` starts, if the raw IP packet `bytes` is the first
+/// fragment of its datagram.
+fn first_fragment_sizes(bytes: &SlicePacket, segment: &Segment) -> Option<FragmentSizes> {
+    let fragment = ip_fragment(bytes, LinkLayer::RawIp)?;
+    (fragment.offset == 0 && fragment.more).then_some(FragmentSizes {
+        message: segment.declared_payload_len,
+        first_fragment: fragment.data_offset + fragment.declared_len,
+    })
 }
 
 /// Offset of the question section in a DNS message.
@@ -411,6 +425,7 @@ impl Decoder {
             id: decoded.id,
             is_response: decoded.is_response,
             question: decoded.question,
+            fragmented: first_fragment_sizes(&bytes, &segment),
         })
     }
 
@@ -418,9 +433,15 @@ impl Decoder {
     /// a drop of it in the namespace the ICMP leaves, as the kernel would report it
     /// (`NO_SOCKET`: nothing listens on its port; `NEIGH_FAILED`: no neighbour answered for
     /// its destination). A capture shows no drops but these.
+    ///
+    /// Or the reply whose reassembly `packet`, an ICMP "fragment reassembly time exceeded",
+    /// says its sender gave up: a drop of it as `FRAG_REASM_TIMEOUT` there, as the kernel of
+    /// that host reports it.
     pub fn decode_refusal(&self, packet: &RawPacket, point: &Point) -> Option<DroppedMessage> {
         let bytes = SlicePacket(&packet.bytes);
-        let refused = refused_query(&bytes, packet.link_layer, &self.ports)?;
+        let Some(refused) = refused_query(&bytes, packet.link_layer, &self.ports) else {
+            return self.decode_abandoned(packet, point);
+        };
         let query = refused.query;
         let message = udp_message(&query);
         let decoded = decode_message(message_bytes(&packet.bytes, &query, &message)?).ok()?;
@@ -440,6 +461,46 @@ impl Decoder {
             id: decoded.id,
             is_response: decoded.is_response,
             question: decoded.question,
+            fragmented: None,
+        })
+    }
+
+    /// The reply an ICMP "fragment reassembly time exceeded" in `packet` quotes, dropped where
+    /// that ICMP leaves: the host that held its first fragment and gave up on the rest.
+    fn decode_abandoned(&self, packet: &RawPacket, point: &Point) -> Option<DroppedMessage> {
+        let bytes = SlicePacket(&packet.bytes);
+        let abandoned = abandoned_reply(&bytes, packet.link_layer, &self.ports)?;
+        let reply = abandoned.reply;
+        let message = udp_message(&reply);
+        let decoded = decode_message(message_bytes(&packet.bytes, &reply, &message)?).ok()?;
+        if !decoded.is_response {
+            return None;
+        }
+        // A capture places only DNS by its addresses: the ICMP's sender names the host.
+        let host = || {
+            let sender = socket_addr(reply.family, &abandoned.abandoned_by, 0).ip();
+            Some(Namespace::new(&format!("host {sender}")))
+        };
+        Some(DroppedMessage {
+            ts: packet.ts,
+            cause: DropCause {
+                reason: REASSEMBLY_TIMEOUT.into(),
+                location: None,
+                place: DropPlace {
+                    namespace: point.leaves.clone().or_else(host),
+                    device: Some(point.ifname.clone()),
+                },
+            },
+            transport: Transport::Udp,
+            src: socket_addr(reply.family, &reply.src, reply.sport),
+            dst: socket_addr(reply.family, &reply.dst, reply.dport),
+            id: decoded.id,
+            is_response: true,
+            question: decoded.question,
+            fragmented: Some(FragmentSizes {
+                message: reply.declared_payload_len,
+                first_fragment: abandoned.fragment_len,
+            }),
         })
     }
 
@@ -477,6 +538,7 @@ impl Decoder {
             partial: false,
             recalled: true,
             to_own_address: None,
+            edns_udp_size: None,
         })
     }
 }
@@ -580,6 +642,7 @@ impl<'o, 'p> Found<'o, 'p> {
             partial: false,
             recalled: false,
             to_own_address: None,
+            edns_udp_size: decoded.edns_udp_size,
         };
         if let Some((query, query_point)) = &self.recalled.matched {
             self.out.push(matched_query(
@@ -645,6 +708,7 @@ fn prior_sighting(query: &Observation, prior: &PriorSighting, point: &Point) -> 
         dst: prior.dst,
         id: prior.id,
         partial: true,
+        edns_udp_size: None,
         ..query.clone()
     }
 }
@@ -668,6 +732,7 @@ struct DecodedMessage {
     truncated: bool,
     question: Option<Question>,
     probe: dnsloop_shared::parse::Probe,
+    edns_udp_size: Option<u16>,
 }
 
 fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
@@ -702,7 +767,12 @@ fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
     } else {
         header_rcode
     };
+    let edns_udp_size = summary
+        .question
+        .filter(|_| !summary.header.qr())
+        .and_then(|question| query_edns_udp_size(bytes, &summary.header, &question));
     Ok(DecodedMessage {
+        edns_udp_size,
         id: summary.header.id,
         is_response: summary.header.qr(),
         opcode: summary.header.opcode(),
@@ -714,6 +784,24 @@ fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
             .map(|question| question.probe)
             .unwrap_or(dnsloop_shared::parse::Probe::None),
     })
+}
+
+/// The UDP payload size the OPT record of a query advertises (RFC 6891 6.2.3): a query has no
+/// answer or authority records, so an OPT record comes right after its question.
+fn query_edns_udp_size(
+    bytes: &[u8],
+    header: &dnsloop_shared::parse::DnsHeader,
+    question: &dnsloop_shared::parse::Question,
+) -> Option<u16> {
+    const OPT: u16 = 41;
+    if header.ancount != 0 || header.nscount != 0 || header.arcount == 0 {
+        return None;
+    }
+    let record = QUESTION_OFFSET + usize::from(question.name_len) + 4;
+    let [root, type_high, type_low, size_high, size_low] =
+        *bytes.get(record..record + 5)?.first_chunk::<5>()?;
+    (root == 0 && u16::from_be_bytes([type_high, type_low]) == OPT)
+        .then(|| u16::from_be_bytes([size_high, size_low]))
 }
 
 #[cfg(test)]

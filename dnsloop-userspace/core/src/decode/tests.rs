@@ -5,7 +5,9 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_frames::{dns_query, link_header, tcp_stream, FrameSpec, QTYPE_A};
+use dnsloop_frames::{
+    dns_query, dns_response, icmp_frame, link_header, tcp_stream, FrameSpec, QTYPE_A,
+};
 use dnsloop_shared::{
     parse::{DnsPorts, LinkLayer, Transport},
     point::Direction,
@@ -304,4 +306,93 @@ fn recorded_segments_complete_messages_begun_for_analysis_and_give_none_of_their
         !completes_for_analysis(&packets[3]),
         "a recorded datagram never does"
     );
+}
+
+/// A 3,000-byte reply from the cluster DNS to the client, as an IP packet.
+fn large_reply(query: FrameSpec) -> Vec<u8> {
+    let mut reply = dns_response(0x0808, "big.example.test", QTYPE_A);
+    reply.resize(3_000, 0xaa);
+    FrameSpec {
+        src: query.dst,
+        dst: query.src,
+        sport: 53,
+        dport: 40000,
+        payload: reply,
+        ..query
+    }
+    .ip_packet()
+}
+
+#[test]
+fn a_reply_whose_reassembly_a_host_gave_up_is_its_drop_there() {
+    let point = point();
+    let decoder = decoder();
+    for query in [FrameSpec::default(), FrameSpec::default().ipv6()] {
+        let ip = large_reply(query.clone());
+        // What Linux quotes of the first fragment: 548 bytes in ICMP, 1232 in ICMPv6 (as much
+        // as fits 576 and 1280 bytes in all), its headers and start.
+        let (first, fragment_len, time_exceeded) = if query.src.is_ipv4() {
+            (
+                ipv4_fragments(&ip, 1480)[0][14..14 + 548].to_vec(),
+                1_500,
+                11,
+            )
+        } else {
+            (
+                ipv6_fragments(&ip, 1448)[0][14..14 + 1232].to_vec(),
+                1_496,
+                3,
+            )
+        };
+        let gave_up = icmp_frame(query.src, query.dst, time_exceeded, 1, &first);
+        let dropped = decoder
+            .decode_refusal(&packet(0, LinkLayer::Ethernet, gave_up), &point)
+            .expect("a reply given up");
+        assert_eq!(dropped.cause.reason.as_ref(), REASSEMBLY_TIMEOUT);
+        assert_eq!(
+            dropped.cause.place.namespace,
+            Some(Namespace::new(&format!("host {}", query.src))),
+            "the ICMP's sender, where the capture does not place it"
+        );
+        assert!(dropped.is_response);
+        assert_eq!(
+            (dropped.src.port(), dropped.dst.port(), dropped.id),
+            (53, 40000, 0x0808)
+        );
+        assert_eq!(
+            dropped.fragmented,
+            Some(FragmentSizes {
+                message: 3_000,
+                first_fragment: fragment_len
+            })
+        );
+        // Time exceeded in transit (a hop limit), and the whole reply quoted, are no such thing.
+        let in_transit = icmp_frame(query.src, query.dst, time_exceeded, 0, &first);
+        let whole = icmp_frame(query.src, query.dst, time_exceeded, 1, &ip[..548]);
+        for other in [in_transit, whole] {
+            assert_eq!(
+                decoder.decode_refusal(&packet(0, LinkLayer::Ethernet, other), &point),
+                None
+            );
+        }
+    }
+}
+
+#[test]
+fn a_querys_edns_size_is_read_from_its_opt_record() {
+    let mut with_opt = dns_query(0x0909, "big.example.test", QTYPE_A);
+    with_opt[10..12].copy_from_slice(&1u16.to_be_bytes());
+    // OPT: the root name, type 41, the UDP size as its class, TTL, no data.
+    with_opt.extend_from_slice(&[0, 0, 41, 0x10, 0x00, 0, 0, 0, 0, 0, 0]);
+    let mut sizes = Vec::new();
+    for payload in [with_opt, dns_query(0x0a0a, "big.example.test", QTYPE_A)] {
+        let frame = FrameSpec {
+            payload,
+            ..FrameSpec::default()
+        }
+        .build();
+        let (out, _) = decode_all(&mut decoder(), &[packet(0, LinkLayer::Ethernet, frame)]);
+        sizes.push(out[0].edns_udp_size);
+    }
+    assert_eq!(sizes, [Some(4096), None]);
 }

@@ -125,6 +125,7 @@ enum Key {
     TruncatedNotRetried,
     SearchListWaste,
     ServfailStorm,
+    FragmentedReplyLost,
 }
 
 impl Key {
@@ -138,6 +139,7 @@ impl Key {
             Finding::TruncatedNotRetried(_) => Self::TruncatedNotRetried,
             Finding::SearchListWaste(_) => Self::SearchListWaste,
             Finding::ServfailStorm(_) => Self::ServfailStorm,
+            Finding::FragmentedReplyLost(_) => Self::FragmentedReplyLost,
         }
     }
 
@@ -152,6 +154,7 @@ impl Key {
             Self::TruncatedNotRetried => "truncated_not_retried".to_owned(),
             Self::SearchListWaste => "search_list_waste".to_owned(),
             Self::ServfailStorm => "servfail_storm".to_owned(),
+            Self::FragmentedReplyLost => "fragmented_reply_lost".to_owned(),
         }
     }
 }
@@ -490,6 +493,7 @@ fn finding_time(finding: &Finding) -> SystemTime {
         Finding::TruncatedNotRetried(found) => found.ts,
         Finding::SearchListWaste(found) => found.ts,
         Finding::ServfailStorm(found) => found.ts,
+        Finding::FragmentedReplyLost(found) => found.ts,
     }
 }
 
@@ -507,6 +511,10 @@ fn first_packet_time(finding: &Finding) -> SystemTime {
         Finding::TruncatedNotRetried(found) => earlier(found.ts, found.waited),
         Finding::SearchListWaste(found) => earlier(found.ts, found.slowest.extra),
         Finding::ServfailStorm(found) => earlier(found.ts, Duration::from_secs(5)),
+        Finding::FragmentedReplyLost(found) => found
+            .seen
+            .first()
+            .map_or(found.ts, |first| first.ts.min(found.ts)),
         Finding::Drop(found) => found.ts,
         Finding::Lookup(found) => found
             .hops
@@ -538,6 +546,7 @@ fn kind(finding: &Finding) -> &'static str {
         Finding::TruncatedNotRetried(_) => "truncated_not_retried",
         Finding::SearchListWaste(_) => "search_list_waste",
         Finding::ServfailStorm(_) => "servfail_storm",
+        Finding::FragmentedReplyLost(_) => "fragmented_reply_lost",
     }
 }
 
@@ -552,6 +561,7 @@ fn qname(finding: &Finding) -> Option<String> {
         Finding::TruncatedNotRetried(found) => Some(found.qname.clone()),
         Finding::SearchListWaste(found) => Some(found.slowest.qname.clone()),
         Finding::ServfailStorm(_) => None,
+        Finding::FragmentedReplyLost(found) => Some(found.qname.clone()),
     }
 }
 

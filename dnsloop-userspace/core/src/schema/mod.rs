@@ -14,6 +14,7 @@ mod by_name;
 mod capture;
 mod doctor;
 mod drop;
+mod fragmentation;
 mod lookup;
 mod loop_record;
 mod malformed;
@@ -41,6 +42,7 @@ pub use capture::{
 };
 pub use doctor::{CheckRecord, DoctorRecord, DoctorSummaryRecord};
 pub use drop::{DropCause, DropRecord};
+pub use fragmentation::FragmentationRecord;
 pub use lookup::{LookupHop, LookupRecord};
 pub use loop_record::{Dnat, Hop, LoopRecord, OffNode, Unconfirmed};
 pub use malformed::MalformedRecord;
@@ -81,6 +83,8 @@ pub enum Record {
     SearchListWaste(SearchListRecord),
     /// A server answers SERVFAIL at a high rate.
     ServfailStorm(ServfailRecord),
+    /// DNS replies lost to fragmentation: a host gave up reassembling them.
+    FragmentedReplyLost(FragmentationRecord),
     /// Where `trace --record` puts the packets of the finding just before it.
     Bundle(BundleRecord),
     /// A sample of the packets on DNS ports that could not be parsed.
@@ -116,6 +120,9 @@ impl Record {
                 Self::SearchListWaste(SearchListRecord::new(found, node))
             }
             Finding::ServfailStorm(found) => Self::ServfailStorm(ServfailRecord::new(found, node)),
+            Finding::FragmentedReplyLost(found) => {
+                Self::FragmentedReplyLost(FragmentationRecord::new(found, node))
+            }
         }
     }
 }

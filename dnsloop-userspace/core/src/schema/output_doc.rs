@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-const SOURCES: [&str; 16] = [
+const SOURCES: [&str; 17] = [
     include_str!("mod.rs"),
     include_str!("loop_record.rs"),
     include_str!("lookup.rs"),
@@ -21,6 +21,7 @@ const SOURCES: [&str; 16] = [
     include_str!("truncation.rs"),
     include_str!("search_list.rs"),
     include_str!("servfail.rs"),
+    include_str!("fragmentation.rs"),
     include_str!("drop.rs"),
     include_str!("bundle.rs"),
     include_str!("malformed.rs"),

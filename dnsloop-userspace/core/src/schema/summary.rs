@@ -60,6 +60,9 @@ pub struct FindingCounts {
     /// `servfail_storm` records written.
     #[serde(default)]
     pub servfail_storm: u64,
+    /// `fragmented_reply_lost` records written.
+    #[serde(default)]
+    pub fragmented_reply_lost: u64,
 }
 
 /// Every query that timed out (a client's retries of one query count once), and how many of
@@ -355,6 +358,7 @@ impl SummaryRecord {
                 truncated_not_retried: summary.findings.truncated_not_retried,
                 search_list_waste: summary.findings.search_list_waste,
                 servfail_storm: summary.findings.servfail_storms,
+                fragmented_reply_lost: summary.findings.fragmented_replies_lost,
             },
             timeouts: TimeoutCounts {
                 queries: summary.timeouts.queries,

@@ -29,6 +29,7 @@ fn every_line_the_sink_writes_reads_back_into_its_record_and_writes_alike() {
             "truncated_not_retried",
             "search_list_waste",
             "servfail_storm",
+            "fragmented_reply_lost",
             "drop",
             "bundle",
             "packet",

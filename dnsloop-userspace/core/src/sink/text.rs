@@ -358,6 +358,9 @@ impl<W: Write> Sink for TextSink<W> {
             Finding::ServfailStorm(found) => {
                 self.counted("SERVFAIL", found.ts, 1, &found.summary)?
             }
+            Finding::FragmentedReplyLost(found) => {
+                self.counted("FRAGMENTED", found.ts, found.count, &found.summary)?
+            }
         }
         self.out.flush()
     }
@@ -443,8 +446,12 @@ impl<W: Write> Sink for TextSink<W> {
             0 => String::new(),
             count => format!(", {count} SERVFAIL storm"),
         };
+        let fragmented = match findings.fragmented_replies_lost {
+            0 => String::new(),
+            count => format!(", {count} fragmented reply lost"),
+        };
         self.line(&format!(
-            "findings: {} loop{possible}, {} unexpected source, {} timeout{folded}{truncated}{search}{servfail}",
+            "findings: {} loop{possible}, {} unexpected source, {} timeout{folded}{truncated}{search}{servfail}{fragmented}",
             findings.loops, findings.unexpected_sources, findings.timeouts
         ))?;
         let evicted: Vec<String> = summary

@@ -140,6 +140,7 @@ impl Message {
                 recalled: false,
                 // As the tracer tells from the node's addresses.
                 to_own_address: Some(true),
+                edns_udp_size: None,
             },
         }
     }
@@ -168,6 +169,18 @@ impl Message {
 
     pub fn rcode(mut self, rcode: u16) -> Self {
         self.obs.rcode = rcode;
+        self
+    }
+
+    /// A query whose OPT record advertises `size` bytes of UDP payload.
+    pub fn edns(mut self, size: u16) -> Self {
+        self.obs.edns_udp_size = Some(size);
+        self
+    }
+
+    /// A message of `size` bytes.
+    pub fn size(mut self, size: usize) -> Self {
+        self.obs.size = size;
         self
     }
 

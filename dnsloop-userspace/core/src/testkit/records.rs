@@ -110,6 +110,7 @@ pub fn sink_lines() -> Vec<String> {
             a_truncation_not_retried(),
             a_search_list_waste(),
             a_servfail_storm(),
+            a_fragmented_reply_lost(),
         ]
         .into_iter()
         .chain(drops())
@@ -265,6 +266,7 @@ pub fn every_record() -> Vec<(&'static str, Value)> {
                 Record::TruncatedNotRetried(_) => "TruncationRecord",
                 Record::SearchListWaste(_) => "SearchListRecord",
                 Record::ServfailStorm(_) => "ServfailRecord",
+                Record::FragmentedReplyLost(_) => "FragmentationRecord",
                 Record::Bundle(_) => "BundleRecord",
                 Record::Malformed(_) => "MalformedRecord",
                 Record::Packet(_) => "PacketRecord",

@@ -14,11 +14,12 @@ use super::observations::*;
 use crate::{
     analyzers::{HopTimes, LookupCounts, LookupSummary, ServerSummary, Summary},
     finding::{
-        BundleNotice, ConntrackEvidence, Dnat, DropFinding, Finding, Hop, LookupFinding, LookupHop,
-        LoopFinding, LoopId, OffNode, SearchListFinding, ServfailFinding, SlowestSearch,
-        TimeoutFinding, TruncationFinding, Unconfirmable, Unconfirmed, UnexpectedSourceFinding,
+        BundleNotice, ConntrackEvidence, Dnat, DropFinding, Finding, FragmentationFinding, Hop,
+        LookupFinding, LookupHop, LoopFinding, LoopId, OffNode, SearchListFinding, ServfailFinding,
+        SlowestSearch, TimeoutFinding, TruncationFinding, Unconfirmable, Unconfirmed,
+        UnexpectedSourceFinding,
     },
-    observation::{DropCause, DropPlace, Namespace, Transport},
+    observation::{DropCause, DropPlace, FragmentSizes, Namespace, Transport},
     points::{InterfaceRef, Seen},
     schema::{ConntrackCounts, InterfaceCount, KernelSummary, SummarySource},
     source::RawPacket,
@@ -198,6 +199,45 @@ pub fn a_servfail_storm() -> Finding {
         timeouts_behind: vec![(addr("10.255.0.99:53"), 480)],
         drops_behind: vec![("NETFILTER_DROP".into(), 12)],
         summary: "169.254.25.10:53 answers SERVFAIL 120.0 times a second (95% of its answers) for 4s so far; in the same seconds 480 queries to 10.255.0.99:53 timed out, the kernel dropped 12 DNS packets as NETFILTER_DROP".into(),
+    })
+}
+
+/// A 3242-byte reply from the upstream whose fragments after the first never reached the
+/// client pod, which gave up reassembling it.
+pub fn a_fragmented_reply_lost() -> Finding {
+    Finding::FragmentedReplyLost(FragmentationFinding {
+        ts: ms(31_000),
+        client: addr("10.244.0.2:41234"),
+        server: addr("10.255.0.96:53"),
+        id: 4242,
+        qname: "large.example.test.".into(),
+        qtype: A,
+        sizes: Some(FragmentSizes {
+            message: 3242,
+            first_fragment: 1500,
+        }),
+        edns_udp_size: Some(4096),
+        seen: vec![Hop {
+            ts: ms(1_000),
+            ifname: "veth-client".into(),
+            direction: Direction::Egress,
+            leaves: None,
+            enters: Some(Namespace::new("pod 10.244.0.2")),
+            src: addr("10.255.0.96:53"),
+            dst: addr("10.244.0.2:41234"),
+            id: 4242,
+            transport: Transport::Udp,
+        }],
+        lost: DropCause {
+            reason: "FRAG_REASM_TIMEOUT".into(),
+            location: Some("ip_expire+0x68".into()),
+            place: DropPlace {
+                namespace: Some(Namespace::new("pod 10.244.0.2")),
+                device: Some("eth0".into()),
+            },
+        },
+        count: 1,
+        summary: "a reply from 10.255.0.96:53 to 10.244.0.2:41234 for large.example.test. A (id 4242, 3242 bytes, first fragment 1500 bytes, the query advertised EDNS 4096) was lost to fragmentation".into(),
     })
 }
 

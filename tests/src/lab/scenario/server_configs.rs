@@ -11,8 +11,8 @@ use crate::lab::{
     topology::{
         dead_stub_domains, upstream_failure_domains, Pod, Server, CLUSTER_DNS,
         CLUSTER_DNS_UPSTREAM, CLUSTER_DOMAIN, CLUSTER_RECORDS, DEAD_DNS, EXTERNAL_A, EXTERNAL_AAAA,
-        EXTERNAL_NAME, GONE_DNS, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, ODD_DNS, ODD_DNS_DELAY,
-        STUB_DOMAIN, UPSTREAM_DNS, UPSTREAM_DNS_V6,
+        EXTERNAL_NAME, GONE_DNS, LARGE_ANSWER_RECORDS, LARGE_ANSWER_ZONE, NODE_LOCAL_DNS,
+        NODE_LOCAL_DNS_V6, ODD_DNS, ODD_DNS_DELAY, STUB_DOMAIN, UPSTREAM_DNS, UPSTREAM_DNS_V6,
     },
 };
 
@@ -272,6 +272,10 @@ fn odd_upstream() -> ServerConfig {
             ZoneAnswer::TruncatedOverUdp {
                 zone: big,
                 address: EXTERNAL_A.into(),
+            },
+            ZoneAnswer::Large {
+                zone: LARGE_ANSWER_ZONE,
+                records: LARGE_ANSWER_RECORDS,
             },
         ],
     }

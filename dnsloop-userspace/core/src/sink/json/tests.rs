@@ -306,7 +306,7 @@ fn summary_fields_with_the_callers_merged_in() {
     assert_eq!(value["late_observations"], 2);
     assert_eq!(
         value["findings"],
-        json!({"loop": 0, "possible_loop": 0, "unexpected_source": 0, "timeout": 0, "drop": 0, "truncated_not_retried": 0, "search_list_waste": 0, "servfail_storm": 0})
+        json!({"loop": 0, "possible_loop": 0, "unexpected_source": 0, "timeout": 0, "drop": 0, "truncated_not_retried": 0, "search_list_waste": 0, "servfail_storm": 0, "fragmented_reply_lost": 0})
     );
     assert_eq!(value["evictions"], json!({"reorder": 0, "timeout": 5}));
     assert_eq!(
