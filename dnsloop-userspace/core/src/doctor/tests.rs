@@ -993,3 +993,31 @@ fn junk_in_every_file_never_stops_doctor() {
     // No control byte from the files reaches the terminal.
     assert!(!report.contains(&0x1b), "an escape sequence got through");
 }
+
+#[test]
+fn a_block_forwarding_with_a_large_bufsize_is_a_risk_and_1232_is_none() {
+    let bufsize = |size: &str| {
+        Tree::new()
+            .kubelet(KUBELET)
+            .file("/etc/resolv.conf", "nameserver 10.0.0.2\n")
+            .corefile(&format!(
+                ".:53 {{\n    bufsize {size}\n    forward . 10.0.0.2\n    loop\n}}\n"
+            ))
+            .checks()
+    };
+    let large = bufsize("4096");
+    assert_eq!(severity_of(&large, "corefile.large-bufsize"), [I]);
+    let check = with_summary(&large, "corefile.large-bufsize");
+    assert_eq!(check.location.as_ref().unwrap().line, Some(2));
+    assert!(
+        check.fix.as_deref().unwrap().contains("bufsize 1232"),
+        "{check:?}"
+    );
+    assert!(severity_of(&bufsize("1232"), "corefile.large-bufsize").is_empty());
+    let without = Tree::new()
+        .kubelet(KUBELET)
+        .file("/etc/resolv.conf", "nameserver 10.0.0.2\n")
+        .corefile(FORWARD_TO_RESOLV_CONF)
+        .checks();
+    assert!(severity_of(&without, "corefile.large-bufsize").is_empty());
+}

@@ -1,5 +1,6 @@
 //! Where each Corefile's `forward`s lead, whether a block that forwards still has the `loop`
-//! plugin, and template words left unrendered.
+//! plugin, whether it raises the EDNS buffer size past what fits every path, and template
+//! words left unrendered.
 //!
 //! A forward target loops when it leads back to the server itself:
 //! - an address the same Corefile `bind`s, on the same port;
@@ -36,6 +37,10 @@ const CLUSTER_DNS: &str = "corefile.forward-cluster-dns";
 const UNCHECKED: &str = "corefile.forward-unchecked";
 const NO_LOOP_PLUGIN: &str = "corefile.no-loop-plugin";
 const FORWARDS: &str = "corefile.forwards";
+const LARGE_BUFSIZE: &str = "corefile.large-bufsize";
+/// The largest UDP reply that fits every path without IP fragments (DNS Flag Day 2020), and
+/// the size CoreDNS's `bufsize` plugin sets when given none.
+const FITS_EVERY_PATH: u16 = 1232;
 
 /// Template words node-cache fills in at startup, and with what.
 const RUNTIME_PLACEHOLDERS: [(&str, &str); 2] = [
@@ -152,6 +157,7 @@ fn corefile_checks(node: &Node, corefile: &Corefile, cluster_dns: &[IpAddr]) -> 
             if !server.has_plugin("loop") {
                 checks.push(no_loop_plugin(corefile, server, first));
             }
+            checks.extend(large_bufsize(corefile, server));
         }
     }
     let loops_found = target_checks
@@ -400,6 +406,31 @@ fn no_loop_plugin(corefile: &Corefile, server: &ServerBlock, forward: &Forward) 
     } else {
         check.fix("add `loop` to the block to have a loop in this zone stop the server at startup")
     }
+}
+
+/// `bufsize` above 1232 in a block that forwards: the queries it sends on invite replies that
+/// may not fit the path to the upstream. Only a risk: whether the path drops fragments is not
+/// in any file; `dnsloop trace` sees the replies lost (`fragmented_reply_lost`). A block
+/// without `bufsize` passes its clients' sizes on, which most clients keep to 1232 or less.
+fn large_bufsize(corefile: &Corefile, server: &ServerBlock) -> Option<Check> {
+    let (directive, size) = server
+        .directives
+        .iter()
+        .filter(|directive| directive.name == "bufsize")
+        .find_map(|directive| Some((directive, directive.args.first()?.parse::<u16>().ok()?)))?;
+    (size > FITS_EVERY_PATH).then(|| {
+        Check::new(
+            LARGE_BUFSIZE,
+            Severity::Info,
+            format!("server block {}", server.label()),
+            format!(
+                "server block {} forwards with `bufsize {size}`: its upstreams may answer with up to {size} bytes over UDP, more than fits a path of MTU 1280 (1232 bytes of DNS); such a reply goes in IP fragments, and where a network drops fragments it is lost and the lookup fails. A risk, not a fault: whether fragments are dropped is not in any file (`dnsloop trace` reports replies lost to fragmentation)",
+                server.label(),
+            ),
+        )
+        .fix(format!("use `bufsize {FITS_EVERY_PATH}` (the plugin's default size) unless every path to the upstreams passes IP fragments"))
+        .at(Location::line(&corefile.name, directive.line))
+    })
 }
 
 fn templates(corefile: &Corefile) -> Vec<Check> {
