@@ -10,7 +10,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use dnsloop_core::schema::{Hop, LoopRecord};
+use dnsloop_core::schema::{Hop, LoopRecord, Record};
 use dnsloop_tests::or_fail::OrFail as _;
 use dnsloop_tests::test_name;
 use dnsloop_tests::{
@@ -19,7 +19,7 @@ use dnsloop_tests::{
     lab::{
         dead_stub_domains, dns_server, upstream_failure_domains, Lab, Pod, Scenario, CLUSTER_DNS,
         CLUSTER_DNS_V6, DEAD_DNS, EXTERNAL_A, EXTERNAL_AAAA, EXTERNAL_NAME, GONE_DNS,
-        LARGE_ANSWER_ZONE, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, ODD_DNS, UPSTREAM_DNS,
+        LARGE_ANSWER_ZONE, NODE_LOCAL_DNS, NODE_LOCAL_DNS_V6, NODE_UPLINK, ODD_DNS, UPSTREAM_DNS,
     },
     privilege::{can_run, dnsloop_bin, Need},
     tracer::{self, Tracer},
@@ -382,37 +382,43 @@ fn dead_upstream_times_out_naming_the_dead_server_and_nothing_else() {
     assert!(trace.loops().is_empty(), "{trace}");
 }
 
+/// CoreDNS forwards a stub domain each to a server gone from a subnet the node routes out of the
+/// pod bridge (NEIGH_FAILED on the node), and to hosts up with no DNS server: beyond the node, on
+/// the node itself, in a pod (NO_SOCKET there, ICMP port unreachable back). A pod asks each
+/// through its node cache, twice; at the same time two processes on the node ask its own
+/// resolver, down, at 127.0.0.1, twice each.
+fn ask_dead_servers(lab: &Lab) {
+    let stubs = dead_stub_domains();
+    thread::scope(|scope| {
+        for (zone, _, _) in &stubs {
+            scope.spawn(move || {
+                let name = format!("db.{zone}");
+                for _ in 0..2 {
+                    let _ = lab.dig(Pod::Client, &node_cache(), &[&name]);
+                }
+            });
+        }
+        for _ in 0..2 {
+            scope.spawn(|| {
+                for _ in 0..2 {
+                    let _ = lab.exec(
+                        lab.node_ns(),
+                        &["dig", "+tries=1", "+timeout=1", "@127.0.0.1", EXTERNAL_NAME],
+                    );
+                }
+            });
+        }
+    });
+}
+
 #[test]
 fn servers_gone_or_with_their_port_closed_are_timeouts_naming_them_never_loops() {
-    // CoreDNS forwards a stub domain each to a server gone from a subnet the node routes out of
-    // the pod bridge (NEIGH_FAILED on the node), and to hosts up with no DNS server: beyond the
-    // node, on the node itself, in a pod (NO_SOCKET there, ICMP port unreachable back). A pod
-    // asks each through its node cache, twice; at the same time two processes on the node ask
-    // its own resolver, down, at 127.0.0.1, twice each.
+    // See `ask_dead_servers`.
     let stubs = dead_stub_domains();
     let node_resolver = SocketAddr::from((Ipv4Addr::LOCALHOST, 53));
     let test = test_name!();
     let Some((trace, analysed, ())) = traced_and_captured(test, Scenario::DeadUpstream, |lab| {
-        thread::scope(|scope| {
-            for (zone, _, _) in &stubs {
-                scope.spawn(move || {
-                    let name = format!("db.{zone}");
-                    for _ in 0..2 {
-                        let _ = lab.dig(Pod::Client, &node_cache(), &[&name]);
-                    }
-                });
-            }
-            for _ in 0..2 {
-                scope.spawn(|| {
-                    for _ in 0..2 {
-                        let _ = lab.exec(
-                            lab.node_ns(),
-                            &["dig", "+tries=1", "+timeout=1", "@127.0.0.1", EXTERNAL_NAME],
-                        );
-                    }
-                });
-            }
-        });
+        ask_dead_servers(lab);
         thread::sleep(TIMEOUT_REPORTED_WITHIN);
     }) else {
         return;
@@ -458,6 +464,54 @@ fn servers_gone_or_with_their_port_closed_are_timeouts_naming_them_never_loops()
             .all(|timeout| timeout.summary.contains(&arp)),
         "a timeout naming {gone} without saying that nothing answers ARP for it:\n{trace}"
     );
+}
+
+/// A tracer that fell behind (starved of CPU on a busy node; here stopped while the traffic
+/// passes) takes seconds of packets and drops in one batch. A drop must still say that the query
+/// it ends was not taken in where it stayed, though the packets after it are already in.
+#[test]
+fn a_tracer_that_fell_behind_still_takes_refused_queries_for_no_loops() {
+    let test = test_name!();
+    if !can_run(test, &[Need::Root, Need::DnsloopBinary]) {
+        return;
+    }
+    let lab = Lab::builder(Scenario::DeadUpstream).start().or_fail(test);
+    let mut tracer =
+        Tracer::start(&dnsloop_bin(), &lab, lab.node_ns(), &["--output", "json"]).or_fail(test);
+    let stopped = Stopped::now(tracer.pid());
+    ask_dead_servers(&lab);
+    drop(stopped);
+    let node_server = SocketAddr::from((NODE_UPLINK, 53));
+    tracer
+        .wait_for_record(
+            Duration::from_secs(20),
+            |record| matches!(record, Record::Timeout(found) if found.server == node_server),
+        )
+        .or_fail(format_args!("{test}: a timeout naming {node_server}"));
+    let trace = Trace::from_output(tracer.interrupt().or_fail(test)).or_fail(test);
+    assert!(
+        trace.loops().is_empty() && trace.possible_loops().is_empty(),
+        "a query refused where it came back is no loop:\n{trace}"
+    );
+}
+
+/// SIGSTOP for a process, SIGCONT once dropped (on a failure too).
+struct Stopped(libc::pid_t);
+
+impl Stopped {
+    fn now(pid: u32) -> Self {
+        let pid = pid as libc::pid_t;
+        // SAFETY: signalling the test's own child by its PID.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        Self(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
 }
 
 #[test]
