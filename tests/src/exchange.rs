@@ -7,7 +7,7 @@ use std::{
 };
 
 use anyhow::{bail, Context as _, Result};
-use dnsloop_core::{observation::Transport, DnsName};
+use dnsloop_core::{observation::Transport, present::names::Names, DnsName};
 
 use crate::lab::{dns_server, Lab, Pod};
 use crate::or_fail::OrFail as _;
@@ -53,7 +53,7 @@ impl Query {
     /// The name as dnsloop prints it, and as dig takes and prints it: case as sent, `\DDD` and
     /// `\.` escapes, a trailing dot.
     pub fn presented_qname(&self) -> String {
-        self.qname.presentation()
+        self.qname.presented(&Names::AsSent)
     }
 
     /// Sends the query with dig from the client pod, from a source port of its own, and

@@ -3,7 +3,6 @@
 //! Sources (the kernel ring buffer, pcap files) and the decoder produce these; the analyzers
 //! never learn which source an observation came from.
 use std::{
-    fmt::Write as _,
     hash::{Hash, Hasher},
     net::SocketAddr,
     sync::Arc,
@@ -11,6 +10,8 @@ use std::{
 };
 
 use dnsloop_shared::{parse::Probe, point::Direction};
+
+use crate::present::names::Names;
 
 /// A network namespace as the analyzers see it, named for people: `node`, `pod 10.244.0.3`,
 /// `upstream`. Two observations are in the same namespace exactly when their names are equal.
@@ -197,36 +198,17 @@ impl DnsName {
         &self.folded
     }
 
-    /// Presentation format with a trailing dot, case as sent. Bytes that are not printable
-    /// ASCII, and the dot and backslash inside a label, are escaped as dig does (`\DDD`, `\.`),
-    /// so that no control byte ever reaches a terminal or a log.
-    pub fn presentation(&self) -> String {
+    /// The name as `names` writes it out, with a trailing dot: presentation format as sent,
+    /// or redacted (`--redact-names`). Every name that leaves dnsloop goes through here.
+    pub fn presented(&self, names: &Names) -> String {
         let mut text = String::with_capacity(self.wire.len() + 1);
-        self.write_presentation(&mut text);
+        self.write_presented(names, &mut text);
         text
     }
 
-    /// Appends the presentation format to `text`: for a caller that reuses one buffer.
-    pub fn write_presentation(&self, text: &mut String) {
-        let start = text.len();
-        for label in self.labels() {
-            for &byte in label {
-                match byte {
-                    b'.' | b'\\' | b'"' | b'(' | b')' | b';' | b'@' | b'$' => {
-                        text.push('\\');
-                        text.push(char::from(byte));
-                    }
-                    0x21..=0x7e => text.push(char::from(byte)),
-                    _ => {
-                        let _ = write!(text, "\\{byte:03}");
-                    }
-                }
-            }
-            text.push('.');
-        }
-        if text.len() == start {
-            text.push('.');
-        }
+    /// Appends [`DnsName::presented`] to `text`: for a caller that reuses one buffer.
+    pub fn write_presented(&self, names: &Names, text: &mut String) {
+        names.write(self.labels(), text);
     }
 }
 
@@ -293,8 +275,9 @@ mod tests {
     #[test]
     fn presentation_keeps_case_and_escapes_like_dig() {
         let name = DnsName::from_wire(&wire(&[b"Api", b"a.b", b"\x07bell", b"svc"])).unwrap();
-        assert_eq!(name.presentation(), "Api.a\\.b.\\007bell.svc.");
-        assert_eq!(DnsName::from_wire(&[0]).unwrap().presentation(), ".");
+        assert_eq!(name.presented(&Names::AsSent), "Api.a\\.b.\\007bell.svc.");
+        let root = DnsName::from_wire(&[0]).unwrap();
+        assert_eq!(root.presented(&Names::AsSent), ".");
     }
 
     #[test]

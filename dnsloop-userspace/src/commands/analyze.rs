@@ -94,11 +94,25 @@ pub struct AnalyzeArgs {
 
     #[command(flatten)]
     pub dns_ports: super::DnsPortArgs,
+
+    #[command(flatten)]
+    pub redact: super::redact::RedactArgs,
 }
 
 pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<()> {
+    let names = args.redact.names()?;
     if args.file.is_dir() {
-        args.file = args.file.join(bundle::PCAPNG_FILE);
+        let bundle = args.file.clone();
+        args.file = bundle.join(bundle::PCAPNG_FILE);
+        ensure!(
+            args.file.exists() || !bundle.join(bundle::JSON_REPORT).exists(),
+            "{} holds no {}: it was written with --redact-names, which leaves the packets out; \
+             its findings are in {} and {}",
+            bundle.display(),
+            bundle::PCAPNG_FILE,
+            bundle::JSON_REPORT,
+            bundle::MARKDOWN_REPORT
+        );
     }
     let ports = DnsPorts::from_list(&args.dns_ports.ports)?;
     let mut surveyed = survey(&args.file, &ports)?;
@@ -130,6 +144,7 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<()> {
         timeout: args.timeout,
         loop_report_interval: args.report_interval,
         slow: args.slow,
+        names: names.clone(),
         ..EngineConfig::default()
     });
     // Buffered, and written as the buffer fills rather than per packet (see `Pipeline::advance`).
@@ -137,7 +152,7 @@ pub fn run(mut args: AnalyzeArgs) -> anyhow::Result<()> {
     let mut pipeline = Pipeline::without_enrichment(
         decoder,
         engine,
-        sink::for_format(args.output, &node, stdout),
+        sink::for_format(args.output, &node, &names, stdout),
         args.packets,
     )
     .knowing_answers(answered_from);

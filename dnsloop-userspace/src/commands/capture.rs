@@ -76,11 +76,19 @@ pub struct CaptureArgs {
     /// container's own /etc is not the node's, mount the node's / and give its mount point.
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
+
+    /// With --redact-names, the bundle holds the reports alone: no capture.pcapng.
+    #[command(flatten)]
+    pub redact: super::redact::RedactArgs,
 }
 
 pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
+    let names = args.redact.names()?;
     bundle::prepare_dir(&args.out).context("choose another --out")?;
-    let tracer_config = tracer_config(&args);
+    let tracer_config = tracer::Config {
+        names: names.clone(),
+        ..tracer_config(&args)
+    };
     let config = EngineConfig {
         timeout: tracer_config.timeout,
         ..EngineConfig::default()
@@ -92,6 +100,7 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
             max_bytes: args.max_bytes,
             dns_ports: DnsPorts::from_list(&tracer_config.programs.dns_ports)?,
         },
+        &names,
     )?;
     let started = SystemTime::now();
     let node = sink::NodeName::from_environment();
@@ -101,7 +110,12 @@ pub fn run(args: CaptureArgs) -> anyhow::Result<()> {
         let end = tracer::end_of_run(Some(args.duration))?;
         let mut tracer = Tracer::start(&tracer_config).await?;
         let sink = BundleSink {
-            out: tracer.counted(sink::for_format(args.output, &node, io::stdout().lock())),
+            out: tracer.counted(sink::for_format(
+                args.output,
+                &node,
+                &names,
+                io::stdout().lock(),
+            )),
             node: &node,
             bundle: &mut bundle,
             progress,
@@ -255,6 +269,10 @@ mod tests {
             output: OutputFormat::Json,
             expedite_attach: true,
             root: PathBuf::from("/"),
+            redact: crate::commands::redact::RedactArgs {
+                redact_names: None,
+                cluster_domain: "cluster.local".into(),
+            },
         }
     }
 

@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod capture;
 pub mod doctor;
 pub mod probe;
+pub mod redact;
 pub mod trace;
 
 use clap::{builder::PossibleValue, error::ErrorKind, ArgMatches};

@@ -31,7 +31,7 @@ use dnsloop_core::{
     decode::MalformedSample,
     finding::{BundleNotice, Finding},
     observation::Observation,
-    present::mnemonic,
+    present::{mnemonic, names::Names},
     schema::{ProbeRecord, ProbeResult, Record, SummarySource},
     sink::{self, Sink},
 };
@@ -110,6 +110,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<Verdict> {
             inner: sink::for_format(
                 args.output,
                 &sink::NodeName::from_environment(),
+                &Names::AsSent,
                 stdout.lock(),
             ),
             qname: &qname,

@@ -166,7 +166,12 @@ mod tests {
         let query = unanswered(&key, &entry, &clock).expect("a readable entry");
         assert_eq!(query.client, "10.244.0.2:40000".parse().unwrap());
         assert_eq!(query.server, "10.96.0.10:53".parse().unwrap());
-        assert_eq!(query.name.presentation(), "www.example.test.");
+        assert_eq!(
+            query
+                .name
+                .presented(&dnsloop_core::present::names::Names::AsSent),
+            "www.example.test."
+        );
         assert_eq!(query.seen.interface.ifindex, 7);
         assert!(!query.tcp);
         assert_eq!(query.at, clock.wall_time(1_000_000_000));

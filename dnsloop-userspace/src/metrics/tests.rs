@@ -23,6 +23,7 @@ use dnsloop_core::{
         UnexpectedSourceFinding,
     },
     observation::{DropCause, DropPlace, Namespace, Transport},
+    present::names::Names,
     sink::TextSink,
 };
 
@@ -218,7 +219,11 @@ fn exposition(registry: &Registry) -> String {
 fn a_registry_of_known_values_reads_as_prometheus_text() {
     let (registry, findings, _, snapshot) = registry();
     let servers = Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS)));
-    let mut sink = CountingSink::new(Box::new(TextSink::new(io::sink())), findings, servers);
+    let mut sink = CountingSink::new(
+        Box::new(TextSink::new(io::sink(), &Names::AsSent)),
+        findings,
+        servers,
+    );
     for finding in [
         a_loop(),
         a_loop(),
@@ -357,7 +362,11 @@ fn the_counting_sink_passes_everything_on() {
     let servers = Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS)));
     let mut written = Vec::new();
     {
-        let mut sink = CountingSink::new(Box::new(TextSink::new(&mut written)), findings, servers);
+        let mut sink = CountingSink::new(
+            Box::new(TextSink::new(&mut written, &Names::AsSent)),
+            findings,
+            servers,
+        );
         sink.finding(&a_timeout("10.96.0.10:53")).unwrap();
     }
     let written = String::from_utf8(written).unwrap();
@@ -371,7 +380,11 @@ fn the_counting_sink_passes_everything_on() {
 fn timeouts_past_the_server_cap_are_counted_as_other() {
     let (registry, findings, _, _) = registry();
     let servers = Rc::new(RefCell::new(ServerLabels::new(2)));
-    let mut sink = CountingSink::new(Box::new(TextSink::new(io::sink())), findings, servers);
+    let mut sink = CountingSink::new(
+        Box::new(TextSink::new(io::sink(), &Names::AsSent)),
+        findings,
+        servers,
+    );
     for server in [
         "10.0.0.1:53",
         "10.0.0.2:53",
@@ -479,7 +492,11 @@ async fn a_port_in_use_is_a_clear_error_at_startup() {
 fn every_timed_out_query_is_counted_though_a_storm_is_reported_in_few_findings() {
     let (registry, findings, _, _) = registry();
     let servers = Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS)));
-    let mut sink = CountingSink::new(Box::new(TextSink::new(io::sink())), findings, servers);
+    let mut sink = CountingSink::new(
+        Box::new(TextSink::new(io::sink(), &Names::AsSent)),
+        findings,
+        servers,
+    );
     let repeated = |count| {
         let Finding::Timeout(mut found) = a_timeout("10.96.0.10:53") else {
             unreachable!("a timeout")
@@ -532,7 +549,7 @@ fn a_node_past_every_label_cap_serves_the_worst_case_of_the_series_formula() {
     let (registry, findings, _, snapshot) = registry();
     let labels = Rc::new(RefCell::new(ServerLabels::new(MAX_SERVER_LABELS)));
     let mut sink = CountingSink::new(
-        Box::new(TextSink::new(io::sink())),
+        Box::new(TextSink::new(io::sink(), &Names::AsSent)),
         findings,
         labels.clone(),
     );

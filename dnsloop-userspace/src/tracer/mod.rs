@@ -23,6 +23,7 @@ use dnsloop_core::{
     observation::DropPlace,
     pipeline::Pipeline,
     points::{InterfaceRef, PointMap},
+    present::names::Names,
     sink::Sink,
     source::{DroppedPacket, RawPacket, UnansweredQuery},
 };
@@ -90,6 +91,8 @@ pub struct Config {
     pub cri_socket: Option<CriSocket>,
     /// Keep the kernel's maps pinned here, and carry on from them.
     pub pin: Option<PathBuf>,
+    /// How findings and packet lines write names (`--redact-names`).
+    pub names: Names,
 }
 
 impl Default for Config {
@@ -107,6 +110,7 @@ impl Default for Config {
             pod_logs: PathBuf::from(pods::POD_LOGS),
             cri_socket: None,
             pin: None,
+            names: Names::AsSent,
         }
     }
 }
@@ -320,6 +324,7 @@ impl Tracer {
             timeout: self.config.timeout,
             loop_report_interval: self.config.report_interval,
             slow: self.config.slow,
+            names: self.config.names.clone(),
             ..EngineConfig::default()
         });
         // Every packet of a TCP stream reaches the decoder when the kernel streams every one:

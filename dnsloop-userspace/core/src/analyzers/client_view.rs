@@ -21,7 +21,7 @@ use super::{
     unexpected_source::UnexpectedSources,
     ServerSummary,
 };
-use crate::{finding::Finding, observation::Observation};
+use crate::{finding::Finding, observation::Observation, present::names::Names};
 
 pub struct ClientView {
     waiting: Outstanding,
@@ -35,15 +35,21 @@ pub struct ClientView {
 
 impl ClientView {
     /// A query is awaited `timeout`; a misdelivery, or a server's timeouts for one question, are
-    /// reported again at most once per `report_interval`.
-    pub fn new(timeout: Duration, report_interval: Duration, capacity: usize) -> Self {
+    /// reported again at most once per `report_interval`; findings write names as `names`
+    /// says.
+    pub fn new(
+        timeout: Duration,
+        report_interval: Duration,
+        capacity: usize,
+        names: Names,
+    ) -> Self {
         Self {
             waiting: Outstanding::new(timeout, capacity),
-            unexpected_sources: UnexpectedSources::new(report_interval, capacity),
-            timeouts: Timeouts::new(timeout, report_interval, capacity),
+            unexpected_sources: UnexpectedSources::new(report_interval, capacity, names.clone()),
+            timeouts: Timeouts::new(timeout, report_interval, capacity, names.clone()),
             answers: ServerAnswers::new(capacity),
-            truncations: Truncations::new(timeout, report_interval, capacity),
-            search_lists: SearchLists::new(report_interval, capacity),
+            truncations: Truncations::new(timeout, report_interval, capacity, names.clone()),
+            search_lists: SearchLists::new(report_interval, capacity, names),
             servfail_storms: ServfailStorms::new(report_interval, capacity),
         }
     }
@@ -204,7 +210,7 @@ mod tests {
     const WAIT: Duration = Duration::from_secs(2);
 
     fn analyzer() -> ClientView {
-        ClientView::new(WAIT, Duration::from_secs(10), 1024)
+        ClientView::new(WAIT, Duration::from_secs(10), 1024, Names::AsSent)
     }
 
     fn kinds(findings: &[Finding]) -> Vec<&'static str> {

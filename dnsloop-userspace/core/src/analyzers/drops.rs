@@ -17,7 +17,7 @@ use super::{
 use crate::{
     finding::{DropFinding, Finding, TimeoutFinding},
     observation::{DropCause, DropPlace, DroppedMessage},
-    present::mnemonic,
+    present::{mnemonic, names::Names},
 };
 
 /// Drops alike enough to be reported together.
@@ -43,13 +43,15 @@ pub struct Drops {
     reports: Repeats<DropKey, DropFinding>,
     /// The latest drop of each query or of its reply.
     recent: Table<QueryRef, Dropped>,
+    names: Names,
 }
 
 impl Drops {
-    pub fn new(report_interval: Duration, capacity: usize) -> Self {
+    pub fn new(report_interval: Duration, capacity: usize, names: Names) -> Self {
         Self {
             reports: Repeats::new(report_interval, capacity),
             recent: Table::new(capacity),
+            names,
         }
     }
 
@@ -75,7 +77,7 @@ impl Drops {
         };
         let report = self
             .reports
-            .occurred(key, dropped.ts, || Some(finding(&dropped)));
+            .occurred(key, dropped.ts, || Some(finding(&dropped, &self.names)));
         out.extend(report.map(Finding::Drop));
     }
 
@@ -111,7 +113,7 @@ impl Repeated for DropFinding {
 }
 
 /// The first report of drops like `dropped`.
-fn finding(dropped: &DroppedMessage) -> DropFinding {
+fn finding(dropped: &DroppedMessage, names: &Names) -> DropFinding {
     let what = if dropped.is_response {
         "reply"
     } else {
@@ -123,7 +125,7 @@ fn finding(dropped: &DroppedMessage) -> DropFinding {
         .map(|question| {
             format!(
                 " for {} {}",
-                question.name.presentation(),
+                question.name.presented(names),
                 mnemonic::qtype(question.qtype)
             )
         })
@@ -146,7 +148,7 @@ fn finding(dropped: &DroppedMessage) -> DropFinding {
         qname: dropped
             .question
             .as_ref()
-            .map(|question| question.name.presentation()),
+            .map(|question| question.name.presented(names)),
         qtype: dropped.question.as_ref().map(|question| question.qtype),
         count: 1,
         summary,
@@ -250,7 +252,7 @@ mod tests {
 
     #[test]
     fn a_storm_of_drops_is_reported_once_then_counted() {
-        let mut drops = Drops::new(INTERVAL, 1024);
+        let mut drops = Drops::new(INTERVAL, 1024, Names::AsSent);
         let mut out = Vec::new();
         for id in 0..100 {
             drops.dropped(
@@ -287,7 +289,7 @@ mod tests {
 
     #[test]
     fn a_timeout_says_where_its_query_was_dropped_while_it_waited() {
-        let mut drops = Drops::new(INTERVAL, 1024);
+        let mut drops = Drops::new(INTERVAL, 1024, Names::AsSent);
         drops.dropped(dropped_query(7, 1_005, "NETFILTER_DROP"), &mut Vec::new());
         let mut found = timeout(7, 1_000);
         drops.explain(&mut found);
@@ -310,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_dropped_reply_explains_its_querys_timeout() {
-        let mut drops = Drops::new(INTERVAL, 1024);
+        let mut drops = Drops::new(INTERVAL, 1024, Names::AsSent);
         let query = dropped_query(9, 1_050, "NO_SOCKET");
         let reply = DroppedMessage {
             src: query.dst,

@@ -24,6 +24,7 @@ use super::{
 use crate::{
     finding::Finding,
     observation::{DroppedMessage, Observation},
+    present::names::Names,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +51,9 @@ pub struct EngineConfig {
     /// this long or more after they were sent (`lookups`); `None`: do not follow them. Needs
     /// every DNS packet: with only some streamed, lookups go unseen.
     pub slow: Option<Duration>,
+    /// How findings write the names they are about: as sent, or redacted. The analyzers judge
+    /// the names as sent either way.
+    pub names: Names,
 }
 
 impl Default for EngineConfig {
@@ -61,6 +65,7 @@ impl Default for EngineConfig {
             loop_report_interval: Duration::from_secs(10),
             max_tracked: 65_536,
             slow: None,
+            names: Names::AsSent,
         }
     }
 }
@@ -87,14 +92,26 @@ impl Engine {
             loop_report_interval,
             max_tracked,
             slow,
+            names,
         } = config;
         Self {
             reorder: Reorder::new(settle, max_tracked),
-            loops: ForwardingLoops::new(settle, forward_window, loop_report_interval, max_tracked),
-            clients: ClientView::new(timeout, loop_report_interval, max_tracked),
-            drops: Drops::new(loop_report_interval, max_tracked),
-            fragments: FragmentedReplies::new(settle, loop_report_interval, max_tracked),
-            lookups: slow.map(|slow| Lookups::new(slow, settle, timeout, max_tracked)),
+            loops: ForwardingLoops::new(
+                settle,
+                forward_window,
+                loop_report_interval,
+                max_tracked,
+                names.clone(),
+            ),
+            clients: ClientView::new(timeout, loop_report_interval, max_tracked, names.clone()),
+            drops: Drops::new(loop_report_interval, max_tracked, names.clone()),
+            fragments: FragmentedReplies::new(
+                settle,
+                loop_report_interval,
+                max_tracked,
+                names.clone(),
+            ),
+            lookups: slow.map(|slow| Lookups::new(slow, settle, timeout, max_tracked, names)),
             ticked: None,
             observations: 0,
             findings: FindingCounts::default(),

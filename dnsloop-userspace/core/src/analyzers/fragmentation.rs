@@ -27,7 +27,7 @@ use crate::{
     decode::REASSEMBLY_TIMEOUT,
     finding::{Finding, FragmentationFinding, Hop},
     observation::{DroppedMessage, Observation, Transport},
-    present::mnemonic,
+    present::{mnemonic, names::Names},
 };
 
 /// The largest reply that fits every path without fragments (DNS Flag Day 2020: 1280 bytes of
@@ -64,11 +64,12 @@ pub struct FragmentedReplies {
     /// Where replies larger than [`FITS_EVERY_PATH`] were seen, oldest first.
     sightings: Table<MessageRef, Sightings>,
     reports: Repeats<(IpAddr, SocketAddr), FragmentationFinding>,
+    names: Names,
 }
 
 impl FragmentedReplies {
     /// Drops are judged `settle` after they came.
-    pub fn new(settle: Duration, report_interval: Duration, capacity: usize) -> Self {
+    pub fn new(settle: Duration, report_interval: Duration, capacity: usize, names: Names) -> Self {
         Self {
             settle,
             capacity,
@@ -76,6 +77,7 @@ impl FragmentedReplies {
             invited: Table::new(capacity),
             sightings: Table::new(capacity),
             reports: Repeats::new(report_interval, capacity),
+            names,
         }
     }
 
@@ -150,7 +152,7 @@ impl FragmentedReplies {
                     client: dropped.dst,
                     server: dropped.src,
                     id: dropped.id,
-                    qname: question.name.presentation(),
+                    qname: question.name.presented(&self.names),
                     qtype: question.qtype,
                     sizes: dropped.fragmented,
                     edns_udp_size,
@@ -327,7 +329,7 @@ mod tests {
 
     #[test]
     fn a_reply_given_up_in_reassembly_names_sizes_path_and_fix() {
-        let mut replies = FragmentedReplies::new(SETTLE, INTERVAL, 1024);
+        let mut replies = FragmentedReplies::new(SETTLE, INTERVAL, 1024, Names::AsSent);
         replies.observe(&asks(7, 4096, 1_000));
         for seen in reply_seen(7, 1_001) {
             replies.observe(&seen);
@@ -360,7 +362,7 @@ mod tests {
 
     #[test]
     fn a_large_reply_delivered_or_dropped_for_another_reason_is_no_finding() {
-        let mut replies = FragmentedReplies::new(SETTLE, INTERVAL, 1024);
+        let mut replies = FragmentedReplies::new(SETTLE, INTERVAL, 1024, Names::AsSent);
         let mut out = Vec::new();
         replies.observe(&asks(8, 4096, 1_000));
         for seen in reply_seen(8, 1_001) {
@@ -379,7 +381,7 @@ mod tests {
 
     #[test]
     fn what_was_not_seen_is_not_claimed_and_repeats_are_counted() {
-        let mut replies = FragmentedReplies::new(SETTLE, INTERVAL, 1024);
+        let mut replies = FragmentedReplies::new(SETTLE, INTERVAL, 1024, Names::AsSent);
         let mut out = Vec::new();
         // A default trace streams neither the query nor the reply: the drop alone, with the
         // sizes its first fragment shows.

@@ -32,7 +32,7 @@ use super::{
 use crate::{
     finding::{Finding, LookupFinding, LookupHop},
     observation::{Observation, Question},
-    present::mnemonic,
+    present::{mnemonic, names::Names},
 };
 
 /// Queries a lookup keeps, the client's included; later forwards are counted, not kept. A
@@ -65,6 +65,7 @@ pub struct Lookups {
     servers: Table<SocketAddr, Histogram>,
     reports: ReportRate,
     counts: LookupCounts,
+    names: Names,
 }
 
 /// A query whose reply came back to its sender at `at`.
@@ -133,7 +134,13 @@ impl Lookups {
     /// Lookups answered `slow` or later are reported; queries are linked `settle` after their
     /// answer, and forwards wait `wait` for their client's query's. Every table holds at most
     /// `capacity` entries.
-    pub fn new(slow: Duration, settle: Duration, wait: Duration, capacity: usize) -> Self {
+    pub fn new(
+        slow: Duration,
+        settle: Duration,
+        wait: Duration,
+        capacity: usize,
+        names: Names,
+    ) -> Self {
         Self {
             slow,
             settle,
@@ -145,6 +152,7 @@ impl Lookups {
             servers: Table::new(MAX_SERVERS.min(capacity)),
             reports: ReportRate::default(),
             counts: LookupCounts::default(),
+            names,
         }
     }
 
@@ -312,7 +320,7 @@ impl Lookups {
             .map_or(0, |(index, _)| index);
         let mut found = LookupFinding {
             ts,
-            qname: question.name.presentation(),
+            qname: question.name.presented(&self.names),
             qtype: question.qtype,
             hops,
             slowest,

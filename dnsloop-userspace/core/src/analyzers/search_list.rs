@@ -29,7 +29,7 @@ use super::{
 use crate::{
     finding::{Finding, SearchListFinding, SlowestSearch},
     observation::{FoldedName, Namespace, Observation},
-    present::mnemonic,
+    present::{mnemonic, names::Names},
 };
 
 /// NXDOMAIN answer code.
@@ -62,6 +62,7 @@ pub struct SearchLists {
     askers: Table<QuestionKey, (IpAddr, SystemTime), FastHash>,
     /// Clients seen forwarding a question.
     forwarders: Table<IpAddr, (), FastHash>,
+    names: Names,
 }
 
 /// One client's recent NXDOMAIN answers, and what it has wasted since its last report.
@@ -90,7 +91,7 @@ struct Nxdomain {
 }
 
 impl SearchLists {
-    pub fn new(report_interval: Duration, capacity: usize) -> Self {
+    pub fn new(report_interval: Duration, capacity: usize, names: Names) -> Self {
         Self {
             report_interval,
             clients: Table::with_hasher(capacity),
@@ -98,6 +99,7 @@ impl SearchLists {
             due_capacity: capacity.max(1),
             askers: Table::with_hasher(capacity),
             forwarders: Table::with_hasher(capacity),
+            names,
         }
     }
 
@@ -176,7 +178,7 @@ impl SearchLists {
             .is_none_or(|slowest| extra > slowest.extra)
         {
             client.slowest = Some(SlowestSearch {
-                qname: query.question.name.presentation(),
+                qname: query.question.name.presented(&self.names),
                 qtype: query.question.qtype,
                 wasted: count,
                 extra,
@@ -315,7 +317,12 @@ mod tests {
     ];
 
     fn view() -> ClientView {
-        ClientView::new(Duration::from_secs(2), Duration::from_secs(10), 1024)
+        ClientView::new(
+            Duration::from_secs(2),
+            Duration::from_secs(10),
+            1024,
+            Names::AsSent,
+        )
     }
 
     /// The client's query for `name`, id `id`, at `at` ms, answered `rcode` 1 ms later.

@@ -75,6 +75,7 @@ impl ServerAnswers {
 
 #[cfg(test)]
 mod tests {
+    use crate::present::names::Names;
     use std::time::Duration;
 
     use super::*;
@@ -114,7 +115,12 @@ mod tests {
             ));
         }
         observations.extend(answered(500, "10.96.0.10:53", 0, 7, 2));
-        let mut latency = ClientView::new(Duration::from_secs(2), Duration::from_secs(10), 1024);
+        let mut latency = ClientView::new(
+            Duration::from_secs(2),
+            Duration::from_secs(10),
+            1024,
+            Names::AsSent,
+        );
         assert_eq!(run(&mut latency, observations, ms(60_000)), []);
 
         let servers = latency.servers();
@@ -143,7 +149,12 @@ mod tests {
 
     #[test]
     fn replies_after_the_wait_are_not_latencies() {
-        let mut latency = ClientView::new(Duration::from_secs(2), Duration::from_secs(10), 1024);
+        let mut latency = ClientView::new(
+            Duration::from_secs(2),
+            Duration::from_secs(10),
+            1024,
+            Names::AsSent,
+        );
         run(
             &mut latency,
             answered(1, "169.254.25.10:53", 0, 2500, 0),

@@ -22,7 +22,7 @@ use super::{
 };
 use crate::{
     finding::{Finding, TimeoutFinding},
-    present::mnemonic,
+    present::{mnemonic, names::Names},
 };
 
 /// How long a timed-out query is remembered, so that the client's later retries of it (same
@@ -60,16 +60,23 @@ pub struct Timeouts {
     timed_out: Table<MessageKey, SystemTime, FastHash>,
     repeating: Table<(SocketAddr, QuestionKey), Repeating>,
     counts: TimeoutCounts,
+    names: Names,
 }
 
 impl Timeouts {
-    pub fn new(timeout: Duration, report_interval: Duration, capacity: usize) -> Self {
+    pub fn new(
+        timeout: Duration,
+        report_interval: Duration,
+        capacity: usize,
+        names: Names,
+    ) -> Self {
         Self {
             timeout,
             report_interval,
             timed_out: Table::with_hasher(capacity),
             repeating: Table::new(capacity),
             counts: TimeoutCounts::default(),
+            names,
         }
     }
 
@@ -200,7 +207,7 @@ impl Timeouts {
 
     /// The report of `count` queries, `query` the latest.
     fn finding(&self, query: &SentQuery, count: u64) -> TimeoutFinding {
-        let qname = query.question.name.presentation();
+        let qname = query.question.name.presented(&self.names);
         let qtype = query.question.qtype;
         let server = query.server;
         let qtype_name = mnemonic::qtype(qtype);
@@ -253,7 +260,7 @@ mod tests {
     const WAIT: Duration = Duration::from_secs(2);
 
     fn analyzer() -> ClientView {
-        ClientView::new(WAIT, Duration::from_secs(10), 1024)
+        ClientView::new(WAIT, Duration::from_secs(10), 1024, Names::AsSent)
     }
 
     /// The timeouts among `findings` (a reply from elsewhere is also a misdelivery).
@@ -474,7 +481,7 @@ mod tests {
 
     #[test]
     fn a_count_evicted_from_a_full_table_is_reported_early_and_the_eviction_counted() {
-        let mut view = ClientView::new(WAIT, Duration::from_secs(10), 2);
+        let mut view = ClientView::new(WAIT, Duration::from_secs(10), 2, Names::AsSent);
         let mut findings = Vec::new();
         // Each query times out as the next is sent: a, a, b, b, then c needs the room of a's
         // count.

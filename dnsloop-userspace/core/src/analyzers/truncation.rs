@@ -28,7 +28,7 @@ use super::{
 use crate::{
     finding::{Finding, TruncationFinding},
     observation::{Observation, Transport},
-    present::mnemonic,
+    present::{mnemonic, names::Names},
 };
 
 /// A forwarder passes a truncated answer on within this long of getting it: the time to cross
@@ -45,6 +45,7 @@ pub struct Truncations {
     /// forwarder that may pass it on.
     latest: Table<QuestionKey, (IpAddr, SystemTime)>,
     reports: Repeats<(IpAddr, SocketAddr), TruncationFinding>,
+    names: Names,
 }
 
 /// A truncated answer that reached its client at `at`.
@@ -56,12 +57,13 @@ struct Awaited {
 
 impl Truncations {
     /// A retry is awaited `wait` after the truncated answer.
-    pub fn new(wait: Duration, report_interval: Duration, capacity: usize) -> Self {
+    pub fn new(wait: Duration, report_interval: Duration, capacity: usize, names: Names) -> Self {
         Self {
             wait,
             awaited: Table::new(capacity),
             latest: Table::new(capacity),
             reports: Repeats::new(report_interval, capacity),
+            names,
         }
     }
 
@@ -136,21 +138,27 @@ impl Truncations {
         let key = (query.client.ip(), query.server);
         let wait = self.wait;
         let found = self.reports.occurred(key, at, || {
-            Some(TruncationFinding::new(at, query, awaited.size, wait))
+            Some(TruncationFinding::new(
+                at,
+                query,
+                awaited.size,
+                wait,
+                &self.names,
+            ))
         });
         out.extend(found.map(Finding::TruncatedNotRetried));
     }
 }
 
 impl TruncationFinding {
-    fn new(at: SystemTime, query: &SentQuery, size: usize, wait: Duration) -> Self {
+    fn new(at: SystemTime, query: &SentQuery, size: usize, wait: Duration, names: &Names) -> Self {
         let mut found = Self {
             ts: at,
             client: query.client,
             client_namespace: query.client_namespace.clone(),
             server: query.server,
             id: query.id,
-            qname: query.question.name.presentation(),
+            qname: query.question.name.presented(names),
             qtype: query.question.qtype,
             size,
             waited: wait,
@@ -203,7 +211,7 @@ mod tests {
     const WAIT: Duration = Duration::from_secs(2);
 
     fn view() -> ClientView {
-        ClientView::new(WAIT, Duration::from_secs(10), 1024)
+        ClientView::new(WAIT, Duration::from_secs(10), 1024, Names::AsSent)
     }
 
     /// The client's query for `name` over UDP at `at` ms, answered truncated 1 ms later.

@@ -11,7 +11,7 @@ use super::{
     outstanding::SentQuery,
     repeats::{Repeated, Repeats},
 };
-use crate::{finding::UnexpectedSourceFinding, observation::Observation};
+use crate::{finding::UnexpectedSourceFinding, observation::Observation, present::names::Names};
 
 /// One kind of misdelivery: this client, expecting replies from there, got them from here.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -25,13 +25,15 @@ struct Misdelivery {
 /// from somewhere other than where their query went.
 pub struct UnexpectedSources {
     reports: Repeats<Misdelivery, UnexpectedSourceFinding>,
+    names: Names,
 }
 
 impl UnexpectedSources {
     /// Each misdelivery is reported again at most once per `report_interval`.
-    pub fn new(report_interval: Duration, capacity: usize) -> Self {
+    pub fn new(report_interval: Duration, capacity: usize, names: Names) -> Self {
         Self {
             reports: Repeats::new(report_interval, capacity),
+            names,
         }
     }
 
@@ -46,8 +48,9 @@ impl UnexpectedSources {
             expected: query.server,
             actual: reply.src,
         };
-        self.reports
-            .occurred(misdelivery, reply.ts, || Some(finding(query, reply)))
+        self.reports.occurred(misdelivery, reply.ts, || {
+            Some(finding(query, reply, &self.names))
+        })
     }
 
     /// The input has ended: the last counts of misdeliveries reported before.
@@ -60,14 +63,14 @@ impl UnexpectedSources {
     }
 }
 
-fn finding(query: &SentQuery, reply: &Observation) -> UnexpectedSourceFinding {
+fn finding(query: &SentQuery, reply: &Observation, names: &Names) -> UnexpectedSourceFinding {
     UnexpectedSourceFinding {
         ts: reply.ts,
         client: query.client,
         expected: query.server,
         actual: reply.src,
         id: query.id,
-        qname: query.question.name.presentation(),
+        qname: query.question.name.presented(names),
         qtype: query.question.qtype,
         transport: reply.transport,
         conntrack: None,
@@ -110,7 +113,12 @@ mod tests {
     };
 
     fn analyzer() -> ClientView {
-        ClientView::new(Duration::from_secs(2), Duration::from_secs(10), 1024)
+        ClientView::new(
+            Duration::from_secs(2),
+            Duration::from_secs(10),
+            1024,
+            Names::AsSent,
+        )
     }
 
     /// The misdeliveries among `findings` (the queries they answered also time out).

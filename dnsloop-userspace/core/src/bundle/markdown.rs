@@ -8,7 +8,7 @@ use crate::{bundle::pcapng::PcapngReport, present::time::rfc3339, schema::Record
 /// packet file, and the node's configuration.
 pub(super) fn report(
     trace_text: &str,
-    pcapng: &PcapngReport,
+    pcapng: Option<&PcapngReport>,
     note: Option<&str>,
     interfaces: &[(String, String)],
     node: &NodeConfig,
@@ -60,11 +60,18 @@ pub(super) fn report(
         text.push_str(&fenced(summary));
     }
     text.push_str("## Packets\n\n");
-    text.push_str(&format!(
-        "`{PCAPNG_FILE}`: {} packets, {} bytes, {} with a finding's comment \
-         (open it with Wireshark, `tshark -r {PCAPNG_FILE}`, or `dnsloop analyze {PCAPNG_FILE}`).\n\n",
-        pcapng.packets, pcapng.bytes, pcapng.commented
-    ));
+    match pcapng {
+        Some(pcapng) => text.push_str(&format!(
+            "`{PCAPNG_FILE}`: {} packets, {} bytes, {} with a finding's comment \
+             (open it with Wireshark, `tshark -r {PCAPNG_FILE}`, or `dnsloop analyze {PCAPNG_FILE}`).\n\n",
+            pcapng.packets, pcapng.bytes, pcapng.commented
+        )),
+        None => text.push_str(&format!(
+            "Names are redacted (`--redact-names`): each is a keyed hash of its labels but the \
+             cluster's structure, and `{PCAPNG_FILE}` is left out, since its packets carry \
+             every name.\n\n"
+        )),
+    }
     if let Some(note) = note {
         text.push_str(&format!("**Note:** {note}.\n\n"));
     }
@@ -132,7 +139,7 @@ mod tests {
             let interfaces = [("cni0".to_string(), "dnsloop/2 role=bridge".to_string())];
             report(
                 text,
-                &pcapng(),
+                Some(&pcapng()),
                 note,
                 &interfaces,
                 &node,
@@ -169,7 +176,7 @@ mod tests {
         };
         let text = report(
             "12:00:00.000  UNEXPECTED SOURCE ...\n",
-            &pcapng(),
+            Some(&pcapng()),
             None,
             &[],
             &node(),

@@ -9,6 +9,12 @@
 //!   (resolv.conf, sysctls, and `dnsloop doctor`'s checks of it);
 //! - `report.md`: the same for a person.
 //!
+//! With names redacted (`--redact-names`), the reports write them as keyed hashes, and the
+//! packet file is left out: every query and answer in it carries names, in questions, answers
+//! and the targets of CNAME, SRV and PTR records, compressed. Rewriting them all is a DNS
+//! rewriter whose every miss leaks a name, and packets rewritten, their lengths and checksums
+//! changed, are no longer the evidence they were. The reports say it was left out, and why.
+//!
 //! A bundle never overwrites another: its files are created new, in a directory that holds
 //! none of them yet.
 mod markdown;
@@ -31,6 +37,7 @@ use pcapng::{InterfaceRecord, PcapngOptions, PcapngReport, PcapngWriter};
 use crate::{
     analyzers::Summary,
     finding::Finding,
+    present::names::Names,
     schema::{
         CaptureReport, CapturedInterface, PcapngFile, Record, RecordedBundle, SummaryRecord,
         SummarySource,
@@ -90,7 +97,10 @@ pub struct About<'a> {
 /// the findings that comment them), findings and the summary are kept for its reports.
 pub struct Bundle {
     dir: PathBuf,
-    pcapng: PcapngWriter<BufWriter<File>>,
+    /// `None`: names are redacted, and the packets, which carry them, are left out.
+    pcapng: Option<PcapngWriter<BufWriter<File>>>,
+    /// How the reports write names: the findings come with theirs written so.
+    names: Names,
     /// The findings as `trace --output json` prints them.
     findings_json: Vec<Record>,
     /// The summary, likewise.
@@ -106,18 +116,25 @@ pub struct Bundle {
 }
 
 impl Bundle {
-    /// Starts the bundle in `dir`, which [`prepare_dir`] made ready: its packet file first.
-    pub fn create(dir: &Path, options: PcapngOptions) -> Result<Self, BundleError> {
-        let path = dir.join(PCAPNG_FILE);
-        let file = private::create_new_file(&path).map_err(|error| match error.kind() {
-            io::ErrorKind::AlreadyExists => BundleError::Exists(path.clone()),
-            _ => BundleError::Create(path.clone(), error),
-        })?;
-        let pcapng = PcapngWriter::new(BufWriter::new(file), options)
-            .map_err(|error| BundleError::Write(path, error))?;
+    /// Starts the bundle in `dir`, which [`prepare_dir`] made ready: its packet file first,
+    /// unless `names` are redacted (then there is none).
+    pub fn create(dir: &Path, options: PcapngOptions, names: &Names) -> Result<Self, BundleError> {
+        let pcapng = if names.is_redacted() {
+            None
+        } else {
+            let path = dir.join(PCAPNG_FILE);
+            let file = private::create_new_file(&path).map_err(|error| match error.kind() {
+                io::ErrorKind::AlreadyExists => BundleError::Exists(path.clone()),
+                _ => BundleError::Create(path.clone(), error),
+            })?;
+            let pcapng = PcapngWriter::new(BufWriter::new(file), options)
+                .map_err(|error| BundleError::Write(path, error))?;
+            Some(pcapng)
+        };
         Ok(Self {
             dir: dir.to_path_buf(),
             pcapng,
+            names: names.clone(),
             findings_json: Vec::new(),
             summary_json: None,
             text: Vec::new(),
@@ -147,17 +164,22 @@ impl Bundle {
             self.interfaces.push(recorded);
         }
         self.packets += 1;
-        self.pcapng
+        let Some(pcapng) = &mut self.pcapng else {
+            return Ok(());
+        };
+        pcapng
             .packet(packet, interface)
-            .map_err(|error| self.write_error(error))
+            .map_err(|error| BundleError::Write(self.dir.join(PCAPNG_FILE), error))
     }
 
     /// Keeps `finding`, seen on `node`, for the reports, and comments the packets it names.
     pub fn finding(&mut self, finding: &Finding, node: &str) -> io::Result<()> {
         self.findings += 1;
-        self.pcapng.finding(finding);
+        if let Some(pcapng) = &mut self.pcapng {
+            pcapng.finding(finding);
+        }
         self.findings_json.push(Record::finding(finding, node));
-        TextSink::new(&mut self.text).finding(finding)
+        TextSink::new(&mut self.text, &self.names).finding(finding)
     }
 
     /// Keeps the run's summary, seen on `node`, for the reports (the first one given).
@@ -171,14 +193,17 @@ impl Bundle {
             return Ok(());
         }
         self.summary_json = Some(SummaryRecord::new(summary, source.clone(), node));
-        TextSink::new(&mut self.text).summary(summary, source)
+        TextSink::new(&mut self.text, &self.names).summary(summary, source)
     }
 
     /// Writes the packets that have waited long enough for the findings that name them.
     pub fn advance(&mut self, now: SystemTime) -> Result<(), BundleError> {
-        self.pcapng
+        let Some(pcapng) = &mut self.pcapng else {
+            return Ok(());
+        };
+        pcapng
             .advance(now)
-            .map_err(|error| self.write_error(error))
+            .map_err(|error| BundleError::Write(self.dir.join(PCAPNG_FILE), error))
     }
 
     /// Packets taken so far.
@@ -196,9 +221,12 @@ impl Bundle {
         let pcapng_path = self.dir.join(PCAPNG_FILE);
         let report = self
             .pcapng
-            .finish()
+            .map(PcapngWriter::finish)
+            .transpose()
             .map_err(|error| BundleError::Write(pcapng_path, error))?;
-        let note = report.note(about.max_bytes);
+        let note = report
+            .as_ref()
+            .and_then(|report| report.note(about.max_bytes));
         let report_json = CaptureReport {
             dnsloop: env!("CARGO_PKG_VERSION").to_owned(),
             kernel: about.node.kernel.clone(),
@@ -206,7 +234,10 @@ impl Bundle {
             started: about.started.into(),
             ended: SystemTime::now().into(),
             duration_limit_s: about.duration_limit.as_secs_f64(),
-            pcapng: pcapng_json(&report, note.as_deref(), self.unplaced),
+            pcapng: report
+                .as_ref()
+                .map(|report| pcapng_json(report, note.as_deref(), self.unplaced)),
+            names_redacted: self.names.is_redacted(),
             interfaces: self
                 .interfaces
                 .iter()
@@ -226,7 +257,7 @@ impl Bundle {
         write_new(&json_path, &json)?;
         let markdown = markdown::report(
             &String::from_utf8_lossy(&self.text),
-            &report,
+            report.as_ref(),
             note.as_deref(),
             &self.interfaces,
             about.node,
@@ -236,27 +267,31 @@ impl Bundle {
         write_new(&self.dir.join(MARKDOWN_REPORT), markdown.as_bytes())?;
         Ok(Written { report, note })
     }
-
-    fn write_error(&self, error: io::Error) -> BundleError {
-        BundleError::Write(self.dir.join(PCAPNG_FILE), error)
-    }
 }
 
 /// What a bundle's packet file holds, once written; displays as a sentence.
 #[derive(Clone, Debug)]
 pub struct Written {
-    pub report: PcapngReport,
+    /// `None`: the packet file was left out, names being redacted.
+    pub report: Option<PcapngReport>,
     /// What the size limit left out, if it did.
     pub note: Option<String>,
 }
 
 impl fmt::Display for Written {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{PCAPNG_FILE} ({} packets, {} bytes), {JSON_REPORT}, {MARKDOWN_REPORT}",
-            self.report.packets, self.report.bytes
-        )?;
+        match &self.report {
+            Some(report) => write!(
+                f,
+                "{PCAPNG_FILE} ({} packets, {} bytes), {JSON_REPORT}, {MARKDOWN_REPORT}",
+                report.packets, report.bytes
+            )?,
+            None => write!(
+                f,
+                "{JSON_REPORT}, {MARKDOWN_REPORT} ({PCAPNG_FILE} left out: its packets carry the \
+                 names that --redact-names hides)"
+            )?,
+        }
         if let Some(note) = &self.note {
             write!(f, "; {note}")?;
         }
@@ -301,5 +336,42 @@ mod tests {
         fs::write(fresh.join(JSON_REPORT), "{}").unwrap();
         let error = prepare_dir(&fresh).unwrap_err().to_string();
         assert!(error.contains("does not overwrite"), "{error}");
+    }
+
+    #[test]
+    fn a_bundle_with_names_redacted_leaves_the_packets_out_and_says_why() {
+        use dnsloop_shared::parse::DnsPorts;
+
+        use crate::present::names::Redaction;
+
+        let dir = tempfile::tempdir().unwrap();
+        let names = Names::redacted(Redaction::new(&[7; 32], "cluster.local").unwrap());
+        let options = PcapngOptions {
+            hold: Duration::ZERO,
+            max_bytes: 1 << 20,
+            dns_ports: DnsPorts::new(&[53]),
+        };
+        let bundle = Bundle::create(dir.path(), options, &names).unwrap();
+        let node = NodeConfig::read(dir.path());
+        let written = bundle
+            .finish(About {
+                started: SystemTime::UNIX_EPOCH,
+                duration_limit: Duration::from_secs(1),
+                max_bytes: 1 << 20,
+                node: &node,
+                recorded: None,
+            })
+            .unwrap();
+        assert!(written.report.is_none());
+        assert!(written.to_string().contains("left out"), "{written}");
+        assert!(!dir.path().join(PCAPNG_FILE).exists());
+        let report: CaptureReport =
+            serde_json::from_slice(&fs::read(dir.path().join(JSON_REPORT)).unwrap()).unwrap();
+        assert!(
+            report.names_redacted && report.pcapng.is_none(),
+            "{report:?}"
+        );
+        let markdown = fs::read_to_string(dir.path().join(MARKDOWN_REPORT)).unwrap();
+        assert!(markdown.contains("is left out"), "{markdown}");
     }
 }

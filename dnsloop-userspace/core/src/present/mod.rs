@@ -1,7 +1,9 @@
 //! How dnsloop names what it shows people and logs: DNS codes as dig prints them
-//! ([`mnemonic`]), times ([`time`]), probes, and bytes as hex. A leaf that imports nothing from
+//! ([`mnemonic`]), DNS names, as sent or redacted ([`names`]), times ([`time`]), probes, and
+//! bytes as hex. A leaf that imports nothing from
 //! the crate, so that the analyzers' summaries, the schema and the sinks all say it alike.
 pub mod mnemonic;
+pub mod names;
 pub mod time;
 
 use dnsloop_shared::parse::Probe;

@@ -11,6 +11,9 @@
 //!             then removes the oldest bundles past --record-max-bytes
 //! ```
 //!
+//! With names redacted, bundles hold the reports alone (see [`crate::bundle`]), and no packet
+//! is kept.
+//!
 //! A finding that comes while a bundle is recording joins it rather than starting another.
 //! Writing happens on a thread of its own: the trace goes on meanwhile. Times are the packets'
 //! own, so that what is recorded does not depend on how fast it was read.
@@ -37,6 +40,7 @@ use crate::{
     },
     finding::{BundleNotice, Finding, LoopId},
     points::{InterfaceRef, PointMap},
+    present::names::Names,
     schema::RecordedBundle,
     source::RawPacket,
 };
@@ -72,6 +76,8 @@ pub struct RecorderConfig {
     pub node: String,
     /// Where the node's root is, for the bundles' view of its DNS configuration.
     pub root: PathBuf,
+    /// How the bundles write names; redacted, they hold no packets.
+    pub names: Names,
 }
 
 /// What keeps the recorder from starting.
@@ -235,8 +241,12 @@ impl Recorder {
         })
     }
 
-    /// Keeps `packets`, which `points` places (each interface named as it is now).
+    /// Keeps `packets`, which `points` places (each interface named as it is now); none
+    /// where names are redacted, since no bundle will hold them.
     pub fn packets(&mut self, packets: &[RawPacket], points: &PointMap) {
+        if self.config.names.is_redacted() {
+            return;
+        }
         self.named.clear();
         for packet in packets {
             let interface = self
@@ -457,6 +467,7 @@ fn write_bundle(config: &RecorderConfig, closed: Closed) -> Result<Written, Bund
             max_bytes: config.disk_bytes,
             dns_ports: config.dns_ports,
         },
+        &config.names,
     )?;
     let (from, until) = (closed.recorded.from.0, closed.recorded.until.0);
     for kept in ring::between(&closed.segments, from, until) {

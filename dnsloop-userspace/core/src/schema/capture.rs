@@ -23,8 +23,13 @@ pub struct CaptureReport {
     /// `--duration`, in seconds: the capture ends then, or sooner on SIGINT or SIGTERM. For a
     /// bundle `trace --record` wrote, the seconds from its `from` to its `until`.
     pub duration_limit_s: f64,
-    /// The packet file.
-    pub pcapng: PcapngFile,
+    /// The packet file; `null` when names are redacted: its packets carry every name, so it
+    /// is left out.
+    pub pcapng: Option<PcapngFile>,
+    /// Whether names are redacted (`--redact-names`): each a keyed hash of its labels, the
+    /// cluster's structure (`<namespace>.svc.<cluster domain>`) and a name's top-level domain
+    /// left readable, as in `h:3f9a1c0d52e8.default.svc.cluster.local.`.
+    pub names_redacted: bool,
     /// The interfaces packets were seen on, as the packet file records them.
     pub interfaces: Vec<CapturedInterface>,
     /// The `loop`, `unexpected_source` and `timeout` records of the capture, in order.

@@ -7,8 +7,11 @@
 //! One object per line: its `kind` first (the [`Record`] variant), then its fields in the
 //! order declared here, and last, for everything `trace` and `analyze` print, the `node` it
 //! was seen on. Times are [`Timestamp`]s (`2025-01-01T12:00:01.123Z`), addresses `ip:port`
-//! (`[v6]:port`), DNS codes their names (`A`, `NXDOMAIN`), durations milliseconds. Fields are
-//! never left out: one without a value is `null`.
+//! (`[v6]:port`), DNS codes their names (`A`, `NXDOMAIN`), durations milliseconds. Names
+//! (`qname`) are in presentation format with a trailing dot, as sent; with `--redact-names`,
+//! each label a keyed hash but the cluster's structure and the top-level domain
+//! (`h:3f9a1c0d52e8.default.svc.cluster.local.`, `h:5c0e7f19aa30.h:9d11aa6e03f4.com.`). Fields
+//! are never left out: one without a value is `null`.
 mod bundle;
 mod by_name;
 mod capture;

@@ -4,7 +4,10 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::Timestamp;
-use crate::{observation::Observation, present::mnemonic};
+use crate::{
+    observation::Observation,
+    present::{mnemonic, names::Names},
+};
 
 /// One DNS message seen at one interface and direction (`--packets`): a packet crossing several
 /// hops is shown on each.
@@ -46,8 +49,8 @@ pub struct PacketRecord {
 }
 
 impl PacketRecord {
-    /// `obs`, seen on `node`.
-    pub fn new(obs: &Observation, node: &str) -> Self {
+    /// `obs`, seen on `node`, its name written as `names` says.
+    pub fn new(obs: &Observation, node: &str, names: &Names) -> Self {
         Self {
             ts: obs.ts.into(),
             ifname: obs.point.ifname.to_string(),
@@ -62,7 +65,7 @@ impl PacketRecord {
             qname: obs
                 .question
                 .as_ref()
-                .map(|question| question.name.presentation()),
+                .map(|question| question.name.presented(names)),
             qtype: obs
                 .question
                 .as_ref()

@@ -12,7 +12,7 @@ use crate::{
     decode::MalformedSample,
     finding::{BundleNotice, Finding},
     observation::{Namespace, Observation},
-    present::{mnemonic, time::Rfc3339Writer},
+    present::{mnemonic, names::Names, time::Rfc3339Writer},
     schema::{BundleRecord, MalformedRecord, Record, SummaryRecord, SummarySource},
 };
 
@@ -24,11 +24,12 @@ pub struct JsonSink<W> {
 }
 
 impl<W: Write> JsonSink<W> {
-    pub fn new(out: W, node: &NodeName) -> Self {
+    /// Packet lines write names as `names` says (findings come with theirs written).
+    pub fn new(out: W, node: &NodeName, names: &Names) -> Self {
         Self {
             out,
             node: node.clone(),
-            packet_lines: PacketLines::for_node(node),
+            packet_lines: PacketLines::for_node(node, names),
         }
     }
 
@@ -54,6 +55,7 @@ impl<W: Write> Sink for JsonSink<W> {
         self.line(&Record::Malformed(MalformedRecord::new(
             sample,
             self.node.as_str(),
+            &self.packet_lines.names,
         )))
     }
 
@@ -88,13 +90,14 @@ impl<W: Write> Sink for JsonSink<W> {
 struct PacketLines {
     line: Vec<u8>,
     qname: String,
+    names: Names,
     ts: Rfc3339Writer,
     /// `,"node":"<name>"}` and the newline: the same at the end of every line.
     end: Vec<u8>,
 }
 
 impl PacketLines {
-    fn for_node(node: &NodeName) -> Self {
+    fn for_node(node: &NodeName, names: &Names) -> Self {
         let mut end = br#","node":"#.to_vec();
         // Writing a string to memory cannot fail.
         let _ = string(&mut end, node.as_str());
@@ -102,6 +105,7 @@ impl PacketLines {
         Self {
             line: Vec::new(),
             qname: String::new(),
+            names: names.clone(),
             ts: Rfc3339Writer::default(),
             end,
         }
@@ -139,7 +143,7 @@ impl PacketLines {
         match &obs.question {
             Some(question) => {
                 self.qname.clear();
-                question.name.write_presentation(&mut self.qname);
+                question.name.write_presented(&self.names, &mut self.qname);
                 string(line, &self.qname)?;
                 line.extend_from_slice(br#","qtype":"#);
                 mnemonic_string(line, &mnemonic::qtype(question.qtype));

@@ -10,6 +10,7 @@ use crate::{
     decode::MalformedSample,
     finding::{BundleNotice, Finding},
     observation::Observation,
+    present::names::Names,
     schema::SummarySource,
 };
 
@@ -52,15 +53,17 @@ pub trait Sink {
 /// of lines of about 330 bytes.
 pub const STDOUT_BUFFER: usize = 64 * 1024;
 
-/// The sink for `format`; JSON objects name `node`.
+/// The sink for `format`; JSON objects name `node`, and packet lines write names as `names`
+/// says.
 pub fn for_format<'a>(
     format: OutputFormat,
     node: &NodeName,
+    names: &Names,
     out: impl Write + 'a,
 ) -> Box<dyn Sink + 'a> {
     match format {
-        OutputFormat::Text => Box::new(TextSink::new(out)),
-        OutputFormat::Json => Box::new(JsonSink::new(out, node)),
+        OutputFormat::Text => Box::new(TextSink::new(out, names)),
+        OutputFormat::Json => Box::new(JsonSink::new(out, node, names)),
     }
 }
 

@@ -18,7 +18,9 @@ use crate::{
     finding::{BundleNotice, Finding, Hop, LookupFinding, LoopFinding, UnexpectedSourceFinding},
     observation::{Namespace, Observation},
     present::{
-        hex, mnemonic, probe_name,
+        hex, mnemonic,
+        names::Names,
+        probe_name,
         time::{time_of_day, write_time_of_day},
     },
     schema::{
@@ -30,13 +32,17 @@ pub struct TextSink<W> {
     out: W,
     /// The `--packets` line being written, its buffer kept from one packet to the next.
     packet_line: String,
+    /// How packet lines write names (findings come with theirs written), and whether bundles
+    /// hold packets.
+    names: Names,
 }
 
 impl<W: Write> TextSink<W> {
-    pub fn new(out: W) -> Self {
+    pub fn new(out: W, names: &Names) -> Self {
         Self {
             out,
             packet_line: String::new(),
+            names: names.clone(),
         }
     }
 
@@ -367,7 +373,7 @@ impl<W: Write> Sink for TextSink<W> {
 
     fn packet(&mut self, obs: &Observation) -> io::Result<()> {
         let text = &mut self.packet_line;
-        packet_line(obs, text);
+        packet_line(obs, &self.names, text);
         let escaped = match printable(text) {
             Cow::Owned(escaped) => Some(escaped),
             Cow::Borrowed(_) => None,
@@ -389,8 +395,14 @@ impl<W: Write> Sink for TextSink<W> {
             0 => String::new(),
             count => format!("; {count} earlier finding(s) of it got none (--record-interval)"),
         };
+        // Redacted, a bundle holds no packets (see `crate::bundle`).
+        let what = if self.names.is_redacted() {
+            "findings"
+        } else {
+            "packets"
+        };
         self.line(&format!(
-            "  bundle: {} ({joined}packets from {} to {}, written then{suppressed})",
+            "  bundle: {} ({joined}{what} from {} to {}, written then{suppressed})",
             notice.path.display(),
             time_of_day(notice.from),
             time_of_day(notice.until),
@@ -409,7 +421,11 @@ impl<W: Write> Sink for TextSink<W> {
         if let Some((src, dst)) = sample.addresses {
             let _ = write!(text, ", {src} -> {dst}");
         }
-        let _ = write!(text, " (a sample; all are counted): {}", hex(&sample.head));
+        if self.names.is_redacted() {
+            text.push_str(" (a sample; all are counted; its bytes left out: they may hold a name)");
+        } else {
+            let _ = write!(text, " (a sample; all are counted): {}", hex(&sample.head));
+        }
         self.line(&text)
     }
 
@@ -527,7 +543,7 @@ fn hop_line(hop: &Hop, service: Option<SocketAddr>) -> String {
 /// 169.254.25.10:53 id 4242 query A www.example.test.  [enters node]`), built in `text` a
 /// piece at a time: every DNS packet goes through here, and one `format!` of all the pieces
 /// was two fifths of what `analyze --packets` spent.
-fn packet_line(obs: &Observation, text: &mut String) {
+fn packet_line(obs: &Observation, names: &Names, text: &mut String) {
     text.clear();
     write_time_of_day(obs.ts, text);
     for part in [
@@ -558,7 +574,7 @@ fn packet_line(obs: &Observation, text: &mut String) {
             text.push(' ');
             text.push_str(&mnemonic::qtype(question.qtype));
             text.push(' ');
-            question.name.write_presentation(text);
+            question.name.write_presented(names, text);
         }
         None => text.push_str(" (no question)"),
     }

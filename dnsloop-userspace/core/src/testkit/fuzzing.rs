@@ -45,6 +45,7 @@ use crate::{
     observation::{Namespace, Point},
     pipeline::Pipeline,
     points::{InterfaceRef, LinkDescription, LinkPoints, Role, Seen, NODE},
+    present::names::Names,
     schema::{CaptureFileSummary, CapturePackets, Record, SummarySource},
     sink,
     sink::OutputFormat,
@@ -264,7 +265,12 @@ fn run(input: &[u8], format: OutputFormat) -> Vec<u8> {
     let mut pipeline = Pipeline::without_enrichment(
         Decoder::new(DnsPorts::new(&[53]), Coverage::EveryPacket),
         Engine::new(EngineConfig::default()),
-        sink::for_format(format, &sink::NodeName::new("fuzz-node"), &mut out),
+        sink::for_format(
+            format,
+            &sink::NodeName::new("fuzz-node"),
+            &Names::AsSent,
+            &mut out,
+        ),
         true,
     );
     let mut end = SystemTime::UNIX_EPOCH + START;

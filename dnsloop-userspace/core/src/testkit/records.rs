@@ -10,6 +10,7 @@ use crate::{
     analyzers::Summary,
     finding::ConntrackEvidence,
     observation::{DnsName, Namespace, Question},
+    present::names::Names,
     schema::*,
     sink::{JsonSink, NodeName, Sink},
 };
@@ -17,7 +18,12 @@ use crate::{
 /// What the JSON sink writes for `write`, line by line.
 pub fn lines(write: impl FnOnce(&mut JsonSink<&mut Vec<u8>>) -> io::Result<()>) -> Vec<String> {
     let mut out = Vec::new();
-    write(&mut JsonSink::new(&mut out, &NodeName::new("node-\"a\""))).expect("writing to memory");
+    write(&mut JsonSink::new(
+        &mut out,
+        &NodeName::new("node-\"a\""),
+        &Names::AsSent,
+    ))
+    .expect("writing to memory");
     String::from_utf8(out)
         .expect("JSON is UTF-8")
         .lines()
@@ -195,7 +201,7 @@ pub fn a_capture_report() -> CaptureReport {
         started: ms(0).into(),
         ended: ms(30_000).into(),
         duration_limit_s: 30.0,
-        pcapng: PcapngFile {
+        pcapng: Some(PcapngFile {
             file: "capture.pcapng".into(),
             packets: 10,
             bytes: 1000,
@@ -203,7 +209,8 @@ pub fn a_capture_report() -> CaptureReport {
             left_out: 0,
             unplaced: 0,
             note: None,
-        },
+        }),
+        names_redacted: false,
         interfaces: vec![CapturedInterface {
             ifname: "cni0".into(),
             description: "dnsloop/2 role=bridge".into(),

@@ -136,18 +136,23 @@ pub struct TraceArgs {
 
     #[command(flatten)]
     pub record: record::RecordArgs,
+
+    #[command(flatten)]
+    pub redact: super::redact::RedactArgs,
 }
 
 impl TraceArgs {
-    /// What the tracer is to do; the duration and the output format are the command's.
-    pub fn config(&self) -> tracer::Config {
-        tracer::Config {
+    /// What the tracer is to do, the redaction key read; the duration and the output format
+    /// are the command's.
+    pub fn config(&self) -> anyhow::Result<tracer::Config> {
+        Ok(tracer::Config {
             programs: Settings {
                 dns_ports: self.dns_ports.ports.clone(),
                 // Printing packets and following lookups need every DNS packet analysed;
-                // recording needs every one kept, and the rest only to analyse.
+                // recording needs every one kept, and the rest only to analyse; a recording
+                // with names redacted keeps no packet (see `dnsloop_core::bundle`).
                 stream_every_packet: self.packets || self.slow.is_some(),
-                record_every_packet: self.record.record.is_some(),
+                record_every_packet: self.record.record.is_some() && !self.redact.redacting(),
                 snap_len: self.snap_len,
                 question_table_size: self.question_table_size,
                 query_table_size: self.query_table_size,
@@ -166,12 +171,13 @@ impl TraceArgs {
             pod_logs: self.pod_logs.clone(),
             cri_socket: self.cri_socket.clone(),
             pin: self.pin.clone(),
-        }
+            names: self.redact.names()?,
+        })
     }
 }
 
 pub fn run(args: TraceArgs) -> anyhow::Result<()> {
-    let config = args.config();
+    let config = args.config()?;
     let mut recorder = args.record.recorder(&config)?;
     tracer::runtime()?.block_on(async {
         let end = tracer::end_of_run(args.duration)?;
@@ -180,7 +186,7 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
             std::io::BufWriter::with_capacity(sink::STDOUT_BUFFER, std::io::stdout().lock());
         let node = sink::NodeName::from_environment();
         let mut tracer = Tracer::start(&config).await?;
-        let out = tracer.counted(sink::for_format(args.output, &node, stdout));
+        let out = tracer.counted(sink::for_format(args.output, &node, &config.names, stdout));
         if let Some(recorder) = &mut recorder {
             return record::run(tracer, out, recorder, end).await;
         }
@@ -206,7 +212,7 @@ mod tests {
         let crate::cli::Command::Trace(args) = cli.command else {
             panic!("not trace: {:?}", cli.command);
         };
-        assert_eq!(args.config(), tracer::Config::default());
+        assert_eq!(args.config().unwrap(), tracer::Config::default());
         assert_eq!(args.output, OutputFormat::Text);
     }
 
@@ -217,7 +223,7 @@ mod tests {
         let crate::cli::Command::Trace(args) = cli.command else {
             panic!("not trace: {:?}", cli.command);
         };
-        let config = args.config();
+        let config = args.config().unwrap();
         assert!(config.programs.stream_every_packet);
         assert!(!config.print_packets);
         assert_eq!(config.slow, Some(Duration::from_millis(200)));

@@ -35,7 +35,7 @@ pub struct RecordArgs {
     /// report.md), from --record-before the finding to --record-after it. Its path is printed
     /// with the finding. The kernel then streams every DNS packet to be kept; only those a trace
     /// without --record would see are analysed, so the findings are the same (BENCHMARKS.md has
-    /// the cost).
+    /// the cost). With --redact-names, a bundle holds the reports alone, and no packet is kept.
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
 
@@ -84,12 +84,21 @@ impl RecordArgs {
             // The node's view: `trace` runs in the node's root, or (in a pod) beside a copy of
             // its resolv.conf.
             root: PathBuf::from("/"),
+            names: config.names.clone(),
         })?;
-        eprintln!(
-            "dnsloop: recording the last {} MiB of DNS packets; a finding's bundle goes in {}",
-            self.record_bytes / (1024 * 1024),
-            dir.display()
-        );
+        if config.names.is_redacted() {
+            eprintln!(
+                "dnsloop: names are redacted, so bundles hold no packets: a finding's reports go \
+                 in {}",
+                dir.display()
+            );
+        } else {
+            eprintln!(
+                "dnsloop: recording the last {} MiB of DNS packets; a finding's bundle goes in {}",
+                self.record_bytes / (1024 * 1024),
+                dir.display()
+            );
+        }
         Ok(Some(recorder))
     }
 }
@@ -221,13 +230,14 @@ mod tests {
     #[test]
     fn recording_streams_every_packet_to_keep_without_analysing_or_printing_them() {
         let args = trace(&["--record", "/var/lib/dnsloop/record"]).unwrap();
-        let config = args.config();
+        let config = args.config().unwrap();
         assert!(config.programs.record_every_packet);
         assert!(!config.programs.stream_every_packet);
         assert!(!config.print_packets);
         let printing = trace(&["--record", "/tmp/r", "--packets"])
             .unwrap()
-            .config();
+            .config()
+            .unwrap();
         assert!(printing.print_packets && printing.programs.stream_every_packet);
     }
 

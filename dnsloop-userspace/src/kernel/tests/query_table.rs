@@ -37,7 +37,9 @@ fn a_query_never_answered_is_collected_with_its_question_once_it_expires() {
             panic!("one unanswered query: {expired:?}");
         };
         assert_eq!(
-            query.name.presentation(),
+            query
+                .name
+                .presented(&dnsloop_core::present::names::Names::AsSent),
             "Corp.Example.",
             "as sent, case kept"
         );

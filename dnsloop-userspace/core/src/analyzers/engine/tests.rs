@@ -370,3 +370,54 @@ fn arbitrary_input_never_panics() {
     let summary = engine.finish(us(20_000_000), &mut findings);
     assert_eq!(summary.observations, 50_000);
 }
+
+/// Redaction changes how findings write the name, never what is found: the same findings,
+/// the same `loop_id`, with the name a keyed hash wherever it was written.
+#[test]
+fn redacted_names_change_how_findings_name_the_question_not_what_is_found() {
+    use crate::present::names::{Names, Redaction};
+
+    let redaction = Redaction::new(b"a key of sixteen bytes or more", "cluster.local").unwrap();
+    let redacted = Names::redacted(redaction);
+    let name = crate::DnsName::from_wire(&name_wire(NAME)).unwrap();
+    let (as_sent, hashed) = (name.presented(&Names::AsSent), name.presented(&redacted));
+    let findings = |names: Names| {
+        let mut engine = Engine::new(EngineConfig {
+            names,
+            ..EngineConfig::default()
+        });
+        // The loop, then its last forward never answered: a loop and its timeout.
+        let mut findings = feed(&mut engine, &nodelocal_loop(), ms(200));
+        engine.finish(ms(10_000), &mut findings);
+        findings
+    };
+    let plain = findings(Names::AsSent);
+    let redacted = findings(redacted);
+    assert!(
+        plain.iter().any(|found| matches!(found, Finding::Loop(_))),
+        "{plain:?}"
+    );
+    let shown = format!("{redacted:?}");
+    assert!(
+        !shown.contains("www") && !shown.contains("example"),
+        "{shown}"
+    );
+    let plain_rewritten: Vec<Finding> = plain
+        .into_iter()
+        .map(|found| match found {
+            Finding::Loop(mut found) => {
+                assert_eq!(found.qname, as_sent);
+                found.qname = hashed.clone();
+                found.summary = found.summary.replace(&as_sent, &hashed);
+                Finding::Loop(found)
+            }
+            Finding::Timeout(mut found) => {
+                found.qname = hashed.clone();
+                found.summary = found.summary.replace(&as_sent, &hashed);
+                Finding::Timeout(found)
+            }
+            other => other,
+        })
+        .collect();
+    assert_eq!(redacted, plain_rewritten);
+}

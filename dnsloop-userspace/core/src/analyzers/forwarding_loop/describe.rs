@@ -8,7 +8,7 @@ use crate::{
     finding::{Hop, LoopFinding, LoopId, OffNode, Unconfirmable, Unconfirmed},
     observation::Namespace,
     points::NODE,
-    present::mnemonic,
+    present::{mnemonic, names::Names},
 };
 
 use super::flight::Flight;
@@ -54,7 +54,12 @@ impl LoopKey {
 
 /// The first report of a loop, whose chain showed `rounds` rounds. `cycle` holds the forwards
 /// in the order they were sent; the last one is the arrival, at `at`.
-pub fn loop_finding(cycle: &[&Flight], rounds: u64, at: SystemTime) -> Option<LoopFinding> {
+pub fn loop_finding(
+    cycle: &[&Flight],
+    rounds: u64,
+    at: SystemTime,
+    names: &Names,
+) -> Option<LoopFinding> {
     let arrival = cycle.last()?;
     let (home, _) = arrival.delivered_to()?;
     let mut path: Vec<Hop> = cycle
@@ -63,7 +68,7 @@ pub fn loop_finding(cycle: &[&Flight], rounds: u64, at: SystemTime) -> Option<Lo
         .collect();
     path.sort_by_key(|hop| hop.ts);
     let servers: Vec<IpAddr> = cycle.iter().map(|flight| flight.server.ip()).collect();
-    let qname = arrival.question.name.presentation();
+    let qname = arrival.question.name.presented(names);
     let off_node = off_node(cycle);
     let unconfirmed = unconfirmed(cycle);
     let kind = if unconfirmed.is_empty() {

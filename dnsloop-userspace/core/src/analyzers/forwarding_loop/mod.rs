@@ -52,6 +52,7 @@ use super::{
 use crate::{
     finding::{Finding, LoopFinding},
     observation::{Namespace, Observation, Question},
+    present::names::Names,
 };
 
 /// A busy question is delivered to many namespaces; its parent is looked for among the most
@@ -120,6 +121,8 @@ pub struct ForwardingLoops {
     /// Each question's storms at each interface, for a loop whose path is out of sight.
     storms: Storms,
     next_id: FlightId,
+    /// How its findings write the question's name.
+    names: Names,
 }
 
 impl ForwardingLoops {
@@ -128,6 +131,7 @@ impl ForwardingLoops {
         forward_window: Duration,
         report_interval: Duration,
         capacity: usize,
+        names: Names,
     ) -> Self {
         Self {
             settle,
@@ -146,6 +150,7 @@ impl ForwardingLoops {
             reports: Repeats::new(report_interval, capacity),
             storms: Storms::new(capacity),
             next_id: 0,
+            names,
         }
     }
 
@@ -501,7 +506,7 @@ impl ForwardingLoops {
             !describe::unconfirmed(&flights).is_empty(),
         );
         let finding = self.reports.occurred_after(key, at, cycle.rounds - 1, || {
-            describe::loop_finding(&flights, cycle.rounds, at)
+            describe::loop_finding(&flights, cycle.rounds, at, &self.names)
         });
         out.extend(finding.map(Finding::Loop));
     }
@@ -526,7 +531,7 @@ impl ForwardingLoops {
             if cycle_reported {
                 continue;
             }
-            if let Some((key, found)) = window.possible_loop(at) {
+            if let Some((key, found)) = window.possible_loop(at, &self.names) {
                 let reported = self.reports.occurred_after(key, at, 0, || Some(found));
                 out.extend(reported.map(Finding::Loop));
             }

@@ -21,7 +21,7 @@ use crate::{
     finding::{Hop, LoopFinding, LoopId, Unconfirmable, Unconfirmed},
     observation::{Namespace, Observation, Question},
     points::NODE,
-    present::mnemonic,
+    present::{mnemonic, names::Names},
 };
 
 /// How long a storm is counted before it is judged: longer than a forwarder waits for its
@@ -175,13 +175,13 @@ impl Window {
 
     /// The possible loop this window shows, if it shows one: a storm from two senders,
     /// unanswered.
-    pub fn possible_loop(&self, at: SystemTime) -> Option<(LoopKey, LoopFinding)> {
+    pub fn possible_loop(&self, at: SystemTime, names: &Names) -> Option<(LoopKey, LoopFinding)> {
         if self.answered {
             return None;
         }
         let (first, second) = self.storming()?;
         let question = &self.question;
-        let qname = question.name.presentation();
+        let qname = question.name.presented(names);
         let ifname = self.shown.first().map(|hop| hop.ifname.clone())?;
         let queries = self.senders.iter().map(|(_, count)| count).sum::<u64>() + self.others;
         let seconds = self

@@ -12,7 +12,12 @@ use crate::{
 /// Writes with `write`, and parses each line back.
 fn lines(write: impl FnOnce(&mut JsonSink<&mut Vec<u8>>) -> io::Result<()>) -> Vec<Value> {
     let mut out = Vec::new();
-    write(&mut JsonSink::new(&mut out, &NodeName::new("node-a"))).expect("writing to memory");
+    write(&mut JsonSink::new(
+        &mut out,
+        &NodeName::new("node-a"),
+        &Names::AsSent,
+    ))
+    .expect("writing to memory");
     String::from_utf8(out)
         .expect("JSON is UTF-8")
         .lines()
@@ -458,10 +463,10 @@ fn packet_lines_are_the_schema_records_serde_writes() {
     use crate::schema::PacketRecord;
 
     for node in ["node-a", "node-\"a\"\n"] {
-        let mut lines = PacketLines::for_node(&NodeName::new(node));
+        let mut lines = PacketLines::for_node(&NodeName::new(node), &Names::AsSent);
         for obs in assorted_observations() {
             let written = String::from_utf8(lines.line(&obs).unwrap().to_vec()).unwrap();
-            let record = Record::Packet(PacketRecord::new(&obs, node));
+            let record = Record::Packet(PacketRecord::new(&obs, node, &Names::AsSent));
             assert_eq!(
                 written,
                 format!("{}\n", serde_json::to_string(&record).unwrap()),
@@ -484,7 +489,7 @@ fn packet_lines_cost_less_than_serde() {
     let observations = assorted_observations();
     let lines = (ROUNDS * observations.len()) as f64;
     let mut out = Vec::with_capacity(1 << 16);
-    let mut by_hand = PacketLines::for_node(&node);
+    let mut by_hand = PacketLines::for_node(&node, &Names::AsSent);
     let started = Instant::now();
     for _ in 0..ROUNDS {
         out.clear();
@@ -497,7 +502,11 @@ fn packet_lines_cost_less_than_serde() {
     for _ in 0..ROUNDS {
         out.clear();
         for obs in &observations {
-            let record = Record::Packet(PacketRecord::new(black_box(obs), node.as_str()));
+            let record = Record::Packet(PacketRecord::new(
+                black_box(obs),
+                node.as_str(),
+                &Names::AsSent,
+            ));
             serde_json::to_writer(&mut out, &record).unwrap();
             out.push(b'\n');
         }

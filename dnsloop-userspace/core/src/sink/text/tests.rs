@@ -10,7 +10,7 @@ use crate::{
 
 fn written(write: impl FnOnce(&mut TextSink<&mut Vec<u8>>) -> io::Result<()>) -> String {
     let mut out = Vec::new();
-    write(&mut TextSink::new(&mut out)).expect("writing to memory");
+    write(&mut TextSink::new(&mut out, &Names::AsSent)).expect("writing to memory");
     String::from_utf8(out).expect("text is UTF-8")
 }
 

@@ -8,6 +8,7 @@ use crate::{
     finding::{Finding, LoopFinding},
     observation::Observation,
     points::NODE,
+    present::names::Names,
     testkit::observations::*,
 };
 
@@ -25,6 +26,7 @@ pub(super) fn analyzer() -> ForwardingLoops {
         Duration::from_secs(2),
         Duration::from_secs(10),
         4096,
+        Names::AsSent,
     )
 }
 

@@ -3,7 +3,7 @@
 //! question back over the overlay to CoreDNS on node A (10.244.0.3), which forwards it to node
 //! A's cache. Node B's part of the round is out of sight.
 use super::*;
-use crate::{finding::Unconfirmable, observation::Namespace};
+use crate::{finding::Unconfirmable, observation::Namespace, present::names::Names};
 
 /// Node B's address on the overlay, which its cache's queries to node A's pods come from.
 const NODE_B: &str = "10.244.1.0";
@@ -111,6 +111,7 @@ fn a_loop_through_another_node_is_counted_per_round_and_keeps_its_id() {
         Duration::from_secs(2),
         Duration::from_millis(100),
         4096,
+        Names::AsSent,
     );
     // 200 rounds, 0.8 s: reported at the second return, then every 100 ms, then at the end.
     let mut found = loops(run(&mut analyzer, loop_through_node_b(200), ms(1_000)));
