@@ -40,21 +40,23 @@ const ROUNDS: usize = 3;
 /// How many clients on another node ask a pod the same name at once.
 const OTHER_NODE_CLIENTS: usize = 3;
 
-/// Brings up `scenario` on `nodes` nodes and traces every node while `traffic` runs; returns
-/// each node's trace, node 0 first. `traffic` starts once every tracer is attached, and is
-/// given them, node 0 first, to wait for what they report. `None` when this host cannot run
-/// the test (it fails instead under `CI=true`).
-fn traced_cluster(
+/// Brings up `scenario` on `nodes` nodes and traces every node while `traffic` runs, the tracer
+/// of node `node` given `node_args(node)` besides `--output json`; returns each node's trace,
+/// node 0 first. `traffic` starts once every tracer is attached, and is given them, node 0
+/// first, to wait for what they report. `None` when this host cannot run the test (it fails
+/// instead under `CI=true`).
+pub(crate) fn traced_cluster_with(
     test: &str,
     scenario: Scenario,
     nodes: usize,
+    node_args: impl Fn(usize) -> Vec<String>,
     traffic: impl FnOnce(&mut Lab, &mut [Tracer]),
 ) -> Option<Vec<Trace>> {
-    let observed = observed_cluster(test, scenario, nodes, false, traffic)?;
+    let observed = observed_cluster(test, scenario, nodes, false, node_args, traffic)?;
     Some(observed.into_iter().map(|(trace, _)| trace).collect())
 }
 
-/// As `traced_cluster`, with tcpdump capturing every interface of every node at the same time
+/// As `traced_cluster_with`, no option added, with tcpdump capturing every interface of every node at the same time
 /// (DNS and ICMP, as an operator would); returns each node's trace and `dnsloop analyze` of its
 /// capture.
 fn traced_and_captured_cluster(
@@ -63,7 +65,7 @@ fn traced_and_captured_cluster(
     nodes: usize,
     traffic: impl FnOnce(&mut Lab, &mut [Tracer]),
 ) -> Option<Vec<(Trace, Trace)>> {
-    let observed = observed_cluster(test, scenario, nodes, true, traffic)?;
+    let observed = observed_cluster(test, scenario, nodes, true, |_| Vec::new(), traffic)?;
     Some(
         observed
             .into_iter()
@@ -77,6 +79,7 @@ fn observed_cluster(
     scenario: Scenario,
     nodes: usize,
     captured: bool,
+    node_args: impl Fn(usize) -> Vec<String>,
     traffic: impl FnOnce(&mut Lab, &mut [Tracer]),
 ) -> Option<Vec<(Trace, Option<Trace>)>> {
     let mut needs = vec![Need::Root, Need::DnsloopBinary];
@@ -102,11 +105,16 @@ fn observed_cluster(
         .map(|node| {
             let namespace = lab.node_ns_of(node).expect("a node of the lab");
             let name = node_name(node);
+            let extra = node_args(node);
+            let args: Vec<&str> = ["--output", "json"]
+                .into_iter()
+                .chain(extra.iter().map(String::as_str))
+                .collect();
             Tracer::start_with_env(
                 &dnsloop_bin(),
                 &lab,
                 namespace,
-                &["--output", "json"],
+                &args,
                 &[("NODE_NAME", name.as_str())],
             )
             .or_fail(format_args!("{test}: tracer on node {node}"))
@@ -195,12 +203,12 @@ fn a_loop_through_node_local_dns_in_iptables_mode_is_reported_by_each_node() {
 /// goes round thousands of times a second; over TCP each hop opens a connection, so rounds are
 /// fewer, and which CoreDNS pod each forward's DNAT picks decides when the question first
 /// crosses to the other node and back.
-struct Storm {
+pub(crate) struct Storm {
     crossed_twice_within: Duration,
     reported_by: Duration,
 }
 
-const UDP_STORM: Storm = Storm {
+pub(crate) const UDP_STORM: Storm = Storm {
     crossed_twice_within: LOOP_REPORTED_WITHIN,
     reported_by: Duration::from_secs(15),
 };
@@ -219,9 +227,20 @@ fn is_loop_through_other_nodes(record: &Record, qname: &str) -> bool {
 /// it as a loop through other nodes, in time, with one `loop_id` on both nodes and a few
 /// findings for the storm.
 fn loop_through_two_nodes(test: &str, scenario: Scenario, storm: Storm) {
+    loop_through_two_nodes_traced(test, scenario, storm, |_| Vec::new(), &fqdn(EXTERNAL_NAME));
+}
+
+/// As `loop_through_two_nodes`, the tracer of node `node` given `node_args(node)`, which name
+/// the question `qname`; returns each node's trace, node 0 first, once checked.
+pub(crate) fn loop_through_two_nodes_traced(
+    test: &str,
+    scenario: Scenario,
+    storm: Storm,
+    node_args: impl Fn(usize) -> Vec<String>,
+    qname: &str,
+) -> Option<Vec<Trace>> {
     let mut asked = None;
-    let qname = fqdn(EXTERNAL_NAME);
-    let Some(traces) = traced_cluster(test, scenario, 2, |lab, tracers| {
+    let traces = traced_cluster_with(test, scenario, 2, node_args, |lab, tracers| {
         asked = Some(Timestamp(SystemTime::now()));
         // The client on node 1 asks its cache: the question goes round both nodes' caches
         // and CoreDNS pods until the servers' storm budget ends it, or they are stopped.
@@ -233,19 +252,17 @@ fn loop_through_two_nodes(test: &str, scenario: Scenario, storm: Storm) {
         );
         for (node, tracer) in tracers.iter_mut().enumerate() {
             if let Err(error) = tracer.wait_for_record(storm.reported_by, |record| {
-                is_loop_through_other_nodes(record, &qname)
+                is_loop_through_other_nodes(record, qname)
             }) {
                 panic!("{test}: node {node}: no loop through other nodes for {qname}: {error:#}");
             }
         }
         lab.stop_servers();
-    }) else {
-        return;
-    };
+    })?;
     let asked = asked.expect("the traffic ran");
     let mut loop_ids = Vec::new();
     for (node, trace) in traces.iter().enumerate() {
-        let loops = trace.loops_for(&qname);
+        let loops = trace.loops_for(qname);
         let Some(first) = loops.iter().find(|found| !found.off_node.is_empty()) else {
             panic!(
                 "node {node}: no loop through other nodes for {qname}\n{}{}",
@@ -294,6 +311,7 @@ fn loop_through_two_nodes(test: &str, scenario: Scenario, storm: Storm) {
         loop_ids[0], loop_ids[1],
         "one loop, one loop_id on both nodes"
     );
+    Some(traces)
 }
 
 /// glibc's pairs of A and AAAA each client sends at once in

@@ -17,6 +17,7 @@ mod metrics;
 mod packets;
 mod probe;
 mod record;
+mod redact;
 mod slow;
 mod storm;
 mod trace;

@@ -518,4 +518,22 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_scenarios_dns_names_are_those_its_servers_are_configured_with() {
+        let names = Scenario::DeadUpstream.dns_names();
+        for name in [
+            "www.example.test",
+            "kubernetes.default.svc.cluster.local",
+            "corp.example",
+            "gone.corp.example",
+            "servfail.corp.example",
+        ] {
+            assert!(names.contains(&name), "{name}: {names:?}");
+        }
+        assert!(!names.contains(&"."), "the root is no name");
+        assert!(Scenario::ClusterLoop
+            .dns_names()
+            .contains(&"www.example.test"));
+    }
 }

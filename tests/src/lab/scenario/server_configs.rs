@@ -17,6 +17,37 @@ use crate::lab::{
 };
 
 impl Scenario {
+    /// Every DNS name its servers are configured with, records and zones (the root left out),
+    /// on every node: what a test of redaction looks for in dnsloop's output.
+    pub fn dns_names(&self) -> Vec<&'static str> {
+        let mut names: Vec<&'static str> = (0..self.default_nodes())
+            .flat_map(|node| {
+                self.servers_on(node)
+                    .into_iter()
+                    .map(move |server| self.server_config(server, node))
+            })
+            .flat_map(|config| {
+                let zone_answers = config.zone_answers.iter().map(|answer| match answer {
+                    ZoneAnswer::Rcode { zone, .. }
+                    | ZoneAnswer::Late { zone, .. }
+                    | ZoneAnswer::TruncatedOverUdp { zone, .. } => *zone,
+                });
+                config
+                    .records
+                    .iter()
+                    .map(|(name, _)| *name)
+                    .chain(config.local_zones.iter().copied())
+                    .chain(config.forwards.iter().map(|forward| forward.zone))
+                    .chain(zone_answers)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|name| *name != ROOT)
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
     /// What `server` does on node `node` (the upstream is the same for every node).
     pub(crate) fn server_config(&self, server: Server, node: usize) -> ServerConfig {
         let mut config = match server {
