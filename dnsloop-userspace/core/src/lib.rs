@@ -11,8 +11,8 @@
 //! capture bundle, which `capture` and the flight [`recorder`] leave behind. Where no node
 //! says which addresses its namespaces hold (a capture), [`answered_from`] learns them from
 //! the replies the capture shows. [`present`] names what the analyzers, the schema and the
-//! sinks show people (DNS codes, times, probes) alike. `testkit` is what the tests build
-//! on, the fuzzer's decode path among it.
+//! sinks show people (DNS codes, names as sent or redacted, times, probes) alike. `testkit`
+//! is what the tests build on, the fuzzer's decode path among it.
 //!
 //! Modules use only those below them, bottom first: `present`; `observation`, `finding`;
 //! `points`, `source`, `decode`; `analyzers`, `answered_from`, `enrich`; `schema`; `sink`;
