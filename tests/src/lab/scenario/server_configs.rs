@@ -30,7 +30,8 @@ impl Scenario {
                 let zone_answers = config.zone_answers.iter().map(|answer| match answer {
                     ZoneAnswer::Rcode { zone, .. }
                     | ZoneAnswer::Late { zone, .. }
-                    | ZoneAnswer::TruncatedOverUdp { zone, .. } => *zone,
+                    | ZoneAnswer::TruncatedOverUdp { zone, .. }
+                    | ZoneAnswer::Large { zone, .. } => *zone,
                 });
                 config
                     .records
