@@ -9,6 +9,7 @@ use std::{
 use dnsloop_shared::{parse::Probe, point::Direction};
 
 use crate::observation::{DropCause, FragmentSizes, Namespace, Observation, Question, Transport};
+use crate::present::names::Names;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Finding {
@@ -151,6 +152,17 @@ impl LoopId {
             question.qtype,
             question.qclass,
         )
+    }
+
+    /// `question`'s as findings written with `names` carry it: redacted, keyed like the names
+    /// (a fixed hash of the whole name would let anyone check a guessed name against it), so
+    /// that nodes sharing the key still give one loop the same id.
+    pub fn of_question_written(question: &Question, names: &Names) -> Self {
+        let folded = question.name.folded().as_bytes();
+        let (qtype, qclass) = (question.qtype.to_be_bytes(), question.qclass.to_be_bytes());
+        names
+            .keyed_id(&[folded, &qtype, &qclass])
+            .map_or_else(|| Self::of_question(question), Self)
     }
 
     /// `folded_name` in wire format, lower case.

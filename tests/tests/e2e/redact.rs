@@ -176,14 +176,21 @@ fn a_redacted_loop_through_two_nodes_keeps_one_loop_id_and_names_nothing() {
     ) else {
         return;
     };
-    // The question's, as without redaction: A, class IN.
-    let loop_id = LoopId::of(&folded_wire(EXTERNAL_NAME), 1, 1).to_string();
+    // One id on both nodes, keyed like the names: not the plain hash of the question (A,
+    // class IN), against which a guessed name could be checked.
+    let plain_id = LoopId::of(&folded_wire(EXTERNAL_NAME), 1, 1).to_string();
+    let loop_id = traces[0]
+        .loops_for(&qname)
+        .first()
+        .map(|found| found.loop_id.clone())
+        .or_fail(format_args!("node 0 reported the loop of {qname}"));
+    assert_ne!(loop_id, plain_id, "the loop_id is keyed");
     let names = lab_names(scenario);
     for (node, trace) in traces.iter().enumerate() {
         let loops = trace.loops_for(&qname);
         assert!(
             loops.iter().all(|found| found.loop_id == loop_id),
-            "node {node}: the loop_id of {EXTERNAL_NAME} A:\n{}",
+            "node {node}: the loop_id of {EXTERNAL_NAME} A is not node 0's {loop_id}:\n{}",
             trace.stdout
         );
         assert_no_lab_name(&names, &format!("node {node}'s stdout"), &trace.stdout);

@@ -46,6 +46,15 @@ impl Names {
         matches!(self, Self::Redacted(_))
     }
 
+    /// Redacted, a keyed 64-bit id of `parts` (for an id made of a name, such as a loop's,
+    /// which a fixed hash would let anyone check a guessed name against); `None` as sent.
+    pub fn keyed_id(&self, parts: &[&[u8]]) -> Option<u64> {
+        match self {
+            Self::AsSent => None,
+            Self::Redacted(redaction) => Some(redaction.keyed_id(parts)),
+        }
+    }
+
     /// Appends the name made of `labels` (without the root), with a trailing dot; the root is
     /// `.`. As sent, bytes that are not printable ASCII, and the dot and backslash inside a
     /// label, are escaped as dig does (`\DDD`, `\.`), so that no control byte ever reaches a
@@ -69,6 +78,10 @@ impl Names {
         }
     }
 }
+
+/// Put before what a keyed id hashes, so that no id is ever a label's hash: a label in lower
+/// case never begins with 0xff.
+const ID_DOMAIN: &[u8] = b"\xffid";
 
 /// The shortest key taken: 128 bits, so that nobody can try every key.
 pub const MIN_KEY_BYTES: usize = 16;
@@ -184,6 +197,19 @@ impl Redaction {
             return 2;
         }
         usize::from(labels.len() >= 2)
+    }
+
+    /// The first 8 bytes of HMAC-SHA256 of `parts`, after [`ID_DOMAIN`].
+    fn keyed_id(&self, parts: &[&[u8]]) -> u64 {
+        let mut mac = self.mac.clone();
+        mac.update(ID_DOMAIN);
+        for part in parts {
+            mac.update(part);
+        }
+        let hash = mac.finalize().into_bytes();
+        let mut id = [0; 8];
+        id.copy_from_slice(&hash[..8]);
+        u64::from_be_bytes(id)
     }
 
     /// `h:` and the first [`HASH_DIGITS`] hex digits of HMAC-SHA256 of the label in lower case.

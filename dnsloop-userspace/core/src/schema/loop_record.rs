@@ -17,7 +17,8 @@ pub struct LoopRecord {
     /// When this report was written (the packet time of the round that prompted it).
     pub ts: Timestamp,
     /// A hash of the question (name folded to lower case, type, class) in 16 hex digits: the
-    /// same on every node the loop crosses, so that a log pipeline can group its reports.
+    /// same on every node the loop crosses, so that a log pipeline can group its reports. With
+    /// `--redact-names`, keyed like the names (the same on nodes sharing the key).
     pub loop_id: String,
     /// When the loop was first reported; equal to `ts` in its first report.
     pub since: Timestamp,

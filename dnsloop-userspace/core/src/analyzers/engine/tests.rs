@@ -371,14 +371,18 @@ fn arbitrary_input_never_panics() {
     assert_eq!(summary.observations, 50_000);
 }
 
-/// Redaction changes how findings write the name, never what is found: the same findings,
-/// the same `loop_id`, with the name a keyed hash wherever it was written.
+/// Redaction changes how findings write the name, never what is found: the same findings, with
+/// the name a keyed hash wherever it was written, and the `loop_id` keyed too (a plain hash of
+/// the whole name would let a guessed name be checked against it).
 #[test]
 fn redacted_names_change_how_findings_name_the_question_not_what_is_found() {
     use crate::present::names::{Names, Redaction};
 
     let redaction = Redaction::new(b"a key of sixteen bytes or more", "cluster.local").unwrap();
     let redacted = Names::redacted(redaction);
+    let other_key = Names::redacted(
+        Redaction::new(b"another key, sixteen bytes or more", "cluster.local").unwrap(),
+    );
     let name = crate::DnsName::from_wire(&name_wire(NAME)).unwrap();
     let (as_sent, hashed) = (name.presented(&Names::AsSent), name.presented(&redacted));
     let findings = |names: Names| {
@@ -392,7 +396,17 @@ fn redacted_names_change_how_findings_name_the_question_not_what_is_found() {
         findings
     };
     let plain = findings(Names::AsSent);
+    let loop_id = |findings: &[Finding]| {
+        findings.iter().find_map(|found| match found {
+            Finding::Loop(found) => Some(found.loop_id),
+            _ => None,
+        })
+    };
+    let (plain_id, other_key_id) = (loop_id(&plain), loop_id(&findings(other_key.clone())));
     let redacted = findings(redacted);
+    let redacted_id = loop_id(&redacted).expect("a loop");
+    assert_ne!(Some(redacted_id), plain_id, "keyed");
+    assert_ne!(Some(redacted_id), other_key_id, "by the key");
     assert!(
         plain.iter().any(|found| matches!(found, Finding::Loop(_))),
         "{plain:?}"
@@ -407,6 +421,7 @@ fn redacted_names_change_how_findings_name_the_question_not_what_is_found() {
         .map(|found| match found {
             Finding::Loop(mut found) => {
                 assert_eq!(found.qname, as_sent);
+                found.loop_id = redacted_id;
                 found.qname = hashed.clone();
                 found.summary = found.summary.replace(&as_sent, &hashed);
                 Finding::Loop(found)

@@ -97,7 +97,7 @@ pub fn loop_finding(
     Some(LoopFinding {
         ts: at,
         since: at,
-        loop_id: LoopId::of_question(question),
+        loop_id: LoopId::of_question_written(question, names),
         qname,
         qtype: question.qtype,
         count: rounds,

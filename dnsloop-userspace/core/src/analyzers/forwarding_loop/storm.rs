@@ -206,7 +206,7 @@ impl Window {
             LoopFinding {
                 ts: at,
                 since: at,
-                loop_id: LoopId::of_question(question),
+                loop_id: LoopId::of_question_written(question, names),
                 qname,
                 qtype: question.qtype,
                 count: 1,
