@@ -103,9 +103,11 @@ impl PcapCapture {
         // -y: the link type to capture with (LINUX_SLL for `-i any` in cooked v1).
         let link_type: Vec<&str> = link_type.map(|name| vec!["-y", name]).unwrap_or_default();
         // --immediate-mode: packets are not held in the kernel's buffer, where SIGINT would
-        // leave them. -U: each packet is written as it arrives. -B: room for bursts: at the
-        // default snapshot length (256 KiB) the default 2 MiB ring holds 8 packets, and a
-        // lookup's hops overflow it (tcpdump then counts "packets dropped by kernel"). -Z root:
+        // leave them. -U: each packet is written as it arrives. -s and -B: room for bursts:
+        // each slot of tcpdump's ring is a snapshot long, and at the default (256 KiB) even a
+        // 16 MiB ring held 64 packets, which two nodes' A and AAAA races overflowed on a busy
+        // CI machine (tcpdump then counts "packets dropped by kernel"). 64 KiB takes any IP
+        // packet whole, GRO's included; 32 MiB of them is 512 packets. -Z root:
         // Debian's tcpdump drops to its own user, which could not write into the lab's state
         // directory.
         let tcpdump = Tcpdump::start(
@@ -114,8 +116,10 @@ impl PcapCapture {
                 &[
                     "--immediate-mode",
                     "-U",
+                    "-s",
+                    "65535",
                     "-B",
-                    "16384",
+                    "32768",
                     "-Z",
                     "root",
                     "-i",
