@@ -374,33 +374,37 @@ impl Tracer {
             // Whatever woke the loop, the packets and drops streamed meanwhile are taken before
             // the time is told: the watermark says no record older than it is still to come,
             // which holds only if both rings were read just now (a drop, a link event or a timer
-            // may have woken it while records waited for their ring's own wakeup). A drop must
-            // be known before the query it ends is judged delivered, and packets move the
-            // analysis on as they come: so the drops go first. (After the packets, a batch
-            // spanning more than `settle`, as a busy node's does when the tracer waits for a
-            // CPU, had a query judged taken in where the drop right behind it said it was not:
-            // a false loop.)
-            self.source.drain(&mut packets);
-            if let Some(drops) = &mut self.drops {
-                drops.drain(&mut dropped);
-            }
-            consumer.drops(&mut dropped, &|device| self.watch.drop_place(device))?;
-            consumer.packets(&mut packets, self.watch.points())?;
+            // may have woken it while records waited for their ring's own wakeup).
+            self.hand_over_rings(consumer, &mut packets, &mut dropped)?;
             consumer.unanswered(&mut expired, self.watch.points())?;
             consumer.tick(self.source.watermark())?;
         };
         // What was streamed before the end is judged too, and so is every query in the
         // kernel's table that waited past the timeout by now: the last sweep may be up to an
         // interval old, and a timeout that is due is reported, not left for a next run.
-        self.source.drain(&mut packets);
-        if let Some(drops) = &mut self.drops {
-            drops.drain(&mut dropped);
-        }
-        consumer.drops(&mut dropped, &|device| self.watch.drop_place(device))?;
-        consumer.packets(&mut packets, self.watch.points())?;
+        self.hand_over_rings(consumer, &mut packets, &mut dropped)?;
         self.sweep_unanswered(&mut expired);
         consumer.unanswered(&mut expired, self.watch.points())?;
         Ok(ended)
+    }
+
+    /// Reads both rings to their end and hands `consumer` what they held, the drops first: a
+    /// drop must be known before the query it ends is judged delivered, and packets move the
+    /// analysis on as they come. (Handed after the packets, a batch spanning more than
+    /// `settle`, as a busy node's does when the tracer waits for a CPU, had a query judged
+    /// taken in where the drop right behind it said it was not: a false loop.)
+    fn hand_over_rings<C: Consumer + ?Sized>(
+        &mut self,
+        consumer: &mut C,
+        packets: &mut Vec<RawPacket>,
+        dropped: &mut Vec<DroppedPacket>,
+    ) -> anyhow::Result<()> {
+        self.source.drain(packets);
+        if let Some(drops) = &mut self.drops {
+            drops.drain(dropped);
+        }
+        consumer.drops(dropped, &|device| self.watch.drop_place(device))?;
+        consumer.packets(packets, self.watch.points())
     }
 
     /// Ends the run: `pipeline` writes its last findings and the summary, with what the kernel
