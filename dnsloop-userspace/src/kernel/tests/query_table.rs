@@ -67,26 +67,16 @@ fn a_query_never_answered_is_collected_with_its_question_once_it_expires() {
 fn every_query_of_a_large_table_is_collected_once_oldest_first() {
     for_each_build(loaded(trace_settings()), |mut kernel| {
         const QUERIES: u16 = 2000;
-        for id in 0..QUERIES {
-            kernel.run(
-                Direction::Ingress,
-                &query_frame(id, &format!("host{id}.example"), QTYPE_A),
-            );
-        }
+        ask_distinct(&mut kernel, QUERIES);
         let mut unanswered = kernel.unanswered_queries();
-        let mut expired = Vec::new();
-
-        unanswered
-            .take_expired(Duration::ZERO, &mut expired)
-            .expect("reading the query table");
-
-        let ids: Vec<u16> = expired.iter().map(|query| query.id).collect();
-        assert_eq!(ids, (0..QUERIES).collect::<Vec<_>>());
-        expired.clear();
-        unanswered
-            .take_expired(Duration::ZERO, &mut expired)
-            .expect("reading the query table");
-        assert!(expired.is_empty(), "each is collected once");
+        assert_eq!(
+            expired_ids(&mut unanswered),
+            (0..QUERIES).collect::<Vec<_>>()
+        );
+        assert!(
+            expired_ids(&mut unanswered).is_empty(),
+            "each is collected once"
+        );
     });
 }
 
@@ -100,22 +90,12 @@ fn a_full_table_counts_the_queries_it_refuses_and_keeps_those_it_holds() {
         ..trace_settings()
     };
     for_each_build(loaded(settings), |mut kernel| {
-        for id in 0..TABLE + 6 {
-            kernel.run(
-                Direction::Ingress,
-                &query_frame(id, &format!("host{id}.example"), QTYPE_A),
-            );
-        }
+        ask_distinct(&mut kernel, TABLE + 6);
         assert_eq!(kernel.counts().get(Counter::QueriesNotTracked), 6);
 
         let mut unanswered = kernel.unanswered_queries();
-        let mut expired = Vec::new();
-        unanswered
-            .take_expired(Duration::ZERO, &mut expired)
-            .expect("reading the query table");
-        let ids: Vec<u16> = expired.iter().map(|query| query.id).collect();
         assert_eq!(
-            ids,
+            expired_ids(&mut unanswered),
             (0..TABLE).collect::<Vec<_>>(),
             "the first ones, all kept"
         );
@@ -130,6 +110,25 @@ fn a_full_table_counts_the_queries_it_refuses_and_keeps_those_it_holds() {
             "room again once collected"
         );
     });
+}
+
+/// `count` queries for distinct names, ids 0 to `count - 1`, none answered.
+fn ask_distinct(kernel: &mut Kernel, count: u16) {
+    for id in 0..count {
+        kernel.run(
+            Direction::Ingress,
+            &query_frame(id, &format!("host{id}.example"), QTYPE_A),
+        );
+    }
+}
+
+/// The ids of every query `unanswered` collects as expired now, in the order it gives them.
+fn expired_ids(unanswered: &mut UnansweredQueries) -> Vec<u16> {
+    let mut expired = Vec::new();
+    unanswered
+        .take_expired(Duration::ZERO, &mut expired)
+        .expect("reading the query table");
+    expired.iter().map(|query| query.id).collect()
 }
 
 /// A query from before the run (pinned by an earlier one, `--pin`) that expires is counted but
