@@ -23,6 +23,7 @@ use dnsloop_tests::{
     },
     privilege::{can_run, dnsloop_bin, Need},
     tracer::{self, Tracer},
+    wait,
 };
 
 const CLUSTER_NAME: &str = "kubernetes.default.svc.cluster.local";
@@ -514,6 +515,25 @@ impl Drop for Stopped {
     }
 }
 
+/// Ok once the node's neighbour entry for `address` is FAILED: it gave up resolving it, and
+/// dropped what waited for it.
+fn neighbour_failed(lab: &Lab, address: Ipv4Addr) -> Result<(), String> {
+    let shown = lab
+        .exec(
+            lab.node_ns(),
+            &["ip", "neigh", "show", &address.to_string()],
+        )
+        .map_err(|error| format!("ip neigh show {address}: {error:#}"))?;
+    let state = String::from_utf8_lossy(&shown.stdout).into_owned();
+    if state.contains("FAILED") {
+        Ok(())
+    } else {
+        Err(format!(
+            "the node's neighbour entry for {address}: {state:?}"
+        ))
+    }
+}
+
 #[test]
 fn upstreams_answering_refused_servfail_late_or_on_a_second_try_are_no_loop() {
     // CoreDNS forwards stub domains to a server that answers REFUSED or SERVFAIL at once, or
@@ -528,6 +548,10 @@ fn upstreams_answering_refused_servfail_late_or_on_a_second_try_are_no_loop() {
         for name in [&retry, &refused, &servfail, &slow] {
             let _ = lab.dig(Pod::Client, &node_cache(), &[name]);
         }
+        // The node drops the query to the gone server (NEIGH_FAILED, asserted below) once ARP
+        // has given up on its address, some 3 s after the query: waited for, not assumed.
+        wait::until(Duration::from_secs(15), || neighbour_failed(lab, GONE_DNS))
+            .or_fail(format_args!("{test}: the node giving up on {GONE_DNS}"));
         thread::sleep(TIMEOUT_REPORTED_WITHIN);
     }) else {
         return;
