@@ -133,7 +133,7 @@ pub fn judge(report: &Report) -> Vec<Judged> {
     ));
     judged.push(Judged::at_most(
         format!(
-            "userspace CPU, {}: <= tcpdump -w's",
+            "userspace CPU, {}, runs with no finding: <= tcpdump -w's",
             Watcher::DnsloopDaemonSet.name()
         ),
         median(USERSPACE_SECTION, Watcher::DnsloopDaemonSet)
