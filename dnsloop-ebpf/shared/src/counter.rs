@@ -28,8 +28,9 @@ pub enum Counter {
     /// DNS packets the kernel dropped (`skb:kfree_skb`), each streamed to userspace with its
     /// reason unless the drop ring was full (then counted in `LostRecords` too).
     DnsDrops = 10,
-    /// New queries the query table had no room for: their answers are not timed, and no
-    /// timeout of theirs is reported.
+    /// New queries the query table had no room for (or, with a name too long for its entry,
+    /// the kernel no memory for the name): their answers are not timed, and no timeout of
+    /// theirs is reported.
     QueriesNotTracked = 11,
 }
 

@@ -34,6 +34,8 @@ pub const COUNTERS_MAP: &str = "COUNTERS";
 pub const QUESTIONS_MAP: &str = "QUESTIONS";
 /// The query table (`query::QueryEntry`).
 pub const QUERIES_MAP: &str = "QUERIES";
+/// The names too long for the query table's entries (`query::LongName`), under the same keys.
+pub const LONG_NAMES_MAP: &str = "LONG_NAMES";
 /// Answer statistics per server (`server::ServerStats`).
 pub const SERVERS_MAP: &str = "SERVERS";
 /// The addresses that forward DNS (`forwarder::ForwarderKey`).
@@ -60,12 +62,13 @@ pub const NAME_WALK_MAP: &str = "NAME_WALK";
 pub const PARSED_MAP: &str = "PARSED";
 
 /// Every map in the object.
-pub const MAPS: [&str; 19] = [
+pub const MAPS: [&str; 20] = [
     POINTS_MAP,
     POINT_COUNTERS_MAP,
     COUNTERS_MAP,
     QUESTIONS_MAP,
     QUERIES_MAP,
+    LONG_NAMES_MAP,
     SERVERS_MAP,
     FORWARDERS_MAP,
     TRUNCATED_MAP,

@@ -89,6 +89,14 @@ impl QueryState {
 /// power of two so that a copy length can be bounded by a mask.
 pub const NAME_WIRE_MAX: usize = 256;
 
+/// Room for a name in the query entry itself. Nearly every name fits (a service's name in a
+/// cluster, `kubernetes.default.svc.cluster.local`, takes 38 bytes; one with a search suffix
+/// appended takes about 60); a longer one is held whole in `LongName`, keyed as the entry is.
+/// Holding every name's full room in the entry made it 312 bytes instead of 120: the kernel
+/// copies and touches each entry whole when a query is inserted, two to four times a query.
+/// A power of two, as `NAME_WIRE_MAX`.
+pub const NAME_INLINE_MAX: usize = 64;
+
 /// A query in flight as the query table holds it: where it went, and what it asked, so that
 /// userspace can report it by name if no answer ever reaches its client.
 #[repr(C)]
@@ -99,12 +107,14 @@ pub struct QueryEntry {
     pub netns_cookie: u64,
     pub qtype: u16,
     pub qclass: u16,
-    /// Bytes of `name` that hold the question's name (wire format, root label included).
+    /// Length of the question's name (wire format, root label included). Longer than
+    /// `NAME_INLINE_MAX`, the name is in the long-name table (see [`QueryEntry::name_is_long`]).
     pub name_len: u16,
     /// `parse::IpFamily as u8` of the key's and `state`'s addresses.
     pub family: u8,
     pub _pad: [u8; 1],
-    pub name: [u8; NAME_WIRE_MAX],
+    /// The name, when it fits.
+    pub name: [u8; NAME_INLINE_MAX],
 }
 
 impl QueryEntry {
@@ -125,17 +135,39 @@ impl QueryEntry {
         name_len: 0,
         family: 0,
         _pad: [0; 1],
-        name: [0; NAME_WIRE_MAX],
+        name: [0; NAME_INLINE_MAX],
     };
 
-    /// The question's name as held, or `None` if the length is out of range.
+    /// Whether the name is too long for the entry, and held in the long-name table instead.
+    #[inline(always)]
+    pub const fn name_is_long(name_len: u16) -> bool {
+        name_len as usize > NAME_INLINE_MAX
+    }
+
+    /// The question's name, if the entry holds it: `None` for a long one, or a length out of
+    /// range.
     pub fn name(&self) -> Option<&[u8]> {
         self.name.get(..usize::from(self.name_len))
     }
 }
 
+/// The name of a query in flight too long for its [`QueryEntry`], in the long-name table under
+/// the same key: inserted with the entry, removed with it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LongName {
+    pub wire: [u8; NAME_WIRE_MAX],
+}
+
+impl LongName {
+    /// The name, if `len` is in range.
+    pub fn name(&self, len: u16) -> Option<&[u8]> {
+        self.wire.get(..usize::from(len))
+    }
+}
+
 #[cfg(feature = "user")]
-crate::pod!(QueryKey, QueryState, QueryEntry);
+crate::pod!(QueryKey, QueryState, QueryEntry, LongName);
 
 #[cfg(test)]
 mod tests {
@@ -148,6 +180,7 @@ mod tests {
     fn query_types_have_no_implicit_padding() {
         assert_eq!(size_of::<QueryKey>(), 24);
         assert_eq!(size_of::<QueryState>(), 40);
-        assert_eq!(size_of::<QueryEntry>(), 40 + 8 + 8 + NAME_WIRE_MAX);
+        assert_eq!(size_of::<QueryEntry>(), 40 + 8 + 8 + NAME_INLINE_MAX);
+        assert_eq!(size_of::<LongName>(), NAME_WIRE_MAX);
     }
 }

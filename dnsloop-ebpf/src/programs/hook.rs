@@ -248,10 +248,14 @@ pub fn copy_into<H: Hook, const N: usize>(
 ///
 /// A plain `if len == 0 || len > N` is not enough: LLVM may test one copy of the value and pass
 /// another to the helper, and the verifier then sees an unbounded length. Masking the value that
-/// is passed keeps the bound on that very register (`N` is a power of two).
+/// is passed keeps the bound on that very register (`N` is a power of two). The value is read
+/// through a volatile load first: where LLVM knows its range from a test before (a name longer
+/// than some room), it would find the mask redundant and drop it.
 #[inline(always)]
 fn verifier_len<const N: usize>(len: usize) -> Option<u32> {
     const { assert!(N.is_power_of_two()) };
+    // SAFETY: reading a local.
+    let len = unsafe { core::ptr::read_volatile(&len) };
     if len == 0 || len > N {
         return None;
     }

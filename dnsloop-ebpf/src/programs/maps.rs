@@ -1,6 +1,6 @@
 //! The programs' maps and load-time settings.
 use aya_ebpf::{
-    bindings::BPF_F_NO_COMMON_LRU,
+    bindings::{BPF_F_NO_COMMON_LRU, BPF_F_NO_PREALLOC},
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
@@ -16,7 +16,7 @@ use dnsloop_shared::{
     point::{
         ObservationPoint, PointCounters, PointNamespaces, PointSlot, POINT_CANDIDATES, POINT_SLOTS,
     },
-    query::{QueryEntry, QueryKey, QueryState},
+    query::{LongName, QueryEntry, QueryKey, QueryState},
     question::{QuestionKey, QuestionState, Sighting, PRIOR_SIGHTINGS},
     record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
     server::{ServerKey, ServerStats},
@@ -57,6 +57,14 @@ pub static NEW_QUESTION: PerCpuArray<QuestionState> = PerCpuArray::with_max_entr
 /// about to report as timeouts, without a trace.
 #[map]
 pub static QUERIES: HashMap<QueryKey, QueryEntry> = HashMap::with_max_entries(65536, 0);
+
+/// The names of queries in `QUERIES` too long for their entries, under the same keys; as many
+/// entries as `QUERIES` (userspace sizes both at load time). Not preallocated: long names are
+/// few, and a table holding room for every query's would be most of the query tables' memory.
+/// A query whose long name finds no room here is not tracked either.
+#[map]
+pub static LONG_NAMES: HashMap<QueryKey, LongName> =
+    HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
 
 /// Answer counts and latency per server, as its clients addressed it. A node talks to a few
 /// dozen servers; LRU keeps the busiest under a storm of new ones.
@@ -155,8 +163,10 @@ pub struct PacketScratch {
     pub name_walk: NameWalk,
     /// Non-zero once a message parsed with a question, which `follow_question` is to follow.
     pub question_to_follow: u8,
-    /// A query met for the first time, built here before it is copied into `QUERIES`.
+    /// A query met for the first time, built here before it is copied into `QUERIES`, and its
+    /// name when too long for the entry, before it is copied into `LONG_NAMES`.
     pub new_query: QueryEntry,
+    pub new_long_name: LongName,
     /// This CPU's last look into `QUERIES` and last parsed message (both kept from packet to
     /// packet).
     pub last_lookup: LastLookup,
@@ -245,6 +255,8 @@ pub struct LastLookup {
     /// Non-zero when the key had an entry (after the look: 0 once the reply took it out).
     pub found: u8,
     pub family: u8,
+    /// Non-zero when the entry's name is in `LONG_NAMES`, to be taken out with it.
+    pub long_name: u8,
     /// The entry's query and first sighting's namespace, when `found`.
     pub query: QueryState,
     pub query_netns_cookie: u64,

@@ -8,14 +8,14 @@ use dnsloop_shared::{
     counter::Counter,
     latency_buckets,
     parse::{DnsHeader, Question, Segment},
-    query::{QueryKey, QueryState},
+    query::{QueryEntry, QueryKey, QueryState, NAME_INLINE_MAX},
     server::{ServerKey, ServerStats},
 };
 
 use super::{
     counters,
     hook::{copy_into, Hook, HookBytes, LOOPBACK_IFINDEX},
-    maps::{Moment, PacketScratch, QUERIES, SERVERS, ZERO_SERVER_STATS},
+    maps::{Moment, PacketScratch, LONG_NAMES, QUERIES, SERVERS, ZERO_SERVER_STATS},
 };
 
 /// A client resending a query waits at least this long for the answer first (stub resolvers
@@ -73,16 +73,38 @@ pub fn remember<H: Hook>(
     // for the verifier, where copying the name's whole room from the DNS buffer took 64 word
     // copies. (The parser read these bytes from the same offset, so they are there.)
     entry.name_len = question.name_len;
+    let long = QueryEntry::name_is_long(question.name_len);
+    let name_offset = message_offset + NAME_OFFSET;
+    let name_len = usize::from(question.name_len);
+    // The entry's room first, whatever the name's length, then a long name whole: as two
+    // alternatives, LLVM merges the calls into one whose length the verifier cannot bound.
     copy_into(
         packet.0,
-        message_offset + NAME_OFFSET,
+        name_offset,
         &mut entry.name,
-        usize::from(question.name_len),
+        name_len.min(NAME_INLINE_MAX),
     )?;
+    if long {
+        copy_into(
+            packet.0,
+            name_offset,
+            &mut scratch.new_long_name.wire,
+            name_len,
+        )?;
+    }
     // Inserted first, looked up only if the query is there already: nearly every query is new
     // here (a later hop was met just before, on the same CPU), and the look would find nothing.
     // The entry is copied from the per-CPU scratch value: it is too big for the stack.
     match QUERIES.insert(&key, &scratch.new_query, BPF_NOEXIST.into()) {
+        Ok(()) if long => {
+            // Replacing whatever the key held: a name left by an entry taken out unseen would
+            // otherwise stand for this one.
+            if LONG_NAMES.insert(&key, &scratch.new_long_name, 0).is_err() {
+                let _ = QUERIES.remove(&key);
+                counters::bump(Counter::QueriesNotTracked);
+            }
+            None
+        }
         Ok(()) => None,
         Err(error) if error == -EEXIST => resent(&key, scratch),
         // Full: counted, for the summary and the metrics to say which timeouts went unseen.
@@ -128,6 +150,7 @@ pub fn answered_at_client(header: DnsHeader, scratch: &mut PacketScratch) -> Opt
             last.query.copy_from(&(*entry).state);
             last.query_netns_cookie = (*entry).netns_cookie;
             last.family = (*entry).family;
+            last.long_name = u8::from(QueryEntry::name_is_long((*entry).name_len));
         }
         last.found = 1;
     }
@@ -135,7 +158,7 @@ pub fn answered_at_client(header: DnsHeader, scratch: &mut PacketScratch) -> Opt
     if last.found == 0 {
         return None;
     }
-    let (query, family) = (last.query, last.family);
+    let (query, family, long_name) = (last.query, last.family, last.long_name);
     let loopback = scratch.ifindex == LOOPBACK_IFINDEX;
     let reaches_client = query.ifindex == scratch.ifindex
         && last.query_netns_cookie == scratch.netns_cookie
@@ -144,6 +167,9 @@ pub fn answered_at_client(header: DnsHeader, scratch: &mut PacketScratch) -> Opt
         return None;
     }
     let _ = QUERIES.remove(&key);
+    if long_name != 0 {
+        let _ = LONG_NAMES.remove(&key);
+    }
     scratch.last_lookup.found = 0;
     if !from_elsewhere(&scratch.segment, &query) {
         count_answer(&query, family, header, scratch.now_ns);

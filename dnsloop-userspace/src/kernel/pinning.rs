@@ -10,7 +10,8 @@
 //!   others, all before it attaches.
 //! - `SERVERS`: every server's answers, rcodes and latency histogram.
 //! - `QUERIES`: the queries in flight, keyed and placed by the kernel's ids too, so an answer
-//!   that arrives after the restart is still matched to its query and timed.
+//!   that arrives after the restart is still matched to its query and timed; and `LONG_NAMES`,
+//!   the names too long for its entries.
 //!
 //! Not pinned:
 //! - `QUESTIONS`: it remembers namespaces by the numbers userspace gives them
@@ -34,16 +35,17 @@ use aya::maps::{MapInfo, MapType};
 use thiserror::Error;
 
 use dnsloop_shared::names::{
-    COUNTERS_MAP, POINTS_MAP, POINT_COUNTERS_MAP, QUERIES_MAP, SERVERS_MAP,
+    COUNTERS_MAP, LONG_NAMES_MAP, POINTS_MAP, POINT_COUNTERS_MAP, QUERIES_MAP, SERVERS_MAP,
 };
 
 /// The maps `--pin` keeps (see the module's documentation for why these).
-pub const PINNED_MAPS: [&str; 5] = [
+pub const PINNED_MAPS: [&str; 6] = [
     COUNTERS_MAP,
     POINTS_MAP,
     POINT_COUNTERS_MAP,
     SERVERS_MAP,
     QUERIES_MAP,
+    LONG_NAMES_MAP,
 ];
 
 /// `statfs(2)`'s `f_type` of a BPF filesystem.

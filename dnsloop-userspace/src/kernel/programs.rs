@@ -5,7 +5,7 @@ use aya::{
     programs::{ProgramError, ProgramType, SchedClassifier, Xdp},
     sys::{is_helper_supported, BpfHelper},
     util::KernelVersion,
-    Ebpf, EbpfLoader, VerifierLogLevel,
+    Ebpf, EbpfLoader, Pod, VerifierLogLevel,
 };
 use std::{net::IpAddr, sync::OnceLock};
 
@@ -14,11 +14,10 @@ use dnsloop_shared::{
     drop::DropLayout,
     forwarder::ForwarderKey,
     names::{
-        EGRESS_PROGRAM, FORWARDERS_MAP, INGRESS_PROGRAM, QUERIES_MAP, QUESTIONS_MAP, RECORDS_MAP,
-        SERVERS_MAP, XDP_INGRESS_PROGRAM,
+        EGRESS_PROGRAM, FORWARDERS_MAP, INGRESS_PROGRAM, LONG_NAMES_MAP, QUERIES_MAP,
+        QUESTIONS_MAP, RECORDS_MAP, SERVERS_MAP, XDP_INGRESS_PROGRAM,
     },
     parse::MAX_DNS_PORTS,
-    query::{QueryEntry, QueryKey},
     record::PACKET_SNAP_MAX,
     server::{ServerKey, ServerStats},
 };
@@ -26,7 +25,10 @@ use thiserror::Error;
 
 use super::pinning::{PinDir, PinError, Shape, PINNED_MAPS};
 use crate::{
-    kernel::preflight::{self, PreflightError},
+    kernel::{
+        preflight::{self, PreflightError},
+        unanswered::QueryTables,
+    },
     node::namespaces,
 };
 
@@ -218,10 +220,14 @@ pub fn load(
         .override_global("DROP_LAYOUT", drops, true)
         .map_max_entries(QUESTIONS_MAP, questions)
         .map_max_entries(QUERIES_MAP, queries)
+        // Not preallocated: as many as the queries costs nothing until long names come.
+        .map_max_entries(LONG_NAMES_MAP, queries)
         .map_max_entries(RECORDS_MAP, ring_bytes);
     let build = settings.build();
     if let Some(pins) = pins {
-        for (name, shape) in pinned_shapes(build, &[(QUERIES_MAP, queries)])? {
+        for (name, shape) in
+            pinned_shapes(build, &[(QUERIES_MAP, queries), (LONG_NAMES_MAP, queries)])?
+        {
             pins.check(name, shape)?;
             // Only the maps named here are pinned: none is declared pinned in the object, so
             // aya's default of pinning those under /sys/fs/bpf never applies.
@@ -353,15 +359,21 @@ pub fn take_records(ebpf: &mut Ebpf) -> Result<RingBuf<MapData>, LoadError> {
     })
 }
 
-/// Takes the query table, whose unanswered queries userspace collects once they expire.
-pub fn take_queries(ebpf: &mut Ebpf) -> Result<HashMap<MapData, QueryKey, QueryEntry>, LoadError> {
-    let map = ebpf
-        .take_map(QUERIES_MAP)
-        .ok_or(LoadError::Missing(QUERIES_MAP))?;
-    HashMap::try_from(map).map_err(|source| LoadError::Map {
-        name: QUERIES_MAP,
-        source,
+/// Takes the query table and its long names, whose unanswered queries userspace collects once
+/// they expire.
+pub fn take_queries(ebpf: &mut Ebpf) -> Result<QueryTables, LoadError> {
+    Ok(QueryTables {
+        queries: take_hash(ebpf, QUERIES_MAP)?,
+        long_names: take_hash(ebpf, LONG_NAMES_MAP)?,
     })
+}
+
+fn take_hash<K: Pod, V: Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<HashMap<MapData, K, V>, LoadError> {
+    let map = ebpf.take_map(name).ok_or(LoadError::Missing(name))?;
+    HashMap::try_from(map).map_err(|source| LoadError::Map { name, source })
 }
 
 /// Every server's answer statistics, as the kernel counted them.
@@ -514,8 +526,12 @@ mod tests {
 
     #[test]
     fn pinned_maps_are_checked_against_the_object_with_this_runs_sizes() {
-        let shapes = pinned_shapes(Build::Linux517, &[(QUERIES_MAP, 4096)])
-            .expect("the object has every map");
+        use dnsloop_shared::query::{LongName, QueryEntry, QueryKey};
+        let shapes = pinned_shapes(
+            Build::Linux517,
+            &[(QUERIES_MAP, 4096), (LONG_NAMES_MAP, 4096)],
+        )
+        .expect("the object has every map");
         let names: Vec<&str> = shapes.iter().map(|(name, _)| *name).collect();
         assert_eq!(names, PINNED_MAPS);
         let (_, queries) = shapes
@@ -527,6 +543,15 @@ mod tests {
         assert_eq!(
             queries.value_size as usize,
             std::mem::size_of::<QueryEntry>()
+        );
+        let (_, long_names) = shapes
+            .iter()
+            .find(|(name, _)| *name == LONG_NAMES_MAP)
+            .expect("the long names are pinned with their queries");
+        assert_eq!(long_names.max_entries, 4096);
+        assert_eq!(
+            long_names.value_size as usize,
+            std::mem::size_of::<LongName>()
         );
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use aya::maps::{HashMap, MapData, MapError};
 use dnsloop_shared::{
     parse::Transport,
-    query::{QueryEntry, QueryKey},
+    query::{LongName, QueryEntry, QueryKey},
 };
 
 use dnsloop_core::{
@@ -23,8 +23,14 @@ use super::{
     map_batch,
 };
 
+/// The kernel's query table, and the names too long for its entries under the same keys.
+pub struct QueryTables {
+    pub queries: HashMap<MapData, QueryKey, QueryEntry>,
+    pub long_names: HashMap<MapData, QueryKey, LongName>,
+}
+
 pub struct UnansweredQueries {
-    table: HashMap<MapData, QueryKey, QueryEntry>,
+    tables: QueryTables,
     clock: MonotonicClock,
     /// When this run started, on the kernel's clock: a query first seen before then is in the
     /// table an earlier run pinned (`--pin`).
@@ -38,13 +44,9 @@ pub struct UnansweredQueries {
 
 impl UnansweredQueries {
     /// `run_started_ns`: when this run started, on the kernel's monotonic clock.
-    pub fn new(
-        table: HashMap<MapData, QueryKey, QueryEntry>,
-        clock: MonotonicClock,
-        run_started_ns: u64,
-    ) -> Self {
+    pub fn new(tables: QueryTables, clock: MonotonicClock, run_started_ns: u64) -> Self {
         Self {
-            table,
+            tables,
             clock,
             run_started_ns,
             unreadable: 0,
@@ -62,7 +64,7 @@ impl UnansweredQueries {
         let timeout_ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         let expired_before = monotonic_now_ns().saturating_sub(timeout_ns);
         let mut expired: Vec<(QueryKey, QueryEntry)> =
-            map_batch::read_matching(&self.table, |_, entry| {
+            map_batch::read_matching(&self.tables.queries, |_, entry| {
                 entry.state.first_ns < expired_before
             })
             .map_err(|io_error| {
@@ -74,21 +76,39 @@ impl UnansweredQueries {
         // Unstable: a stable sort takes a buffer of half the entries besides.
         expired.sort_unstable_by_key(|(_, entry)| entry.state.first_ns);
         for (key, entry) in expired {
-            match self.table.remove(&key) {
+            match self.tables.queries.remove(&key) {
                 // Answered just now, between the read and the removal.
                 Err(error) if is_gone(&error) => continue,
                 result => result?,
             }
+            let long_name = if QueryEntry::name_is_long(entry.name_len) {
+                self.take_long_name(&key)?
+            } else {
+                None
+            };
             if entry.state.first_ns < self.run_started_ns {
                 self.expired_from_before += 1;
                 continue;
             }
-            match unanswered(&key, &entry, &self.clock) {
+            match unanswered(&key, &entry, long_name.as_ref(), &self.clock) {
                 Some(query) => out.push(query),
                 None => self.unreadable += 1,
             }
         }
         Ok(())
+    }
+
+    /// Takes the long name of the query with `key` out of its table; `None` if it is not there.
+    fn take_long_name(&mut self, key: &QueryKey) -> Result<Option<LongName>, MapError> {
+        let long_name = match self.tables.long_names.get(key, 0) {
+            Ok(long_name) => long_name,
+            Err(error) if is_gone(&error) => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        match self.tables.long_names.remove(key) {
+            Err(error) if !is_gone(&error) => Err(error),
+            _ => Ok(Some(long_name)),
+        }
     }
 }
 
@@ -103,9 +123,11 @@ fn is_gone(error: &MapError) -> bool {
     }
 }
 
+/// The query `entry` holds, with its name from `long_name` when too long for the entry.
 fn unanswered(
     key: &QueryKey,
     entry: &QueryEntry,
+    long_name: Option<&LongName>,
     clock: &MonotonicClock,
 ) -> Option<UnansweredQuery> {
     let family = ip_family(entry.family)?;
@@ -122,7 +144,10 @@ fn unanswered(
         client: socket_addr(family, &key.client, key.client_port),
         server: socket_addr(family, &state.server, state.server_port),
         id: key.id,
-        name: DnsName::from_wire(entry.name()?)?,
+        name: DnsName::from_wire(match long_name {
+            Some(long_name) => long_name.name(entry.name_len)?,
+            None => entry.name()?,
+        })?,
         qtype: entry.qtype,
         qclass: entry.qclass,
     })
@@ -131,11 +156,15 @@ fn unanswered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dnsloop_shared::{parse::IpFamily, point::Direction, query::QueryState};
+    use dnsloop_shared::{
+        parse::IpFamily,
+        point::Direction,
+        query::{QueryState, NAME_INLINE_MAX, NAME_WIRE_MAX},
+    };
 
     #[test]
     fn an_entry_becomes_the_query_it_holds() {
-        let mut name = [0u8; 256];
+        let mut name = [0u8; NAME_INLINE_MAX];
         let wire = b"\x03www\x07example\x04test\x00";
         name[..wire.len()].copy_from_slice(wire);
         let entry = QueryEntry {
@@ -163,7 +192,7 @@ mod tests {
             Transport::Udp as u8,
         );
         let clock = MonotonicClock::anchored_now();
-        let query = unanswered(&key, &entry, &clock).expect("a readable entry");
+        let query = unanswered(&key, &entry, None, &clock).expect("a readable entry");
         assert_eq!(query.client, "10.244.0.2:40000".parse().unwrap());
         assert_eq!(query.server, "10.96.0.10:53".parse().unwrap());
         assert_eq!(
@@ -180,12 +209,34 @@ mod tests {
             name_len: 300,
             ..entry
         };
-        assert_eq!(unanswered(&key, &corrupt, &clock), None);
+        assert_eq!(unanswered(&key, &corrupt, None, &clock), None);
         let not_a_name = QueryEntry {
             name_len: 3,
             ..entry
         };
-        assert_eq!(unanswered(&key, &not_a_name, &clock), None);
+        assert_eq!(unanswered(&key, &not_a_name, None, &clock), None);
+
+        // A name too long for the entry comes from the long-name table, and without it the
+        // entry is no query.
+        let label = [b'a'; 63];
+        let mut long = LongName {
+            wire: [0; NAME_WIRE_MAX],
+        };
+        long.wire[0] = 63;
+        long.wire[1..64].copy_from_slice(&label);
+        long.wire[64] = 63;
+        long.wire[65..128].copy_from_slice(&label);
+        let with_long_name = QueryEntry {
+            name_len: 129,
+            ..entry
+        };
+        let query = unanswered(&key, &with_long_name, Some(&long), &clock)
+            .expect("an entry with its long name");
+        let presented = query
+            .name
+            .presented(&dnsloop_core::present::names::Names::AsSent);
+        assert_eq!(presented.len(), 128, "two whole labels: {presented}");
+        assert_eq!(unanswered(&key, &with_long_name, None, &clock), None);
     }
 
     #[test]

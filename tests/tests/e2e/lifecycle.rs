@@ -403,7 +403,14 @@ fn on_the_clsact_path_the_next_dnsloop_removes_the_filters_a_killed_one_left() {
 }
 
 /// The maps `--pin` keeps, by name.
-const PINNED_MAPS: [&str; 5] = ["COUNTERS", "POINTS", "POINT_COUNTERS", "QUERIES", "SERVERS"];
+const PINNED_MAPS: [&str; 6] = [
+    "COUNTERS",
+    "LONG_NAMES",
+    "POINTS",
+    "POINT_COUNTERS",
+    "QUERIES",
+    "SERVERS",
+];
 
 /// A tracer stopped and started again with the same `--pin` carries on from its maps: the
 /// per-interface and kernel counters and the server's answers continue; only one tracer may use

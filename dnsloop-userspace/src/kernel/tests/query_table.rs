@@ -6,7 +6,12 @@ use std::{
 };
 
 use dnsloop_frames::*;
-use dnsloop_shared::{counter::Counter, point::Direction};
+use dnsloop_shared::{
+    counter::Counter,
+    names::LONG_NAMES_MAP,
+    point::Direction,
+    query::{LongName, QueryKey},
+};
 
 use crate::kernel::{
     clock::{monotonic_now_ns, MonotonicClock},
@@ -59,6 +64,70 @@ fn a_query_never_answered_is_collected_with_its_question_once_it_expires() {
             .expect("reading the query table");
         assert!(expired.is_empty(), "each is collected once: {expired:?}");
     });
+}
+
+/// A name too long for the query's entry is kept in the long-name table beside it: collected
+/// whole with an unanswered query, and taken out with an answered one.
+#[test]
+fn a_long_name_is_collected_whole_and_leaves_with_its_answered_query() {
+    for_each_build(loaded(trace_settings()), |mut kernel| {
+        // Wire lengths on both sides of the entry's room (64), and the longest name there is.
+        let names: Vec<String> = [64, 65, 255].map(name_of_wire_len).into();
+        for (id, name) in (1..).zip(&names) {
+            kernel.run(Direction::Ingress, &query_frame(id, name, QTYPE_A));
+        }
+        let answered = name_of_wire_len(200);
+        kernel.run(Direction::Ingress, &query_frame(9, &answered, QTYPE_A));
+        kernel.run(Direction::Egress, &answer_frame(9, &answered, QTYPE_A, 0));
+        assert_eq!(
+            long_names_held(&kernel),
+            2,
+            "65 and 255 bytes, not the answered one"
+        );
+
+        let mut expired = Vec::new();
+        kernel
+            .unanswered_queries()
+            .take_expired(Duration::ZERO, &mut expired)
+            .expect("reading the query table");
+        let collected: Vec<String> = expired
+            .iter()
+            .map(|query| {
+                query
+                    .name
+                    .presented(&dnsloop_core::present::names::Names::AsSent)
+            })
+            .collect();
+        let asked: Vec<String> = names.iter().map(|name| format!("{name}.")).collect();
+        assert_eq!(collected, asked);
+    });
+}
+
+/// A name of `len` bytes in wire format (root label included), of labels of `a`s.
+fn name_of_wire_len(len: usize) -> String {
+    let mut labels = Vec::new();
+    let mut left = len - 1;
+    while left > 0 {
+        let mut label = 63.min(left - 1);
+        // A label takes two bytes at least: leave none of one.
+        if left - (label + 1) == 1 {
+            label -= 1;
+        }
+        labels.push("a".repeat(label));
+        left -= label + 1;
+    }
+    labels.join(".")
+}
+
+/// Entries in the kernel's long-name table.
+fn long_names_held(kernel: &Kernel) -> usize {
+    let map = kernel
+        .ebpf
+        .map(LONG_NAMES_MAP)
+        .expect("the programs have a long-name table");
+    let long_names: aya::maps::HashMap<_, QueryKey, LongName> =
+        aya::maps::HashMap::try_from(map).expect("a hash map");
+    long_names.keys().count()
 }
 
 /// The table is read many entries per call: a table of thousands, as when an upstream is dead,
