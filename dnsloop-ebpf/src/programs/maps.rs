@@ -18,7 +18,7 @@ use dnsloop_shared::{
     },
     query::{LongName, QueryEntry, QueryKey, QueryState},
     question::{QuestionKey, QuestionState, Sighting, PRIOR_SIGHTINGS},
-    record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
+    record::{PacketRecord, RecordContext, StreamReason, PACKET_SNAP_MAX},
     server::{ServerKey, ServerStats},
     stores,
     truncation::TruncatedKey,
@@ -89,10 +89,12 @@ pub static TRUNCATED: LruHashMap<TruncatedKey, u64> = LruHashMap::with_max_entri
 #[map]
 pub static RECORDS: RingBuf = RingBuf::with_byte_size(4 * 1024 * 1024, 0);
 
-/// A packet to stream, built here: its record and up to `PACKET_SNAP_MAX` bytes of it, of which
-/// `RECORDS` gets only the bytes it holds.
+/// A packet to stream, built here: its context (when it has one), its record and up to
+/// `PACKET_SNAP_MAX` bytes of it, of which `RECORDS` gets the record and the bytes it holds,
+/// from the context on when there is one.
 #[repr(C)]
 pub struct StreamScratch {
+    pub context: RecordContext,
     pub record: PacketRecord,
     pub bytes: [u8; PACKET_SNAP_MAX],
 }

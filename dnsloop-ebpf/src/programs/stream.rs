@@ -10,7 +10,9 @@ use dnsloop_shared::{
     parse::LinkLayer,
     point::ObservationPoint,
     question::copy_sightings,
-    record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
+    record::{
+        PacketRecord, RecordContext, StreamReason, ITEM_CONTEXT, ITEM_PACKET, PACKET_SNAP_MAX,
+    },
     stores,
 };
 
@@ -41,23 +43,30 @@ pub fn packet<H: Hook>(
     let snap = (maps::config().snap_len as usize).min(PACKET_SNAP_MAX);
     let wanted = (hook.len() as usize).min(snap);
     // SAFETY: the per-CPU value belongs to this program run until it returns.
-    let captured = unsafe {
+    let (captured, with_context) = unsafe {
+        let with_context = reason.carries_query() || has_priors(&*scratch);
+        if with_context {
+            let context = &mut (*out).context;
+            context.item = ITEM_CONTEXT;
+            stores::fill(&mut context._pad, 0);
+            // Field by field: a whole-struct copy compiles to a byte-at-a-time `memmove` call.
+            context.matched_query.copy_from(&(*scratch).matched_query);
+            copy_sightings(&mut context.priors, &(*scratch).priors);
+        }
         let record = &mut (*out).record;
-        record.ts_ns = bpf_ktime_get_ns();
-        record.netns_cookie = point.netns_cookie;
-        record.ifindex = point.ifindex;
-        record.wire_len = hook.len();
+        record.item = ITEM_PACKET;
         record.direction = point.direction;
         record.reason = reason as u8;
         record.link_layer = link as u8;
         record.via_gateway = (*scratch).via_gateway;
-        stores::fill(&mut record._pad, 0);
-        // Field by field: a whole-struct copy compiles to a byte-at-a-time `memmove` call.
-        record.matched_query.copy_from(&(*scratch).matched_query);
-        copy_sightings(&mut record.priors, &(*scratch).priors);
+        record._pad = 0;
+        record.ifindex = point.ifindex;
+        record.wire_len = hook.len();
+        record.ts_ns = bpf_ktime_get_ns();
+        record.netns_cookie = point.netns_cookie;
         let captured = hook::copy_into(hook, 0, &mut (*out).bytes, wanted).unwrap_or(0);
         record.captured_len = captured as u16;
-        captured
+        (captured, with_context)
     };
     let flags = if maps::RECORDS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_BYTES {
         BPF_RB_FORCE_WAKEUP
@@ -65,13 +74,29 @@ pub fn packet<H: Hook>(
         BPF_RB_NO_WAKEUP
     };
     // The record and the bytes it holds, no more: the ring keeps many more short packets so.
-    let len = size_of::<PacketRecord>() + captured;
-    // SAFETY: the per-CPU value holds the record and `PACKET_SNAP_MAX` bytes after it, and
-    // `captured` is at most that.
-    let filled = unsafe { core::slice::from_raw_parts(out.cast::<u8>(), len) };
+    let record_len = size_of::<PacketRecord>() + captured;
+    // SAFETY: the per-CPU value holds the context, the record and `PACKET_SNAP_MAX` bytes after
+    // them, and `captured` is at most that.
+    let filled = unsafe {
+        if with_context {
+            core::slice::from_raw_parts(out.cast::<u8>(), size_of::<RecordContext>() + record_len)
+        } else {
+            core::slice::from_raw_parts((&raw const (*out).record).cast::<u8>(), record_len)
+        }
+    };
     if maps::RECORDS.output::<[u8]>(filled, flags.into()).is_err() {
         counters::bump(Counter::LostRecords);
         return;
     }
     counters::bump(Counter::StreamedRecords);
+}
+
+/// Whether the packet made its question hot, with the sightings before it to attach.
+#[inline(always)]
+fn has_priors(scratch: &PacketScratch) -> bool {
+    let mut any = false;
+    for prior in &scratch.priors {
+        any |= prior.family != 0;
+    }
+    any
 }

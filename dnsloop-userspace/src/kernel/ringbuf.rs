@@ -1,6 +1,5 @@
 //! The kernel programs' ring buffer as a packet source.
 use std::{
-    borrow::Cow,
     io,
     time::{Duration, SystemTime},
 };
@@ -10,8 +9,9 @@ use bytes::BytesMut;
 use dnsloop_shared::{
     parse::Transport,
     point::Direction,
+    query::QueryState,
     question::Sighting,
-    record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
+    record::{RingItem, StreamReason},
 };
 use tokio::io::unix::AsyncFd;
 
@@ -84,21 +84,15 @@ impl RingBufSource {
     }
 }
 
-/// The packet a ring item holds (a `PacketRecord` and the packet's bytes after it), its bytes
-/// copied into `chunk`; `None` for an item shorter than what its record says it holds.
+/// The packet a ring item holds (see `RingItem`), its bytes copied into `chunk`; `None` for an
+/// item that is none.
 fn raw_packet(item: &[u8], clock: &MonotonicClock, chunk: &mut BytesMut) -> Option<RawPacket> {
-    let (head, packet) = item.split_at_checked(size_of::<PacketRecord>())?;
-    let start = head.as_ptr().cast::<PacketRecord>();
-    // Read in place when aligned, as the kernel aligns ring records to 8 bytes.
-    let record: Cow<'_, PacketRecord> = if start.is_aligned() {
-        // SAFETY: `head` is a whole PacketRecord, aligned; it is plain data, valid whatever its
-        // bytes, and the ring keeps the item until after this call.
-        Cow::Borrowed(unsafe { &*start })
-    } else {
-        // SAFETY: as above, read unaligned into a copy.
-        Cow::Owned(unsafe { std::ptr::read_unaligned(start) })
-    };
-    let captured = packet.get(..usize::from(record.captured_len).min(PACKET_SNAP_MAX))?;
+    let RingItem {
+        context,
+        record,
+        bytes,
+    } = RingItem::read(item)?;
+    let reason = StreamReason::from_u8(record.reason);
     Some(RawPacket {
         ts: clock.wall_time(record.ts_ns),
         seen: Seen::from_kernel(
@@ -108,14 +102,17 @@ fn raw_packet(item: &[u8], clock: &MonotonicClock, chunk: &mut BytesMut) -> Opti
             record.via_gateway != 0,
         )?,
         link_layer: link_layer(record.link_layer)?,
-        bytes: copy_into(chunk, captured),
-        matched_query: matched_query(&record, clock),
-        priors: record
-            .priors
+        bytes: copy_into(chunk, bytes),
+        matched_query: context
+            .as_ref()
+            .filter(|_| reason.is_some_and(StreamReason::carries_query))
+            .and_then(|context| matched_query(&context.matched_query, clock)),
+        priors: context
             .iter()
+            .flat_map(|context| &context.priors)
             .filter_map(|prior| prior_sighting(prior, clock))
             .collect(),
-        recorder_only: StreamReason::from_u8(record.reason) == Some(StreamReason::Recorded),
+        recorder_only: reason == Some(StreamReason::Recorded),
     })
 }
 
@@ -131,14 +128,9 @@ fn copy_into(chunk: &mut BytesMut, bytes: &[u8]) -> bytes::Bytes {
 }
 
 /// The first sending of the query the record's packet answers (a reply from an unexpected
-/// source, a truncated answer) or repeats (a retry), when the record carries one.
-fn matched_query(record: &PacketRecord, clock: &MonotonicClock) -> Option<MatchedQuery> {
-    let carries_one = matches!(
-        StreamReason::from_u8(record.reason),
-        Some(StreamReason::UnexpectedSource | StreamReason::Retried | StreamReason::Truncated)
-    );
-    let query = &record.matched_query;
-    if !carries_one || query.first_ns == 0 {
+/// source, a truncated answer) or repeats (a retry), if `query` is one.
+fn matched_query(query: &QueryState, clock: &MonotonicClock) -> Option<MatchedQuery> {
+    if query.first_ns == 0 {
         return None;
     }
     Some(MatchedQuery {
@@ -170,11 +162,17 @@ fn prior_sighting(prior: &Sighting, clock: &MonotonicClock) -> Option<PriorSight
 
 #[cfg(test)]
 mod tests {
+    use dnsloop_shared::{
+        parse::IpFamily,
+        record::{PacketRecord, RecordContext, ITEM_CONTEXT, ITEM_PACKET},
+    };
+
     use super::*;
 
     fn record() -> PacketRecord {
         // SAFETY: plain data, valid whatever its bytes.
         let mut record: PacketRecord = unsafe { std::mem::zeroed() };
+        record.item = ITEM_PACKET;
         record.ts_ns = 1_000_000;
         record.ifindex = 7;
         record.direction = Direction::Egress as u8;
@@ -182,20 +180,63 @@ mod tests {
         record
     }
 
+    /// The bytes of `value`, plain data.
+    fn bytes_of<T>(value: &T) -> &[u8] {
+        // SAFETY: plain data, read as its bytes.
+        unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
+    }
+
     /// The ring item of `record`, followed by `packet`.
     fn item(record: &PacketRecord, packet: &[u8]) -> Vec<u8> {
-        // SAFETY: plain data, read as its bytes.
-        let head = unsafe {
-            std::slice::from_raw_parts(
-                (record as *const PacketRecord).cast::<u8>(),
-                size_of::<PacketRecord>(),
-            )
-        };
-        [head, packet].concat()
+        [bytes_of(record), packet].concat()
     }
 
     #[test]
-    fn a_record_reads_the_same_in_place_and_unaligned_and_a_cut_one_not_at_all() {
+    fn a_record_with_context_carries_its_query_where_its_reason_has_one_and_its_priors() {
+        let clock = MonotonicClock::anchored_now();
+        let mut chunk = BytesMut::new();
+        // SAFETY: plain data, valid whatever its bytes.
+        let mut context: RecordContext = unsafe { std::mem::zeroed() };
+        context.item = ITEM_CONTEXT;
+        context.matched_query.first_ns = 500_000;
+        context.matched_query.server = [10, 96, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        context.matched_query.server_port = 53;
+        context.priors[1].family = IpFamily::V4 as u8;
+        context.priors[1].ts_ns = 400_000;
+        context.priors[1].ifindex = 3;
+        for (reason, carries_query) in [
+            (StreamReason::UnexpectedSource, true),
+            (StreamReason::HotQuestion, false),
+        ] {
+            let mut record = record();
+            record.reason = reason as u8;
+            let item = [bytes_of(&context), &item(&record, b"abc")].concat();
+            let packet = raw_packet(&item, &clock, &mut chunk).expect("a record with context");
+            assert_eq!(&packet.bytes[..], b"abc");
+            assert_eq!(packet.matched_query.is_some(), carries_query, "{reason:?}");
+            let [prior] = packet.priors.as_slice() else {
+                panic!("one prior: {:?}", packet.priors);
+            };
+            assert_eq!(prior.at, clock.wall_time(400_000));
+            assert_eq!(prior.seen.interface.ifindex, 3);
+        }
+        let plain = raw_packet(&item(&record(), b"abc"), &clock, &mut chunk).expect("a record");
+        assert!(plain.matched_query.is_none() && plain.priors.is_empty());
+        let mut unknown = item(&record(), b"abc");
+        unknown[0] = 9;
+        assert!(
+            raw_packet(&unknown, &clock, &mut chunk).is_none(),
+            "no known kind"
+        );
+        let cut = [bytes_of(&context), &[ITEM_PACKET][..]].concat();
+        assert!(
+            raw_packet(&cut, &clock, &mut chunk).is_none(),
+            "a context without its record"
+        );
+    }
+
+    #[test]
+    fn a_record_reads_the_same_aligned_and_unaligned_and_a_cut_one_not_at_all() {
         let clock = MonotonicClock::anchored_now();
         let aligned = item(&record(), b"abc");
         let mut unaligned = vec![0u8; 1];

@@ -76,8 +76,9 @@ pub struct TraceArgs {
     pub query_table_size: u32,
 
     /// Size of the ring buffer that carries packets to dnsloop, in MiB (a power of two). Each
-    /// packet takes its captured bytes and 336 more: the default 4 MiB holds about 9,500 queries
-    /// of 100 bytes, or 1,700 packets of 2 KiB, before any is lost.
+    /// packet takes its captured bytes and 40 more (about 340 for the few carrying what the
+    /// kernel knew of their query or question): the default 4 MiB holds about 29,000 queries of
+    /// 100 bytes, or 2,000 packets of 2 KiB, before any is lost.
     #[arg(long, value_name = "MIB", default_value_t = programs::DEFAULT_RING_BUFFER_MIB)]
     pub ring_buffer_mib: u32,
 

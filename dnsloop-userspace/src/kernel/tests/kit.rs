@@ -11,7 +11,9 @@ use dnsloop_shared::{
     names::{EGRESS_PROGRAM, INGRESS_PROGRAM, POINT_COUNTERS_MAP},
     parse::{LinkLayer, Malformed, Transport},
     point::{mac_word, Direction, ObservationPoint, PointCounters, PointNamespaces},
-    record::{PacketRecord, StreamReason, PACKET_SNAP_MAX},
+    query::QueryState,
+    question::Sighting,
+    record::{PacketRecord, RecordContext, RingItem, StreamReason, PACKET_SNAP_MAX},
 };
 
 use dnsloop_tests::privilege::{self, Need};
@@ -369,18 +371,20 @@ impl Kernel {
     pub(super) fn assert_streamed(
         &mut self,
         expected: &[(&[u8], Direction, StreamReason)],
-    ) -> Vec<PacketRecord> {
+    ) -> Vec<Streamed> {
         let records = self.take_records();
         let reasons: Vec<Option<StreamReason>> = records
             .iter()
-            .map(|(record, _)| StreamReason::from_u8(record.reason))
+            .map(|(streamed, _)| StreamReason::from_u8(streamed.record.reason))
             .collect();
         assert_eq!(
             records.len(),
             expected.len(),
             "streamed records (with reasons {reasons:?})"
         );
-        for ((record, bytes), &(frame, direction, reason)) in records.iter().zip(expected) {
+        for ((Streamed { record, .. }, bytes), &(frame, direction, reason)) in
+            records.iter().zip(expected)
+        {
             let captured = frame.len().min(self.snap_len);
             let what = format!("the record of a {}-byte frame", frame.len());
             assert_eq!(StreamReason::from_u8(record.reason), Some(reason), "{what}");
@@ -404,24 +408,45 @@ impl Kernel {
                 "{what}: followed by its bytes alone"
             );
         }
-        records.into_iter().map(|(record, _)| record).collect()
+        records.into_iter().map(|(streamed, _)| streamed).collect()
     }
 
     /// Every record in the ring buffer, oldest first, with the bytes that follow it.
-    fn take_records(&mut self) -> Vec<(PacketRecord, Vec<u8>)> {
+    fn take_records(&mut self) -> Vec<(Streamed, Vec<u8>)> {
         let mut records = Vec::new();
         while let Some(item) = self.records.next() {
-            assert!(
-                item.len() >= size_of::<PacketRecord>(),
-                "a ring buffer item of {} bytes is no PacketRecord",
-                item.len()
-            );
-            // SAFETY: the item starts with a whole PacketRecord (checked above), which is plain
-            // data; the ring gives no alignment guarantee, hence the unaligned read.
-            let record: PacketRecord = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-            records.push((record, item[size_of::<PacketRecord>()..].to_vec()));
+            let RingItem {
+                context,
+                record,
+                bytes,
+            } = RingItem::read(&item).expect("a ring item as the programs write them");
+            records.push((Streamed { record, context }, bytes.to_vec()));
         }
         records
+    }
+}
+
+/// A streamed record, and its context if it came with one.
+pub(super) struct Streamed {
+    pub record: PacketRecord,
+    pub context: Option<RecordContext>,
+}
+
+impl Streamed {
+    /// The query the record carries; zeroed when it has no context.
+    pub fn matched_query(&self) -> QueryState {
+        self.context
+            .map(|context| context.matched_query)
+            .unwrap_or_default()
+    }
+
+    /// The sightings the record carries before it; none when it has no context.
+    pub fn priors(&self) -> Vec<Sighting> {
+        self.context
+            .iter()
+            .flat_map(|context| context.priors)
+            .filter(|prior| prior.family != 0)
+            .collect()
     }
 }
 

@@ -105,16 +105,15 @@ fn a_forward_coming_back_into_the_forwarder_is_streamed_from_then_on() {
         ]);
         for record in &records {
             assert!(
-                (before..=after).contains(&record.ts_ns),
+                (before..=after).contains(&record.record.ts_ns),
                 "records are stamped with CLOCK_MONOTONIC: {} is not in {before}..={after}",
-                record.ts_ns
+                record.record.ts_ns
             );
         }
-        assert!(records[0].ts_ns <= records[1].ts_ns);
+        assert!(records[0].record.ts_ns <= records[1].record.ts_ns);
         let priors: Vec<(u16, u8)> = records[0]
-            .priors
+            .priors()
             .iter()
-            .filter(|prior| prior.family != 0)
             .map(|prior| (prior.id, prior.direction))
             .collect();
         assert_eq!(
@@ -177,11 +176,13 @@ fn a_loop_through_a_bridge_is_followed_at_its_ports_alone() {
             Direction::Ingress,
             StreamReason::HotQuestion,
         )]);
-        assert_eq!(records[0].via_gateway, 1, "it came back into the node");
+        assert_eq!(
+            records[0].record.via_gateway, 1,
+            "it came back into the node"
+        );
         let priors: Vec<(u16, u8)> = records[0]
-            .priors
+            .priors()
             .iter()
-            .filter(|prior| prior.family != 0)
             .map(|prior| (prior.id, prior.via_gateway))
             .collect();
         assert_eq!(

@@ -44,9 +44,9 @@ fn a_query_sent_again_unanswered_is_streamed_with_its_first_sending_and_so_is_it
             (&query, Direction::Ingress, StreamReason::Retried),
             (&answer, Direction::Egress, StreamReason::Retried),
         ]);
-        let sent = &records[0].matched_query;
+        let sent = &records[0].matched_query();
         assert!(
-            sent.first_ns >= first && records[0].ts_ns - sent.first_ns >= 200_000_000,
+            sent.first_ns >= first && records[0].record.ts_ns - sent.first_ns >= 200_000_000,
             "the retry carries the first sending: {sent:?}"
         );
         assert_eq!(
@@ -54,7 +54,8 @@ fn a_query_sent_again_unanswered_is_streamed_with_its_first_sending_and_so_is_it
             (&[10, 96, 0, 10][..], 53)
         );
         assert_eq!(
-            records[1].matched_query.first_ns, 0,
+            records[1].matched_query().first_ns,
+            0,
             "the answer carries no query"
         );
     });
@@ -114,7 +115,8 @@ fn a_truncated_answer_and_the_clients_retry_over_tcp_are_streamed() {
             (&retry_answer, Direction::Egress, StreamReason::Retried),
         ]);
         assert_ne!(
-            records[0].matched_query.first_ns, 0,
+            records[0].matched_query().first_ns,
+            0,
             "the truncated answer carries its query"
         );
         let servers =
@@ -239,7 +241,8 @@ fn recording_streams_every_dns_packet_and_keeps_the_reasons_a_trace_streams_it_f
             (&answer, Direction::Egress, StreamReason::Retried),
         ]);
         assert_ne!(
-            records[1].matched_query.first_ns, 0,
+            records[1].matched_query().first_ns,
+            0,
             "the retry carries its first sending, as in a trace without recording"
         );
     });
