@@ -331,9 +331,9 @@ impl ForwardingLoops {
             .or_else(|| self.came_back_as(id, since));
         if let Some(flight) = self.flights.get_mut(&id) {
             flight.parent = parent;
-            if let (None, None, Some(sender)) = (parent, flight.returning, &flight.origin) {
+            if let (None, None, Some(sender)) = (parent, flight.returning, flight.origin()) {
                 let key = (question.clone(), sender.clone());
-                let started = flight.started;
+                let started = flight.started();
                 if !self.asked_within(&key, started) {
                     self.asked.insert(key, started);
                 }
@@ -377,10 +377,10 @@ impl ForwardingLoops {
     /// after a delivery may be its own client asking again: then it is no forward of that one.
     fn sent_as_forward_of(&self, id: FlightId) -> Option<FlightId> {
         let child = self.flights.get(&id)?;
-        let sender = child.origin.as_ref()?;
+        let sender = child.origin()?;
         let window = if self.asked_within(
             &(child.message.question.clone(), sender.clone()),
-            child.started,
+            child.started(),
         ) {
             FORWARD_BEFORE_A_RETRY
         } else {
@@ -390,7 +390,7 @@ impl ForwardingLoops {
             let to_sender = delivery.namespace == *sender;
             let in_time = || {
                 child
-                    .started
+                    .started()
                     .duration_since(delivery.since)
                     .is_ok_and(|gap| gap <= window)
             };
@@ -398,7 +398,7 @@ impl ForwardingLoops {
                 self.flights.get(&delivery.flight).is_some_and(|parent| {
                     parent
                         .answered
-                        .is_none_or(|answered| answered > child.started)
+                        .is_none_or(|answered| answered > child.started())
                 })
             };
             to_sender && in_time() && still_owed()
