@@ -2,6 +2,7 @@
 //! where it ended up.
 use std::{
     net::SocketAddr,
+    num::NonZeroU64,
     sync::Arc,
     time::{Duration, SystemTime},
 };
@@ -17,7 +18,9 @@ use crate::{
     observation::{Namespace, Observation, Point, Question},
 };
 
-pub type FlightId = u64;
+/// Never zero, so that a flight's optional links to others (`parent`, `returning`) take no
+/// more room than an id.
+pub type FlightId = NonZeroU64;
 
 /// Every flight followed, by id. Ids are handed out in sequence: see `FastHash`.
 pub type Flights = Table<FlightId, Flight, FastHash>;

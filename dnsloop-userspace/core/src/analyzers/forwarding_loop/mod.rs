@@ -149,7 +149,7 @@ impl ForwardingLoops {
             asked: Table::with_hasher(capacity),
             reports: Repeats::new(report_interval, capacity),
             storms: Storms::new(capacity),
-            next_id: 0,
+            next_id: FlightId::MIN,
             names,
         }
     }
@@ -220,7 +220,7 @@ impl ForwardingLoops {
         obs: &Observation,
     ) -> FlightId {
         let id = self.next_id;
-        self.next_id += 1;
+        self.next_id = self.next_id.saturating_add(1);
         if obs.probe != Probe::None
             && obs.point.leaves.is_some()
             && self.probes.get(&message.question).is_none()
