@@ -6,9 +6,11 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use dnsloop_shared::{parse::Probe, point::Direction};
+use dnsloop_shared::parse::Probe;
 
-use crate::observation::{DropCause, FragmentSizes, Namespace, Observation, Question, Transport};
+use crate::observation::{
+    DropCause, FragmentSizes, Namespace, Observation, Point, Question, Transport,
+};
 use crate::present::names::Names;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -28,11 +30,9 @@ pub enum Finding {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hop {
     pub ts: SystemTime,
-    pub ifname: Arc<str>,
-    pub direction: Direction,
-    /// The namespaces the packet left and entered at this hop, when watched (a pod, `node`).
-    pub leaves: Option<Namespace>,
-    pub enters: Option<Namespace>,
+    /// Where it was seen, shared with every other sighting there: a node follows tens of
+    /// thousands of queries' hops in a storm.
+    pub point: Arc<Point>,
     pub src: SocketAddr,
     pub dst: SocketAddr,
     pub id: u16,
@@ -45,10 +45,7 @@ impl Hop {
     pub fn of(obs: &Observation) -> Self {
         Self {
             ts: obs.ts,
-            ifname: obs.point.ifname.clone(),
-            direction: obs.point.direction,
-            leaves: obs.point.leaves.clone(),
-            enters: obs.point.enters.clone(),
+            point: Arc::clone(&obs.point),
             src: obs.src,
             dst: obs.dst,
             id: obs.id,

@@ -223,7 +223,8 @@ pub struct Question {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Observation {
     pub ts: SystemTime,
-    pub point: Point,
+    /// Shared by every observation made there (see `points`).
+    pub point: Arc<Point>,
     pub transport: Transport,
     pub src: SocketAddr,
     pub dst: SocketAddr,

@@ -5,6 +5,7 @@
 use std::{
     collections::HashMap,
     marker::PhantomData,
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -148,7 +149,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
     pub fn ingest_placed<'p>(
         &mut self,
         packet: &RawPacket,
-        place: impl Fn(Seen) -> Option<&'p Point>,
+        place: impl Fn(Seen) -> Option<&'p Arc<Point>>,
     ) -> Result<Result<(), NotDecoded>, PipelineError> {
         let decoded = self.decode(packet, &place)?;
         // A capture shows no drops, but a host sending a query back says so in ICMP.
@@ -213,7 +214,7 @@ impl<'s, S: Sink + ?Sized + 's> Pipeline<'s, S> {
     fn decode<'p>(
         &mut self,
         packet: &RawPacket,
-        place: impl Fn(Seen) -> Option<&'p Point>,
+        place: impl Fn(Seen) -> Option<&'p Arc<Point>>,
     ) -> Result<Result<(), NotDecoded>, PipelineError> {
         let decoded = self.decoder.decode(packet, &place, &mut self.observations);
         if let Err(NotDecoded::Malformed(reason)) = decoded {

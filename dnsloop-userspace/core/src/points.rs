@@ -193,7 +193,7 @@ impl PointMap {
         self.links.insert(interface, watched);
     }
 
-    pub fn get(&self, seen: Seen) -> Option<&Point> {
+    pub fn get(&self, seen: Seen) -> Option<&Arc<Point>> {
         let link = self.links.get(&seen.interface)?;
         link.directions
             .contains(&seen.direction)
@@ -343,14 +343,14 @@ const DESCRIPTION_VERSION_1: &str = "dnsloop/1";
 /// in each direction for frames to or from the bridge itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkPoints {
-    /// Ingress first.
-    points: [Point; 2],
+    /// Ingress first. Shared by every observation made there.
+    points: [Arc<Point>; 2],
     /// The bridge's MAC (`mac_word`) and the points of frames to or from it.
-    gateway: Option<(u64, [Point; 2])>,
+    gateway: Option<(u64, [Arc<Point>; 2])>,
 }
 
 impl LinkPoints {
-    pub fn get(&self, direction: Direction, via_gateway: bool) -> &Point {
+    pub fn get(&self, direction: Direction, via_gateway: bool) -> &Arc<Point> {
         let points = match &self.gateway {
             Some((_, points)) if via_gateway => points,
             _ => &self.points,
@@ -389,12 +389,12 @@ impl LinkDescription {
                     (Role::Loopback, Some(own)) => (Some(own.clone()), Some(own.clone())),
                     (role, _) => crossing(&role, &node, &far, direction),
                 };
-                Point {
+                Arc::new(Point {
                     ifname: name.clone(),
                     direction,
                     leaves,
                     enters,
-                }
+                })
             })
         };
         LinkPoints {

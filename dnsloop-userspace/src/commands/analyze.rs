@@ -11,6 +11,7 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -297,7 +298,7 @@ fn feed(
 
 /// `captured` with the point `placement` puts it at, its direction set from it; `None` if it
 /// places it nowhere.
-fn placed(captured: CapturedPacket, placement: &mut Placement) -> Option<(RawPacket, Point)> {
+fn placed(captured: CapturedPacket, placement: &mut Placement) -> Option<(RawPacket, Arc<Point>)> {
     let point = placement.place(&captured)?;
     let mut packet = captured.packet;
     packet.seen.direction = point.direction;

@@ -5,6 +5,7 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     process::{Command, Output},
+    sync::Arc,
     time::SystemTime,
 };
 
@@ -14,7 +15,7 @@ use dnsloop_core::{
         Enricher,
     },
     finding::{ConntrackEvidence, Dnat, Hop, LoopFinding, LoopId, UnexpectedSourceFinding},
-    observation::{Namespace, Transport},
+    observation::{Namespace, Point, Transport},
 };
 use dnsloop_shared::{parse::Probe, point::Direction};
 use dnsloop_tests::or_fail::OrFail as _;
@@ -361,10 +362,12 @@ fn unenriched_loop(path: Vec<Hop>, summary: &str) -> LoopFinding {
 fn loop_hop(direction: Direction, src: &str, dst: &str, enters: &str) -> Hop {
     Hop {
         ts: SystemTime::now(),
-        ifname: "cni0".into(),
-        direction,
-        leaves: None,
-        enters: Some(Namespace::new(enters)),
+        point: Arc::new(Point {
+            ifname: "cni0".into(),
+            direction,
+            leaves: None,
+            enters: Some(Namespace::new(enters)),
+        }),
         src: addr(src),
         dst: addr(dst),
         id: 4242,

@@ -223,7 +223,7 @@ impl FragmentationFinding {
             hops => {
                 let hops: Vec<String> = hops
                     .iter()
-                    .map(|hop| format!("{} {}", hop.ifname, hop.direction.as_str()))
+                    .map(|hop| format!("{} {}", hop.point.ifname, hop.point.direction.as_str()))
                     .collect();
                 format!("; seen at {}", hops.join(", "))
             }
@@ -347,7 +347,11 @@ mod tests {
             (addr(CLIENT_ADDR), addr(SERVER_ADDR), 7, Some(4096))
         );
         assert_eq!(found.sizes.map(|sizes| sizes.message), Some(3242));
-        let seen: Vec<&str> = found.seen.iter().map(|hop| hop.ifname.as_ref()).collect();
+        let seen: Vec<&str> = found
+            .seen
+            .iter()
+            .map(|hop| hop.point.ifname.as_ref())
+            .collect();
         assert_eq!(seen, [NODE_FROM_UPLINK.ifname, CLIENT_IN.ifname]);
         for said in [
             "lost to fragmentation",

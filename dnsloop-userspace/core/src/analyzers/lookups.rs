@@ -345,7 +345,7 @@ fn hop_of(answered: &Answered, flight: &Flight) -> LookupHop {
         server: query.server,
         backend,
         to,
-        via: flight.departure().map(|hop| Arc::clone(&hop.ifname)),
+        via: flight.departure().map(|hop| Arc::clone(&hop.point.ifname)),
         id: query.id,
         transport: answered.message.transport,
         sent: query.sent,

@@ -25,8 +25,9 @@ pub struct SentQuery {
     pub server: SocketAddr,
     /// Other servers the client sent the very same message to (a forwarder such as dnsmasq
     /// trying a second upstream with the same id and port): a reply from one of them is an
-    /// answer, not a misdelivery.
-    pub also_sent_to: Vec<SocketAddr>,
+    /// answer, not a misdelivery. A boxed slice, grown one by one: hardly any query has one,
+    /// and a node keeps tens of thousands waiting in a storm.
+    pub also_sent_to: Box<[SocketAddr]>,
     /// The namespace it was first seen leaving.
     pub client_namespace: Option<Namespace>,
     pub id: u16,
@@ -82,7 +83,9 @@ impl Outstanding {
                 && obs.dst != query.server
                 && !query.also_sent_to.contains(&obs.dst);
             if sent_elsewhere && query.also_sent_to.len() < MAX_SERVERS_OF_ONE_QUERY {
-                query.also_sent_to.push(obs.dst);
+                let mut servers = std::mem::take(&mut query.also_sent_to).into_vec();
+                servers.push(obs.dst);
+                query.also_sent_to = servers.into_boxed_slice();
             }
             false
         } else {
@@ -91,7 +94,7 @@ impl Outstanding {
                 SentQuery {
                     client: obs.src,
                     server: obs.dst,
-                    also_sent_to: Vec::new(),
+                    also_sent_to: Box::default(),
                     client_namespace: obs.point.leaves.clone(),
                     id: obs.id,
                     question: question.clone(),

@@ -113,7 +113,7 @@ const TCP: u8 = 6;
 pub struct Decoder {
     ports: DnsPorts,
     streams: TcpStreams<StreamContext>,
-    fragments: IpFragments<Point>,
+    fragments: IpFragments<Arc<Point>>,
     /// Packets whose DNS was found inside VXLAN or Geneve.
     encapsulated: u64,
 }
@@ -160,7 +160,7 @@ impl Decoder {
     pub fn decode<'p>(
         &mut self,
         packet: &RawPacket,
-        point_of: impl Fn(Seen) -> Option<&'p Point>,
+        point_of: impl Fn(Seen) -> Option<&'p Arc<Point>>,
         out: &mut Vec<Observation>,
     ) -> Result<(), NotDecoded> {
         let point = point_of(packet.seen).ok_or(NotDecoded::Unplaced)?;
@@ -228,7 +228,7 @@ impl Decoder {
         link: LinkLayer,
         at: &At,
         found: &mut Found,
-        let_go: &mut Vec<FirstFragment<Point>>,
+        let_go: &mut Vec<FirstFragment<Arc<Point>>>,
         depth: usize,
     ) {
         let packet = SlicePacket(bytes);
@@ -275,10 +275,10 @@ impl Decoder {
     /// Takes `fragment` into its datagram, and decodes the datagram if it is now whole.
     fn reassemble(
         &mut self,
-        fragment: Fragment<Point>,
+        fragment: Fragment<Arc<Point>>,
         at: &At,
         found: &mut Found,
-        let_go: &mut Vec<FirstFragment<Point>>,
+        let_go: &mut Vec<FirstFragment<Arc<Point>>>,
         depth: usize,
     ) {
         if !at.for_analysis {
@@ -297,7 +297,11 @@ impl Decoder {
 
     /// Decodes, alone, the first fragments of datagrams never completed: the header and
     /// question they hold were sent.
-    fn decode_let_go(&mut self, let_go: Vec<FirstFragment<Point>>, out: &mut Vec<Observation>) {
+    fn decode_let_go(
+        &mut self,
+        let_go: Vec<FirstFragment<Arc<Point>>>,
+        out: &mut Vec<Observation>,
+    ) {
         let mut found = Found::new(out, Recalled::default());
         for first in let_go {
             let PacketClass::Dns(segment) =
@@ -375,7 +379,7 @@ impl Decoder {
     pub fn malformed_sample(
         &self,
         packet: &RawPacket,
-        point: &Point,
+        point: &Arc<Point>,
         reason: Malformed,
     ) -> MalformedSample {
         let addresses = match classify(&SlicePacket(&packet.bytes), packet.link_layer, &self.ports)
@@ -437,7 +441,7 @@ impl Decoder {
     /// Or the reply whose reassembly `packet`, an ICMP "fragment reassembly time exceeded",
     /// says its sender gave up: a drop of it as `FRAG_REASM_TIMEOUT` there, as the kernel of
     /// that host reports it.
-    pub fn decode_refusal(&self, packet: &RawPacket, point: &Point) -> Option<DroppedMessage> {
+    pub fn decode_refusal(&self, packet: &RawPacket, point: &Arc<Point>) -> Option<DroppedMessage> {
         let bytes = SlicePacket(&packet.bytes);
         let Some(refused) = refused_query(&bytes, packet.link_layer, &self.ports) else {
             return self.decode_abandoned(packet, point);
@@ -467,7 +471,7 @@ impl Decoder {
 
     /// The reply an ICMP "fragment reassembly time exceeded" in `packet` quotes, dropped where
     /// that ICMP leaves: the host that held its first fragment and gave up on the rest.
-    fn decode_abandoned(&self, packet: &RawPacket, point: &Point) -> Option<DroppedMessage> {
+    fn decode_abandoned(&self, packet: &RawPacket, point: &Arc<Point>) -> Option<DroppedMessage> {
         let bytes = SlicePacket(&packet.bytes);
         let abandoned = abandoned_reply(&bytes, packet.link_layer, &self.ports)?;
         let reply = abandoned.reply;
@@ -509,7 +513,7 @@ impl Decoder {
     pub fn decode_unanswered<'p>(
         &self,
         query: &UnansweredQuery,
-        point_of: impl Fn(Seen) -> Option<&'p Point>,
+        point_of: impl Fn(Seen) -> Option<&'p Arc<Point>>,
     ) -> Option<Observation> {
         let point = point_of(query.seen)?;
         Some(Observation {
@@ -548,7 +552,7 @@ impl Decoder {
 struct At<'p> {
     seen: Seen,
     ts: SystemTime,
-    point: &'p Point,
+    point: &'p Arc<Point>,
     for_analysis: bool,
 }
 
@@ -563,7 +567,7 @@ struct Route {
 
 /// What the messages of a TCP stream are reported with.
 struct StreamContext {
-    point: Point,
+    point: Arc<Point>,
     route: Route,
 }
 
@@ -571,8 +575,8 @@ struct StreamContext {
 /// matched, and the sightings before a query that made its question hot, each with its point.
 #[derive(Default)]
 struct Recalled<'p> {
-    matched: Option<(MatchedQuery, &'p Point)>,
-    priors: Vec<(PriorSighting, &'p Point)>,
+    matched: Option<(MatchedQuery, &'p Arc<Point>)>,
+    priors: Vec<(PriorSighting, &'p Arc<Point>)>,
 }
 
 /// The observations one packet (or one expiry) yields, and why it yielded none.
@@ -620,7 +624,14 @@ impl<'o, 'p> Found<'o, 'p> {
     }
 
     /// The message `held` (of `len` bytes, as its framing declares), seen at `point` at `ts`.
-    fn message(&mut self, ts: SystemTime, point: &Point, route: &Route, held: &[u8], len: usize) {
+    fn message(
+        &mut self,
+        ts: SystemTime,
+        point: &Arc<Point>,
+        route: &Route,
+        held: &[u8],
+        len: usize,
+    ) {
         let decoded = match decode_message(held) {
             Ok(decoded) => decoded,
             Err(reason) => return self.error(reason),
@@ -678,7 +689,7 @@ fn matched_query(
     seen: &Observation,
     query: &MatchedQuery,
     family: IpFamily,
-    point: &Point,
+    point: &Arc<Point>,
 ) -> Observation {
     let client = if seen.is_response { seen.dst } else { seen.src };
     Observation {
@@ -695,7 +706,7 @@ fn matched_query(
 
 /// The query seen before `query` made its question hot: `query`'s question, asked by the
 /// sighting's own addresses and id.
-fn prior_sighting(query: &Observation, prior: &PriorSighting, point: &Point) -> Observation {
+fn prior_sighting(query: &Observation, prior: &PriorSighting, point: &Arc<Point>) -> Observation {
     Observation {
         ts: prior.at,
         point: point.clone(),

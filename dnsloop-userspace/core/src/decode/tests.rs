@@ -35,13 +35,13 @@ fn seen() -> Seen {
     }
 }
 
-fn point() -> Point {
-    Point {
+fn point() -> Arc<Point> {
+    Arc::new(Point {
         ifname: Arc::from("eth0"),
         direction: Direction::Ingress,
         leaves: None,
         enters: None,
-    }
+    })
 }
 
 fn packet(millis: u64, link: LinkLayer, bytes: Vec<u8>) -> RawPacket {

@@ -102,7 +102,7 @@ mod tests {
     use dnsloop_shared::point::Direction;
 
     use super::*;
-    use crate::observation::Transport;
+    use crate::observation::{Point, Transport};
 
     /// What the analyzer says of the node cache's loop through CoreDNS, seen after DNAT.
     const NODELOCAL_LOOP: &str = "loop: www.example.test. A: node -> 10.244.0.4 (pod \
@@ -116,10 +116,12 @@ mod tests {
     fn hop(transport: Transport, src: &str, dst: &str) -> Hop {
         Hop {
             ts: SystemTime::UNIX_EPOCH,
-            ifname: Arc::from("cni0"),
-            direction: Direction::Egress,
-            leaves: None,
-            enters: None,
+            point: Arc::new(Point {
+                ifname: Arc::from("cni0"),
+                direction: Direction::Egress,
+                leaves: None,
+                enters: None,
+            }),
             src: addr(src),
             dst: addr(dst),
             id: 1,

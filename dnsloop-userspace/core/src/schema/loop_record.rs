@@ -155,13 +155,13 @@ impl Hop {
     pub fn new(hop: &finding::Hop) -> Self {
         Self {
             ts: hop.ts.into(),
-            ifname: hop.ifname.to_string(),
-            dir: hop.direction.as_str().to_owned(),
+            ifname: hop.point.ifname.to_string(),
+            dir: hop.point.direction.as_str().to_owned(),
             src: hop.src,
             dst: hop.dst,
             id: hop.id,
-            leaves: hop.leaves.as_ref().map(ToString::to_string),
-            enters: hop.enters.as_ref().map(ToString::to_string),
+            leaves: hop.point.leaves.as_ref().map(ToString::to_string),
+            enters: hop.point.enters.as_ref().map(ToString::to_string),
         }
     }
 }

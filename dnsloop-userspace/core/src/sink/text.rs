@@ -526,13 +526,13 @@ impl<W: Write> Sink for TextSink<W> {
 /// `service`: where the hop's packet was sent, when a DNAT sent it to `hop.dst` instead.
 fn hop_line(hop: &Hop, service: Option<SocketAddr>) -> String {
     let via = service.map_or(String::new(), |service| format!(" ({service} via DNAT)"));
-    let crossing = crossing(&hop.leaves, &hop.enters)
+    let crossing = crossing(&hop.point.leaves, &hop.point.enters)
         .map_or(String::new(), |crossing| format!("  [{crossing}]"));
     format!(
         "  {}  {:<16} {:<7}  {} -> {}{via}  id {}{crossing}",
         time_of_day(hop.ts),
-        hop.ifname,
-        hop.direction.as_str(),
+        hop.point.ifname,
+        hop.point.direction.as_str(),
         hop.src,
         hop.dst,
         hop.id

@@ -32,7 +32,10 @@
 //! header ends the sequence. Built with the `fuzzing` feature and in
 //! this crate's tests, which write the seed corpus and hold a regression test of every crash
 //! the fuzzer found.
-use std::time::{Duration, SystemTime};
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use dnsloop_shared::{
     parse::{DnsPorts, IpFamily, LinkLayer},
@@ -175,7 +178,7 @@ fn link(index: usize) -> InterfaceRef {
 }
 
 /// The point where a packet was `seen`.
-fn point_of(links: &[LinkPoints], seen: Seen) -> Option<&Point> {
+fn point_of(links: &[LinkPoints], seen: Seen) -> Option<&Arc<Point>> {
     let link = links.get(usize::try_from(seen.interface.ifindex).ok()?)?;
     Some(link.get(seen.direction, seen.via_gateway))
 }

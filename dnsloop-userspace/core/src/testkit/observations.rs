@@ -6,6 +6,7 @@
 //! the sightings of one message at consecutive points, 10 µs apart.
 use std::{
     net::SocketAddr,
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -237,13 +238,13 @@ impl Message {
     }
 }
 
-fn point(spot: Spot) -> Point {
-    Point {
+fn point(spot: Spot) -> Arc<Point> {
+    Arc::new(Point {
         ifname: spot.ifname.into(),
         direction: spot.direction,
         leaves: spot.leaves.map(Namespace::new),
         enters: spot.enters.map(Namespace::new),
-    }
+    })
 }
 
 /// The client pod's query `id` for `a.test.` to the cluster DNS service, at `at` ms.

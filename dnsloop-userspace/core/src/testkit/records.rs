@@ -91,7 +91,7 @@ pub fn sink_lines() -> Vec<String> {
         qtype: 65280,
         qclass: 1,
     });
-    odd.point.enters = Some(Namespace::new("pod \"q\" \\ \u{1b}"));
+    std::sync::Arc::make_mut(&mut odd.point).enters = Some(Namespace::new("pod \"q\" \\ \u{1b}"));
     let mut bare = query("x.test.").seen(CLIENT_OUT);
     bare.question = None;
     let mut no_addresses = malformed_sample();

@@ -1,6 +1,7 @@
 //! Findings, packets and a summary to write in the sinks' and the recorder's tests.
 use std::{
     collections::BTreeMap,
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -19,7 +20,7 @@ use crate::{
         SlowestSearch, TimeoutFinding, TruncationFinding, Unconfirmable, Unconfirmed,
         UnexpectedSourceFinding,
     },
-    observation::{DropCause, DropPlace, FragmentSizes, Namespace, Transport},
+    observation::{DropCause, DropPlace, FragmentSizes, Namespace, Point, Transport},
     points::{InterfaceRef, Seen},
     schema::{ConntrackCounts, InterfaceCount, KernelSummary, SummarySource},
     source::RawPacket,
@@ -28,11 +29,13 @@ use crate::{
 fn hop(ms_at: u64, ifname: &str, direction: Direction, src: &str, dst: &str, id: u16) -> Hop {
     Hop {
         ts: ms(ms_at),
-        ifname: ifname.into(),
-        direction,
-        // The bridge's own interface: egress leaves the node's stack, ingress enters it.
-        leaves: (direction == Direction::Egress).then(|| Namespace::new("node")),
-        enters: (direction == Direction::Ingress).then(|| Namespace::new("node")),
+        point: Arc::new(Point {
+            ifname: ifname.into(),
+            direction,
+            // The bridge's own interface: egress leaves the node's stack, ingress enters it.
+            leaves: (direction == Direction::Egress).then(|| Namespace::new("node")),
+            enters: (direction == Direction::Ingress).then(|| Namespace::new("node")),
+        }),
         src: addr(src),
         dst: addr(dst),
         id,
@@ -219,10 +222,12 @@ pub fn a_fragmented_reply_lost() -> Finding {
         edns_udp_size: Some(4096),
         seen: vec![Hop {
             ts: ms(1_000),
-            ifname: "veth-client".into(),
-            direction: Direction::Egress,
-            leaves: None,
-            enters: Some(Namespace::new("pod 10.244.0.2")),
+            point: Arc::new(Point {
+                ifname: "veth-client".into(),
+                direction: Direction::Egress,
+                leaves: None,
+                enters: Some(Namespace::new("pod 10.244.0.2")),
+            }),
             src: addr("10.255.0.96:53"),
             dst: addr("10.244.0.2:41234"),
             id: 4242,

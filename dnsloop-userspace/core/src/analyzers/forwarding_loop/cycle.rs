@@ -74,7 +74,7 @@ pub fn find(
         if let Some(child) = child {
             forwarded_at_once &= child.sent_within(LOOPBACK_FORWARD_DELAY, flight);
         }
-        if left_home && flight.origin.as_ref() == Some(home) && flight.is_forward_or_probe() {
+        if left_home && flight.origin() == Some(home) && flight.is_forward_or_probe() {
             if let Some(cycle) = unconfirmed {
                 return Some(Cycle::sent_in_order(cycle, 2));
             }
@@ -109,7 +109,7 @@ pub fn find(
     let probe_id = probe_origin.filter(|id| !chain.contains(id))?;
     let probe = flights.get(&probe_id)?;
     let came_from_outside = !arrived.stayed_in(home);
-    (probe.origin.as_ref() == Some(home) && came_from_outside).then(|| {
+    (probe.origin() == Some(home) && came_from_outside).then(|| {
         chain.push(probe_id);
         Cycle::sent_in_order(chain, 1)
     })
@@ -117,13 +117,13 @@ pub fn find(
 
 /// When the first query of `arrival`'s chain of forwards was sent.
 fn chain_start(flights: &Flights, arrival: &Flight) -> SystemTime {
-    let mut start = arrival.started;
+    let mut start = arrival.started();
     let mut next = arrival.parent;
     for _ in 0..MAX_CHAIN {
         let Some(flight) = next.and_then(|id| flights.get(&id)) else {
             break;
         };
-        start = start.min(flight.started);
+        start = start.min(flight.started());
         next = flight.parent;
     }
     start

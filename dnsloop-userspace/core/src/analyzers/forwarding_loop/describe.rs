@@ -67,7 +67,7 @@ pub fn loop_finding(
         .flat_map(|flight| flight.hops.iter().cloned())
         .collect();
     path.sort_by_key(|hop| hop.ts);
-    let servers: Vec<IpAddr> = cycle.iter().map(|flight| flight.server.ip()).collect();
+    let servers: Vec<IpAddr> = cycle.iter().map(|flight| flight.server().ip()).collect();
     let qname = arrival.question.name.presented(names);
     let off_node = off_node(cycle);
     let unconfirmed = unconfirmed(cycle);
@@ -128,10 +128,10 @@ pub fn unconfirmed(cycle: &[&Flight]) -> Vec<Unconfirmed> {
         .collect();
     let through_other_nodes = cycle.iter().any(|flight| flight.came_back());
     let forwarded_on_this_node = cycle.iter().any(|flight| {
-        flight.origin.is_some()
+        flight.origin().is_some()
             && flight
                 .delivered_to()
-                .is_some_and(|(namespace, _)| flight.origin.as_ref() != Some(namespace))
+                .is_some_and(|(namespace, _)| flight.origin() != Some(namespace))
     });
     let probe = cycle.iter().any(|flight| flight.probe != Probe::None);
     if through_other_nodes && !forwarded_on_this_node && !probe {
@@ -188,10 +188,10 @@ fn off_node(cycle: &[&Flight]) -> Vec<OffNode> {
             let left = sent.departure()?;
             let arrived = back.hops.first().filter(|_| back.came_back())?;
             Some(OffNode {
-                left_via: left.ifname.clone(),
+                left_via: left.point.ifname.clone(),
                 sent_to: left.dst,
                 back_from: arrived.src,
-                back_via: arrived.ifname.clone(),
+                back_via: arrived.point.ifname.clone(),
             })
         })
         .collect()
@@ -202,7 +202,7 @@ fn off_node(cycle: &[&Flight]) -> Vec<OffNode> {
 fn from_the_node<'a>(cycle: &[&'a Flight]) -> Vec<&'a Flight> {
     let start = cycle
         .iter()
-        .position(|flight| is_node(flight.origin.as_ref()))
+        .position(|flight| is_node(flight.origin()))
         .unwrap_or(0);
     let mut rotated = cycle.to_vec();
     rotated.rotate_left(start);
@@ -217,13 +217,13 @@ fn route(cycle: &[&Flight]) -> String {
     let Some(first) = cycle.first() else {
         return String::new();
     };
-    let mut route = sender_name(first.origin.as_ref());
+    let mut route = sender_name(first.origin());
     for flight in cycle {
         if let Some(arrived) = flight.hops.first().filter(|_| flight.came_back()) {
             route.push_str(&format!(
                 " ... back from {} via {}",
                 arrived.src.ip(),
-                arrived.ifname
+                arrived.point.ifname
             ));
         }
         route.push_str(" -> ");
@@ -231,9 +231,9 @@ fn route(cycle: &[&Flight]) -> String {
             Some(left) => route.push_str(&format!(
                 "{} via {} (off the node)",
                 left.dst.ip(),
-                left.ifname
+                left.point.ifname
             )),
-            None => route.push_str(&flight.server.ip().to_string()),
+            None => route.push_str(&flight.server().ip().to_string()),
         }
         if let Some((namespace, _)) = flight.delivered_to() {
             route.push_str(&format!(" ({namespace})"));
@@ -252,7 +252,7 @@ fn is_node(namespace: Option<&Namespace>) -> bool {
 
 /// The likely cause, from how the question came back to `home`.
 fn advice(home: &Namespace, cycle: &[&Flight], arrival: &Flight) -> String {
-    let server = arrival.server.ip();
+    let server = arrival.server().ip();
     if arrival.stayed_in(home) {
         return format!(
             "{home} forwards to itself over loopback ({server}): give it an upstream outside itself \
@@ -261,38 +261,35 @@ fn advice(home: &Namespace, cycle: &[&Flight], arrival: &Flight) -> String {
     }
     // The edge that closes a node-local loop: a pod sending the question back to the node.
     let back_to_node = cycle.iter().find(|flight| {
-        !is_node(flight.origin.as_ref())
-            && flight.origin.is_some()
+        !is_node(flight.origin())
+            && flight.origin().is_some()
             && flight
                 .delivered_to()
                 .is_some_and(|(namespace, _)| is_node(Some(namespace)))
     });
     if let Some(flight) = back_to_node {
-        let sender = sender_name(flight.origin.as_ref());
+        let sender = sender_name(flight.origin());
         return format!(
             "{sender} forwards to {server} on the node, which sends the question back: its upstream \
              points at the node-local cache; check the resolv.conf CoreDNS uses (kubelet resolvConf, \
              `forward . /etc/resolv.conf`)",
-            server = flight.server.ip(),
+            server = flight.server().ip(),
         );
     }
-    if cycle
-        .iter()
-        .all(|flight| flight.origin.as_ref() == Some(home))
-    {
+    if cycle.iter().all(|flight| flight.origin() == Some(home)) {
         return format!(
             "{home} forwards to {server}, which leads back to itself (its own address, or a \
              ClusterIP that DNATs to it): give it an upstream outside itself"
         );
     }
-    if arrival.origin.is_none() {
+    if arrival.origin().is_none() {
         return "the question came back through a resolver outside the watched namespaces: check \
                 where its upstreams forward to"
             .to_owned();
     }
     let forwarders: Vec<String> = from_the_node(cycle)
         .iter()
-        .map(|flight| sender_name(flight.origin.as_ref()))
+        .map(|flight| sender_name(flight.origin()))
         .collect();
     format!("check where {} forward to", forwarders.join(", "))
 }

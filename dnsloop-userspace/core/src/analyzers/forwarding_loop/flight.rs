@@ -2,6 +2,8 @@
 //! where it ended up.
 use std::{
     net::SocketAddr,
+    num::NonZeroU64,
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -13,10 +15,12 @@ use crate::{
         table::{FastHash, Table},
     },
     finding::{Hop, Unconfirmable, Unconfirmed},
-    observation::{Namespace, Observation, Question},
+    observation::{Namespace, Observation, Point, Question},
 };
 
-pub type FlightId = u64;
+/// Never zero, so that a flight's optional links to others (`parent`, `returning`) take no
+/// more room than an id.
+pub type FlightId = NonZeroU64;
 
 /// Every flight followed, by id. Ids are handed out in sequence: see `FastHash`.
 pub type Flights = Table<FlightId, Flight, FastHash>;
@@ -33,12 +37,11 @@ const USUAL_HOPS: usize = 2;
 /// Where a flight is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Position {
-    /// Last seen entering `namespace` from `from` at `since`, addressed to `at`, which the
-    /// namespace holds or not (`None`: not known). Whether the namespace took it or routed it
-    /// on is decided once `settle` has passed.
+    /// Last seen at `point`, entering the namespace it enters there, at `since`, addressed to
+    /// `at`, which the namespace holds or not (`None`: not known). Whether the namespace took
+    /// it or routed it on is decided once `settle` has passed.
     Entered {
-        namespace: Namespace,
-        from: Option<Namespace>,
+        point: Arc<Point>,
         since: SystemTime,
         at: SocketAddr,
         own_address: Option<bool>,
@@ -46,11 +49,11 @@ pub enum Position {
     /// Last seen heading into an unwatched side at `since`: a bridge, or the network beyond an
     /// uplink.
     Outside { since: SystemTime },
-    /// Stayed in `namespace`, which it entered at `since` addressed to `at`: a server there
-    /// received it. `confirmed`: the namespace is known to hold `at`; where its addresses are
+    /// Stayed in the namespace it entered at `point`, at `since`, addressed to `at`: a server
+    /// there received it. `confirmed`: the namespace is known to hold `at`; where its addresses are
     /// not known (a capture), nothing shows that it was not routed on or dropped unseen.
     Delivered {
-        namespace: Namespace,
+        point: Arc<Point>,
         since: SystemTime,
         at: SocketAddr,
         confirmed: bool,
@@ -67,12 +70,8 @@ pub struct Flight {
     /// As sent, for the report.
     pub question: Question,
     pub probe: Probe,
-    /// The namespace it left without having entered it first: where its sender lives. `None`
-    /// when it first showed up coming from an unwatched side.
-    pub origin: Option<Namespace>,
-    /// Where it was addressed when first seen, before any DNAT.
-    pub server: SocketAddr,
-    pub started: SystemTime,
+    /// Never empty: its first sighting starts it, and says where it came from, where it was
+    /// addressed and when (kept once: a storm has tens of thousands of flights).
     pub hops: Vec<Hop>,
     pub position: Position,
     /// The query that `origin` had received and forwarded as this one; for one that came onto
@@ -93,9 +92,6 @@ impl Flight {
             message,
             question,
             probe: obs.probe,
-            origin: obs.point.leaves.clone(),
-            server: obs.dst,
-            started: obs.ts,
             hops: Vec::with_capacity(USUAL_HOPS),
             position: Position::Outside { since: obs.ts },
             parent: None,
@@ -105,6 +101,26 @@ impl Flight {
         };
         flight.advance(obs);
         flight
+    }
+
+    /// Its first sighting.
+    fn first(&self) -> &Hop {
+        &self.hops[0]
+    }
+
+    /// The namespace it left without having entered it first: where its sender lives. `None`
+    /// when it first showed up coming from an unwatched side.
+    pub fn origin(&self) -> Option<&Namespace> {
+        self.first().point.leaves.as_ref()
+    }
+
+    /// Where it was addressed when first seen, before any DNAT.
+    pub fn server(&self) -> SocketAddr {
+        self.first().dst
+    }
+
+    pub fn started(&self) -> SystemTime {
+        self.first().ts
     }
 
     /// Whether `obs`, a sighting of the same message, is this flight moving on. It is not when
@@ -120,25 +136,20 @@ impl Flight {
         match &self.position {
             Position::Delivered { .. } | Position::Stranded => false,
             Position::Outside { since } => moving_since(*since),
-            Position::Entered {
-                namespace,
-                from,
-                since,
-                ..
-            } => {
+            Position::Entered { point, since, .. } => {
                 // A sighting that leaves no watched namespace (a bridge port seen from the
                 // bridge) cannot contradict where the flight is, and neither can the crossing it
                 // just made seen again (a capture that places a bridge port and the bridge alike,
                 // by the packet's addresses).
                 let same_crossing =
-                    obs.point.leaves == *from && obs.point.enters.as_ref() == Some(namespace);
+                    obs.point.leaves == point.leaves && obs.point.enters == point.enters;
                 moving_since(*since)
                     && (same_crossing
                         || obs
                             .point
                             .leaves
                             .as_ref()
-                            .is_none_or(|leaves| leaves == namespace))
+                            .is_none_or(|leaves| Some(leaves) == point.enters.as_ref()))
             }
         }
     }
@@ -149,9 +160,8 @@ impl Flight {
             self.hops.push(Hop::of(obs));
         }
         self.position = match &obs.point.enters {
-            Some(namespace) => Position::Entered {
-                namespace: namespace.clone(),
-                from: obs.point.leaves.clone(),
+            Some(_) => Position::Entered {
+                point: Arc::clone(&obs.point),
                 since: obs.ts,
                 at: obs.dst,
                 own_address: obs.to_own_address,
@@ -168,7 +178,7 @@ impl Flight {
     /// on since).
     pub fn settle(&mut self, entered_at: SystemTime, dropped: bool) -> bool {
         let Position::Entered {
-            namespace,
+            point,
             since,
             at,
             own_address,
@@ -185,7 +195,7 @@ impl Flight {
             return false;
         }
         self.position = Position::Delivered {
-            namespace: namespace.clone(),
+            point: Arc::clone(point),
             since: *since,
             at: *at,
             confirmed: *own_address == Some(true),
@@ -196,7 +206,7 @@ impl Flight {
     /// The namespace and address it was delivered to.
     pub fn delivered_to(&self) -> Option<(&Namespace, SocketAddr)> {
         match &self.position {
-            Position::Delivered { namespace, at, .. } => Some((namespace, *at)),
+            Position::Delivered { point, at, .. } => Some((point.enters.as_ref()?, *at)),
             _ => None,
         }
     }
@@ -206,12 +216,12 @@ impl Flight {
     pub fn unconfirmed_delivery(&self) -> Option<Unconfirmed> {
         match &self.position {
             Position::Delivered {
-                namespace,
+                point,
                 at,
                 confirmed: false,
                 ..
             } => Some(Unconfirmed {
-                namespace: namespace.clone(),
+                namespace: point.enters.clone()?,
                 at: *at,
                 why: Unconfirmable::AddressNotShown,
             }),
@@ -224,7 +234,7 @@ impl Flight {
         let Position::Delivered { since, .. } = parent.position else {
             return false;
         };
-        self.started
+        self.started()
             .duration_since(since)
             .is_ok_and(|gap| gap <= delay)
     }
@@ -232,23 +242,20 @@ impl Flight {
     /// Whether the namespace it sits in, delivered or not yet decided, is `namespace`.
     pub fn is_in(&self, namespace: &Namespace) -> bool {
         match &self.position {
-            Position::Entered {
-                namespace: inside, ..
+            Position::Entered { point, .. } | Position::Delivered { point, .. } => {
+                point.enters.as_ref() == Some(namespace)
             }
-            | Position::Delivered {
-                namespace: inside, ..
-            } => inside == namespace,
             Position::Stranded | Position::Outside { .. } => false,
         }
     }
 
     /// Whether it never left `namespace`: every hop was on that namespace's loopback.
     pub fn stayed_in(&self, namespace: &Namespace) -> bool {
-        self.origin.as_ref() == Some(namespace)
+        self.origin() == Some(namespace)
             && self
                 .hops
                 .iter()
-                .all(|hop| hop.enters.as_ref() == Some(namespace))
+                .all(|hop| hop.point.enters.as_ref() == Some(namespace))
     }
 
     /// Whether its sender meant to send it on: a forward of a query it received, or a loop
@@ -266,12 +273,12 @@ impl Flight {
         };
         self.hops
             .last()
-            .filter(|hop| hop.leaves.is_some() && hop.enters.is_none())
+            .filter(|hop| hop.point.leaves.is_some() && hop.point.enters.is_none())
     }
 
     /// Whether it came onto the node from an unwatched side as the return of a question this
     /// node sent off (see `ForwardingLoops::returning`): its parent is that query.
     pub fn came_back(&self) -> bool {
-        self.origin.is_none() && self.parent.is_some()
+        self.origin().is_none() && self.parent.is_some()
     }
 }

@@ -149,7 +149,7 @@ impl ForwardingLoops {
             asked: Table::with_hasher(capacity),
             reports: Repeats::new(report_interval, capacity),
             storms: Storms::new(capacity),
-            next_id: 0,
+            next_id: FlightId::MIN,
             names,
         }
     }
@@ -220,7 +220,7 @@ impl ForwardingLoops {
         obs: &Observation,
     ) -> FlightId {
         let id = self.next_id;
-        self.next_id += 1;
+        self.next_id = self.next_id.saturating_add(1);
         if obs.probe != Probe::None
             && obs.point.leaves.is_some()
             && self.probes.get(&message.question).is_none()
@@ -331,9 +331,9 @@ impl ForwardingLoops {
             .or_else(|| self.came_back_as(id, since));
         if let Some(flight) = self.flights.get_mut(&id) {
             flight.parent = parent;
-            if let (None, None, Some(sender)) = (parent, flight.returning, &flight.origin) {
+            if let (None, None, Some(sender)) = (parent, flight.returning, flight.origin()) {
                 let key = (question.clone(), sender.clone());
-                let started = flight.started;
+                let started = flight.started();
                 if !self.asked_within(&key, started) {
                     self.asked.insert(key, started);
                 }
@@ -377,10 +377,10 @@ impl ForwardingLoops {
     /// after a delivery may be its own client asking again: then it is no forward of that one.
     fn sent_as_forward_of(&self, id: FlightId) -> Option<FlightId> {
         let child = self.flights.get(&id)?;
-        let sender = child.origin.as_ref()?;
+        let sender = child.origin()?;
         let window = if self.asked_within(
             &(child.message.question.clone(), sender.clone()),
-            child.started,
+            child.started(),
         ) {
             FORWARD_BEFORE_A_RETRY
         } else {
@@ -390,7 +390,7 @@ impl ForwardingLoops {
             let to_sender = delivery.namespace == *sender;
             let in_time = || {
                 child
-                    .started
+                    .started()
                     .duration_since(delivery.since)
                     .is_ok_and(|gap| gap <= window)
             };
@@ -398,7 +398,7 @@ impl ForwardingLoops {
                 self.flights.get(&delivery.flight).is_some_and(|parent| {
                     parent
                         .answered
-                        .is_none_or(|answered| answered > child.started)
+                        .is_none_or(|answered| answered > child.started())
                 })
             };
             to_sender && in_time() && still_owed()

@@ -182,7 +182,7 @@ impl Window {
         let (first, second) = self.storming()?;
         let question = &self.question;
         let qname = question.name.presented(names);
-        let ifname = self.shown.first().map(|hop| hop.ifname.clone())?;
+        let ifname = self.shown.first().map(|hop| hop.point.ifname.clone())?;
         let queries = self.senders.iter().map(|(_, count)| count).sum::<u64>() + self.others;
         let seconds = self
             .last

@@ -445,8 +445,10 @@ fn assorted_observations() -> Vec<Observation> {
             qclass: 1,
         }
     });
-    odd.point.ifname = "eth\u{1b}]0;\"x\\\u{7f}\u{85}\u{2028}\u{1f600}".into();
-    odd.point.enters = Some(crate::observation::Namespace::new("pod \"q\"\t\\"));
+    std::sync::Arc::make_mut(&mut odd.point).ifname =
+        "eth\u{1b}]0;\"x\\\u{7f}\u{85}\u{2028}\u{1f600}".into();
+    std::sync::Arc::make_mut(&mut odd.point).enters =
+        Some(crate::observation::Namespace::new("pod \"q\"\t\\"));
     let mut bare = query("x.test.").seen(NODE_TO_UPLINK);
     bare.question = None;
     bare.opcode = 255;

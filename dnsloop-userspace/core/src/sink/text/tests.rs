@@ -225,7 +225,7 @@ fn control_bytes_never_reach_the_terminal() {
         qtype: A,
         qclass: 1,
     });
-    obs.point.ifname = "eth\u{1b}]0;owned\u{7}\u{85}".into();
+    std::sync::Arc::make_mut(&mut obs.point).ifname = "eth\u{1b}]0;owned\u{7}\u{85}".into();
     let text = written(|sink| sink.packet(&obs));
     assert!(
         !text.trim_end_matches('\n').chars().any(char::is_control),

@@ -246,7 +246,18 @@ pub struct Placement {
     ports: DnsPorts,
     node: Namespace,
     hosts: HashMap<IpAddr, Namespace>,
+    /// The points placed by addresses (rule c), by interface, direction and the addresses
+    /// that placed them: one for every packet placed alike, as live. As many as `hosts`.
+    placed: HashMap<PlacedBy, Arc<Point>>,
 }
+
+/// What places a packet by its addresses: its interface, its direction if known, and the
+/// addresses that name namespaces (none on a packet without them).
+type PlacedBy = (
+    u32,
+    Option<Direction>,
+    Option<(Option<IpAddr>, Option<IpAddr>)>,
+);
 
 impl Placement {
     /// `interfaces`: every interface of the file, as it lists them once read through; `ports`:
@@ -311,6 +322,7 @@ impl Placement {
             ports,
             node: Namespace::new(NODE),
             hosts: HashMap::new(),
+            placed: HashMap::new(),
         }
     }
 
@@ -340,7 +352,7 @@ impl Placement {
     }
 
     /// Where `captured` was seen; `None` for a packet of an interface the file did not list.
-    pub fn place(&mut self, captured: &CapturedPacket) -> Option<Point> {
+    pub fn place(&mut self, captured: &CapturedPacket) -> Option<Arc<Point>> {
         let packet = &captured.packet;
         let interface = self
             .interfaces
@@ -358,37 +370,53 @@ impl Placement {
         });
         if let Some((role, points)) = &interface.known {
             match (role, direction) {
-                // A loopback's packets leave and enter its namespace either way.
+                // A loopback's packets leave and enter its namespace either way: both its
+                // points say so.
                 (Role::Loopback, direction) => {
-                    return Some(Point {
-                        direction: direction.unwrap_or(Direction::Ingress),
-                        ..points.get(Direction::Ingress, false).clone()
-                    })
+                    return Some(Arc::clone(
+                        points.get(direction.unwrap_or(Direction::Ingress), false),
+                    ))
                 }
                 (_, Some(direction)) => {
                     let via_gateway = points.via_gateway(direction, &packet.bytes);
-                    return Some(points.get(direction, via_gateway).clone());
+                    return Some(Arc::clone(points.get(direction, via_gateway)));
                 }
                 (_, None) => {}
             }
         }
+        // Only the addresses that name a namespace here tell the points apart.
+        let addresses = match (direction, addresses(packet, &self.ports)) {
+            (_, None) => None,
+            (Some(Direction::Ingress), Some((from, _))) => Some((Some(from), None)),
+            (Some(Direction::Egress), Some((_, to))) => Some((None, Some(to))),
+            (None, Some((from, to))) => Some((Some(from), Some(to))),
+        };
+        let key = (packet.seen.interface.ifindex, direction, addresses);
+        if let Some(point) = self.placed.get(&key) {
+            return Some(Arc::clone(point));
+        }
         let ifname = interface.name.clone();
-        let (leaves, enters) = match (direction, addresses(packet, &self.ports)) {
-            (_, None) => (None, None),
-            (Some(Direction::Ingress), Some((from, _))) => {
+        let (leaves, enters) = match (direction, addresses) {
+            (Some(Direction::Ingress), Some((Some(from), _))) => {
                 (Some(self.host(from)), Some(self.node.clone()))
             }
-            (Some(Direction::Egress), Some((_, to))) => {
+            (Some(Direction::Egress), Some((_, Some(to)))) => {
                 (Some(self.node.clone()), Some(self.host(to)))
             }
-            (None, Some((from, to))) => (Some(self.host(from)), Some(self.host(to))),
+            (None, Some((Some(from), Some(to)))) => (Some(self.host(from)), Some(self.host(to))),
+            _ => (None, None),
         };
-        Some(Point {
+        let point = Arc::new(Point {
             ifname,
             direction: direction.unwrap_or(Direction::Ingress),
             leaves,
             enters,
-        })
+        });
+        if self.placed.len() >= MAX_HOSTS {
+            self.placed.clear();
+        }
+        self.placed.insert(key, Arc::clone(&point));
+        Some(point)
     }
 }
 

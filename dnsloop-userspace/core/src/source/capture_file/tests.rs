@@ -126,7 +126,7 @@ fn read_all(path: &Path) -> (Vec<CapturedPacket>, CaptureFile) {
 }
 
 /// Reads `path` through, surveys it and places every packet as `analyze` does.
-fn placed(path: &Path) -> Vec<(CapturedPacket, crate::observation::Point)> {
+fn placed(path: &Path) -> Vec<(CapturedPacket, std::sync::Arc<crate::observation::Point>)> {
     let (packets, capture) = read_all(path);
     let mut survey = Survey::default();
     for packet in &packets {

@@ -50,8 +50,8 @@ pub(super) fn hops(found: &LoopFinding) -> Vec<(&str, &str, String, String, u16)
         .iter()
         .map(|hop| {
             (
-                hop.ifname.as_ref(),
-                hop.direction.as_str(),
+                hop.point.ifname.as_ref(),
+                hop.point.direction.as_str(),
                 hop.src.to_string(),
                 hop.dst.to_string(),
                 hop.id,
