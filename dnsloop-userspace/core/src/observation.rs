@@ -179,6 +179,11 @@ impl DnsName {
         }
     }
 
+    /// The name in wire format, root label included, as sent.
+    pub fn as_wire(&self) -> &[u8] {
+        &self.wire
+    }
+
     /// The labels, without the root.
     pub fn labels(&self) -> impl Iterator<Item = &[u8]> {
         let mut at = 0;

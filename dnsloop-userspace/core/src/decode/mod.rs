@@ -7,6 +7,7 @@
 //! with hickory-proto; when it cannot be (cut by the snap length, or malformed past the
 //! question), the shared parser's reading of the header and first question is used instead.
 mod ip_fragments;
+mod recent_names;
 mod tcp_streams;
 
 use std::{net::SocketAddr, sync::Arc, time::SystemTime};
@@ -23,6 +24,7 @@ pub use self::ip_fragments::{FragmentCounts, IncompleteDatagram, FRAGMENT_WAIT};
 pub use self::tcp_streams::StreamCounts;
 use self::{
     ip_fragments::{FirstFragment, Fragment, IpFragments},
+    recent_names::RecentNames,
     tcp_streams::{StreamKey, StreamMessage, TcpSegment, TcpStreams},
 };
 use crate::{
@@ -116,6 +118,7 @@ pub struct Decoder {
     fragments: IpFragments<Arc<Point>>,
     /// Packets whose DNS was found inside VXLAN or Geneve.
     encapsulated: u64,
+    names: RecentNames,
 }
 
 /// What reassembly and decapsulation met, over a run.
@@ -139,6 +142,7 @@ impl Decoder {
             streams: TcpStreams::new(coverage == Coverage::EveryPacket),
             fragments: IpFragments::default(),
             encapsulated: 0,
+            names: RecentNames::default(),
         }
     }
 
@@ -177,7 +181,10 @@ impl Decoder {
             .iter()
             .filter_map(|prior| Some((*prior, point_of(prior.seen)?)))
             .collect();
-        let mut found = Found::new(out, Recalled { matched, priors });
+        // Out of `self` while the packet is decoded: the messages found deep in the walk below
+        // take their names from it, beside `&mut self`.
+        let mut names = std::mem::replace(&mut self.names, RecentNames::placeholder());
+        let mut found = Found::new(out, &mut names, Recalled { matched, priors });
         let at = At {
             seen: packet.seen,
             ts: packet.ts,
@@ -194,30 +201,35 @@ impl Decoder {
             0,
         );
         let outcome = found.outcome();
-        self.decode_let_go(let_go, out);
+        self.decode_let_go(let_go, &mut names, out);
+        self.names = names;
         outcome
     }
 
     /// Time has reached `now`: gives what waited in vain for the rest of a stream or a
     /// datagram, as far as it was held.
     pub fn expire(&mut self, now: SystemTime, out: &mut Vec<Observation>) {
-        let mut found = Found::new(out, Recalled::default());
+        let mut names = std::mem::replace(&mut self.names, RecentNames::placeholder());
+        let mut found = Found::new(out, &mut names, Recalled::default());
         self.streams.expire(now, &mut |context, message| {
             found.stream_message(context, message)
         });
         let mut let_go = Vec::new();
         self.fragments.expire(now, &mut |first| let_go.push(first));
-        self.decode_let_go(let_go, out);
+        self.decode_let_go(let_go, &mut names, out);
+        self.names = names;
     }
 
     /// The input ended: gives everything still waiting, as far as it was held.
     pub fn finish(&mut self, out: &mut Vec<Observation>) {
-        let mut found = Found::new(out, Recalled::default());
+        let mut names = std::mem::replace(&mut self.names, RecentNames::placeholder());
+        let mut found = Found::new(out, &mut names, Recalled::default());
         self.streams
             .finish(&mut |context, message| found.stream_message(context, message));
         let mut let_go = Vec::new();
         self.fragments.finish(&mut |first| let_go.push(first));
-        self.decode_let_go(let_go, out);
+        self.decode_let_go(let_go, &mut names, out);
+        self.names = names;
     }
 
     /// Decodes the frame `bytes`, with link layer `link`, seen as `at` says; `depth` tunnels
@@ -300,9 +312,10 @@ impl Decoder {
     fn decode_let_go(
         &mut self,
         let_go: Vec<FirstFragment<Arc<Point>>>,
+        names: &mut RecentNames,
         out: &mut Vec<Observation>,
     ) {
-        let mut found = Found::new(out, Recalled::default());
+        let mut found = Found::new(out, names, Recalled::default());
         for first in let_go {
             let PacketClass::Dns(segment) =
                 classify(&SlicePacket(&first.frame), first.link, &self.ports)
@@ -415,7 +428,11 @@ impl Decoder {
             Transport::Udp => udp_message(&segment),
             Transport::Tcp => *tcp_framing(&bytes, &segment).messages().next()?,
         };
-        let decoded = decode_message(message_bytes(&packet.bytes, &segment, &message)?).ok()?;
+        let decoded = decode_message(
+            DnsName::from_wire,
+            message_bytes(&packet.bytes, &segment, &message)?,
+        )
+        .ok()?;
         Some(DroppedMessage {
             ts: packet.ts,
             cause: DropCause {
@@ -448,7 +465,11 @@ impl Decoder {
         };
         let query = refused.query;
         let message = udp_message(&query);
-        let decoded = decode_message(message_bytes(&packet.bytes, &query, &message)?).ok()?;
+        let decoded = decode_message(
+            DnsName::from_wire,
+            message_bytes(&packet.bytes, &query, &message)?,
+        )
+        .ok()?;
         Some(DroppedMessage {
             ts: packet.ts,
             cause: DropCause {
@@ -476,7 +497,11 @@ impl Decoder {
         let abandoned = abandoned_reply(&bytes, packet.link_layer, &self.ports)?;
         let reply = abandoned.reply;
         let message = udp_message(&reply);
-        let decoded = decode_message(message_bytes(&packet.bytes, &reply, &message)?).ok()?;
+        let decoded = decode_message(
+            DnsName::from_wire,
+            message_bytes(&packet.bytes, &reply, &message)?,
+        )
+        .ok()?;
         if !decoded.is_response {
             return None;
         }
@@ -582,6 +607,7 @@ struct Recalled<'p> {
 /// The observations one packet (or one expiry) yields, and why it yielded none.
 struct Found<'o, 'p> {
     out: &'o mut Vec<Observation>,
+    names: &'o mut RecentNames,
     before: usize,
     recalled: Recalled<'p>,
     first_error: Option<Malformed>,
@@ -590,10 +616,15 @@ struct Found<'o, 'p> {
 }
 
 impl<'o, 'p> Found<'o, 'p> {
-    fn new(out: &'o mut Vec<Observation>, recalled: Recalled<'p>) -> Self {
+    fn new(
+        out: &'o mut Vec<Observation>,
+        names: &'o mut RecentNames,
+        recalled: Recalled<'p>,
+    ) -> Self {
         Self {
             before: out.len(),
             out,
+            names,
             recalled,
             first_error: None,
             held: false,
@@ -632,7 +663,7 @@ impl<'o, 'p> Found<'o, 'p> {
         held: &[u8],
         len: usize,
     ) {
-        let decoded = match decode_message(held) {
+        let decoded = match decode_message(|wire| self.names.name(wire), held) {
             Ok(decoded) => decoded,
             Err(reason) => return self.error(reason),
         };
@@ -746,7 +777,11 @@ struct DecodedMessage {
     edns_udp_size: Option<u16>,
 }
 
-fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
+/// Decodes the DNS message `bytes`, its question's name made by `name_of` from its wire bytes.
+fn decode_message(
+    mut name_of: impl FnMut(&[u8]) -> Option<DnsName>,
+    bytes: &[u8],
+) -> Result<DecodedMessage, Malformed> {
     // The shared parser reads the header and first question, and recognises probes, even in a
     // message cut short; hickory then refines what only a full decode knows (EDNS rcode bits).
     let mut buffer = [0u8; DNS_BUF_LEN];
@@ -758,7 +793,7 @@ fn decode_message(bytes: &[u8]) -> Result<DecodedMessage, Malformed> {
             let name_end = QUESTION_OFFSET + usize::from(question.name_len);
             let name = bytes
                 .get(QUESTION_OFFSET..name_end)
-                .and_then(DnsName::from_wire)
+                .and_then(&mut name_of)
                 .ok_or(Malformed::DnsTruncatedQuestion)?;
             Some(Question {
                 name,
