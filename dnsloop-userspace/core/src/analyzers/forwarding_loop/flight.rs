@@ -157,6 +157,9 @@ impl Flight {
     /// Records the sighting `obs` of this flight.
     pub fn advance(&mut self, obs: &Observation) {
         if self.hops.len() < MAX_HOPS {
+            // One more at a time: most flights that outgrow the usual room end at one more hop
+            // (a query forwarded off the node), where doubling would leave a hop's room unused.
+            self.hops.reserve_exact(1);
             self.hops.push(Hop::of(obs));
         }
         self.position = match &obs.point.enters {
