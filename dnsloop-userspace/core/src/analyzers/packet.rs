@@ -106,6 +106,12 @@ impl MessageKey {
         ))
     }
 
+    /// The one number the key hashes as: an index that keeps it in place of the key (to find
+    /// the key itself elsewhere) hashes as the key does.
+    pub fn hash_value(&self) -> u64 {
+        self.hash
+    }
+
     pub fn new(question: &Question, id: u16, client_port: u16, transport: Transport) -> Self {
         let question = QuestionKey::of(question);
         // Hashed as one number: SipHash costs by the piece written to it.

@@ -24,6 +24,7 @@
 mod cycle;
 mod describe;
 mod flight;
+mod latest;
 mod storm;
 #[cfg(test)]
 mod tests;
@@ -40,6 +41,7 @@ pub use self::flight::{Flight, FlightId};
 use self::{
     describe::LoopKey,
     flight::Flights,
+    latest::LatestFlights,
     storm::{Storms, Window},
 };
 use super::{
@@ -94,7 +96,7 @@ pub struct ForwardingLoops {
     forward_window: Duration,
     flights: Flights,
     /// The newest flight of each message, to attach its next sighting to.
-    latest: Table<MessageKey, FlightId, FastHash>,
+    latest: LatestFlights,
     /// Flights that entered a namespace, by entry time, until `settle` decides their fate.
     entered: VecDeque<(SystemTime, FlightId)>,
     entered_capacity: usize,
@@ -137,7 +139,7 @@ impl ForwardingLoops {
             settle,
             forward_window,
             flights: Flights::with_hasher(capacity),
-            latest: Table::with_hasher(capacity),
+            latest: LatestFlights::new(capacity),
             entered: VecDeque::new(),
             entered_capacity: capacity.max(1),
             entered_overflows: 0,
@@ -172,7 +174,7 @@ impl ForwardingLoops {
                     .insert((message.question.clone(), left.clone()), obs.ts);
             }
         }
-        let moving = self.latest.get(message).copied().filter(|id| {
+        let moving = self.latest.get(message, &self.flights).filter(|id| {
             self.flights
                 .get(id)
                 .is_some_and(|flight| flight.continues_with(obs, self.settle))
@@ -227,7 +229,7 @@ impl ForwardingLoops {
         {
             self.probes.insert(message.question.clone(), id);
         }
-        self.latest.insert(message.clone(), id);
+        self.latest.insert(&message, id, &self.flights);
         self.flights
             .insert(id, Flight::start(message, question, obs));
         id
@@ -248,7 +250,7 @@ impl ForwardingLoops {
     /// reply to a flight that left the node was answered out of sight.
     fn reply(&mut self, obs: &Observation, message: &MessageKey) {
         self.storms.reply(&message.question, &obs.point.ifname);
-        let Some(&id) = self.latest.get(message) else {
+        let Some(id) = self.latest.get(message, &self.flights) else {
             return;
         };
         if let Some(flight) = self.flights.get_mut(&id) {
@@ -415,7 +417,7 @@ impl ForwardingLoops {
 
     /// The latest flight `message` was followed as: the one its replies answer.
     pub fn latest_flight(&self, message: &MessageKey) -> Option<(FlightId, &Flight)> {
-        let id = *self.latest.get(message)?;
+        let id = self.latest.get(message, &self.flights)?;
         Some((id, self.flights.get(&id)?))
     }
 
@@ -545,13 +547,11 @@ impl ForwardingLoops {
             .flights
             .pop_stalest_if(|_, flight| stale(flight.active))
         {
-            if self.latest.get(&flight.message) == Some(&id) {
-                self.latest.remove(&flight.message);
-            }
+            self.latest.forget(&flight.message, id);
         }
         // Flights evicted from a full table leave references behind; they go once stalest.
         let gone = |id: &FlightId| self.flights.get(id).is_none();
-        while self.latest.pop_stalest_if(|_, id| gone(id)).is_some() {}
+        self.latest.forget_stalest_gone(&self.flights);
         while self.probes.pop_stalest_if(|_, id| gone(id)).is_some() {}
         while self.drops.pop_stalest_if(|_, &(_, at)| stale(at)).is_some() {}
         while self
