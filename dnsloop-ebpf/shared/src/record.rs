@@ -62,6 +62,16 @@ impl StreamReason {
             _ => None,
         }
     }
+
+    /// Whether a record streamed for this reason carries the query its packet answers or
+    /// repeats.
+    #[inline(always)]
+    pub fn carries_query(self) -> bool {
+        matches!(
+            self,
+            Self::UnexpectedSource | Self::Retried | Self::Truncated
+        )
+    }
 }
 
 /// What a ring item starts with: its first byte.
@@ -115,18 +125,6 @@ pub struct RecordContext {
     /// For the query that made its question hot: the sightings before it, oldest first, that
     /// were not streamed (`family` 0 in unused ones): the round of forwards that brought it back.
     pub priors: [Sighting; PRIOR_SIGHTINGS],
-}
-
-impl StreamReason {
-    /// Whether a record streamed for this reason carries the query its packet answers or
-    /// repeats.
-    #[inline(always)]
-    pub fn carries_query(self) -> bool {
-        matches!(
-            self,
-            Self::UnexpectedSource | Self::Retried | Self::Truncated
-        )
-    }
 }
 
 /// A ring item read back.

@@ -69,7 +69,7 @@ pub fn remember<H: Hook>(
     entry.qtype = question.qtype;
     entry.qclass = question.qclass;
     entry.family = segment.family as u8;
-    // Straight from the packet, only the name's bytes: one helper call with a length bounded
+    // Straight from the packet, only the name's bytes: a helper call with a length bounded
     // for the verifier, where copying the name's whole room from the DNS buffer took 64 word
     // copies. (The parser read these bytes from the same offset, so they are there.)
     entry.name_len = question.name_len;

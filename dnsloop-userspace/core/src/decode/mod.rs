@@ -181,55 +181,65 @@ impl Decoder {
             .iter()
             .filter_map(|prior| Some((*prior, point_of(prior.seen)?)))
             .collect();
-        // Out of `self` while the packet is decoded: the messages found deep in the walk below
-        // take their names from it, beside `&mut self`.
-        let mut names = std::mem::replace(&mut self.names, RecentNames::placeholder());
-        let mut found = Found::new(out, &mut names, Recalled { matched, priors });
         let at = At {
             seen: packet.seen,
             ts: packet.ts,
             point,
             for_analysis: !packet.recorder_only,
         };
-        let mut let_go = Vec::new();
-        self.decode_frame(
-            &packet.bytes,
-            packet.link_layer,
-            &at,
-            &mut found,
-            &mut let_go,
-            0,
-        );
-        let outcome = found.outcome();
-        self.decode_let_go(let_go, &mut names, out);
-        self.names = names;
-        outcome
+        self.with_recent_names(|decoder, names| {
+            let mut found = Found::new(out, names, Recalled { matched, priors });
+            let mut let_go = Vec::new();
+            decoder.decode_frame(
+                &packet.bytes,
+                packet.link_layer,
+                &at,
+                &mut found,
+                &mut let_go,
+                0,
+            );
+            let outcome = found.outcome();
+            decoder.decode_let_go(let_go, names, out);
+            outcome
+        })
     }
 
     /// Time has reached `now`: gives what waited in vain for the rest of a stream or a
     /// datagram, as far as it was held.
     pub fn expire(&mut self, now: SystemTime, out: &mut Vec<Observation>) {
-        let mut names = std::mem::replace(&mut self.names, RecentNames::placeholder());
-        let mut found = Found::new(out, &mut names, Recalled::default());
-        self.streams.expire(now, &mut |context, message| {
-            found.stream_message(context, message)
+        self.with_recent_names(|decoder, names| {
+            let mut found = Found::new(out, names, Recalled::default());
+            decoder.streams.expire(now, &mut |context, message| {
+                found.stream_message(context, message)
+            });
+            let mut let_go = Vec::new();
+            decoder
+                .fragments
+                .expire(now, &mut |first| let_go.push(first));
+            decoder.decode_let_go(let_go, names, out);
         });
-        let mut let_go = Vec::new();
-        self.fragments.expire(now, &mut |first| let_go.push(first));
-        self.decode_let_go(let_go, &mut names, out);
-        self.names = names;
     }
 
     /// The input ended: gives everything still waiting, as far as it was held.
     pub fn finish(&mut self, out: &mut Vec<Observation>) {
+        self.with_recent_names(|decoder, names| {
+            let mut found = Found::new(out, names, Recalled::default());
+            decoder
+                .streams
+                .finish(&mut |context, message| found.stream_message(context, message));
+            let mut let_go = Vec::new();
+            decoder.fragments.finish(&mut |first| let_go.push(first));
+            decoder.decode_let_go(let_go, names, out);
+        });
+    }
+
+    /// Runs `decode` with the recent names taken out of the decoder: the messages found deep in
+    /// its walk take their names from them, beside `&mut self`.
+    fn with_recent_names<R>(&mut self, decode: impl FnOnce(&mut Self, &mut RecentNames) -> R) -> R {
         let mut names = std::mem::replace(&mut self.names, RecentNames::placeholder());
-        let mut found = Found::new(out, &mut names, Recalled::default());
-        self.streams
-            .finish(&mut |context, message| found.stream_message(context, message));
-        let mut let_go = Vec::new();
-        self.fragments.finish(&mut |first| let_go.push(first));
-        self.decode_let_go(let_go, &mut names, out);
+        let result = decode(self, &mut names);
         self.names = names;
+        result
     }
 
     /// Decodes the frame `bytes`, with link layer `link`, seen as `at` says; `depth` tunnels
