@@ -3,9 +3,10 @@
 //! The headers are walked by the same `no_std` parser the kernel programs run, so a packet means
 //! the same thing in `trace` and in `analyze`. Around it, the decoder keeps what spans packets:
 //! TCP streams cut into messages ([`tcp_streams`]), fragmented datagrams put back together
-//! ([`ip_fragments`]), and the frames VXLAN and Geneve carry. The DNS message itself is decoded
-//! with hickory-proto; when it cannot be (cut by the snap length, or malformed past the
-//! question), the shared parser's reading of the header and first question is used instead.
+//! ([`ip_fragments`]), and the frames VXLAN and Geneve carry. Of the DNS message, the shared
+//! parser reads the header and first question, even of a message cut short; the EDNS record's
+//! fields are read past them ([`edns`]).
+mod edns;
 mod ip_fragments;
 mod recent_names;
 mod tcp_streams;
@@ -18,7 +19,6 @@ use dnsloop_shared::parse::{
     LinkLayer, Malformed, PacketClass, Segment, Skip, SlicePacket, Unreachable, DNS_BUF_LEN,
 };
 use dnsloop_shared::point::Direction;
-use hickory_proto::{op::Message, serialize::binary::BinDecodable};
 
 pub use self::ip_fragments::{FragmentCounts, IncompleteDatagram, FRAGMENT_WAIT};
 pub use self::tcp_streams::StreamCounts;
@@ -793,7 +793,7 @@ fn decode_message(
     bytes: &[u8],
 ) -> Result<DecodedMessage, Malformed> {
     // The shared parser reads the header and first question, and recognises probes, even in a
-    // message cut short; hickory then refines what only a full decode knows (EDNS rcode bits).
+    // message cut short.
     let mut buffer = [0u8; DNS_BUF_LEN];
     let held = bytes.len().min(DNS_BUF_LEN);
     buffer[..held].copy_from_slice(&bytes[..held]);
@@ -813,20 +813,16 @@ fn decode_message(
         }
         None => None,
     };
-    // Only a reply's OPT record (in the additional section) can extend its rcode: every other
-    // message is not decoded a second time.
-    let header_rcode = u16::from(summary.header.rcode());
-    let rcode = if summary.header.qr() && summary.header.arcount > 0 {
-        Message::from_bytes(bytes)
-            .map(|message| u16::from(message.response_code))
-            .unwrap_or(header_rcode)
+    // Only a reply's OPT record can extend its rcode.
+    let rcode = if summary.header.qr() {
+        edns::reply_rcode(bytes, &summary.header, summary.question.as_ref())
     } else {
-        header_rcode
+        u16::from(summary.header.rcode())
     };
     let edns_udp_size = summary
         .question
         .filter(|_| !summary.header.qr())
-        .and_then(|question| query_edns_udp_size(bytes, &summary.header, &question));
+        .and_then(|question| edns::query_udp_size(bytes, &summary.header, &question));
     Ok(DecodedMessage {
         edns_udp_size,
         id: summary.header.id,
@@ -840,24 +836,6 @@ fn decode_message(
             .map(|question| question.probe)
             .unwrap_or(dnsloop_shared::parse::Probe::None),
     })
-}
-
-/// The UDP payload size the OPT record of a query advertises (RFC 6891 6.2.3): a query has no
-/// answer or authority records, so an OPT record comes right after its question.
-fn query_edns_udp_size(
-    bytes: &[u8],
-    header: &dnsloop_shared::parse::DnsHeader,
-    question: &dnsloop_shared::parse::Question,
-) -> Option<u16> {
-    const OPT: u16 = 41;
-    if header.ancount != 0 || header.nscount != 0 || header.arcount == 0 {
-        return None;
-    }
-    let record = QUESTION_OFFSET + usize::from(question.name_len) + 4;
-    let [root, type_high, type_low, size_high, size_low] =
-        *bytes.get(record..record + 5)?.first_chunk::<5>()?;
-    (root == 0 && u16::from_be_bytes([type_high, type_low]) == OPT)
-        .then(|| u16::from_be_bytes([size_high, size_low]))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use dnsloop_shared::{
     parse::{DnsPorts, LinkLayer, Transport},
     point::Direction,
 };
+use hickory_proto::{op::Message, serialize::binary::BinDecodable};
 
 use super::*;
 use crate::{
@@ -395,4 +396,41 @@ fn a_querys_edns_size_is_read_from_its_opt_record() {
         sizes.push(out[0].edns_udp_size);
     }
     assert_eq!(sizes, [Some(4096), None]);
+}
+
+/// A reply to `big.example.test` with header rcode 7, an A record (its name a pointer to the
+/// question's) and an OPT record whose upper rcode bits are 1: BADCOOKIE, 23 (RFC 7873).
+fn reply_with_extended_rcode() -> Vec<u8> {
+    let mut reply = dns_response(0x0b0b, "big.example.test", QTYPE_A);
+    reply[3] |= 7;
+    reply[6..8].copy_from_slice(&1u16.to_be_bytes());
+    reply[10..12].copy_from_slice(&1u16.to_be_bytes());
+    reply.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1]);
+    reply.extend_from_slice(&[0, 0, 41, 0x10, 0x00, 1, 0, 0, 0, 0, 0]);
+    reply
+}
+
+#[test]
+fn a_replys_rcode_takes_its_opt_records_upper_bits_past_its_answers() {
+    let reply = reply_with_extended_rcode();
+    let reference = Message::from_bytes(&reply).expect("well formed");
+    assert_eq!(
+        u16::from(reference.response_code),
+        23,
+        "hickory reads it so"
+    );
+    let cut = reply[..reply.len() - 5].to_vec();
+    let mut rcodes = Vec::new();
+    for payload in [reply, cut] {
+        let frame = FrameSpec {
+            payload,
+            sport: 53,
+            dport: 40000,
+            ..FrameSpec::default()
+        }
+        .build();
+        let (out, _) = decode_all(&mut decoder(), &[packet(0, LinkLayer::Ethernet, frame)]);
+        rcodes.push(out[0].rcode);
+    }
+    assert_eq!(rcodes, [23, 7], "a cut OPT record leaves the header's bits");
 }
