@@ -138,7 +138,10 @@ impl AnsweredFrom {
             return None;
         }
         let namespace = obs.point.enters.as_ref()?;
-        if MessageKey::of(obs).is_some_and(|key| self.refused.get(&key).is_some()) {
+        // Refusals are rare: no key is made for every query to look for one.
+        let refused = !self.refused.is_empty()
+            && MessageKey::of(obs).is_some_and(|key| self.refused.get(&key).is_some());
+        if refused {
             return Some(false);
         }
         let address = obs.dst.ip();

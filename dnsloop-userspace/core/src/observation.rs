@@ -3,9 +3,9 @@
 //! Sources (the kernel ring buffer, pcap files) and the decoder produce these; the analyzers
 //! never learn which source an observation came from.
 use std::{
-    hash::{Hash, Hasher},
+    hash::{BuildHasher, Hash, Hasher, RandomState},
     net::SocketAddr,
-    sync::Arc,
+    sync::{Arc, LazyLock},
     time::SystemTime,
 };
 
@@ -111,27 +111,60 @@ pub struct DnsName {
     folded: FoldedName,
 }
 
+/// The key of every hash made of what comes off the wire (names, and the analyzers' keys made
+/// of them, `analyzers::packet`): SipHash with a random key of this process's, drawn once.
+pub(crate) static WIRE_HASHER: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+
 /// A name folded to ASCII lower case: the key under which case variants of one name meet.
 ///
-/// Folded once, when decoded: the analyzers' keys (`analyzers::packet`) are made of it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// Folded and hashed once, when decoded: the analyzers' keys (`analyzers::packet`) are made of
+/// it, several for each packet, and a name shared between messages is hashed only once.
+#[derive(Clone, Debug)]
 pub struct FoldedName {
     bytes: Arc<[u8]>,
+    /// `WIRE_HASHER`'s hash of `bytes`.
+    hash: u64,
 }
 
 impl FoldedName {
     fn of(wire: &Arc<[u8]>) -> Self {
-        let bytes = if wire.iter().any(u8::is_ascii_uppercase) {
+        let bytes: Arc<[u8]> = if wire.iter().any(u8::is_ascii_uppercase) {
             wire.to_ascii_lowercase().into()
         } else {
             Arc::clone(wire)
         };
-        Self { bytes }
+        // A name in wire format ends with its root label, so none is the start of another: its
+        // bytes need no length before them.
+        let mut hasher = WIRE_HASHER.build_hasher();
+        hasher.write(&bytes);
+        Self {
+            hash: hasher.finish(),
+            bytes,
+        }
+    }
+
+    /// The name's keyed hash: equal names have equal hashes.
+    pub fn keyed_hash(&self) -> u64 {
+        self.hash
     }
 
     /// The name in wire format, root label included.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes
+    }
+}
+
+impl PartialEq for FoldedName {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.bytes == other.bytes
+    }
+}
+
+impl Eq for FoldedName {}
+
+impl Hash for FoldedName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
     }
 }
 

@@ -4,15 +4,11 @@
 //! made, and the tables use that hash (`table::FastHash`). The keys come off the wire: the hash
 //! is SipHash with a random key of this process's, as the tables' own hashing would be. Each
 //! key's fields go to SipHash in as few pieces as they can: it costs by the piece.
-use std::{
-    hash::{BuildHasher, Hash, Hasher, RandomState},
-    sync::LazyLock,
+use std::hash::{BuildHasher, Hash, Hasher};
+
+use crate::observation::{
+    DroppedMessage, FoldedName, Observation, Question, Transport, WIRE_HASHER,
 };
-
-use crate::observation::{DroppedMessage, FoldedName, Observation, Question, Transport};
-
-/// The key of every key's hash, drawn once per process.
-static KEY_HASHER: LazyLock<RandomState> = LazyLock::new(RandomState::new);
 
 /// A question as resolvers compare them: the name without regard to ASCII case, type and class.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,13 +23,12 @@ pub struct QuestionKey {
 impl QuestionKey {
     pub fn of(question: &Question) -> Self {
         let folded_name = question.name.folded().clone();
-        let mut hasher = KEY_HASHER.build_hasher();
-        // A name in wire format ends with its root label, so none is the start of another: its
-        // bytes need no length before them.
-        hasher.write(folded_name.as_bytes());
-        hasher.write_u32(u32::from(question.qtype) << 16 | u32::from(question.qclass));
+        // The name was hashed when decoded.
+        let fields = u128::from(folded_name.keyed_hash()) << 64
+            | u128::from(question.qtype) << 16
+            | u128::from(question.qclass);
         Self {
-            hash: hasher.finish(),
+            hash: WIRE_HASHER.hash_one(fields),
             folded_name,
             qtype: question.qtype,
             qclass: question.qclass,
@@ -120,7 +115,7 @@ impl MessageKey {
             | u128::from(client_port) << 16
             | u128::from(transport == Transport::Tcp);
         Self {
-            hash: KEY_HASHER.hash_one(fields),
+            hash: WIRE_HASHER.hash_one(fields),
             question,
             id,
             client_port,

@@ -50,6 +50,10 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> Table<K, V, S> {
         evicted
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     pub fn get(&self, key: &K) -> Option<&V> {
         self.entries.get(key)
     }

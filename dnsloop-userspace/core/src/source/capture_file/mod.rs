@@ -16,7 +16,6 @@ pub mod placement;
 mod tests;
 
 use std::{
-    collections::HashMap,
     fmt,
     fs::File,
     io::{self, BufReader, Read},
@@ -218,7 +217,7 @@ pub struct CaptureFile {
     interfaces: Vec<CaptureInterface>,
     /// Which interface a block's packets go to: by block (counted over the whole file) and,
     /// for cooked captures, the packet's interface number or loopback hardware type.
-    by_origin: HashMap<(usize, Origin), u32>,
+    by_origin: foldhash::HashMap<(usize, Origin), u32>,
     /// Blocks of earlier sections, so that a new section's interfaces get numbers of their own.
     earlier_blocks: usize,
     /// The timestamp of the last packet read: a simple packet block has none of its own.
@@ -290,7 +289,7 @@ impl CaptureFile {
             reader,
             blocks,
             interfaces: Vec::new(),
-            by_origin: HashMap::new(),
+            by_origin: foldhash::HashMap::default(),
             earlier_blocks: 0,
             last_ts: SystemTime::UNIX_EPOCH,
             end: None,

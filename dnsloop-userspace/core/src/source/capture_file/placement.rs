@@ -33,11 +33,14 @@
 //! every packet itself ([`Placement::place`]) and hands the pipeline placed packets, rather than
 //! teaching the live [`crate::points::PointMap`] about addresses it never needs.
 use std::{
-    collections::{HashMap, HashSet},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::Arc,
     time::{Duration, SystemTime},
 };
+
+// Keyed per process, and bounded (`MAX_HOSTS`, `MAX_MACS`, ...): a fast hash is enough, and
+// every packet is placed by one lookup.
+use foldhash::{HashMap, HashSet};
 
 use dnsloop_shared::{
     parse::{
@@ -224,7 +227,7 @@ impl Survey {
 /// The addresses beyond one interface (rule e), and the latest.
 #[derive(Debug, Default)]
 struct Beyond {
-    addresses: foldhash::HashSet<IpAddr>,
+    addresses: HashSet<IpAddr>,
     last: Option<IpAddr>,
 }
 
@@ -321,8 +324,8 @@ impl Placement {
             interfaces,
             ports,
             node: Namespace::new(NODE),
-            hosts: HashMap::new(),
-            placed: HashMap::new(),
+            hosts: HashMap::default(),
+            placed: HashMap::default(),
         }
     }
 
