@@ -32,6 +32,12 @@ impl From<Endpoint> for SocketAddr {
     }
 }
 
+impl PartialEq<SocketAddr> for Endpoint {
+    fn eq(&self, addr: &SocketAddr) -> bool {
+        SocketAddr::from(*self) == *addr
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,6 +47,7 @@ mod tests {
         for addr in ["10.96.0.10:53", "[fd00::a]:5353"] {
             let addr: SocketAddr = addr.parse().expect("an address");
             assert_eq!(SocketAddr::from(Endpoint::from(addr)), addr);
+            assert_eq!(Endpoint::from(addr), addr);
         }
         assert!(size_of::<Endpoint>() < size_of::<SocketAddr>());
     }
