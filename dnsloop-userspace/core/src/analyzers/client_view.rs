@@ -119,7 +119,7 @@ impl ClientView {
                 self.truncations.answered(&query, obs);
                 self.search_lists.answered(&query, obs);
                 self.servfail_storms
-                    .answered(query.server, obs.rcode, obs.ts, out);
+                    .answered(query.server.into(), obs.rcode, obs.ts, out);
                 return Some(query);
             }
             Some(Reply::FromElsewhere(query)) => {

@@ -336,13 +336,13 @@ impl Lookups {
 fn hop_of(answered: &Answered, flight: &Flight) -> LookupHop {
     let query = &answered.query;
     let (to, backend) = match flight.delivered_to() {
-        Some((namespace, at)) => (Some(namespace.clone()), (at != query.server).then_some(at)),
+        Some((namespace, at)) => (Some(namespace.clone()), (query.server != at).then_some(at)),
         None => (None, None),
     };
     LookupHop {
         from: query.client_namespace.clone(),
-        src: query.client,
-        server: query.server,
+        src: query.client.into(),
+        server: query.server.into(),
         backend,
         to,
         via: flight.departure().map(|hop| Arc::clone(&hop.point.ifname)),

@@ -15,6 +15,7 @@
 //! and are counted, when one fills up.
 mod client_view;
 mod drops;
+mod endpoint;
 mod engine;
 mod forwarding_loop;
 mod fragmentation;

@@ -5,12 +5,10 @@
 //! recorded at its first sighting, before any DNAT rewrote its destination, and a reply is
 //! judged only where it enters the namespace the query left: earlier hops legitimately show a
 //! pod address that conntrack has yet to translate back.
-use std::{
-    net::SocketAddr,
-    time::{Duration, SystemTime},
-};
+use std::time::{Duration, SystemTime};
 
 use super::{
+    endpoint::Endpoint,
     has_waited,
     packet::MessageKey,
     table::{FastHash, Table},
@@ -20,14 +18,14 @@ use crate::observation::{Namespace, Observation, Question};
 /// A query as its client sent it.
 #[derive(Clone, Debug)]
 pub struct SentQuery {
-    pub client: SocketAddr,
+    pub client: Endpoint,
     /// Where it was first seen addressed to; once answered, the server that answered.
-    pub server: SocketAddr,
+    pub server: Endpoint,
     /// Other servers the client sent the very same message to (a forwarder such as dnsmasq
     /// trying a second upstream with the same id and port): a reply from one of them is an
     /// answer, not a misdelivery. A boxed slice, grown one by one: hardly any query has one,
     /// and a node keeps tens of thousands waiting in a storm.
-    pub also_sent_to: Box<[SocketAddr]>,
+    pub also_sent_to: Box<[Endpoint]>,
     /// The namespace it was first seen leaving.
     pub client_namespace: Option<Namespace>,
     pub id: u16,
@@ -79,12 +77,12 @@ impl Outstanding {
             // Sent again from the client itself, to another server; a later hop of the same
             // sending is seen leaving another namespace (and any DNAT made it before that).
             let sent_elsewhere = obs.point.leaves == query.client_namespace
-                && obs.src == query.client
-                && obs.dst != query.server
-                && !query.also_sent_to.contains(&obs.dst);
+                && query.client == obs.src
+                && query.server != obs.dst
+                && !query.also_sent_to.contains(&obs.dst.into());
             if sent_elsewhere && query.also_sent_to.len() < MAX_SERVERS_OF_ONE_QUERY {
                 let mut servers = std::mem::take(&mut query.also_sent_to).into_vec();
-                servers.push(obs.dst);
+                servers.push(obs.dst.into());
                 query.also_sent_to = servers.into_boxed_slice();
             }
             false
@@ -92,8 +90,8 @@ impl Outstanding {
             self.queries.insert(
                 key.clone(),
                 SentQuery {
-                    client: obs.src,
-                    server: obs.dst,
+                    client: obs.src.into(),
+                    server: obs.dst.into(),
                     also_sent_to: Box::default(),
                     client_namespace: obs.point.leaves.clone(),
                     id: obs.id,
@@ -110,12 +108,12 @@ impl Outstanding {
     /// entering that query's client namespace.
     pub fn reply(&mut self, key: &MessageKey, obs: &Observation) -> Option<Reply<'_>> {
         let query = self.queries.get(key)?;
-        if obs.dst != query.client || obs.point.enters != query.client_namespace {
+        if query.client != obs.dst || obs.point.enters != query.client_namespace {
             return None;
         }
-        if obs.src == query.server || query.also_sent_to.contains(&obs.src) {
+        if query.server == obs.src || query.also_sent_to.contains(&obs.src.into()) {
             let mut answered = self.queries.remove(key)?;
-            answered.server = obs.src;
+            answered.server = obs.src.into();
             Some(Reply::Answer(answered))
         } else {
             self.queries.get(key).map(Reply::FromElsewhere)

@@ -171,7 +171,7 @@ impl SearchLists {
         client.wasted += count;
         client.lookups += 1;
         client.extra += extra;
-        client.server = Some(query.server);
+        client.server = Some(query.server.into());
         if client
             .slowest
             .as_ref()

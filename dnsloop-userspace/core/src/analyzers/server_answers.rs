@@ -36,7 +36,7 @@ impl ServerAnswers {
             stats.truncated += u64::from(reply.truncated);
         };
         // Looked up once for a server already known: its address is hashed with SipHash.
-        match self.servers.refresh(&query.server) {
+        match self.servers.refresh(&query.server.into()) {
             Some(stats) => record(stats),
             None => {
                 let mut stats = ServerStats {
@@ -45,7 +45,7 @@ impl ServerAnswers {
                     truncated: 0,
                 };
                 record(&mut stats);
-                self.servers.insert(query.server, stats);
+                self.servers.insert(query.server.into(), stats);
             }
         }
     }

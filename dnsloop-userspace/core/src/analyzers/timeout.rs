@@ -105,7 +105,7 @@ impl Timeouts {
             return;
         }
         let at = self.deadline(&query);
-        let repeat = (query.server, key.question.clone());
+        let repeat = (query.server.into(), key.question.clone());
         self.timed_out.insert(key, query.sent);
         self.end_windows(&repeat, at, out);
         if let Some(repeating) = self.repeating.get_mut(&repeat) {
@@ -209,9 +209,9 @@ impl Timeouts {
     fn finding(&self, query: &SentQuery, count: u64) -> TimeoutFinding {
         let qname = query.question.name.presented(&self.names);
         let qtype = query.question.qtype;
-        let server = query.server;
+        let server = SocketAddr::from(query.server);
         let qtype_name = mnemonic::qtype(qtype);
-        let client = query.client;
+        let client = SocketAddr::from(query.client);
         let id = query.id;
         let waited = self.timeout.as_secs_f64();
         let summary = if count == 1 {

@@ -135,7 +135,7 @@ impl Truncations {
     fn not_retried(&mut self, awaited: Awaited, out: &mut Vec<Finding>) {
         let query = &awaited.query;
         let at = later(awaited.at, self.wait);
-        let key = (query.client.ip(), query.server);
+        let key = (query.client.ip(), query.server.into());
         let wait = self.wait;
         let found = self.reports.occurred(key, at, || {
             Some(TruncationFinding::new(
@@ -154,9 +154,9 @@ impl TruncationFinding {
     fn new(at: SystemTime, query: &SentQuery, size: usize, wait: Duration, names: &Names) -> Self {
         let mut found = Self {
             ts: at,
-            client: query.client,
+            client: query.client.into(),
             client_namespace: query.client_namespace.clone(),
-            server: query.server,
+            server: query.server.into(),
             id: query.id,
             qname: query.question.name.presented(names),
             qtype: query.question.qtype,

@@ -44,8 +44,8 @@ impl UnexpectedSources {
         reply: &Observation,
     ) -> Option<UnexpectedSourceFinding> {
         let misdelivery = Misdelivery {
-            client: query.client,
-            expected: query.server,
+            client: query.client.into(),
+            expected: query.server.into(),
             actual: reply.src,
         };
         self.reports.occurred(misdelivery, reply.ts, || {
@@ -66,8 +66,8 @@ impl UnexpectedSources {
 fn finding(query: &SentQuery, reply: &Observation, names: &Names) -> UnexpectedSourceFinding {
     UnexpectedSourceFinding {
         ts: reply.ts,
-        client: query.client,
-        expected: query.server,
+        client: query.client.into(),
+        expected: query.server.into(),
         actual: reply.src,
         id: query.id,
         qname: query.question.name.presented(names),
@@ -75,7 +75,13 @@ fn finding(query: &SentQuery, reply: &Observation, names: &Names) -> UnexpectedS
         transport: reply.transport,
         conntrack: None,
         cause: None,
-        summary: summary(query.client, query.id, reply.src, query.server, 1),
+        summary: summary(
+            query.client.into(),
+            query.id,
+            reply.src,
+            query.server.into(),
+            1,
+        ),
     }
 }
 

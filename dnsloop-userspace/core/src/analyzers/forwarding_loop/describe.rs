@@ -11,7 +11,7 @@ use crate::{
     present::{mnemonic, names::Names},
 };
 
-use super::flight::Flight;
+use super::flight::{Flight, Sighting};
 
 /// What makes two detections the same loop: the question, and whether its cycle runs through
 /// other nodes. A question caught in a loop between the node and two CoreDNS pods goes round
@@ -64,7 +64,7 @@ pub fn loop_finding(
     let (home, _) = arrival.delivered_to()?;
     let mut path: Vec<Hop> = cycle
         .iter()
-        .flat_map(|flight| flight.hops.iter().cloned())
+        .flat_map(|flight| flight.hops.iter().map(Sighting::hop))
         .collect();
     path.sort_by_key(|hop| hop.ts);
     let servers: Vec<IpAddr> = cycle.iter().map(|flight| flight.server().ip()).collect();
@@ -189,8 +189,8 @@ fn off_node(cycle: &[&Flight]) -> Vec<OffNode> {
             let arrived = back.hops.first().filter(|_| back.came_back())?;
             Some(OffNode {
                 left_via: left.point.ifname.clone(),
-                sent_to: left.dst,
-                back_from: arrived.src,
+                sent_to: left.dst.into(),
+                back_from: arrived.src.into(),
                 back_via: arrived.point.ifname.clone(),
             })
         })

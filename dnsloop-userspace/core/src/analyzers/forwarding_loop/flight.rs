@@ -11,11 +11,12 @@ use dnsloop_shared::parse::Probe;
 
 use crate::{
     analyzers::{
+        endpoint::Endpoint,
         packet::MessageKey,
         table::{FastHash, Table},
     },
     finding::{Hop, Unconfirmable, Unconfirmed},
-    observation::{Namespace, Observation, Point, Question},
+    observation::{Namespace, Observation, Point, Question, Transport},
 };
 
 /// Never zero, so that a flight's optional links to others (`parent`, `returning`) take no
@@ -43,7 +44,7 @@ pub enum Position {
     Entered {
         point: Arc<Point>,
         since: SystemTime,
-        at: SocketAddr,
+        at: Endpoint,
         own_address: Option<bool>,
     },
     /// Last seen heading into an unwatched side at `since`: a bridge, or the network beyond an
@@ -55,7 +56,7 @@ pub enum Position {
     Delivered {
         point: Arc<Point>,
         since: SystemTime,
-        at: SocketAddr,
+        at: Endpoint,
         confirmed: bool,
     },
     /// Stayed in the namespace it entered, but was not taken in there: it was addressed to an
@@ -72,7 +73,7 @@ pub struct Flight {
     pub probe: Probe,
     /// Never empty: its first sighting starts it, and says where it came from, where it was
     /// addressed and when (kept once: a storm has tens of thousands of flights).
-    pub hops: Vec<Hop>,
+    pub hops: Vec<Sighting>,
     pub position: Position,
     /// The query that `origin` had received and forwarded as this one; for one that came onto
     /// the node from an unwatched side, the query it came back as (see `came_back`).
@@ -84,6 +85,42 @@ pub struct Flight {
     pub answered: Option<SystemTime>,
     /// The last time anything about it was seen or used; it is forgotten some time after.
     pub active: SystemTime,
+}
+
+/// One sighting of a flight: a `Hop` of the findings it may end up in, kept in less room.
+#[derive(Clone, Debug)]
+pub struct Sighting {
+    pub ts: SystemTime,
+    pub point: Arc<Point>,
+    pub src: Endpoint,
+    pub dst: Endpoint,
+    id: u16,
+    transport: Transport,
+}
+
+impl Sighting {
+    fn of(obs: &Observation) -> Self {
+        Self {
+            ts: obs.ts,
+            point: Arc::clone(&obs.point),
+            src: obs.src.into(),
+            dst: obs.dst.into(),
+            id: obs.id,
+            transport: obs.transport,
+        }
+    }
+
+    /// The sighting as a finding shows it.
+    pub fn hop(&self) -> Hop {
+        Hop {
+            ts: self.ts,
+            point: Arc::clone(&self.point),
+            src: self.src.into(),
+            dst: self.dst.into(),
+            id: self.id,
+            transport: self.transport,
+        }
+    }
 }
 
 impl Flight {
@@ -104,7 +141,7 @@ impl Flight {
     }
 
     /// Its first sighting.
-    fn first(&self) -> &Hop {
+    fn first(&self) -> &Sighting {
         &self.hops[0]
     }
 
@@ -116,7 +153,7 @@ impl Flight {
 
     /// Where it was addressed when first seen, before any DNAT.
     pub fn server(&self) -> SocketAddr {
-        self.first().dst
+        self.first().dst.into()
     }
 
     pub fn started(&self) -> SystemTime {
@@ -160,13 +197,13 @@ impl Flight {
             // One more at a time: most flights that outgrow the usual room end at one more hop
             // (a query forwarded off the node), where doubling would leave a hop's room unused.
             self.hops.reserve_exact(1);
-            self.hops.push(Hop::of(obs));
+            self.hops.push(Sighting::of(obs));
         }
         self.position = match &obs.point.enters {
             Some(_) => Position::Entered {
                 point: Arc::clone(&obs.point),
                 since: obs.ts,
-                at: obs.dst,
+                at: obs.dst.into(),
                 own_address: obs.to_own_address,
             },
             None => Position::Outside { since: obs.ts },
@@ -209,7 +246,7 @@ impl Flight {
     /// The namespace and address it was delivered to.
     pub fn delivered_to(&self) -> Option<(&Namespace, SocketAddr)> {
         match &self.position {
-            Position::Delivered { point, at, .. } => Some((point.enters.as_ref()?, *at)),
+            Position::Delivered { point, at, .. } => Some((point.enters.as_ref()?, (*at).into())),
             _ => None,
         }
     }
@@ -225,7 +262,7 @@ impl Flight {
                 ..
             } => Some(Unconfirmed {
                 namespace: point.enters.clone()?,
-                at: *at,
+                at: (*at).into(),
                 why: Unconfirmable::AddressNotShown,
             }),
             _ => None,
@@ -270,7 +307,7 @@ impl Flight {
     /// The hop where it left the watched namespaces for good, if it did: its last sighting
     /// went from a namespace into an unwatched side and nothing saw it again. Off the node,
     /// unless it is a bridge transit whose next sighting is still to come.
-    pub fn departure(&self) -> Option<&Hop> {
+    pub fn departure(&self) -> Option<&Sighting> {
         let Position::Outside { .. } = self.position else {
             return None;
         };

@@ -229,7 +229,7 @@ impl ForwardingLoops {
         {
             self.probes.insert(message.question.clone(), id);
         }
-        self.latest.insert(&message, id, &self.flights);
+        self.latest.insert(&message, id);
         self.flights
             .insert(id, Flight::start(message, question, obs));
         id
