@@ -1,9 +1,10 @@
 //! How the analyzers recognise one question, and one DNS message, at every hop it crosses.
 //!
-//! Each packet is looked up by these keys in a dozen tables, so a key is hashed once, when
-//! made, and the tables use that hash (`table::FastHash`). The keys come off the wire: the hash
-//! is SipHash with a random key of this process's, as the tables' own hashing would be. Each
-//! key's fields go to SipHash in as few pieces as they can: it costs by the piece.
+//! Each packet is looked up by these keys in a dozen tables, so a key hashes as one number
+//! made without hashing its name again, and the tables spread that number (`table::FastHash`).
+//! The keys come off the wire, so that number derives from keyed hashes: a name's SipHash,
+//! with a random key of this process's, made once when it is decoded (`FoldedName`); a
+//! message's fields go to SipHash together, in one piece, as it costs by the piece.
 use std::hash::{BuildHasher, Hash, Hasher};
 
 use crate::observation::{
@@ -13,32 +14,31 @@ use crate::observation::{
 /// A question as resolvers compare them: the name without regard to ASCII case, type and class.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QuestionKey {
-    // First, so that keys that differ are told apart by it.
-    hash: u64,
-    folded_name: FoldedName,
+    // Before the name, so that keys that differ in them are told apart without reading it.
     qtype: u16,
     qclass: u16,
+    folded_name: FoldedName,
 }
 
 impl QuestionKey {
     pub fn of(question: &Question) -> Self {
-        let folded_name = question.name.folded().clone();
-        // The name was hashed when decoded.
-        let fields = u128::from(folded_name.keyed_hash()) << 64
-            | u128::from(question.qtype) << 16
-            | u128::from(question.qclass);
         Self {
-            hash: WIRE_HASHER.hash_one(fields),
-            folded_name,
             qtype: question.qtype,
             qclass: question.qclass,
+            folded_name: question.name.folded().clone(),
         }
+    }
+
+    /// The number the key hashes as: its name's keyed hash, which no packet can know, moved by
+    /// its type and class (so one name's questions differ in it, in their 32 bits).
+    fn hash_value(&self) -> u64 {
+        self.folded_name.keyed_hash() ^ (u64::from(self.qtype) << 16 | u64::from(self.qclass))
     }
 }
 
 impl Hash for QuestionKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.hash);
+        state.write_u64(self.hash_value());
     }
 }
 
@@ -110,7 +110,7 @@ impl MessageKey {
     pub fn new(question: &Question, id: u16, client_port: u16, transport: Transport) -> Self {
         let question = QuestionKey::of(question);
         // Hashed as one number: SipHash costs by the piece written to it.
-        let fields = u128::from(question.hash) << 64
+        let fields = u128::from(question.hash_value()) << 64
             | u128::from(id) << 32
             | u128::from(client_port) << 16
             | u128::from(transport == Transport::Tcp);
