@@ -1,8 +1,9 @@
 //! Reading a whole hash map a few hundred entries per system call (`BPF_MAP_LOOKUP_BATCH`,
 //! Linux 5.6), where aya's iterator takes two calls per entry: the query table is read every
-//! sweep, and it is largest when DNS is failing, which is when dnsloop is running. Only the
-//! entries the caller keeps are held: a whole table of a loop storm's unanswered queries, read
-//! into one vector each sweep, was the largest part of the tracer's memory then.
+//! sweep, and it is largest when DNS is failing, which is when dnsloop is running. Entries are
+//! handed to the caller as they come, a batch at a time: a whole table of a loop storm's
+//! unanswered queries, read into one vector each sweep, was the largest part of the tracer's
+//! memory then.
 use std::{
     io, mem,
     os::fd::{AsFd as _, AsRawFd as _},
@@ -18,14 +19,13 @@ use aya_obj::generated::{bpf_attr, bpf_cmd};
 /// more than a bucket of a table sized for its entries ever does.
 const BATCH: usize = 256;
 
-/// The entries of `map` that `keep` accepts, in the kernel's order. Entries added or removed
-/// meanwhile may or may not be in it, as with any walk of a map the programs keep writing.
-pub fn read_matching<K: Pod, V: Pod>(
+/// Hands every entry of `map` to `each`, in the kernel's order. Entries added or removed
+/// meanwhile may or may not be handed, as with any walk of a map the programs keep writing.
+pub fn read_each<K: Pod, V: Pod>(
     map: &HashMap<MapData, K, V>,
-    mut keep: impl FnMut(&K, &V) -> bool,
-) -> io::Result<Vec<(K, V)>> {
+    mut each: impl FnMut(&K, &V),
+) -> io::Result<()> {
     let fd = map.map().fd().as_fd().as_raw_fd();
-    let mut entries = Vec::new();
     // SAFETY: K and V are plain data; all-zero bytes are a valid value of each.
     let (mut keys, mut values) = unsafe {
         (
@@ -73,15 +73,11 @@ pub fn read_matching<K: Pod, V: Pod>(
         }
         // SAFETY: the kernel wrote back how many entries it copied.
         let copied = (unsafe { attr.batch.count } as usize).min(BATCH);
-        entries.extend(
-            keys[..copied]
-                .iter()
-                .zip(&values[..copied])
-                .filter(|(key, value)| keep(key, value))
-                .map(|(key, value)| (*key, *value)),
-        );
+        for (key, value) in keys[..copied].iter().zip(&values[..copied]) {
+            each(key, value);
+        }
         if finished {
-            return Ok(entries);
+            return Ok(());
         }
         position = next_position;
         first = false;

@@ -4,7 +4,7 @@
 //! The kernel removes a query from the table when its answer reaches the client, so what is left
 //! past the timeout is unanswered. Each is taken out once, and the reply that may still come
 //! later finds no entry: by then the client has given up on it anyway.
-use std::time::Duration;
+use std::{cmp::Ordering, collections::BinaryHeap, time::Duration};
 
 use aya::maps::{HashMap, MapData, MapError};
 use dnsloop_shared::{
@@ -22,6 +22,11 @@ use super::{
     clock::{monotonic_now_ns, MonotonicClock},
     map_batch,
 };
+
+/// The most expired queries one sweep takes, the oldest first; the rest wait for the next. A
+/// loop storm leaves tens of thousands unanswered within a second: taken in one sweep, they
+/// and the queries made of them were a sixth of the tracer's memory at its peak.
+pub const SWEEP_MAX: usize = 4096;
 
 /// The kernel's query table, and the names too long for its entries under the same keys.
 pub struct QueryTables {
@@ -54,28 +59,38 @@ impl UnansweredQueries {
         }
     }
 
-    /// Takes every query sent more than `timeout` ago out of the table, appending them to `out`
-    /// in the order they were sent.
+    /// Takes the queries sent more than `timeout` ago out of the table, at most [`SWEEP_MAX`]
+    /// of them, the oldest, appending them to `out` in the order they were sent. Returns
+    /// whether expired queries were left for another sweep.
     pub fn take_expired(
         &mut self,
         timeout: Duration,
         out: &mut Vec<UnansweredQuery>,
-    ) -> Result<(), MapError> {
+    ) -> Result<bool, MapError> {
         let timeout_ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         let expired_before = monotonic_now_ns().saturating_sub(timeout_ns);
-        let mut expired: Vec<(QueryKey, QueryEntry)> =
-            map_batch::read_matching(&self.tables.queries, |_, entry| {
-                entry.state.first_ns < expired_before
+        // The newest of the oldest kept is on top, to give way to an older one.
+        let mut oldest = BinaryHeap::new();
+        let mut left = false;
+        map_batch::read_each(&self.tables.queries, |key, entry| {
+            if entry.state.first_ns < expired_before {
+                oldest.push(Expired {
+                    key: *key,
+                    entry: *entry,
+                });
+                if oldest.len() > SWEEP_MAX {
+                    oldest.pop();
+                    left = true;
+                }
+            }
+        })
+        .map_err(|io_error| {
+            MapError::SyscallError(aya::sys::SyscallError {
+                call: "bpf_map_lookup_batch",
+                io_error,
             })
-            .map_err(|io_error| {
-                MapError::SyscallError(aya::sys::SyscallError {
-                    call: "bpf_map_lookup_batch",
-                    io_error,
-                })
-            })?;
-        // Unstable: a stable sort takes a buffer of half the entries besides.
-        expired.sort_unstable_by_key(|(_, entry)| entry.state.first_ns);
-        for (key, entry) in expired {
+        })?;
+        for Expired { key, entry } in oldest.into_sorted_vec() {
             match self.tables.queries.remove(&key) {
                 // Answered just now, between the read and the removal.
                 Err(error) if is_gone(&error) => continue,
@@ -95,7 +110,7 @@ impl UnansweredQueries {
                 None => self.unreadable += 1,
             }
         }
-        Ok(())
+        Ok(left)
     }
 
     /// Takes the long name of the query with `key` out of its table; `None` if it is not there.
@@ -111,6 +126,33 @@ impl UnansweredQueries {
         }
     }
 }
+
+/// An expired query, ordered by when it was first sent.
+struct Expired {
+    key: QueryKey,
+    entry: QueryEntry,
+}
+
+impl Ord for Expired {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.entry.state.first_ns.cmp(&other.entry.state.first_ns)
+    }
+}
+
+impl PartialOrd for Expired {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+// Equal as the heap orders them: sent at the same time.
+impl PartialEq for Expired {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Expired {}
 
 /// Whether `error` says the entry is no longer in the table: the kernel removed it (its answer
 /// arrived) or evicted it while userspace was looking. aya reports a lookup's miss as

@@ -359,6 +359,8 @@ impl Tracer {
         let mut timers = Timers::new();
         let mut packets = Vec::new();
         let mut expired = Vec::new();
+        // Whether the last sweep left expired queries in the kernel's table (see `SWEEP_MAX`).
+        let mut swept_part = false;
         let mut dropped = Vec::new();
         let mut until = std::pin::pin!(until);
         let ended = loop {
@@ -368,7 +370,7 @@ impl Tracer {
                 batch = next_drops(&mut self.drops, &mut dropped) => batch.context("reading the drop ring")?,
                 Some(event) = self.link_events.next() => self.watch.apply(event),
                 _ = timers.pod_naming.tick(), if self.watch.awaits_pod_names() => self.watch.name_new_pods(),
-                _ = timers.sweep.tick(), if self.unanswered.is_some() => self.sweep_unanswered(&mut expired),
+                _ = timers.sweep.tick(), if self.unanswered.is_some() => swept_part = self.sweep_unanswered(&mut expired),
                 _ = timers.metrics_refresh.tick(), if self.exporter.is_some() => self.refresh_metrics(),
             }
             // Whatever woke the loop, the packets and drops streamed meanwhile are taken before
@@ -376,15 +378,15 @@ impl Tracer {
             // which holds only if both rings were read just now (a drop, a link event or a timer
             // may have woken it while records waited for their ring's own wakeup).
             self.hand_over_rings(consumer, &mut packets, &mut dropped)?;
-            consumer.unanswered(&mut expired, self.watch.points())?;
+            self.hand_over_unanswered(consumer, &mut expired, std::mem::take(&mut swept_part))?;
             consumer.tick(self.source.watermark())?;
         };
         // What was streamed before the end is judged too, and so is every query in the
         // kernel's table that waited past the timeout by now: the last sweep may be up to an
         // interval old, and a timeout that is due is reported, not left for a next run.
         self.hand_over_rings(consumer, &mut packets, &mut dropped)?;
-        self.sweep_unanswered(&mut expired);
-        consumer.unanswered(&mut expired, self.watch.points())?;
+        let swept_part = self.sweep_unanswered(&mut expired);
+        self.hand_over_unanswered(consumer, &mut expired, swept_part)?;
         Ok(ended)
     }
 
@@ -405,6 +407,24 @@ impl Tracer {
         }
         consumer.drops(dropped, &|device| self.watch.drop_place(device))?;
         consumer.packets(packets, self.watch.points())
+    }
+
+    /// Hands `consumer` the expired queries swept into `expired`; while the sweep left some in
+    /// the kernel's table (`swept_part`), sweeps again and hands those on, one sweep's worth
+    /// held at a time.
+    fn hand_over_unanswered<C: Consumer + ?Sized>(
+        &mut self,
+        consumer: &mut C,
+        expired: &mut Vec<UnansweredQuery>,
+        mut swept_part: bool,
+    ) -> anyhow::Result<()> {
+        loop {
+            consumer.unanswered(expired, self.watch.points())?;
+            if !swept_part {
+                return Ok(());
+            }
+            swept_part = self.sweep_unanswered(expired);
+        }
     }
 
     /// Ends the run: `pipeline` writes its last findings and the summary, with what the kernel
@@ -463,20 +483,24 @@ impl Tracer {
     }
 
     /// Takes the queries the kernel saw no answer to within the timeout out of its table,
-    /// into `expired`.
-    fn sweep_unanswered(&mut self, expired: &mut Vec<UnansweredQuery>) {
+    /// into `expired`, the oldest first (see `SWEEP_MAX`); returns whether it left some there.
+    fn sweep_unanswered(&mut self, expired: &mut Vec<UnansweredQuery>) -> bool {
         let Some(unanswered) = &mut self.unanswered else {
-            return;
+            return false;
         };
         // A failed sweep loses nothing: its queries stay for the next one.
         let before = unanswered.expired_from_before;
-        if let Err(error) = unanswered.take_expired(self.config.timeout, expired) {
-            tracing::warn!("reading the kernel's query table: {error}");
-        }
+        let left = unanswered
+            .take_expired(self.config.timeout, expired)
+            .unwrap_or_else(|error| {
+                tracing::warn!("reading the kernel's query table: {error}");
+                false
+            });
         let from_before = unanswered.expired_from_before - before;
         if from_before > 0 {
             eprintln!("dnsloop: {from_before} queries pinned by an earlier run got no answer within --timeout; not reported as timeouts, as answers that came between the runs went unseen");
         }
+        left
     }
 
     /// Reads what the kernel counted for the next scrapes.

@@ -16,7 +16,7 @@ use dnsloop_shared::{
 use crate::kernel::{
     clock::{monotonic_now_ns, MonotonicClock},
     programs::{self, Settings},
-    unanswered::UnansweredQueries,
+    unanswered::{UnansweredQueries, SWEEP_MAX},
 };
 
 use super::kit::*;
@@ -63,6 +63,41 @@ fn a_query_never_answered_is_collected_with_its_question_once_it_expires() {
             .take_expired(Duration::ZERO, &mut expired)
             .expect("reading the query table");
         assert!(expired.is_empty(), "each is collected once: {expired:?}");
+    });
+}
+
+/// A sweep holds at most `SWEEP_MAX` expired queries: the oldest, in the order they were sent,
+/// and says that it left the others for the next.
+#[test]
+fn a_sweep_takes_the_oldest_expired_queries_and_leaves_the_rest_for_the_next() {
+    for_each_build(loaded(trace_settings()), |mut kernel| {
+        let sent = u16::try_from(SWEEP_MAX + 100).expect("ids enough");
+        for id in 1..=sent {
+            kernel.run(
+                Direction::Ingress,
+                &query_frame(id, "many.example", QTYPE_A),
+            );
+        }
+        let mut unanswered = kernel.unanswered_queries();
+        let mut ids = Vec::new();
+        let mut lefts = Vec::new();
+        loop {
+            let mut expired = Vec::new();
+            let left = unanswered
+                .take_expired(Duration::ZERO, &mut expired)
+                .expect("reading the query table");
+            lefts.push((left, expired.len()));
+            ids.extend(expired.iter().map(|query| query.id));
+            if !left {
+                break;
+            }
+        }
+        assert_eq!(lefts, [(true, SWEEP_MAX), (false, 100)]);
+        assert_eq!(
+            ids,
+            (1..=sent).collect::<Vec<_>>(),
+            "oldest first, each once"
+        );
     });
 }
 
