@@ -65,7 +65,8 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> Table<K, V, S> {
     /// Inserts or replaces `key`'s value and makes it the freshest entry; returns the entry
     /// evicted to make room, if one was.
     pub fn insert(&mut self, key: K, value: V) -> Option<(K, V)> {
-        if let Some(at) = self.position(&key) {
+        let hash = self.hasher.hash_one(&key);
+        if let Some(at) = self.position_hashed(hash, &key) {
             self.entries[at].value = value;
             self.make_freshest(at);
             return None;
@@ -76,7 +77,6 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> Table<K, V, S> {
         } else {
             None
         };
-        let hash = self.hasher.hash_one(&key);
         let at = self.entries.push(Entry {
             key,
             value,
@@ -113,8 +113,9 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> Table<K, V, S> {
     }
 
     pub fn remove(&mut self, key: &K) -> Option<V> {
-        let at = self.position(key)?;
-        self.remove_at(at).map(|(_, value)| value)
+        let hash = self.hasher.hash_one(key);
+        let at = self.position_hashed(hash, key)?;
+        Some(self.remove_hashed(at, hash).1)
     }
 
     /// Removes and returns the stalest entry if `is_done` says it is done with.
@@ -148,9 +149,14 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> Table<K, V, S> {
     }
 
     fn position(&self, key: &K) -> Option<u32> {
+        self.position_hashed(self.hasher.hash_one(key), key)
+    }
+
+    /// The position of `key`, whose hash is `hash`.
+    fn position_hashed(&self, hash: u64, key: &K) -> Option<u32> {
         let entries = &self.entries;
         self.index
-            .find(self.hasher.hash_one(key), |&at| entries[at].key == *key)
+            .find(hash, |&at| entries[at].key == *key)
             .copied()
     }
 
@@ -158,6 +164,11 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> Table<K, V, S> {
     /// place.
     fn remove_at(&mut self, at: u32) -> Option<(K, V)> {
         let hash = self.hasher.hash_one(&self.entries.get(at)?.key);
+        Some(self.remove_hashed(at, hash))
+    }
+
+    /// Removes the entry at `at`, whose key's hash is `hash`, as `remove_at` does.
+    fn remove_hashed(&mut self, at: u32, hash: u64) -> (K, V) {
         self.unlink(at);
         self.index
             .find_entry(hash, |&other| other == at)
@@ -174,7 +185,7 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> Table<K, V, S> {
             self.link(staler, at);
             self.link(at, fresher);
         }
-        Some((removed.key, removed.value))
+        (removed.key, removed.value)
     }
 
     fn make_freshest(&mut self, at: u32) {

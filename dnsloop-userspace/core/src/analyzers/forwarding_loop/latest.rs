@@ -2,7 +2,7 @@
 //!
 //! Indexed by the hash of the message's key without keeping the key: the flight holds it, and
 //! a storm keeps tens of thousands of flights, each key 48 bytes.
-use super::flight::{FlightId, Flights};
+use super::flight::{Flight, FlightId, Flights};
 use crate::analyzers::{
     packet::MessageKey,
     table::{FastHash, Table},
@@ -25,13 +25,18 @@ impl LatestFlights {
         }
     }
 
-    /// The newest flight of `message`, while it is among `flights`.
-    pub fn get(&self, message: &MessageKey, flights: &Flights) -> Option<FlightId> {
+    /// The newest flight of `message`, while it is among `flights`: found there to be told
+    /// apart by its key, and handed back so that the caller need not look for it again.
+    pub fn get<'f>(
+        &self,
+        message: &MessageKey,
+        flights: &'f Flights,
+    ) -> Option<(FlightId, &'f Flight)> {
         let id = *self.entries.get(&message.hash_value())?;
-        flights
+        let flight = flights
             .get(&id)
-            .is_some_and(|flight| flight.message == *message)
-            .then_some(id)
+            .filter(|flight| flight.message == *message)?;
+        Some((id, flight))
     }
 
     /// Makes `flight` the newest of `message`, and the freshest entry.
@@ -65,10 +70,12 @@ impl LatestFlights {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        analyzers::forwarding_loop::flight::Flight, observation::Observation,
-        testkit::observations::*,
-    };
+    use crate::{observation::Observation, testkit::observations::*};
+
+    /// The id of `message`'s newest flight, as `get` finds it.
+    fn newest(latest: &LatestFlights, message: &MessageKey, flights: &Flights) -> Option<FlightId> {
+        latest.get(message, flights).map(|(id, _)| id)
+    }
 
     fn follow(flights: &mut Flights, id: u64, obs: &Observation) -> (MessageKey, FlightId) {
         let message = MessageKey::of(obs).expect("a question");
@@ -88,16 +95,16 @@ mod tests {
         latest.insert(&other, other_flight);
         let (_, second) = follow(&mut flights, 3, &client_asks(7, 10));
         latest.insert(&message, second);
-        assert_eq!(latest.get(&message, &flights), Some(second));
-        assert_eq!(latest.get(&other, &flights), Some(other_flight));
+        assert_eq!(newest(&latest, &message, &flights), Some(second));
+        assert_eq!(newest(&latest, &other, &flights), Some(other_flight));
         latest.forget(&message, first);
         assert_eq!(
-            latest.get(&message, &flights),
+            newest(&latest, &message, &flights),
             Some(second),
             "not its newest"
         );
         latest.forget(&message, second);
-        assert_eq!(latest.get(&message, &flights), None);
+        assert_eq!(newest(&latest, &message, &flights), None);
         assert_eq!(latest.evictions(), 0);
     }
 
@@ -112,10 +119,13 @@ mod tests {
             latest.insert(message, *id);
         }
         assert_eq!(latest.evictions(), 1);
-        assert_eq!(latest.get(&followed[0].0, &flights), None);
+        assert_eq!(newest(&latest, &followed[0].0, &flights), None);
         flights.remove(&followed[1].1);
         latest.forget_stalest_gone(&flights);
         assert_eq!(latest.entries.iter().count(), 1);
-        assert_eq!(latest.get(&followed[2].0, &flights), Some(followed[2].1));
+        assert_eq!(
+            newest(&latest, &followed[2].0, &flights),
+            Some(followed[2].1)
+        );
     }
 }

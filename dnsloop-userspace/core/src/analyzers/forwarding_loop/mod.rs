@@ -174,11 +174,11 @@ impl ForwardingLoops {
                     .insert((message.question.clone(), left.clone()), obs.ts);
             }
         }
-        let moving = self.latest.get(message, &self.flights).filter(|id| {
-            self.flights
-                .get(id)
-                .is_some_and(|flight| flight.continues_with(obs, self.settle))
-        });
+        let moving = self
+            .latest
+            .get(message, &self.flights)
+            .filter(|(_, flight)| flight.continues_with(obs, self.settle))
+            .map(|(id, _)| id);
         let id = match moving {
             Some(id) => {
                 if let Some(flight) = self.flights.refresh(&id) {
@@ -250,7 +250,7 @@ impl ForwardingLoops {
     /// reply to a flight that left the node was answered out of sight.
     fn reply(&mut self, obs: &Observation, message: &MessageKey) {
         self.storms.reply(&message.question, &obs.point.ifname);
-        let Some(id) = self.latest.get(message, &self.flights) else {
+        let Some((id, _)) = self.latest.get(message, &self.flights) else {
             return;
         };
         if let Some(flight) = self.flights.get_mut(&id) {
@@ -417,8 +417,7 @@ impl ForwardingLoops {
 
     /// The latest flight `message` was followed as: the one its replies answer.
     pub fn latest_flight(&self, message: &MessageKey) -> Option<(FlightId, &Flight)> {
-        let id = self.latest.get(message, &self.flights)?;
-        Some((id, self.flights.get(&id)?))
+        self.latest.get(message, &self.flights)
     }
 
     /// The query that flight `id` forwards: its parent, linked when it was delivered; for one
