@@ -41,10 +41,10 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SL
 
 /// Questions asked recently. LRU, so a storm of distinct names evicts the oldest instead of
 /// failing inserts. Shared by all CPUs: concurrent sightings of one question may race on its
-/// counts, which only makes them approximate.
+/// counts, which only makes them approximate. Userspace sizes it at load time.
 #[map]
 pub static QUESTIONS: LruHashMap<QuestionKey, QuestionState> =
-    LruHashMap::with_max_entries(65536, BPF_F_NO_COMMON_LRU);
+    LruHashMap::with_max_entries(4096, BPF_F_NO_COMMON_LRU);
 
 /// Where a new `QUESTIONS` entry is built before it is inserted: too big for the stack.
 #[map]
@@ -54,9 +54,9 @@ pub static NEW_QUESTION: PerCpuArray<QuestionState> = PerCpuArray::with_max_entr
 /// takes out the ones never answered once they are older than its timeout. A plain hash, not
 /// an LRU: under a storm of unanswered queries a full table refuses new ones and counts them
 /// (`Counter::QueriesNotTracked`), where an LRU would forget the oldest, which userspace was
-/// about to report as timeouts, without a trace.
+/// about to report as timeouts, without a trace. Userspace sizes it at load time.
 #[map]
-pub static QUERIES: HashMap<QueryKey, QueryEntry> = HashMap::with_max_entries(65536, 0);
+pub static QUERIES: HashMap<QueryKey, QueryEntry> = HashMap::with_max_entries(8192, 0);
 
 /// The names of queries in `QUERIES` too long for their entries, under the same keys; as many
 /// entries as `QUERIES` (userspace sizes both at load time). Not preallocated: long names are
@@ -64,12 +64,13 @@ pub static QUERIES: HashMap<QueryKey, QueryEntry> = HashMap::with_max_entries(65
 /// A query whose long name finds no room here is not tracked either.
 #[map]
 pub static LONG_NAMES: HashMap<QueryKey, LongName> =
-    HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
+    HashMap::with_max_entries(8192, BPF_F_NO_PREALLOC);
 
 /// Answer counts and latency per server, as its clients addressed it. A node talks to a few
-/// dozen servers; LRU keeps the busiest under a storm of new ones.
+/// dozen servers; LRU keeps the busiest under a storm of new ones. Each entry takes 1.7 KiB,
+/// the latency histogram most of it.
 #[map]
-pub static SERVERS: LruHashMap<ServerKey, ServerStats> = LruHashMap::with_max_entries(1024, 0);
+pub static SERVERS: LruHashMap<ServerKey, ServerStats> = LruHashMap::with_max_entries(256, 0);
 
 /// Never written: the zeroed value a new `SERVERS` entry is inserted from (too big for the stack).
 #[map]
@@ -85,9 +86,9 @@ pub static FORWARDERS: LruHashMap<ForwarderKey, u8> = LruHashMap::with_max_entri
 #[map]
 pub static TRUNCATED: LruHashMap<TruncatedKey, u64> = LruHashMap::with_max_entries(1024, 0);
 
-/// Packets streamed to userspace.
+/// Packets streamed to userspace. Userspace sizes it at load time.
 #[map]
-pub static RECORDS: RingBuf = RingBuf::with_byte_size(4 * 1024 * 1024, 0);
+pub static RECORDS: RingBuf = RingBuf::with_byte_size(2 * 1024 * 1024, 0);
 
 /// A packet to stream, built here: its context (when it has one), its record and up to
 /// `PACKET_SNAP_MAX` bytes of it, of which `RECORDS` gets the record and the bytes it holds,

@@ -119,6 +119,8 @@ pub enum LoadError {
         #[source]
         source: ProgramError,
     },
+    #[error("reading the node's CPUs ({0}), which size the question table, failed")]
+    PossibleCpus(&'static str, #[source] std::io::Error),
     #[error("telling this network namespace apart failed: neither its cookie (SO_NETNS_COOKIE) nor its inode (/proc/thread-self/ns/net) could be read")]
     NetnsCookie(#[source] std::io::Error),
     #[error(transparent)]
@@ -143,9 +145,12 @@ pub struct Settings {
     /// (`--record`): the analysis stays what it is without it. Moot with `stream_every_packet`.
     pub record_every_packet: bool,
     pub snap_len: usize,
-    pub question_table_size: u32,
+    /// `None`: [`QUESTIONS_PER_CPU`] for each of the node's CPUs, within bounds.
+    pub question_table_size: Option<u32>,
     pub query_table_size: u32,
-    pub ring_buffer_mib: u32,
+    /// `None`: [`DEFAULT_RING_BUFFER_MIB`], or [`STREAMING_RING_BUFFER_MIB`] when every DNS
+    /// packet is streamed.
+    pub ring_buffer_mib: Option<u32>,
     /// Watch ingress at XDP instead of TC (`--xdp`).
     pub xdp_ingress: bool,
     /// Watch the kernel's drops of DNS packets, where the kernel allows (not `--no-drops`).
@@ -161,12 +166,25 @@ impl Settings {
     }
 }
 
-/// Questions the kernel remembers by default: about 460 bytes each, 15 MiB in all.
-pub const DEFAULT_QUESTION_TABLE_SIZE: u32 = 32768;
-/// Queries in flight the kernel remembers by default: about 380 bytes each, 12 MiB in all.
-pub const DEFAULT_QUERY_TABLE_SIZE: u32 = 32768;
-/// The ring buffer's size by default, in MiB: about 9,500 packets of 100 bytes.
-pub const DEFAULT_RING_BUFFER_MIB: u32 = 4;
+/// Questions the kernel remembers by default for each CPU, about 460 bytes each. The question
+/// table is an LRU with a list per CPU (`BPF_F_NO_COMMON_LRU`): each CPU evicts only what it
+/// inserted, so a CPU's share, not the total, says how long a question is remembered while
+/// others arrive. A loop brings its question back within a round of forwards, milliseconds;
+/// 2048 new questions on one CPU take a node asking 20,000 distinct ones a second over 2 CPUs
+/// 200 ms.
+pub const QUESTIONS_PER_CPU: u32 = 2048;
+/// The question table's default bounds whatever the CPU count: 1.8 to 29 MiB.
+const DEFAULT_QUESTION_TABLE_RANGE: (u32, u32) = (4096, 65536);
+/// Queries in flight the kernel remembers by default, about 210 bytes each, 1.6 MiB in all:
+/// a node answers most in milliseconds, and the default 5 s timeout then leaves room for 1,600
+/// unanswered a second; a fuller table refuses new queries and counts them.
+pub const DEFAULT_QUERY_TABLE_SIZE: u32 = 8192;
+/// The ring buffer's size by default, in MiB, when only what matters is streamed: about 14,500
+/// queries of 100 bytes.
+pub const DEFAULT_RING_BUFFER_MIB: u32 = 2;
+/// The ring buffer's size by default, in MiB, when every DNS packet is streamed (`--packets`,
+/// `--slow`, `--record`): twice the room, for every packet of a storm.
+pub const STREAMING_RING_BUFFER_MIB: u32 = 4;
 
 impl Default for Settings {
     /// DNS on port 53, only what matters streamed, whole packets, TC on ingress.
@@ -176,9 +194,9 @@ impl Default for Settings {
             stream_every_packet: false,
             record_every_packet: false,
             snap_len: PACKET_SNAP_MAX,
-            question_table_size: DEFAULT_QUESTION_TABLE_SIZE,
+            question_table_size: None,
             query_table_size: DEFAULT_QUERY_TABLE_SIZE,
-            ring_buffer_mib: DEFAULT_RING_BUFFER_MIB,
+            ring_buffer_mib: None,
             xdp_ingress: false,
             watch_drops: true,
             build: None,
@@ -208,7 +226,7 @@ pub fn load(
         questions,
         queries,
         ring_bytes,
-    } = map_sizes(settings)?;
+    } = map_sizes(settings, possible_cpus()?)?;
     let mut loader = EbpfLoader::new();
     loader
         // On a rejection, the verifier's error and statistics: the whole walk it logs by
@@ -433,7 +451,8 @@ struct MapSizes {
     ring_bytes: u32,
 }
 
-fn map_sizes(settings: &Settings) -> Result<MapSizes, LoadError> {
+/// The maps' sizes for `settings` on a node with `cpus` possible CPUs.
+fn map_sizes(settings: &Settings, cpus: usize) -> Result<MapSizes, LoadError> {
     let table = |table: &'static str, entries: u32| {
         if (1024..=16_777_216).contains(&entries) {
             Ok(entries)
@@ -441,15 +460,33 @@ fn map_sizes(settings: &Settings) -> Result<MapSizes, LoadError> {
             Err(LoadError::TableSize { table, entries })
         }
     };
-    let mib = settings.ring_buffer_mib;
+    let mib = settings.ring_buffer_mib.unwrap_or(
+        if settings.stream_every_packet || settings.record_every_packet {
+            STREAMING_RING_BUFFER_MIB
+        } else {
+            DEFAULT_RING_BUFFER_MIB
+        },
+    );
     if !(1..=1024).contains(&mib) || !mib.is_power_of_two() {
         return Err(LoadError::RingBufferSize(mib));
     }
+    let (fewest, most) = DEFAULT_QUESTION_TABLE_RANGE;
+    let questions = settings.question_table_size.unwrap_or_else(|| {
+        u32::try_from(cpus)
+            .unwrap_or(u32::MAX)
+            .saturating_mul(QUESTIONS_PER_CPU)
+            .clamp(fewest, most)
+    });
     Ok(MapSizes {
-        questions: table("question", settings.question_table_size)?,
+        questions: table("question", questions)?,
         queries: table("query", settings.query_table_size)?,
         ring_bytes: mib * 1024 * 1024,
     })
+}
+
+/// The CPUs the kernel may run the programs on, each with its share of the per-CPU maps.
+fn possible_cpus() -> Result<usize, LoadError> {
+    aya::util::nr_cpus().map_err(|(path, error)| LoadError::PossibleCpus(path, error))
 }
 
 fn port_table(dns_ports: &[u16]) -> Result<[u16; MAX_DNS_PORTS], LoadError> {
@@ -578,9 +615,9 @@ mod tests {
             stream_every_packet: true,
             record_every_packet: false,
             snap_len: 2048,
-            question_table_size: 65536,
+            question_table_size: Some(65536),
             query_table_size: 65536,
-            ring_buffer_mib: 4,
+            ring_buffer_mib: Some(4),
             xdp_ingress: false,
             watch_drops: true,
             build: None,
@@ -590,7 +627,7 @@ mod tests {
     #[test]
     fn map_sizes_are_bounded_and_the_ring_a_power_of_two() {
         assert_eq!(
-            map_sizes(&settings()).unwrap(),
+            map_sizes(&settings(), 2).unwrap(),
             MapSizes {
                 questions: 65536,
                 queries: 65536,
@@ -598,28 +635,52 @@ mod tests {
             }
         );
         let ring = |ring_buffer_mib| Settings {
-            ring_buffer_mib,
+            ring_buffer_mib: Some(ring_buffer_mib),
             ..settings()
         };
         assert!(matches!(
-            map_sizes(&ring(3)),
+            map_sizes(&ring(3), 2),
             Err(LoadError::RingBufferSize(3))
         ));
         assert!(matches!(
-            map_sizes(&ring(0)),
+            map_sizes(&ring(0), 2),
             Err(LoadError::RingBufferSize(0))
         ));
         let questions = |question_table_size| Settings {
-            question_table_size,
+            question_table_size: Some(question_table_size),
             ..settings()
         };
         assert!(matches!(
-            map_sizes(&questions(10)),
+            map_sizes(&questions(10), 2),
             Err(LoadError::TableSize {
                 table: "question",
                 entries: 10
             })
         ));
+    }
+
+    #[test]
+    fn the_default_question_table_gives_each_cpu_its_share_within_bounds() {
+        let questions = |cpus| map_sizes(&Settings::default(), cpus).unwrap().questions;
+        assert_eq!(questions(1), 4096);
+        assert_eq!(questions(2), 4096);
+        assert_eq!(questions(8), 8 * QUESTIONS_PER_CPU);
+        assert_eq!(questions(512), 65536);
+    }
+
+    #[test]
+    fn the_default_ring_is_larger_when_every_packet_is_streamed() {
+        let ring = |stream_every_packet, record_every_packet| {
+            let settings = Settings {
+                stream_every_packet,
+                record_every_packet,
+                ..Settings::default()
+            };
+            map_sizes(&settings, 2).unwrap().ring_bytes >> 20
+        };
+        assert_eq!(ring(false, false), DEFAULT_RING_BUFFER_MIB);
+        assert_eq!(ring(true, false), STREAMING_RING_BUFFER_MIB);
+        assert_eq!(ring(false, true), STREAMING_RING_BUFFER_MIB);
     }
 
     #[test]

@@ -61,26 +61,27 @@ pub struct TraceArgs {
     pub snap_len: usize,
 
     /// Questions the kernel remembers to see one come back into a namespace that forwarded it
-    /// (LRU). Each entry takes about 460 bytes of kernel memory: the default 32768 is about
-    /// 15 MiB.
-    #[arg(long, value_name = "ENTRIES", default_value_t = programs::DEFAULT_QUESTION_TABLE_SIZE)]
-    pub question_table_size: u32,
+    /// (LRU, a list per CPU). Each entry takes about 460 bytes of kernel memory. Default: 2048
+    /// for each CPU, at least 4096 and at most 65536 (1.8 to 29 MiB).
+    #[arg(long, value_name = "ENTRIES")]
+    pub question_table_size: Option<u32>,
 
     /// Queries in flight the kernel remembers, with their question, to check and time their
     /// replies and to report those never answered. A full table takes no new query until
     /// dnsloop has collected the expired ones, and counts each it refused
     /// (`queries_not_tracked` in the summary, `dnsloop_untracked_queries_total`). Each entry
-    /// takes about 200 bytes of kernel memory: the default 32768 is about 6.5 MiB; a query whose
+    /// takes about 210 bytes of kernel memory: the default 8192 is about 1.7 MiB; a query whose
     /// name is longer than 62 characters takes about 330 bytes more while it is in flight.
     #[arg(long, value_name = "ENTRIES", default_value_t = programs::DEFAULT_QUERY_TABLE_SIZE)]
     pub query_table_size: u32,
 
     /// Size of the ring buffer that carries packets to dnsloop, in MiB (a power of two). Each
     /// packet takes its captured bytes and 40 more (about 340 for the few carrying what the
-    /// kernel knew of their query or question): the default 4 MiB holds about 29,000 queries of
-    /// 100 bytes, or 2,000 packets of 2 KiB, before any is lost.
-    #[arg(long, value_name = "MIB", default_value_t = programs::DEFAULT_RING_BUFFER_MIB)]
-    pub ring_buffer_mib: u32,
+    /// kernel knew of their query or question): 2 MiB holds about 14,500 queries of 100 bytes,
+    /// or 1,000 packets of 2 KiB, before any is lost. Default: 2, or 4 when every DNS packet
+    /// is streamed (--packets, --slow, --record).
+    #[arg(long, value_name = "MIB")]
+    pub ring_buffer_mib: Option<u32>,
 
     /// Watch ingress at XDP instead of TC on every interface but loopback and bridges: cheaper,
     /// as it runs before the kernel builds a socket buffer. An interface already holding an XDP
