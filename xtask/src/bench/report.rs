@@ -170,7 +170,7 @@ missed. Read the table as ratios, not absolute figures: the machine (an AMD EPYC
 2 cores) moves by 10-20 % between runs, as the floor and the single-packet rows show. The
 table's first note gives the fixed load and what the lab answered with no program when the run
 began: a load the lab cannot carry makes losses of its own, which dnsloop rightly reports as
-timeouts. The figures in the bullets below are this run's (the third of 2026-11-29) where a
+timeouts. The figures in the bullets below are this run's (the fourth of 2026-11-29) where a
 bullet says so, an earlier run's where it names it, and the 2026-11-28 run's otherwise; the list
 above is always this run's.
 
@@ -245,28 +245,57 @@ kernel's expired queries 4,096 at a time, the oldest first, handing each bite on
 the next, where it read a storm's tens of thousands at once (9.7 MB at the peak, heaptrack of
 the live storm). By hand, one change at a time: VmHWM 71.7 (the second run) -> 62.0 -> 54.6 MiB.
 
-- **Held: idle RSS, in this run 18.9 MiB for `trace` and 19.2 MiB as the DaemonSet runs it
-  (target <= 24 MiB).** The tracer gives the loader's freed heap back to the system with glibc's
+**2026-11-29, fourth run (this table).** The kernel's maps are sized for what a node needs
+rather than for a storm: the question table 2048 entries for each possible CPU (4,096 to 65,536
+in all; 32,768 whatever the CPUs before), the query table 8,192 (32,768), the packet ring 2 MiB,
+or 4 MiB when every DNS packet is streamed (`--packets`, `--slow`, `--record`), the server table
+256 servers (1,024). Kernel map memory with default options 28.3 -> 7.1 MiB. `cargo xtask bench
+--compare` against the third run's build, 5 pairs on this run's machine: kernel ns per DNS run
++3.5 % (-10.1 to +7.7 %), queries/s at saturation +3.7 % (-2.4 to +6.1 %): neutral. This run's
+machine is slower under load than the third run's, not on single packets: the lab answered
+21,300 queries/s with no program (28,500 before), a run at the fixed load takes 1421 ns (889 ns
+before), while the single-packet rows are within 10 % of the third run's (a new query 1234
+against 1255 ns), and `analyze` read 466k packets/s (567k in a `--only fixed` run of the same
+build earlier the same day, 722k in the third run): compare the ratios, not the figures, with
+earlier runs. At the fixed load every program run parses a message of its own: the node cache
+forwards each query with a new ID from its own address, so a query's four runs are the client's
+query, the cache's forward, CoreDNS's reply and the cache's reply. A counter added for the
+purpose (not kept) counted 0 memo hits in 439,996 DNS packets: the memo serves a packet seen
+again further on its way, which this path never is. On single packets those four runs cost
+875 + 875 + 769 + 769 ns, 3.3 µs; under the load 5.7 µs. An upper bound for the contention on
+shared entries, by leaving out every write to a popular question's entry after its first and
+the server table's counts: -4.5 % per run at the fixed load (-6.7 to +7.1 %), -8.4 % per query at
+saturation (-16.1 to +2.0 %), 5 pairs: inside the noise, so the gap between single packets and
+load is not the two CPUs writing the same entries.
+
+- **Held: idle RSS, in this run 14.9 MiB for `trace` and 19.2 MiB as the DaemonSet runs it
+  (target <= 24 MiB; the packet ring is mapped into the process, 2 MiB by default and 4 MiB
+  with `--record`).** The tracer gives the loader's freed heap back to the system with glibc's
   `malloc_trim(0)` once the programs are loaded. Most of what stays is RssFile: the binary's text
   and the two BPF objects embedded in it. The peak by then (VmHWM 34.9 and 35.4 MiB) is the
   loading's: aya parses the kernel's whole BTF in `EbpfLoader::new`, and `EbpfLoader::btf(None)`
   does not avoid it, though the objects have no CO-RE relocations; aya parses it once more to
   attach the drop program as a BTF-typed tracepoint, and that copy is freed at once, so VmRSS at
-  rest did not move with it. Next lever for the peak (it has no target): one parse of the kernel's
+  rest did not move with it. The peak by then in this run: 30.7 and 35.4 MiB. Next lever for the peak (it has no target): one parse of the kernel's
   BTF for both, or none where the objects need none, a change to aya upstream.
 - **Held: 0 lost events in default mode, and loops reported within 1 s.** 0 lost at the fixed
-  load (52k DNS packets/s in this run), at saturation on every topology (104k, 283k and 317k DNS
-  packets/s: all this machine's lab makes), in both loop storms and in the soak. All 20 CoreDNS probes of
-  the loop storm were reported as loops, within 394 ms of their first packet in this run; in the
-  cluster loop storm the first loop report came 128 ms after the client's first query (median).
-  Also held: default-mode userspace CPU, in this run 0.07x `tcpdump -w`'s (0.008 s against 0.123
-  s per 100k queries), and the kernel cost on packets that are not DNS (issue 8's target <= 3x),
-  nearly all of a node's: 1.7x the empty classifier in the flood (99.8 ns against 59.1) and 1.9x
-  at the fixed load (120 ns against 63.0).
-- **Held: the drop program, in this run 145 ns per dropped datagram that is not DNS (144 to 147
-  ns in 3 runs; target <= 150 ns),** against 100 ns per run for dnsloop's classifiers on the same packets and
-  66 ns for an empty program on the same tracepoint (the floor row), so its own work is about
-  80 ns. It is a BTF-typed tracepoint (`tp_btf`) on `kfree_skb`: it reads the freed buffer's
+  load (40k DNS packets/s in this run), at saturation on every topology (83k, 264k and 298k DNS
+  packets/s: all this machine's lab makes), in both loop storms and in the soak, with the ring
+  at 2 MiB in default mode. All 20 CoreDNS probes of the loop storm were reported as loops,
+  within 389 ms of their first packet in this run; in the cluster loop storm the first loop
+  report came 138 ms after the client's first query (median). Also held: default-mode userspace
+  CPU, in this run 0.39x `tcpdump -w`'s (0.070 s against 0.180 s per 100k queries; 0.020 to
+  0.080 s over the 3 runs, the higher ones where the lab lost queries and dnsloop reported them;
+  by hand on this machine, 0.01 to 0.02 s in runs where it lost none, for this build and the
+  third run's alike). The kernel
+  cost on packets that are not DNS (issue 8's target <= 3x), nearly all of a node's: 1.9x the
+  empty classifier in the flood (105 ns against 55.3), and at the fixed load 3.3x in this run
+  (295 ns against 89.4, the two spreading 284 to 333 and 74.5 to 104 ns; 1.9x in the third run):
+  `--compare` on this machine put this build within 1 % of the third run's there.
+- **Held: the drop program, in this run 137 ns per dropped datagram that is not DNS (133 to 139
+  ns in 3 runs; target <= 150 ns),** against 105 ns per run for dnsloop's classifiers on the
+  same packets and 60 ns for an empty program on the same tracepoint (the floor row), so its own
+  work is about 80 ns. It is a BTF-typed tracepoint (`tp_btf`) on `kfree_skb`: it reads the freed buffer's
   protocol, network header, tail and head by plain loads, at offsets userspace patches in as
   read-only constants, verified against the kernel's BTF (the verifiers of Linux 5.10, 6.1, 6.12
   and 6.18 accept it, checked with `cargo xtask kernels`); only the packet's bytes still take a
@@ -276,10 +305,15 @@ the live storm). By hand, one change at a time: VmHWM 71.7 (the second run) -> 6
   147 ns as `tp_btf`. Reading the headers and ports before copying the packet (issue lever 8)
   saves no read, as the packet is one read either way. The cost is the peak memory at start,
   above: aya parses the kernel's BTF once more to attach it.
-- **Held: the DaemonSet's userspace CPU (`trace --record --metrics-addr`), in this run 0.081 s
-  per 100k queries, 0.66x `tcpdump -w`'s 0.123 s (target <= 1x), in the 2 of 3 runs in which no
-  finding fired (the third, with two findings and a bundle written, took 0.131 s), with 0 lost
-  events in each; its kernel time per query is missed, below.** With `--record` the kernel streams every DNS packet
+- **Not measured in this run: the DaemonSet's userspace CPU (`trace --record --metrics-addr`),
+  judged on runs in which no finding fired: in each of this run's 3 the lab itself lost queries
+  (the node cache's socket buffer overflowed, `SOCKET_RCVBUFF`), and dnsloop reported them, 2
+  drop and 6 timeout findings a run, with a bundle written each time (0.597 s per 100k queries,
+  the row of its own).** Reproduced by hand on this machine with the same dnsperf flags: the
+  third run's build reported the same drops when the lab dropped, and neither build reported
+  anything when it did not. A `--only fixed` run of this build earlier the same day: 0.145 s
+  per 100k queries against `tcpdump -w`'s 0.190 s, 0.76x (target <= 1x), in the 2 of 3 runs
+  without a finding; the third run: 0.081 s, 0.66x. Its kernel time per query is missed, below. With `--record` the kernel streams every DNS packet
   default mode would not, marked `StreamReason::Recorded`: the flight recorder keeps it by time,
   the analysis skips it, and the kernel's table of unanswered queries stays on, so the findings
   equal default mode's. Ring records are sized to their packet: a 32-byte record and the captured
@@ -293,22 +327,25 @@ the live storm). By hand, one change at a time: VmHWM 71.7 (the second run) -> 6
   day on a lab as fast as this run's, 1.2x and 0 lost events in each of 3 runs; after the second,
   0.94x (within the noise of the run before: the gain is the ring's room for a consumer that falls
   behind).
-- **Missed: kernel time per query at the fixed load, in this run 3.6 µs for `trace` and 4.7 µs
-  as the DaemonSet runs it (target <= 1.5 µs), and per run, 13.6x the empty classifier (target
-  <= 4x).** A query makes 4 program runs at 889 ns each, against the empty classifier's 65.2 ns.
-  At saturation it is 3.5 µs a query on the bridged node, 2.7 µs routed and 5.1 µs across two
-  nodes (12 runs there). Every run does the work that makes dnsloop what it is: the client's query and
+- **Missed: kernel time per query at the fixed load, in this run 5.7 µs for `trace` and 7.4 µs
+  as the DaemonSet runs it (target <= 1.5 µs; 3.6 and 4.7 µs in the third run, on a faster
+  machine), and per run, 20.9x the empty classifier (target <= 4x; 13.6x in the third run).**
+  A query makes 4 program runs at 1421 ns each, against the empty classifier's 68.0 ns. At
+  saturation it is 4.2 µs a query on the bridged node, 3.0 µs routed and 6.0 µs across two nodes
+  (12 runs there). Each of the 4 runs parses a message of its own (the fourth run's paragraph
+  above). Every run does the work that makes dnsloop what it is: the client's query and
   the node cache's forward each go into the query table (to time and check their replies where
   they reach their clients, and to report those never answered) and into the question table (to
   see one come back into a namespace that forwarded it), with a look into the forwarder table;
   each reply takes its query out again and counts its server's answer. On a single packet
   (`BPF_PROG_TEST_RUN`, the table's last rows, this run) a packet that is not DNS costs 135 ns, a
-  reply to no query in flight 427 ns and a query met before 546 ns; at one run per call (a call's
-  own share is about 54 ns: 189 against 135 ns for a packet that is not DNS), a new query costs
-  1255 ns and the reply reaching its client 935 ns. 1.5 µs a query leaves 375 ns a run: the empty classifier's
-  floor takes 62 of them and a hash-map lookup about 44 more (the classifier making one takes
-  106 ns, the table's second row), and a run makes four or five lookups, which leaves 90 to 140 ns
-  for reading and parsing the message. The LRU is not where most of the time goes: the issue's
+  reply to no query in flight 431 ns and a query met before 540 ns (this run; a packet that is not
+  DNS 122 ns); at one run per call (a call's own share is about 74 ns: 196 against 122 ns for a
+  packet that is not DNS), a new query costs 1234 ns, a new query for a question met before 875 ns
+  and the reply reaching its client 769 ns. 1.5 µs a query leaves 375 ns a run: the empty
+  classifier's floor takes 68 of them and a hash-map lookup about 58 more (the classifier making
+  one takes 126 ns, the table's second row), and a run makes four or five lookups, which leaves
+  little or nothing for reading and parsing the message. The LRU is not where most of the time goes: the issue's
   author swapped the LRU query table for a plain preallocated hash and measured about 3 %, within
   the noise. Tried and measured in earlier sessions, and left out as within the noise: the server
   table per CPU; no writes to a popular question's ring of cold sightings (an upper bound for the
@@ -319,39 +356,45 @@ the live storm). By hand, one change at a time: VmHWM 71.7 (the second run) -> 6
   levers 2 (match a reply on its 5-tuple and ID before parsing its name), 4 (copy only the header
   and the question) and 5 (`u64` copies; a valid flag instead of clearing the priors). To see
   which one moves it: per-path ablation with `BPF_PROG_TEST_RUN` (the `kernel_profile` bench),
-  finer than the saturation rounds. As the DaemonSet runs it, a run takes 1187 ns, 298 ns more
-  than default mode's, to stream every DNS packet to the recorder: the lever left there is the
+  finer than the saturation rounds. As the DaemonSet runs it, a run takes 1846 ns, 425 ns more
+  than default mode's (298 ns in the third run), to stream every DNS packet to the recorder: the lever left there is the
   issue's flight recorder in the kernel, a per-CPU ring overwritten in place and copied out only
   when a finding fires.
-- **Missed: saturation, in this run 94.6 % of no program's queries/s on the bridged node, 88.4 %
-  routed, 83.1 % across two nodes (target >= 95 %, and above `tcpdump -w`'s 90.1, 89.6 and 80.0
-  %).** Medians of each round's ratio over 7 rounds, the configurations alternating. On the
-  bridged node dnsloop is 4.5 points above `tcpdump -w` and 0.4 below 95 %, but the empty
-  classifier keeps 103 % there and dnsloop's own rounds spread from 83.7 to 104 %: the rounds do
-  not tell the three apart. Routed, the empty classifier keeps 102 % and `tcpdump -w` 89.6 %, 1.2
-  points above dnsloop; across two nodes, 94.9 % and 80.0 %, 3.1 below it. dnsloop's userspace
-  takes 0.08 µs of CPU a query (0.008 s per 100k at the fixed load): the loss is the programs'.
-  The lab spends about 70 µs of CPU a query on the bridged node (2 cores at 28.5k queries/s with
-  no program), so 95 % leaves about 3.5 µs a query for everything the programs cost, their own
-  time and the caches they take from the packets' own path; their own time alone is 3.5 µs.
-  Routed, 2 cores at 81.6k queries/s leave 1.2 µs against 2.7 µs; across two nodes, 2 cores at
-  48.0k leave 2.1 µs against 5.1 µs.
-  Routed, `tcpdump -w` comes closer because its kernel side copies each packet into a ring once
-  and keeps no state. The lever is the kernel time per query, above.
-- **Missed: kernel map memory, in this run 28.3 MiB with default options (target <= 8 MiB), the
-  same as the DaemonSet runs it.** The question table (32,768 entries) takes 14.5 MiB, the query
-  table 6.5 MiB (a 120-byte entry with room for a 64-byte name) and its long names 0.5 MiB until
-  used, the packet ring 4 MiB, the server table 1.7 MiB (1,024 entries of 1.7 KB: 16 rcodes and
-  the latency buckets as `u64` counters) and the rest 1.1 MiB. A question entry is 384 bytes, 256
-  of them its ring of four cold sightings of 64 bytes. Next lever: smaller sightings (a point's
-  slot in the point table instead of its cookie, interface and direction; times relative to the
-  entry's) or fewer. 8 MiB with a 4 MiB ring leaves 4 MiB for every table: 65,536 entries of the
-  question and query tables fit in it only at about 16 bytes each beside the kernel's own ~48 a
-  preallocated element, so the target also needs smaller tables or ring. Smaller tables are not
-  the first lever: `BPF_F_NO_COMMON_LRU` splits an LRU per CPU, and a smaller question table
-  loses questions in a storm.
-- **Held: peak RSS in the cluster loop storm, in this run 54.2 MiB at most (VmHWM; 54.1 median;
-  71.7 in the second 2026-11-29 run, 93.2 on 2026-11-28; target <= 64 MiB).** The memory is what
+- **Missed: saturation, in this run 90.4 % of no program's queries/s on the bridged node, 89.2 %
+  routed, 80.8 % across two nodes (target >= 95 %), each above `tcpdump -w`'s 84.5, 87.7 and
+  78.7 % in the same rounds (the third run: 94.6, 88.4 and 83.1 % against 90.1, 89.6 and 80.0
+  %).** Medians of each round's ratio over 7 rounds, the configurations alternating. The empty
+  classifier keeps 99.3, 98.0 and 95.3 %, and dnsloop's own rounds spread from 82.1 to 101 % on
+  the bridged node: single rounds do not tell the configurations apart, the medians do. dnsloop's
+  userspace takes under 1 µs of CPU a query (0.070 s per 100k at the fixed load, at most): the
+  loss is the programs'. The lab spends about 87 µs of CPU a query on the bridged node (2 cores at 22.9k
+  queries/s with no program), so 95 % leaves about 4.4 µs a query for everything the programs
+  cost, their own time and the caches they take from the packets' own path; their own time alone
+  is 4.2 µs. Routed, 2 cores at 75.0k queries/s leave 1.3 µs against 3.0 µs; across two nodes,
+  2 cores at 44.8k leave 2.2 µs against 6.0 µs. `tcpdump -w`'s kernel side copies each packet
+  into a ring once and keeps no state. The lever is the kernel time per query, above.
+- **Held: kernel map memory, in this run 7.1 MiB with default options (target <= 8 MiB; 28.3 in
+  the third run), 9.1 MiB as the DaemonSet runs it (its ring is 4 MiB).** The question table
+  takes 1.8 MiB (4,096 entries of about 460 bytes on this machine's 2 CPUs), the query table 1.6
+  MiB (8,192 entries of about 210 bytes) and its long names 0.1 MiB until used, the packet ring
+  2 MiB and the drops' ring 0.26 MiB, the server table 0.43 MiB (256 entries of 1.7 KB), the
+  forwarder table 0.34 MiB, the point tables 0.35 MiB and the rest 0.13 MiB. The question table
+  grows with the CPUs on purpose: it is an LRU with a list per CPU (`BPF_F_NO_COMMON_LRU`, so
+  that CPUs do not contend for one list), each CPU evicting only what it inserted, so a CPU's
+  share, not the total, decides how long a question is remembered while others arrive, and a
+  loop needs its question remembered for one round of forwards (milliseconds). 32,768 whatever
+  the CPUs gave a 64-CPU node 512 a CPU; 2048 a CPU gives every node the same, at 0.9 MiB a CPU:
+  14.5 MiB on 16 CPUs, at most 29 MiB. The soak asks 20,000 names over the ten minutes: its
+  question table now stays at its bound (4,092 entries at the median of the minutes), and it
+  still finds 0 loops and names every dead server; the storms lose no loop. The query table
+  holds the queries in flight (70 to 106 at the soak's 1,000 queries/s, the rows) and, until the
+  5 s timeout, those never answered: 8,192 leaves room for 1,600 unanswered a second, and a full
+  table refuses new ones and counts them (`dnsloop_untracked_queries_total`). Next lever, for
+  nodes with many CPUs: smaller question entries (384 bytes, 256 of them four cold sightings of
+  64 bytes).
+- **Held: peak RSS in the cluster loop storm, in this run 48.9 MiB at most (VmHWM; 48.6 median;
+  54.2 in the third 2026-11-29 run, 71.7 in the second, 93.2 on 2026-11-28; target <= 64 MiB).**
+  The fourth run's 5.6 MiB less is the packet ring, mapped into the process and now 2 MiB. The memory is what
   the engine keeps per query: each forward of the loop is a new query, followed for the forward
   window (5 s) as a flight with its hops, and the storm sends about 50,000 of them in its first
   seconds; no table is at its bound. Done, in the order they landed: hops naming their point by
@@ -366,31 +409,31 @@ the live storm). By hand, one change at a time: VmHWM 71.7 (the second run) -> 6
   flight's hops, a vector of its own, 7 MB. Next lever, should the storms grow: a flight's first
   hops in its entry, and one shared copy of a question for the flight and the waiting query that
   both hold it. The tables grow with use (issue lever 9): at the soak's 1000 queries/s the tracer
-  holds 33.2 to 33.8 MiB in this run.
+  holds 29.2 to 29.6 MiB in this run.
 
-- **`--packets`: 5.57x `tcpdump -w`'s CPU** (in this run 0.685 s against 0.123 s per 100k
+- **`--packets`: 6.63x `tcpdump -w`'s CPU** (in this run 1.2 s against 0.180 s per 100k
   queries; issue 8's target <= 2x; issue 32 sets none). It decodes every DNS packet, analyses it and prints a
   JSON line for it, where `tcpdump -w` copies bytes to a file. tcpdump itself, doing that job
   (decoding each packet with its DNS printer and printing a line of text, `-n` so no name
-  lookups), costs 49.6x its `-w` (6.1 s per 100k queries, the table's row), about nine times
+  lookups), costs 41.8x its `-w` (7.5 s per 100k queries, the table's row), about six times
   what `--packets` costs: 2x the cost of copying bytes is no budget for decoding and printing
   them. It is a diagnostic mode for one interface or a quiet node (`capture` writes pcapng
-  instead): at the fixed load (60k DNS packets/s) it lost no event in 3 runs, and where it falls
+  instead): at the fixed load (40k DNS packets/s) it lost no event in 3 runs, and where it falls
   behind its losses are counted in `dnsloop_lost_events_total` and the summary, never hidden.
 - **Each crossing is watched once** (issue 20): a bridge's own interface is not watched, its
   ports say when a frame went to or came from the bridge (see docs/architecture.md, "Where it
   watches"). A query through the node cache to a CoreDNS pod and back takes 4 program runs on
   the bridged node (the empty classifier, attached everywhere, runs 8 times), 4 on the routed
   node, and 12 across two nodes (16 for the classifier). The runs left out were the cheap ones,
-  a packet's second sighting (a query met before costs 546 ns on a single packet, a new query
-  1255 ns at one run per call): the runs left are the heavy ones, hence the time per run above.
-- **Attach time holds with `--expedite-attach` (312 ms for 100 veths here), not without (2.8 s)**
+  a packet's second sighting (a query met before costs 540 ns on a single packet, a new query
+  1234 ns at one run per call): the runs left are the heavy ones, hence the time per run above.
+- **Attach time holds with `--expedite-attach` (313 ms for 100 veths here), not without (2.9 s)**
   (issue 8's target <= 2 s): the programs load and verify in well under a second; the rest is the
   kernel creating 200 TCX links, each waiting out an RCU grace period under RTNL, one lock for
   every namespace, so threads cannot overlap them. `--expedite-attach` switches the kernel to
   expedited grace periods (`/sys/kernel/rcu_expedited`) while attaching and detaching, and back:
   it is opt-in because expedited grace periods interrupt every CPU of the node meanwhile. tc
-  clsact filters, which dnsloop uses before Linux 6.6, wait for no grace period (307 ms, the
+  clsact filters, which dnsloop uses before Linux 6.6, wait for no grace period (313 ms, the
   table's third attach row), but outlive a dnsloop killed with SIGKILL until the next one starts
   and removes them, where a TCX link goes with the process: so TCX stays the default wherever the
   kernel has it.
@@ -401,15 +444,15 @@ the live storm). By hand, one change at a time: VmHWM 71.7 (the second run) -> 6
   a new ID and merge nothing, so each looping question is thousands of new queries a second,
   crossing the VXLAN overlay every round. A client on node 1 asks its cache four external
   names and the tracer runs on node 0. The storm ends by itself once a dnsdist has spent its
-  budget (20,000 forwards, then 50 a second); its length (1.3 s here) runs from the first query
-  to the last one the servers logged, and the DNS packets/s (45.1k) are the programs' count over
+  budget (20,000 forwards, then 50 a second); its length (2.0 s here) runs from the first query
+  to the last one the servers logged, and the DNS packets/s (30.7k) are the programs' count over
   it. Findings per report interval (`--report-interval`, 10 s; the whole run fits in one) is
   what the operator reads: it must stay a few dozen however many packets the storm makes (16
   here). Lost events must be in every run's summary (counted, zero or not; 0 in each of 3). The
-  first loop report's time runs from the client's first query (128 ms); each name loops both
+  first loop report's time runs from the client's first query (138 ms); each name loops both
   within node 0 (its cache, the ClusterIP, its own CoreDNS pod) and through node 1, so the note
   says how often the first report already was of a loop through other nodes (`off_node`; 0 of 3
-  here), and a row when the first such report came (145 ms). Its peak memory is the storm
+  here), and a row when the first such report came (139 ms). Its peak memory is the storm
   target above, held.
 
 - **The soak** (the rows ending in "soak", and their note; issue 29) runs ten minutes of
@@ -422,10 +465,10 @@ the live storm). By hand, one change at a time: VmHWM 71.7 (the second run) -> 6
   process on node 0 asks the node's own resolver at 127.0.0.1, down, 5 times a second. Targets:
   0 loop findings, every dead server named in a timeout, memory and tables flat. **Held:** 994
   queries/s answered on each node in this run; 0 loops and 0 possible loops on either node, all 6 dead
-  servers named, 0 lost events, 0 table evictions; the kernel's query table between 72 and 134
-  entries on node 0 and 24 and 36 on node 1, its question table at the 20,000 names asked
-  (20,002 on node 0; its LRU bound is 32,768); resident memory flat, 33.8 MiB at every minute
-  on node 0 and 33.2 MiB on node 1. **Not yet readable:** node 0 printed 18,104 timeout findings
+  servers named, 0 lost events, 0 table evictions; the kernel's query table between 70 and 106
+  entries on node 0 and 36 and 41 on node 1, its question table at its bound (4,096 on 2 CPUs)
+  of the 20,000 names asked; resident memory flat, 29.6 MiB at every minute on node 0 and 29.2
+  MiB on node 1. **Not yet readable:** node 0 printed 18,169 timeout findings
   in the ten minutes (node 1 7,200), 30 a second, as every name a dead server leaves unanswered
   is reported at once and then once per report interval, at each hop it timed out (client, node
   cache, CoreDNS): a dead server with many names needs one report per interval, its names
