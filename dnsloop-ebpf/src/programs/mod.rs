@@ -152,6 +152,8 @@ fn malformed_sample(scratch: *mut PacketScratch) -> Option<StreamReason> {
         return None;
     }
     scratch.last_malformed_sample_ns = now;
+    // The record's time (a packet not inspected as DNS has none of its own yet).
+    scratch.now_ns = now;
     // The sample carries nothing an earlier packet's inspection attached. (Cleared here rather
     // than where the packet is found malformed: the memset it compiles to is a call, and that
     // call chain would exceed Linux 6.1's stack limit.)

@@ -1,10 +1,7 @@
 //! Streaming a packet to userspace through the ring buffer.
 use core::mem::size_of;
 
-use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::bpf_ktime_get_ns,
-};
+use aya_ebpf::bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP};
 use dnsloop_shared::{
     counter::Counter,
     parse::LinkLayer,
@@ -62,7 +59,9 @@ pub fn packet<H: Hook>(
         record._pad = 0;
         record.ifindex = point.ifindex;
         record.wire_len = hook.len();
-        record.ts_ns = bpf_ktime_get_ns();
+        // The inspection's clock read, not a second one: the sightings the kernel keeps of this
+        // packet carry that time, and a recording of it must show the same.
+        record.ts_ns = (*scratch).now_ns;
         record.netns_cookie = point.netns_cookie;
         let captured = hook::copy_into(hook, 0, &mut (*out).bytes, wanted).unwrap_or(0);
         record.captured_len = captured as u16;
