@@ -13,7 +13,7 @@ use dnsloop_shared::{parse::LinkLayer, point::PointNamespaces};
 
 use dnsloop_core::points::KernelPoint;
 
-use super::programs::LoadError;
+use super::programs::{possible_cpus, LoadError};
 
 /// A point of an Ethernet interface whose packets leave and enter no watched namespace, as
 /// the programs' test runs see theirs.
@@ -65,7 +65,7 @@ impl PointTable {
                 .ok_or(LoadError::Missing(POINT_COUNTERS_MAP))?;
             let mut counters: PerCpuArray<_, PointCounters> =
                 PerCpuArray::try_from(map).map_err(counters_error)?;
-            let cpus = cpus()?;
+            let cpus = possible_cpus()?;
             for &index in &plan.fresh {
                 let zero = PerCpuValues::try_from(vec![PointCounters::default(); cpus])
                     .map_err(|error| counters_error(MapError::IoError(error)))?;
@@ -101,10 +101,6 @@ pub fn find_in_kernel(ebpf: &Ebpf, point: &ObservationPoint) -> Result<Option<u3
 /// The slots `point` may take, in the order the programs search them.
 fn candidate_slots(point: &ObservationPoint) -> impl Iterator<Item = u32> + Clone + '_ {
     (0..POINT_CANDIDATES).map(move |candidate| PointSlot::index(point, candidate))
-}
-
-fn cpus() -> Result<usize, LoadError> {
-    aya::util::nr_cpus().map_err(|(_, error)| counters_error(MapError::IoError(error)))
 }
 
 fn points_error(source: MapError) -> LoadError {

@@ -119,7 +119,7 @@ pub enum LoadError {
         #[source]
         source: ProgramError,
     },
-    #[error("reading the node's CPUs ({0}), which size the question table, failed")]
+    #[error("reading the node's possible CPUs ({0}), which size the per-CPU maps, failed")]
     PossibleCpus(&'static str, #[source] std::io::Error),
     #[error("telling this network namespace apart failed: neither its cookie (SO_NETNS_COOKIE) nor its inode (/proc/thread-self/ns/net) could be read")]
     NetnsCookie(#[source] std::io::Error),
@@ -163,6 +163,11 @@ impl Settings {
     /// The programs to load.
     pub fn build(&self) -> Build {
         self.build.unwrap_or_else(Build::for_this_kernel)
+    }
+
+    /// Whether the kernel streams every DNS packet, for the analysis or for the recorder.
+    pub fn streams_every_dns_packet(&self) -> bool {
+        self.stream_every_packet || self.record_every_packet
     }
 }
 
@@ -460,13 +465,13 @@ fn map_sizes(settings: &Settings, cpus: usize) -> Result<MapSizes, LoadError> {
             Err(LoadError::TableSize { table, entries })
         }
     };
-    let mib = settings.ring_buffer_mib.unwrap_or(
-        if settings.stream_every_packet || settings.record_every_packet {
+    let mib = settings
+        .ring_buffer_mib
+        .unwrap_or(if settings.streams_every_dns_packet() {
             STREAMING_RING_BUFFER_MIB
         } else {
             DEFAULT_RING_BUFFER_MIB
-        },
-    );
+        });
     if !(1..=1024).contains(&mib) || !mib.is_power_of_two() {
         return Err(LoadError::RingBufferSize(mib));
     }
@@ -485,7 +490,7 @@ fn map_sizes(settings: &Settings, cpus: usize) -> Result<MapSizes, LoadError> {
 }
 
 /// The CPUs the kernel may run the programs on, each with its share of the per-CPU maps.
-fn possible_cpus() -> Result<usize, LoadError> {
+pub(super) fn possible_cpus() -> Result<usize, LoadError> {
     aya::util::nr_cpus().map_err(|(path, error)| LoadError::PossibleCpus(path, error))
 }
 

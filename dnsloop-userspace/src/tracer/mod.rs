@@ -331,7 +331,7 @@ impl Tracer {
         // for the analysis, or (`--record`) for the recorder, its TCP segments completing the
         // analysis's messages.
         let programs = &self.config.programs;
-        let coverage = if programs.stream_every_packet || programs.record_every_packet {
+        let coverage = if programs.streams_every_dns_packet() {
             Coverage::EveryPacket
         } else {
             Coverage::Sampled
@@ -447,8 +447,7 @@ impl Tracer {
                 .drops
                 .as_ref()
                 .map_or(0, |drops| drops.undecodable_records);
-        let every_packet =
-            self.config.programs.stream_every_packet || self.config.programs.record_every_packet;
+        let every_packet = self.config.programs.streams_every_dns_packet();
         let conntrack = self
             .conntrack_at_start
             .as_ref()
