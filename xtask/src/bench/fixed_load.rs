@@ -19,7 +19,8 @@ use super::{
 /// The fixed load the cost is measured at, and for how long. A machine whose lab answers less
 /// than twice this with no program attached gets half of what it answers instead: a load the lab
 /// cannot carry makes losses of its own, which dnsloop rightly reports as timeouts, and its cost
-/// would then measure the lab's overload.
+/// would then measure the lab's overload. (Half still overflows a socket buffer now and then on
+/// two CPUs: `LAB_DROPS_SECTION` shows how often, under each watcher.)
 const FIXED_RATE: u64 = 20_000;
 pub const FIXED_SECONDS: u64 = 10;
 /// Every program `dnsloop trace` loads by default, for its maps' memory.
@@ -35,10 +36,13 @@ pub struct Measured {
     cpu: Option<Duration>,
     load: measure::Load,
     summaries: Vec<Option<Value>>,
+    /// Datagrams the lab's own sockets dropped during the run (see `measure::lab_socket_drops`).
+    lab_drops: u64,
 }
 
 pub fn measure(context: &Context, watcher: Watcher, load: &Dnsperf, rate: u64) -> Result<Measured> {
     let running = Running::start(context, watcher)?;
+    let lab_drops = measure::lab_socket_drops(context.lab)?;
     let (stats, cpu) = (ProgramStats::read()?, running.cpu_time()?);
     // Nothing answers on the port of the non-DNS load: dnsperf must not wait for answers.
     let achieved = load.run(FIXED_SECONDS, Some(rate), &["-q", "100000", "-t", "1"])?;
@@ -47,12 +51,14 @@ pub fn measure(context: &Context, watcher: Watcher, load: &Dnsperf, rate: u64) -
         (Some(now), Some(before)) => Some(now.saturating_sub(before)),
         _ => None,
     };
+    let lab_drops = measure::lab_socket_drops(context.lab)?.saturating_sub(lab_drops);
     let summaries = running.stop()?;
     Ok(Measured {
         ns_per_run,
         cpu,
         load: achieved,
         summaries,
+        lab_drops,
     })
 }
 
@@ -65,7 +71,9 @@ pub fn rate(dns: &Dnsperf, report: &mut Report) -> Result<u64> {
     report.note(format!(
         "Fixed load: {rate} queries/s. The lab answered {:.0} queries/s at saturation with no \
          program; the fixed load is {FIXED_RATE}, or half of that when lower, so that the lab \
-         carries it without losses of its own.",
+         carries it. Not always whole: dnsperf's bursts overflow a server's socket buffer in \
+         some runs whatever watches, so the datagrams the lab's own sockets dropped are counted \
+         per run and watcher, and dnsloop reports them.",
         saturation.queries_per_second
     ));
     Ok(rate)
@@ -84,6 +92,7 @@ pub fn run(
     let runs = measure_dns_load(context, dns, rate)?;
     add_kernel_rows(&runs, report);
     add_userspace_rows(&runs, report);
+    add_lab_drop_rows(&runs, report);
     note_ratios(report);
     add_dnsloop_rows(&runs, report);
     measure_non_dns_load(context, not_dns, rate, report)?;
@@ -98,9 +107,24 @@ pub const USERSPACE_SECTION: &str = "userspace CPU s per 100k queries";
 /// The DaemonSet's runs in which a finding fired, so that its recorder wrote a bundle.
 pub const USERSPACE_WITH_FINDINGS_SECTION: &str =
     "userspace CPU s per 100k queries, runs in which a finding fired (a bundle written)";
+const LAB_DROPS_SECTION: &str =
+    "datagrams the lab's own sockets dropped per run (receive buffer full)";
 pub const MAP_MEMORY_SECTION: &str = "kernel map memory, default sizes";
 pub const MEMORY_AT_REST_SECTION: &str = "userspace memory at rest (VmRSS)";
 const MEMORY_AT_START_SECTION: &str = "peak userspace memory by then (VmHWM)";
+
+/// Every watcher of the DNS load, in the order each round runs them.
+const DNS_LOAD_WATCHERS: [Watcher; 9] = [
+    Watcher::Nothing,
+    Watcher::Floor,
+    Watcher::OneLookup,
+    Watcher::Dnsloop,
+    Watcher::DnsloopXdp,
+    Watcher::DnsloopPackets,
+    Watcher::DnsloopDaemonSet,
+    Watcher::Tcpdump,
+    Watcher::TcpdumpPrinting,
+];
 
 /// Every watcher under the DNS load, in turn, `REPEATS` times.
 fn measure_dns_load(
@@ -108,22 +132,21 @@ fn measure_dns_load(
     dns: &Dnsperf,
     rate: u64,
 ) -> Result<Vec<(Watcher, Measured)>> {
-    let watchers = [
-        Watcher::Nothing,
-        Watcher::Floor,
-        Watcher::OneLookup,
-        Watcher::Dnsloop,
-        Watcher::DnsloopXdp,
-        Watcher::DnsloopPackets,
-        Watcher::DnsloopDaemonSet,
-        Watcher::Tcpdump,
-        Watcher::TcpdumpPrinting,
-    ];
     let mut runs: Vec<(Watcher, Measured)> = Vec::new();
     for _ in 0..REPEATS {
-        for watcher in watchers {
+        for watcher in DNS_LOAD_WATCHERS {
             runs.push((watcher, measure(context, watcher, dns, rate)?));
         }
+    }
+    // The DaemonSet's userspace CPU is judged on runs with no finding. When the lab lost queries
+    // of its own in every round (its node cache's socket buffer overflowing in a burst, which
+    // the DaemonSet rightly reports), it gets up to as many runs again, until one without.
+    for _ in 0..REPEATS {
+        if runs_of(&runs, Watcher::DnsloopDaemonSet).any(|m| findings(m) == 0.0) {
+            break;
+        }
+        let watcher = Watcher::DnsloopDaemonSet;
+        runs.push((watcher, measure(context, watcher, dns, rate)?));
     }
     Ok(runs)
 }
@@ -133,6 +156,15 @@ fn runs_of(runs: &[(Watcher, Measured)], watcher: Watcher) -> impl Iterator<Item
     runs.iter()
         .filter(move |(w, _)| *w == watcher)
         .map(|(_, m)| m)
+}
+
+/// The datagrams the lab's own sockets dropped per run under each watcher: what a watcher's
+/// CPU takes from the servers on this small machine shows here first.
+fn add_lab_drop_rows(runs: &[(Watcher, Measured)], report: &mut Report) {
+    for watcher in DNS_LOAD_WATCHERS {
+        let drops: Vec<f64> = runs_of(runs, watcher).map(|m| m.lab_drops as f64).collect();
+        report.add(Row::new(LAB_DROPS_SECTION, watcher.name(), &drops, ""));
+    }
 }
 
 /// Kernel time per program run on DNS packets, for each watcher with programs.

@@ -201,6 +201,53 @@ impl Dnsperf<'_> {
     }
 }
 
+/// Datagrams the lab's own sockets have dropped so far for want of room in their receive
+/// buffers (UDP `RcvbufErrors`, IPv4 and IPv6), summed over its nodes', pods' and upstream's
+/// namespaces: the losses of a server that cannot keep up, whatever watches it.
+pub fn lab_socket_drops(lab: &Lab) -> Result<u64> {
+    let mut namespaces = vec![lab.upstream_ns().to_owned()];
+    for node in 0..lab.nodes() {
+        namespaces.push(lab.node_ns_of(node)?.to_owned());
+        for pod in lab.pods_on(node) {
+            namespaces.push(lab.pod_ns_on(node, pod)?);
+        }
+    }
+    let mut drops = 0;
+    for namespace in &namespaces {
+        let output = lab.exec(namespace, &["cat", "/proc/net/snmp", "/proc/net/snmp6"])?;
+        if !output.status.success() {
+            bail!(
+                "reading the socket counters of {namespace}: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        drops += udp_receive_buffer_errors(&String::from_utf8_lossy(&output.stdout))
+            .with_context(|| format!("no UDP RcvbufErrors in {namespace}'s /proc/net/snmp"))?;
+    }
+    Ok(drops)
+}
+
+/// `RcvbufErrors` of `/proc/net/snmp`'s `Udp:` table (a line of names, then one of values) plus
+/// `Udp6RcvbufErrors` of `/proc/net/snmp6` (name and value on one line), from both files'
+/// contents in a row.
+fn udp_receive_buffer_errors(snmp: &str) -> Option<u64> {
+    let mut tables = snmp.lines().filter(|line| line.starts_with("Udp: "));
+    let (names, values) = (tables.next()?, tables.next()?);
+    let ipv4 = names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "RcvbufErrors")?
+        .1
+        .parse::<u64>()
+        .ok()?;
+    let ipv6: u64 = snmp
+        .lines()
+        .filter_map(|line| line.strip_prefix("Udp6RcvbufErrors"))
+        .filter_map(|value| value.trim().parse::<u64>().ok())
+        .sum();
+    Some(ipv4 + ipv6)
+}
+
 /// Median, minimum and maximum of `values`.
 pub fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
     let mut sorted = values.to_vec();
@@ -211,4 +258,21 @@ pub fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
         n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
     };
     Some((median, sorted[0], sorted[sorted.len() - 1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receive_buffer_errors_are_summed_over_ipv4_and_ipv6() {
+        let snmp = "Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    Udp: 120 3 7 118 7 0\n\
+                    UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    UdpLite: 0 0 0 0 9 0\n\
+                    Udp6InDatagrams                 \t40\n\
+                    Udp6RcvbufErrors                \t2\n";
+        assert_eq!(udp_receive_buffer_errors(snmp), Some(9));
+        assert_eq!(udp_receive_buffer_errors("Ip: Forwarding\nIp: 1\n"), None);
+    }
 }
