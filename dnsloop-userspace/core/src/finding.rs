@@ -239,6 +239,9 @@ pub struct TimeoutFinding {
     pub count: u64,
     pub qname: String,
     pub qtype: u16,
+    /// When the queries counted asked other names than `qname`: the domain all their names are
+    /// in, presented as `qname` is.
+    pub names_under: Option<String>,
     pub waited: Duration,
     /// The kernel dropped the (latest) query, or its reply, on its way: why and where.
     pub dropped: Option<DropCause>,

@@ -231,6 +231,15 @@ impl DnsName {
         })
     }
 
+    /// The domain the name is in: the name without its first label; `None` for the root.
+    pub fn parent(&self) -> Option<Self> {
+        let first = usize::from(*self.wire.first()?);
+        if first == 0 {
+            return None;
+        }
+        Self::from_wire(self.wire.get(1 + first..)?)
+    }
+
     /// The key under which case variants of one name meet.
     pub fn folded(&self) -> &FoldedName {
         &self.folded
@@ -337,6 +346,15 @@ mod tests {
         assert!(table.contains(lower.folded()));
         assert!(!table.contains(other.folded()));
         assert_ne!(upper, lower, "the name itself keeps its case");
+    }
+
+    #[test]
+    fn a_names_parent_drops_its_first_label_and_the_root_has_none() {
+        let name = DnsName::from_wire(&wire(&[b"Www", b"Corp", b"example"])).unwrap();
+        let parent = name.parent().unwrap();
+        assert_eq!(parent.presented(&Names::AsSent), "Corp.example.");
+        assert_eq!(parent.parent().unwrap().parent().unwrap().as_wire(), [0]);
+        assert!(DnsName::from_wire(&[0]).unwrap().parent().is_none());
     }
 
     #[test]

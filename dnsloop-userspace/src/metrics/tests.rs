@@ -75,6 +75,7 @@ fn a_timeout(server: &str) -> Finding {
         count: 1,
         qname: "www.example.test.".into(),
         qtype: 1,
+        names_under: None,
         waited: Duration::from_secs(2),
         dropped: None,
         stale_conntrack: None,

@@ -321,8 +321,9 @@ mod tests {
         let findings = run(
             &mut analyzer(),
             vec![
-                // Another name: a second timeout of one name to one server waits to be counted.
-                query("b.test.")
+                // Another domain's name: a second timeout of one domain's names to one server
+                // waits to be counted.
+                query("b.other.")
                     .id(1)
                     .to("10.96.0.10:53")
                     .at_ms(0)

@@ -233,6 +233,7 @@ mod tests {
             count: 1,
             qname: "www.example.test.".into(),
             qtype: A,
+            names_under: None,
             waited: Duration::from_secs(2),
             dropped: None,
             stale_conntrack: None,

@@ -6,8 +6,10 @@
 //!
 //! A storm of them stays a few lines: a query whose question is caught in a reported loop is
 //! counted in the loop's report (a loop's every forward is a new query), and after one server's
-//! first timeout for a question, its further ones are counted and reported together at most
-//! once per `report_interval`.
+//! first timeout for a name of a domain, its further ones for that domain's names are counted and
+//! reported together at most once per `report_interval`. A dead stub domain's server asked
+//! thousands of distinct names so makes a report per interval, not one per name; and a name is
+//! grouped with its siblings, not its whole zone, so that unrelated faults stay apart.
 use std::{
     net::SocketAddr,
     time::{Duration, SystemTime},
@@ -22,6 +24,7 @@ use super::{
 };
 use crate::{
     finding::{Finding, TimeoutFinding},
+    observation::{DnsName, FoldedName},
     present::{mnemonic, names::Names},
 };
 
@@ -37,7 +40,7 @@ pub trait Loops {
     fn unanswered_in_loop(&mut self, question: &QuestionKey, sent: SystemTime) -> bool;
 }
 
-/// One server's timeouts for one question after the first: counted per window of
+/// One server's timeouts for the names of one domain after the first: counted per window of
 /// `report_interval` from the first, and reported when the window ends.
 struct Repeating {
     window_start: SystemTime,
@@ -48,6 +51,8 @@ struct Pending {
     count: u64,
     /// The latest query counted, which the report names.
     latest: SentQuery,
+    /// Every query counted asked the latest's question.
+    one_question: bool,
 }
 
 /// Judges the queries that waited `timeout` in the shared table of outstanding queries
@@ -58,7 +63,8 @@ pub struct Timeouts {
     report_interval: Duration,
     /// Queries already reported, by when they were sent.
     timed_out: Table<MessageKey, SystemTime, FastHash>,
-    repeating: Table<(SocketAddr, QuestionKey), Repeating>,
+    /// By server and the domain of the question's name (see `domain_of`).
+    repeating: Table<(SocketAddr, FoldedName), Repeating>,
     counts: TimeoutCounts,
     names: Names,
 }
@@ -105,7 +111,10 @@ impl Timeouts {
             return;
         }
         let at = self.deadline(&query);
-        let repeat = (query.server.into(), key.question.clone());
+        let repeat = (
+            query.server.into(),
+            domain_of(&query.question.name).folded().clone(),
+        );
         self.timed_out.insert(key, query.sent);
         self.end_windows(&repeat, at, out);
         if let Some(repeating) = self.repeating.get_mut(&repeat) {
@@ -113,18 +122,21 @@ impl Timeouts {
             match &mut repeating.pending {
                 Some(pending) => {
                     pending.count += 1;
+                    pending.one_question &= QuestionKey::of(&pending.latest.question)
+                        == QuestionKey::of(&query.question);
                     pending.latest = query;
                 }
                 None => {
                     repeating.pending = Some(Pending {
                         count: 1,
                         latest: query,
+                        one_question: true,
                     })
                 }
             }
             return;
         }
-        out.push(Finding::Timeout(self.finding(&query, 1)));
+        out.push(Finding::Timeout(self.finding(&query, 1, true)));
         let first = Repeating {
             window_start: at,
             pending: None,
@@ -176,7 +188,7 @@ impl Timeouts {
     /// in between, so that counts do not depend on when the clock was read.
     fn end_windows(
         &mut self,
-        repeat: &(SocketAddr, QuestionKey),
+        repeat: &(SocketAddr, FoldedName),
         at: SystemTime,
         out: &mut Vec<Finding>,
     ) {
@@ -197,16 +209,21 @@ impl Timeouts {
     }
 
     fn report(&self, pending: Option<Pending>) -> Option<Finding> {
-        let Pending { count, latest } = pending?;
-        Some(Finding::Timeout(self.finding(&latest, count)))
+        let Pending {
+            count,
+            latest,
+            one_question,
+        } = pending?;
+        Some(Finding::Timeout(self.finding(&latest, count, one_question)))
     }
 
     fn deadline(&self, query: &SentQuery) -> SystemTime {
         later(query.sent, self.timeout)
     }
 
-    /// The report of `count` queries, `query` the latest.
-    fn finding(&self, query: &SentQuery, count: u64) -> TimeoutFinding {
+    /// The report of `count` queries, `query` the latest; the others asked its question too if
+    /// `one_question`, else other names of its domain.
+    fn finding(&self, query: &SentQuery, count: u64, one_question: bool) -> TimeoutFinding {
         let qname = query.question.name.presented(&self.names);
         let qtype = query.question.qtype;
         let server = SocketAddr::from(query.server);
@@ -214,16 +231,22 @@ impl Timeouts {
         let client = SocketAddr::from(query.client);
         let id = query.id;
         let waited = self.timeout.as_secs_f64();
-        let summary = if count == 1 {
-            format!(
+        let interval = self.report_interval.as_secs_f64();
+        let names_under =
+            (!one_question).then(|| domain_of(&query.question.name).presented(&self.names));
+        let summary = match (count, &names_under) {
+            (1, _) => format!(
                 "no answer from {server} for {qname} {qtype_name} (client {client}, id {id}) after {waited:.1}s"
-            )
-        } else {
-            format!(
+            ),
+            (_, None) => format!(
                 "no answer from {server} for {qname} {qtype_name}: {count} more queries within \
                  {interval:.1}s (the latest from client {client}, id {id}), each after {waited:.1}s",
-                interval = self.report_interval.as_secs_f64(),
-            )
+            ),
+            (_, Some(domain)) => format!(
+                "no answer from {server} for names in {domain}: {count} more queries within \
+                 {interval:.1}s (the latest for {qname} {qtype_name} from client {client}, id \
+                 {id}), each after {waited:.1}s",
+            ),
         };
         TimeoutFinding {
             ts: self.deadline(query),
@@ -233,6 +256,7 @@ impl Timeouts {
             count,
             qname,
             qtype,
+            names_under,
             waited: self.timeout,
             // The engine says, from the drops it saw.
             dropped: None,
@@ -240,6 +264,13 @@ impl Timeouts {
             summary,
         }
     }
+}
+
+/// The domain whose names' timeouts at one server are counted together: the name's parent (the
+/// root's is the root). Siblings, not a zone: `a.corp.example.` and `b.corp.example.` meet,
+/// `x.a.corp.example.` does not, so a report never lumps a whole tree of faults together.
+fn domain_of(name: &DnsName) -> DnsName {
+    name.parent().unwrap_or_else(|| name.clone())
 }
 
 /// The window after the one from `start`: `interval` later, or from `now` if that does not fit
@@ -435,12 +466,44 @@ mod tests {
     }
 
     #[test]
-    fn distinct_names_are_each_reported_at_once() {
+    fn names_of_distinct_domains_are_each_reported_at_once() {
         let observations = (0..100)
-            .map(|n| forward_to_dead_upstream(&format!("n{n}.corp.example."), n, u64::from(n)))
+            .map(|n| forward_to_dead_upstream(&format!("www.n{n}.example."), n, u64::from(n)))
             .collect();
         let found = timeouts(run(&mut analyzer(), observations, ms(2_100)));
         assert_eq!(counts(&found), [1; 100]);
+        assert!(found.iter().all(|found| found.names_under.is_none()));
+    }
+
+    #[test]
+    fn a_dead_server_asked_many_names_of_one_domain_is_one_report_then_a_count() {
+        // A stub domain's server gone: every name of the domain a query of its own, 100 in 0.1 s.
+        let observations = (0..100)
+            .map(|n| forward_to_dead_upstream(&format!("n{n}.corp.example."), n, u64::from(n)))
+            .collect();
+        let found = timeouts(run(&mut analyzer(), observations, ms(12_100)));
+        assert_eq!(counts(&found), [1, 99], "{found:#?}");
+        assert_eq!(found[0].names_under, None);
+        let count = &found[1];
+        assert_eq!(count.names_under.as_deref(), Some("corp.example."));
+        assert_eq!((count.qname.as_str(), count.id), ("n99.corp.example.", 99));
+        assert_eq!(
+            count.summary,
+            "no answer from 10.255.0.99:53 for names in corp.example.: 99 more queries within \
+             10.0s (the latest for n99.corp.example. A from client 10.244.0.3:5353, id 99), each \
+             after 2.0s"
+        );
+    }
+
+    #[test]
+    fn a_name_and_its_own_subdomain_are_counted_apart() {
+        let observations = ["corp.example.", "x.corp.example.", "y.x.corp.example."]
+            .into_iter()
+            .zip(0..)
+            .map(|(name, id)| forward_to_dead_upstream(name, id, u64::from(id)))
+            .collect();
+        let found = timeouts(run(&mut analyzer(), observations, ms(12_100)));
+        assert_eq!(counts(&found), [1, 1, 1], "{found:#?}");
     }
 
     #[test]
@@ -485,7 +548,7 @@ mod tests {
         let mut findings = Vec::new();
         // Each query times out as the next is sent: a, a, b, b, then c needs the room of a's
         // count.
-        let names = ["a.", "a.", "b.", "b.", "c."];
+        let names = ["a.one.", "a.one.", "b.two.", "b.two.", "c.three."];
         for (id, name) in (0..).zip(names) {
             let obs = forward_to_dead_upstream(name, id, u64::from(id) * 2_000);
             observe(&mut view, &obs, &mut findings);
@@ -499,11 +562,11 @@ mod tests {
         assert_eq!(
             reports,
             [
-                ("a.", 1, ms(2_000)),
-                ("b.", 1, ms(6_000)),
-                ("c.", 1, ms(10_000)),
-                ("a.", 1, ms(4_000)),
-                ("b.", 1, ms(8_000)),
+                ("a.one.", 1, ms(2_000)),
+                ("b.two.", 1, ms(6_000)),
+                ("c.three.", 1, ms(10_000)),
+                ("a.one.", 1, ms(4_000)),
+                ("b.two.", 1, ms(8_000)),
             ]
         );
         // One count, and three of the five queries remembered against retries.

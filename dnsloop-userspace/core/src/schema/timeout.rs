@@ -7,10 +7,11 @@ use super::{Conntrack, DropCause, Timestamp};
 use crate::{finding, present::mnemonic};
 
 /// A query with no answer after `--timeout`, naming the server that did not answer. The first
-/// time a server leaves a name unanswered it is reported at once (`count` 1); its further
-/// timeouts for that name within the report interval are reported together when the interval
-/// ends (`count` > 1). Queries of a question caught in a loop are counted in the loop's
-/// `unanswered` instead.
+/// time a server leaves a name of a domain unanswered it is reported at once (`count` 1); its
+/// further timeouts for that domain's names (the name's siblings: `a.corp.example.` and
+/// `b.corp.example.`) within the report interval are reported together when the interval ends
+/// (`count` > 1), so that a dead server asked thousands of names makes one line per interval.
+/// Queries of a question caught in a loop are counted in the loop's `unanswered` instead.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimeoutRecord {
     /// When the (latest) query timed out.
@@ -21,12 +22,16 @@ pub struct TimeoutRecord {
     pub server: SocketAddr,
     /// The DNS message ID of the latest query.
     pub id: u16,
-    /// Queries this reports: 1, or those since this server's previous report for the name.
+    /// Queries this reports: 1, or those since this server's previous report for the domain.
     pub count: u64,
-    /// The question's name, with its trailing dot.
+    /// The (latest) question's name, with its trailing dot.
     pub qname: String,
-    /// The question's type.
+    /// The (latest) question's type.
     pub qtype: String,
+    /// `null` when every query counted asked `qname` `qtype`; else the domain all their names
+    /// are in (`qname`'s parent), with its trailing dot.
+    #[serde(default)]
+    pub names_under: Option<String>,
     /// How long the latest query waited, in milliseconds.
     pub waited_ms: u64,
     /// Where the kernel dropped the latest query or its reply, and why; `null` when it saw no
@@ -54,6 +59,7 @@ impl TimeoutRecord {
             count: found.count,
             qname: found.qname.clone(),
             qtype: mnemonic::qtype(found.qtype).into_owned(),
+            names_under: found.names_under.clone(),
             waited_ms: u64::try_from(found.waited.as_millis()).unwrap_or(u64::MAX),
             dropped: found.dropped.as_ref().map(DropCause::new),
             stale_conntrack: found.stale_conntrack.as_ref().map(Conntrack::new),

@@ -141,6 +141,7 @@ pub fn a_timeout() -> Finding {
         count: 1,
         qname: "corp.example.".into(),
         qtype: A,
+        names_under: None,
         waited: Duration::from_secs(2),
         dropped: None,
             stale_conntrack: None,

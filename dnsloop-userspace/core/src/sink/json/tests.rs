@@ -286,6 +286,7 @@ fn timeout_fields() {
             "count",
             "qname",
             "qtype",
+            "names_under",
             "waited_ms",
             "dropped",
             "stale_conntrack",
@@ -293,6 +294,7 @@ fn timeout_fields() {
             "node"
         ])
     );
+    assert_eq!(value["names_under"], serde_json::Value::Null);
     assert_eq!(value["dropped"], serde_json::Value::Null);
     assert_eq!(value["stale_conntrack"], serde_json::Value::Null);
     assert_eq!(value["count"], 1);
