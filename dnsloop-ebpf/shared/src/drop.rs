@@ -73,7 +73,10 @@ impl DropLayout {
     }
 }
 
-/// One dropped DNS packet, streamed through the drop ring.
+/// One dropped DNS packet, streamed through the drop ring as its first
+/// [`DROP_RECORD_HEADER_LEN`] bytes and then its `captured_len` bytes of packet, no more: a
+/// dropped query of 100 bytes takes 140 bytes of ring rather than 552, so a burst of drops (a
+/// server's socket buffer overflowing) finds four times the room.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct DropRecord {
@@ -113,6 +116,9 @@ impl DropRecord {
     };
 }
 
+/// The bytes of a [`DropRecord`] before its packet's.
+pub const DROP_RECORD_HEADER_LEN: usize = core::mem::offset_of!(DropRecord, bytes);
+
 #[cfg(feature = "user")]
 crate::pod!(DropLayout, DropRecord);
 
@@ -130,6 +136,8 @@ mod tests {
             size_of::<DropRecord>(),
             8 * 3 + 4 * 3 + 2 * 2 + DROP_SNAP_MAX
         );
+        // A ring item's packet starts 8-byte aligned, as its header does.
+        assert_eq!(DROP_RECORD_HEADER_LEN, 40);
     }
 
     #[test]

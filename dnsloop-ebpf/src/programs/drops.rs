@@ -15,8 +15,8 @@ use aya_ebpf::{
 use dnsloop_shared::{
     counter::Counter,
     drop::{
-        reason_slot, DropLayout, DropRecord, DROP_SNAP_MAX, LOCATION_ARGUMENT, REASON_ARGUMENT,
-        SKB_ARGUMENT, UNKNOWN_REASON,
+        reason_slot, DropLayout, DropRecord, DROP_RECORD_HEADER_LEN, DROP_SNAP_MAX,
+        LOCATION_ARGUMENT, REASON_ARGUMENT, SKB_ARGUMENT, UNKNOWN_REASON,
     },
     parse::{classify, LinkLayer, PacketBytes, PacketClass},
 };
@@ -67,7 +67,12 @@ pub fn observe<L: Linux>(ctx: &BtfTracePointContext) {
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     record.ts_ns = unsafe { bpf_ktime_get_ns() };
     place(skb as u64, &layout, record);
-    if maps::DROPS.output::<DropRecord>(&*record, 0).is_err() {
+    // The header and the bytes captured, no more (see `DropRecord`).
+    let len = DROP_RECORD_HEADER_LEN + usize::from(record.captured_len).min(DROP_SNAP_MAX);
+    // SAFETY: the per-CPU value is a whole DropRecord, and `len` is at most its size.
+    let filled =
+        unsafe { core::slice::from_raw_parts((record as *const DropRecord).cast::<u8>(), len) };
+    if maps::DROPS.output::<[u8]>(filled, 0).is_err() {
         counters::bump(Counter::LostRecords);
     }
 }

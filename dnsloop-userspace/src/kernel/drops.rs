@@ -16,7 +16,10 @@ use aya::{
 use bytes::Bytes;
 use dnsloop_core::{points::InterfaceRef, source::DroppedPacket};
 use dnsloop_shared::{
-    drop::{reason_slot, DropLayout, DropRecord, DROP_REASON_SLOTS, DROP_SNAP_MAX, UNKNOWN_REASON},
+    drop::{
+        reason_slot, DropLayout, DropRecord, DROP_REASON_SLOTS, DROP_RECORD_HEADER_LEN,
+        DROP_SNAP_MAX, UNKNOWN_REASON,
+    },
     names::{DROPS_MAP, DROP_PROGRAM, DROP_REASONS_MAP},
 };
 use thiserror::Error;
@@ -217,13 +220,17 @@ fn dropped_packet(
     reasons: &DropReasons,
     symbols: &mut KernelSymbols,
 ) -> Option<DroppedPacket> {
-    if item.len() < std::mem::size_of::<DropRecord>() {
+    if item.len() < DROP_RECORD_HEADER_LEN {
         return None;
     }
-    // SAFETY: the item holds a whole DropRecord (checked above); it is plain data, valid
-    // whatever its bytes, read unaligned.
-    let record: DropRecord = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-    let captured = usize::from(record.captured_len).min(DROP_SNAP_MAX);
+    // The item is the record's header and its captured bytes only (see `DropRecord`).
+    let mut record = DropRecord::EMPTY;
+    let len = item.len().min(std::mem::size_of::<DropRecord>());
+    // SAFETY: `len` bytes fit in both; DropRecord is plain data, valid whatever its bytes.
+    unsafe { std::ptr::copy_nonoverlapping(item.as_ptr(), (&raw mut record).cast::<u8>(), len) };
+    let captured = usize::from(record.captured_len)
+        .min(DROP_SNAP_MAX)
+        .min(len - DROP_RECORD_HEADER_LEN);
     Some(DroppedPacket {
         ts: clock.wall_time(record.ts_ns),
         reason: reasons.of(record.reason),
@@ -328,6 +335,31 @@ fn byte_offset(btf: &KernelBtf, structure: &str, path: &str) -> Result<u16, Drop
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ring_item_holds_its_header_and_only_the_bytes_captured() {
+        let mut record = DropRecord::EMPTY;
+        record.captured_len = 3;
+        record.bytes[..3].copy_from_slice(&[0x45, 0, 0]);
+        // SAFETY: plain data, read as bytes.
+        let whole = unsafe {
+            std::slice::from_raw_parts(
+                (&raw const record).cast::<u8>(),
+                std::mem::size_of::<DropRecord>(),
+            )
+        };
+        let (clock, reasons) = (MonotonicClock::anchored_now(), DropReasons::unknown());
+        let mut symbols = KernelSymbols::default();
+        let item = &whole[..DROP_RECORD_HEADER_LEN + 3];
+        let dropped = dropped_packet(item, &clock, &reasons, &mut symbols).unwrap();
+        assert_eq!(&dropped.bytes[..], [0x45, 0, 0]);
+        // An item cut short of what its header says holds only what it has.
+        let cut = &whole[..DROP_RECORD_HEADER_LEN + 1];
+        let dropped = dropped_packet(cut, &clock, &reasons, &mut symbols).unwrap();
+        assert_eq!(&dropped.bytes[..], [0x45]);
+        let header_only = &whole[..DROP_RECORD_HEADER_LEN - 1];
+        assert!(dropped_packet(header_only, &clock, &reasons, &mut symbols).is_none());
+    }
 
     #[test]
     fn reasons_are_named_as_the_kernel_numbers_them() {
