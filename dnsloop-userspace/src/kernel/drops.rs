@@ -156,7 +156,7 @@ impl KernelDrops {
             ring,
             clock,
             reasons: self.reasons,
-            symbols: None,
+            symbols: KernelSymbols::default(),
             undecodable_records: 0,
         })
     }
@@ -167,8 +167,8 @@ pub struct Drops {
     ring: AsyncFd<RingBuf<MapData>>,
     clock: MonotonicClock,
     reasons: DropReasons,
-    /// Read at the first drop: most runs see none.
-    symbols: Option<KernelSymbols>,
+    /// The places drops came from, named as they come.
+    symbols: KernelSymbols,
     /// Records whose bytes made no sense (a version mismatch between the program and us).
     pub undecodable_records: u64,
 }
@@ -183,13 +183,22 @@ impl Drops {
 
     /// Appends every drop already in the ring to `out`, without waiting.
     pub fn drain(&mut self, out: &mut Vec<DroppedPacket>) {
+        let first = out.len();
+        let mut locations = Vec::new();
         let ring = self.ring.get_mut();
         while let Some(item) = ring.next() {
-            let symbols = self.symbols.get_or_insert_with(KernelSymbols::read);
-            match dropped_packet(&item, &self.clock, &self.reasons, symbols) {
-                Some(packet) => out.push(packet),
+            match dropped_packet(&item, &self.clock, &self.reasons) {
+                Some((packet, location)) => {
+                    out.push(packet);
+                    locations.push(location);
+                }
                 None => self.undecodable_records += 1,
             }
+        }
+        // The batch's new places named together: each costs a pass over kallsyms.
+        self.symbols.learn(locations.iter().copied());
+        for (packet, location) in out[first..].iter_mut().zip(locations) {
+            packet.location = self.symbols.name(location);
         }
     }
 
@@ -213,13 +222,13 @@ impl Drops {
     }
 }
 
-/// The drop a ring record holds.
+/// The drop a ring record holds, and the kernel text address it came from (its location left
+/// for the caller to name).
 fn dropped_packet(
     item: &[u8],
     clock: &MonotonicClock,
     reasons: &DropReasons,
-    symbols: &mut KernelSymbols,
-) -> Option<DroppedPacket> {
+) -> Option<(DroppedPacket, u64)> {
     if item.len() < DROP_RECORD_HEADER_LEN {
         return None;
     }
@@ -231,16 +240,17 @@ fn dropped_packet(
     let captured = usize::from(record.captured_len)
         .min(DROP_SNAP_MAX)
         .min(len - DROP_RECORD_HEADER_LEN);
-    Some(DroppedPacket {
+    let packet = DroppedPacket {
         ts: clock.wall_time(record.ts_ns),
         reason: reasons.of(record.reason),
-        location: symbols.name(record.location),
+        location: None,
         device: InterfaceRef {
             netns_cookie: record.netns_cookie,
             ifindex: record.ifindex,
         },
         bytes: Bytes::copy_from_slice(&record.bytes[..captured]),
-    })
+    };
+    Some((packet, record.location))
 }
 
 /// Whether the kernel's `kfree_skb` tracepoint gives the drop's reason: its record declares
@@ -349,16 +359,15 @@ mod tests {
             )
         };
         let (clock, reasons) = (MonotonicClock::anchored_now(), DropReasons::unknown());
-        let mut symbols = KernelSymbols::default();
         let item = &whole[..DROP_RECORD_HEADER_LEN + 3];
-        let dropped = dropped_packet(item, &clock, &reasons, &mut symbols).unwrap();
+        let (dropped, _) = dropped_packet(item, &clock, &reasons).unwrap();
         assert_eq!(&dropped.bytes[..], [0x45, 0, 0]);
         // An item cut short of what its header says holds only what it has.
         let cut = &whole[..DROP_RECORD_HEADER_LEN + 1];
-        let dropped = dropped_packet(cut, &clock, &reasons, &mut symbols).unwrap();
+        let (dropped, _) = dropped_packet(cut, &clock, &reasons).unwrap();
         assert_eq!(&dropped.bytes[..], [0x45]);
         let header_only = &whole[..DROP_RECORD_HEADER_LEN - 1];
-        assert!(dropped_packet(header_only, &clock, &reasons, &mut symbols).is_none());
+        assert!(dropped_packet(header_only, &clock, &reasons).is_none());
     }
 
     #[test]
