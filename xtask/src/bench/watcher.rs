@@ -3,13 +3,14 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
+use dnsloop_core::recorder::WRITER_THREAD;
 use dnsloop_shared::names::{kernel_name, EGRESS_PROGRAM, INGRESS_PROGRAM, XDP_INGRESS_PROGRAM};
 use dnsloop_tests::{lab::Lab, tracer::READY_MARKER};
 use serde_json::Value;
 
 use super::{
     floor::{self, Attached},
-    measure::{cpu_time, peak_rss, resident_memory},
+    measure::{cpu_time, peak_rss, resident_memory, thread_cpu_time},
     process::Process,
     Context,
 };
@@ -69,6 +70,31 @@ impl Watcher {
             Watcher::DnsloopXdp => &DNSLOOP_XDP_PROGRAMS,
             Watcher::Nothing | Watcher::Tcpdump | Watcher::TcpdumpPrinting => &[],
         }
+    }
+}
+
+/// The CPU time a watcher's processes have used.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuTime {
+    /// Every thread's, together.
+    pub total: Duration,
+    /// The part of it the recorder's bundle writer used (`recorder::WRITER_THREAD`): a cost
+    /// paid per bundle, that is per finding kind per `--record-interval`, not per packet.
+    pub bundle_writer: Duration,
+}
+
+impl CpuTime {
+    /// What was used since `before`.
+    pub fn since(self, before: Self) -> Self {
+        Self {
+            total: self.total.saturating_sub(before.total),
+            bundle_writer: self.bundle_writer.saturating_sub(before.bundle_writer),
+        }
+    }
+
+    /// Every thread's but the bundle writer's.
+    pub fn without_bundle_writer(self) -> Duration {
+        self.total.saturating_sub(self.bundle_writer)
     }
 }
 
@@ -163,15 +189,17 @@ impl Running {
     }
 
     /// The CPU time its processes have used so far, together; `None` when it is no process.
-    pub fn cpu_time(&self) -> Result<Option<Duration>> {
-        match self {
-            Running::Processes(processes) => processes
-                .iter()
-                .map(|process| cpu_time(process.child.id()))
-                .sum::<Result<Duration>>()
-                .map(Some),
-            _ => Ok(None),
+    pub fn cpu_time(&self) -> Result<Option<CpuTime>> {
+        let Running::Processes(processes) = self else {
+            return Ok(None);
+        };
+        let mut used = CpuTime::default();
+        for process in processes {
+            let pid = process.child.id();
+            used.total += cpu_time(pid)?;
+            used.bundle_writer += thread_cpu_time(pid, WRITER_THREAD)?;
         }
+        Ok(Some(used))
     }
 
     /// The memory its processes have resident now (VmRSS) and have had at most (VmHWM), each
