@@ -15,8 +15,9 @@
 //! is kept.
 //!
 //! A finding that comes while a bundle is recording joins it rather than starting another.
-//! Writing happens on a thread of its own: the trace goes on meanwhile. Times are the packets'
-//! own, so that what is recorded does not depend on how fast it was read.
+//! Writing happens on a thread of its own, at a lower CPU priority than the trace's (the node's
+//! DNS servers come first): the trace goes on meanwhile. Times are the packets' own, so that
+//! what is recorded does not depend on how fast it was read.
 mod disk;
 mod ring;
 
@@ -440,6 +441,7 @@ fn write_bundles(
     closed: &mpsc::Receiver<Closed>,
     events: &mpsc::Sender<RecorderEvent>,
 ) {
+    yield_to_the_node();
     for bundle in closed {
         let path = bundle.path.clone();
         let event = match write_bundle(config, bundle) {
@@ -461,6 +463,29 @@ fn write_bundles(
                 let _ = events.send(RecorderEvent::RemoveFailed(config.dir.clone(), error));
             }
         }
+    }
+}
+
+/// How much lower than the trace's the writer's CPU priority is (its `nice` value, raised).
+/// A bundle is written in the seconds after a finding, tenths of a second of CPU at once, when
+/// the node's DNS servers may be short of CPU already: it can wait for them. Not as low as it
+/// goes (19): at the end of a run, the trace waits for the bundle being written.
+const WRITER_NICENESS: i32 = 10;
+
+/// Lowers the calling thread's CPU priority by `WRITER_NICENESS`: Linux keeps a nice value per
+/// thread, so the trace's own thread keeps its priority.
+fn yield_to_the_node() {
+    // -1 is also a valid new nice value: errno tells a failure.
+    // SAFETY: errno is this thread's; nice only changes this thread's priority.
+    let failed = unsafe {
+        *libc::__errno_location() = 0;
+        libc::nice(WRITER_NICENESS) == -1 && *libc::__errno_location() != 0
+    };
+    if failed {
+        tracing::debug!(
+            "lowering the CPU priority of the thread writing bundles: {}",
+            io::Error::last_os_error()
+        );
     }
 }
 

@@ -246,3 +246,44 @@ fn recording_costs() {
     );
     assert!(notice.path.join(bundle::JSON_REPORT).is_file());
 }
+
+/// The nice values of this process's threads named `name`.
+fn nice_values_of_threads(name: &str) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let (head, rest) = stat.rsplit_once(')')?;
+            let comm = head.split_once('(')?.1;
+            // The nice value is field 19 of the line: the 17th after the name.
+            let nice = rest.split_whitespace().nth(16)?.parse().ok()?;
+            (comm == name).then_some(nice)
+        })
+        .collect()
+}
+
+#[test]
+fn bundles_are_written_at_a_lower_cpu_priority_than_the_trace() {
+    let (dir, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // SAFETY: reads this thread's nice value.
+    let own = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    let lowered = (own + WRITER_NICENESS).min(19);
+    let recorder = Recorder::start(config(dir.path(), root.path())).unwrap();
+    // The writer lowers its priority as it starts: wait for it, 10 s at most.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut writers = nice_values_of_threads(WRITER_THREAD);
+    while (writers.is_empty() || writers.iter().any(|nice| *nice < lowered))
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
+        writers = nice_values_of_threads(WRITER_THREAD);
+    }
+    recorder.finish();
+    assert!(
+        !writers.is_empty() && writers.iter().all(|nice| *nice >= lowered),
+        "nice {own} here, writers at {writers:?}"
+    );
+}
