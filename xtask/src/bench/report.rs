@@ -170,7 +170,7 @@ missed. Read the table as ratios, not absolute figures: the machine (an AMD EPYC
 2 cores) moves by 10-20 % between runs, as the floor and the single-packet rows show. The
 table's first note gives the fixed load and what the lab answered with no program when the run
 began: a load the lab cannot carry makes losses of its own, which dnsloop rightly reports as
-timeouts. The figures in the bullets below are this run's (the sixth of 2026-11-29) where a
+timeouts. The figures in the bullets below are this run's (the seventh of 2026-11-29) where a
 bullet says so, an earlier run's where it names it, and the 2026-11-28 run's otherwise; the list
 above is always this run's.
 
@@ -298,14 +298,14 @@ and the findings that follow make it write bundles. The run before it measured i
 per 100k queries against `tcpdump -w`'s 0.184 s, 0.68x (1 run of 4 without a finding), and the
 first run of the day 0.127 s against 0.173 s, 0.74x (1 of 3). `analyze` read 493k packets/s in
 that run, 560k and 517k in the two before it on the same code: issue 33's 500k is inside this
-machine's noise (534k in this run).
+machine's noise (534k in the sixth run, 514k in this one).
 
-**2026-11-29, sixth run (this table).** Every target is measured in it. The DaemonSet's
+**2026-11-29, sixth run.** Every target is measured in it. The DaemonSet's
 userspace CPU is read per thread in every run: the recorder's bundle writer is a thread named
 `dnsloop-bundles`, its CPU a row of its own, and the target is judged on the rest of the
 process, whatever fired; the whole-process rows stay beside it (the run without a finding, and
 the runs with one). Why a run with a finding costs the trace's own thread more than one
-without (in this run 0.203 and 0.220 s per 100k queries against 0.123 s): the lab's sockets
+without (in that run 0.203 and 0.220 s per 100k queries against 0.123 s): the lab's sockets
 dropped 1,836 and 2,948 datagrams in those runs, and dnsloop decoded each drop, reported the
 timeouts behind them, and named the place of the first drop in the kernel, a pass over
 /proc/kallsyms that costs about 50 ms of the kernel's own time (`cat /proc/kallsyms` takes 52
@@ -330,36 +330,46 @@ met before and +85 for the reply. A query through the node cache is two new quer
 question met before and two replies reaching their clients: about 1.7 µs before any table and
 1.4 µs in them, 3.1 µs on single packets against 4.9 µs at the fixed load.
 
-- **Held: idle RSS, in this run 15.5 MiB for `trace` and 19.8 MiB as the DaemonSet runs it
+**2026-11-29, seventh run (this table).** The recorder writes bundles at a lower CPU priority:
+its writer thread raises its nice value by 10 as it starts (Linux keeps one per thread), so
+that the tenths of a second of CPU a bundle takes (0.28 and 0.30 s in the sixth run) go to
+the node's DNS servers first, in the seconds after a finding when they may be short of CPU.
+Not measurable here beyond the noise: the lab's sockets dropped 0, 257 and 2,000 datagrams in
+the DaemonSet's 3 runs (1,836 median in the sixth run), 0 to 901 under `tcpdump -w`. This run's
+machine was slower than the sixth's (the lab answered 20.7k queries/s at saturation with no
+program, 26.0k then, so the fixed load is 10,000 queries/s, 13,000 then), and its single-packet
+rows are 3 to 6 % above the sixth run's.
+
+- **Held: idle RSS, in this run 15.4 MiB for `trace` and 19.4 MiB as the DaemonSet runs it
   (target <= 24 MiB; the packet ring is mapped into the process, 2 MiB by default and 4 MiB
-  with `--record`), and now after drops too (the sixth run's paragraph: 31.1 MB before this
-  run once a drop had been seen, 16.2 MB now).** The tracer gives the loader's freed heap back to the system with glibc's
+  with `--record`), and now after drops too (the sixth run's paragraph: 31.1 MB before it once
+  a drop had been seen, 16.2 MB since).** The tracer gives the loader's freed heap back to the system with glibc's
   `malloc_trim(0)` once the programs are loaded. Most of what stays is RssFile: the binary's text
   and the two BPF objects embedded in it. The peak by then (VmHWM 34.9 and 35.4 MiB) is the
   loading's: aya parses the kernel's whole BTF in `EbpfLoader::new`, and `EbpfLoader::btf(None)`
   does not avoid it, though the objects have no CO-RE relocations; aya parses it once more to
   attach the drop program as a BTF-typed tracepoint, and that copy is freed at once, so VmRSS at
-  rest did not move with it. The peak by then in this run: 30.8 and 35.6 MiB. Next lever for the peak (it has no target): one parse of the kernel's
+  rest did not move with it. The peak by then in this run: 30.8 and 35.2 MiB. Next lever for the peak (it has no target): one parse of the kernel's
   BTF for both, or none where the objects need none, a change to aya upstream.
 - **Held: 0 lost events in default mode, and loops reported within 1 s.** 0 lost at the fixed
-  load (52k DNS packets/s in this run), at saturation on every topology (79k, 246k and 274k DNS
+  load (40k DNS packets/s in this run), at saturation on every topology (82k, 236k and 252k DNS
   packets/s: all this machine's lab makes), in both loop storms and in the soak, with the ring
   at 2 MiB in default mode. All 20 CoreDNS probes of the loop storm were reported as loops,
-  within 388 ms of their first packet in this run; in the cluster loop storm the first loop
-  report came 130 ms after the client's first query (median). Also held: default-mode userspace
-  CPU, in this run 0.36x `tcpdump -w`'s (0.062 s against 0.169 s per 100k queries; 0.054 to
-  0.086 s over the 3 runs, the higher ones where the lab lost queries and dnsloop reported them;
+  within 389 ms of their first packet in this run; in the cluster loop storm the first loop
+  report came 138 ms after the client's first query (median). Also held: default-mode userspace
+  CPU, in this run 0.06x `tcpdump -w`'s (0.010 s against 0.170 s per 100k queries; 0.010 to
+  0.080 s over the 3 runs, the higher ones where the lab lost queries and dnsloop reported them;
   by hand on this machine, 0.01 to 0.02 s in runs where it lost none, for this build and the
   third run's alike). The kernel
   cost on packets that are not DNS (issue 8's target <= 3x), nearly all of a node's: 2.0x the
-  empty classifier in the flood (100 ns against 50.7), and at the fixed load 2.8x in this run
-  (250 ns against 90.2, the two spreading 238 to 306 and 78.5 to 94.9 ns; 1.9x in the third
-  run): `--compare` on the fourth run's machine put its build within 1 % of the third run's
+  empty classifier in the flood (99.0 ns against 50.2), and at the fixed load 3.1x in this run
+  (268 ns against 86.5, the two spreading 250 to 279 and 82.6 to 86.9 ns; 2.8x in the sixth
+  run, 1.9x in the third): `--compare` on the fourth run's machine put its build within 1 % of the third run's
   there.
-- **Held: the drop program, in this run 131 ns per dropped datagram that is not DNS (130 to 138
-  ns in 3 runs; target <= 150 ns),** against 100 ns per run for dnsloop's classifiers on the
+- **Held: the drop program, in this run 129 ns per dropped datagram that is not DNS (128 to 133
+  ns in 3 runs; target <= 150 ns),** against 99 ns per run for dnsloop's classifiers on the
   same packets and 53 ns for an empty program on the same tracepoint (the floor row), so its own
-  work is about 80 ns. It is a BTF-typed tracepoint (`tp_btf`) on `kfree_skb`: it reads the freed buffer's
+  work is about 76 ns. It is a BTF-typed tracepoint (`tp_btf`) on `kfree_skb`: it reads the freed buffer's
   protocol, network header, tail and head by plain loads, at offsets userspace patches in as
   read-only constants, verified against the kernel's BTF (the verifiers of Linux 5.10, 6.1, 6.12
   and 6.18 accept it, checked with `cargo xtask kernels`); only the packet's bytes still take a
@@ -370,18 +380,19 @@ question met before and two replies reaching their clients: about 1.7 µs before
   saves no read, as the packet is one read either way. The cost is the peak memory at start,
   above: aya parses the kernel's BTF once more to attach it.
 - **Missed in this run: the DaemonSet's userspace CPU (`trace --record --metrics-addr`), its
-  bundle writer left out, 1.20x `tcpdump -w`'s (0.203 s against 0.169 s per 100k queries; 0.123
-  to 0.220 s over 3 runs).** The run in which the lab's sockets dropped nothing had no finding
-  and took 0.123 s, 0.73x; the two in which they dropped 1,836 and 2,948 datagrams took 0.203
-  and 0.220 s, each drop decoded and reported with the timeouts behind it, and the drops' place
-  named once from kallsyms (the sixth run's paragraph): the trace's cost per query is under
-  `tcpdump -w`'s, and what the lab's own losses add is a cost per event. Their bundle writer used
-  0.280 and 0.300 s a run besides (whole process 0.439 s per 100k). Earlier runs, judged on runs
-  without a finding: 0.68x and 0.74x today, 0.66x in the third run. Next lever: the writer at the
-  lowest CPU priority (`nice` 19), so that writing a bundle, 0.3 s of CPU at once, never takes a
-  CPU from the node's DNS servers in the seconds after a finding, when they are short of it
-  already; the lab drops the most under the DaemonSet's runs (median 1,836 against 182 under
-  `tcpdump -w`), where the bundles are written.
+  bundle writer left out, 1.24x `tcpdump -w`'s (0.211 s against 0.170 s per 100k queries; 0.140
+  to 0.286 s over 3 runs; 1.20x in the sixth run).** The run without a finding took 0.140 s,
+  0.82x (0.123 s, 0.73x, in the sixth run); the two with one took 0.211 and 0.286 s, the lab's
+  sockets dropping datagrams, each drop decoded and reported with the timeouts behind it, and
+  the drops' place named once from kallsyms (the sixth run's paragraph): the trace's cost per
+  query is under `tcpdump -w`'s, and what the lab's own losses add is a cost per event. Their
+  bundle writer used 0.320 s a run (0.460 at most) besides, now at a lower priority (the seventh
+  run's paragraph; whole process 0.643 s per 100k). Earlier runs, judged on runs without a
+  finding: 0.68x and 0.74x on 2026-11-29, 0.66x in the third run. Next lever: the drops counted
+  by reason and place in the kernel, each place streamed once per interval with its first
+  packets, where every drop is now a ring record the trace decodes (also what would stop the
+  drop ring losing records in a burst: 3,025 of 200,000 by hand, the fifth run's paragraph);
+  and the place named from kallsyms off the trace's own thread.
   Its kernel time per query is missed, below. With `--record` the kernel streams every DNS packet
   default mode would not, marked `StreamReason::Recorded`: the flight recorder keeps it by time,
   the analysis skips it, and the kernel's table of unanswered queries stays on, so the findings
@@ -396,24 +407,24 @@ question met before and two replies reaching their clients: about 1.7 µs before
   day on a lab as fast as this run's, 1.2x and 0 lost events in each of 3 runs; after the second,
   0.94x (within the noise of the run before: the gain is the ring's room for a consumer that falls
   behind).
-- **Missed: kernel time per query at the fixed load, in this run 4.9 µs for `trace` and 6.5 µs
-  as the DaemonSet runs it (target <= 1.5 µs; 3.6 and 4.7 µs in the third run, on a faster
-  machine), and per run, 18.7x the empty classifier (target <= 4x; 13.6x in the third run).**
-  A query makes 4 program runs at 1220 ns each, against the empty classifier's 65.3 ns. At
-  saturation it is 4.3 µs a query on the bridged node, 3.1 µs routed and 6.4 µs across two nodes
-  (12 runs there). Each of the 4 runs parses a message of its own (the fourth run's paragraph
+- **Missed: kernel time per query at the fixed load, in this run 5.5 µs for `trace` and 7.1 µs
+  as the DaemonSet runs it (target <= 1.5 µs; 4.9 and 6.5 µs in the sixth run, 3.6 and 4.7 µs in
+  the third, on a faster machine), and per run, 20.6x the empty classifier (target <= 4x; 18.7x
+  in the sixth run, 13.6x in the third).** A query makes 4 program runs at 1374 ns each, against
+  the empty classifier's 66.6 ns. At saturation it is 4.2 µs a query on the bridged node, 3.3 µs
+  routed and 6.8 µs across two nodes (12 runs there). Each of the 4 runs parses a message of its own (the fourth run's paragraph
   above). Every run does the work that makes dnsloop what it is: the client's query and
   the node cache's forward each go into the query table (to time and check their replies where
   they reach their clients, and to report those never answered) and into the question table (to
   see one come back into a namespace that forwarded it), with a look into the forwarder table;
   each reply takes its query out again and counts its server's answer. On a single packet
-  (`BPF_PROG_TEST_RUN`, the table's last rows, this run) a packet that is not DNS costs 129 ns, a
-  reply to no query in flight 457 ns and a query met before 568 ns; at one run per call (a
-  call's own share is about 80 ns: 209 against 129 ns for a packet that is not DNS), a new query
-  costs 1348 ns, a new query for a question met before 848 ns and the reply reaching its client
-  796 ns. 1.5 µs a query leaves 375 ns a run: the empty
-  classifier's floor takes 65 of them and a hash-map lookup about 60 more (the classifier making
-  one takes 126 ns, the table's second row), and a run makes four or five lookups, which leaves
+  (`BPF_PROG_TEST_RUN`, the table's last rows, this run) a packet that is not DNS costs 123 ns, a
+  reply to no query in flight 447 ns and a query met before 546 ns; at one run per call (a
+  call's own share is about 72 ns: 195 against 123 ns for a packet that is not DNS), a new query
+  costs 1418 ns, a new query for a question met before 895 ns and the reply reaching its client
+  840 ns. 1.5 µs a query leaves 375 ns a run: the empty
+  classifier's floor takes 67 of them and a hash-map lookup about 66 more (the classifier making
+  one takes 133 ns, the table's second row), and a run makes four or five lookups, which leaves
   little or nothing for reading and parsing the message. Measured by ablation (the sixth run's
   paragraph), a DNS packet costs about 300 ns more than one that is not DNS before any table is
   touched (classifying it as DNS 30, the scratch and framing 85, the copy 45, the parse 145): on
@@ -435,29 +446,30 @@ question met before and two replies reaching their clients: about 1.7 µs before
   and touches one table, such as a question hashed from its wire bytes a word at a time with
   case folded by mask, where the name is now walked label by label (145 ns with the memo), and
   the reply's server statistics counted in userspace from the query entries it already reads,
-  where each reply now counts them in a shared entry. As the DaemonSet runs it, a run takes 1624
-  ns, 404 ns more than default mode's (298 ns in the third run), to stream every DNS packet to
-  the recorder. The
+  where each reply now counts them in a shared entry. As the DaemonSet runs it, a run takes 1770
+  ns, 396 ns more than default mode's (404 ns in the sixth run, 298 ns in the third), to stream
+  every DNS packet to the recorder. The
   lever left there is the issue's flight recorder in the kernel, a per-CPU ring overwritten in
   place and copied out only when a finding fires; its price is memory: the recorder keeps 30 s
   before a finding in 64 MiB by default, which held in the kernel would be preallocated map
   memory eight times the 8 MiB target, so a kernel ring holds seconds at most, and the rest
   still has to be streamed.
-- **Missed: saturation on all three topologies, in this run 89.2 % of no program's queries/s on
-  the bridged node, 85.3 % routed and 80.2 % across two nodes (target >= 95 %), against
-  `tcpdump -w`'s 92.6, 89.2 and 80.0 % in the same rounds (the fifth run held the bridged node,
+- **Missed: saturation on all three topologies, in this run 92.5 % of no program's queries/s on
+  the bridged node, 86.0 % routed and 79.3 % across two nodes (target >= 95 %), against
+  `tcpdump -w`'s 93.3, 92.7 and 84.7 % in the same rounds (the sixth run: 89.2, 85.3 and 80.2 %
+  against 92.6, 89.2 and 80.0 %; the fifth run held the bridged node,
   102 % against 97.7 %, where the two runs before it measured 90.7 and 89.8 %; the fourth run:
   90.4, 89.2 and 80.8 % against 84.5, 87.7 and 78.7 %).** Medians of each round's ratio over 7
   rounds, the configurations alternating. The
-  empty classifier keeps 100, 96.5 and 90.9 %, and dnsloop's own rounds spread from 76.2 to
-  104 % on the bridged node: single rounds do not tell the configurations apart, and on the
+  empty classifier keeps 97.0, 106 and 96.3 %, and dnsloop's own rounds spread from 80.6 to
+  107 % on the bridged node: single rounds do not tell the configurations apart, and on the
   bridged node not even the medians of one run do. dnsloop's userspace takes under 1 µs of CPU a
-  query (0.086 s per 100k at the fixed load, at most): the loss is the programs'. The lab spends
-  about 96 µs of CPU a query on the bridged node (2 cores at 20.8k queries/s with no program), so
-  95 % leaves about 4.8 µs a query for everything the programs cost, their own time and the
-  caches they take from the packets' own path; their own time alone is 4.3 µs. Routed, 2 cores
-  at 72.9k queries/s leave 1.4 µs against 3.1 µs; across two nodes, 2 cores at 43.1k leave 2.3
-  µs against 6.4 µs. `tcpdump -w`'s kernel side copies each packet
+  query (0.080 s per 100k at the fixed load, at most): the loss is the programs'. The lab spends
+  about 90 µs of CPU a query on the bridged node (2 cores at 22.2k queries/s with no program), so
+  95 % leaves about 4.5 µs a query for everything the programs cost, their own time and the
+  caches they take from the packets' own path; their own time alone is 4.2 µs. Routed, 2 cores
+  at 67.8k queries/s leave 1.5 µs against 3.3 µs; across two nodes, 2 cores at 40.7k leave 2.5
+  µs against 6.8 µs. `tcpdump -w`'s kernel side copies each packet
   into a ring once and keeps no state. The lever is the kernel time per query, above.
 - **Held: kernel map memory, in this run 7.3 MiB with default options (target <= 8 MiB; 28.3 in
   the third run), 9.4 MiB as the DaemonSet runs it (its ring is 4 MiB).** The question table
@@ -478,7 +490,7 @@ question met before and two replies reaching their clients: about 1.7 µs before
   table refuses new ones and counts them (`dnsloop_untracked_queries_total`). Next lever, for
   nodes with many CPUs: smaller question entries (384 bytes, 256 of them four cold sightings of
   64 bytes).
-- **Held: peak RSS in the cluster loop storm, in this run 49.4 MiB at most (VmHWM; 49.3 median;
+- **Held: peak RSS in the cluster loop storm, in this run 49.2 MiB at most (VmHWM; 49.1 median;
   54.2 in the third 2026-11-29 run, 71.7 in the second, 93.2 on 2026-11-28; target <= 64 MiB).**
   The fourth run's 5.6 MiB less is the packet ring, mapped into the process and now 2 MiB. The memory is what
   the engine keeps per query: each forward of the loop is a new query, followed for the forward
@@ -495,25 +507,25 @@ question met before and two replies reaching their clients: about 1.7 µs before
   flight's hops, a vector of its own, 7 MB. Next lever, should the storms grow: a flight's first
   hops in its entry, and one shared copy of a question for the flight and the waiting query that
   both hold it. The tables grow with use (issue lever 9): at the soak's 1000 queries/s the tracer
-  holds 16.3 to 18.1 MiB in this run (29.7 to 32.0 in the fifth, before drops stopped keeping
+  holds 16.2 to 18.0 MiB in this run (29.7 to 32.0 in the fifth, before drops stopped keeping
   the kernel's symbol table).
 
-- **`--packets`: 7.24x `tcpdump -w`'s CPU** (in this run 1.2 s against 0.169 s per 100k
+- **`--packets`: 6.59x `tcpdump -w`'s CPU** (in this run 1.1 s against 0.170 s per 100k
   queries; issue 8's target <= 2x; issue 32 sets none). It decodes every DNS packet, analyses it and prints a
   JSON line for it, where `tcpdump -w` copies bytes to a file. tcpdump itself, doing that job
   (decoding each packet with its DNS printer and printing a line of text, `-n` so no name
-  lookups), costs 34.2x its `-w` (5.8 s per 100k queries, the table's row), about five times
+  lookups), costs 44.2x its `-w` (7.5 s per 100k queries, the table's row), about seven times
   what `--packets` costs: 2x the cost of copying bytes is no budget for decoding and printing
   them. It is a diagnostic mode for one interface or a quiet node (`capture` writes pcapng
-  instead): at the fixed load (52k DNS packets/s) it lost no event in 3 runs, and where it falls
+  instead): at the fixed load (40k DNS packets/s) it lost no event in 3 runs, and where it falls
   behind its losses are counted in `dnsloop_lost_events_total` and the summary, never hidden.
 - **Each crossing is watched once** (issue 20): a bridge's own interface is not watched, its
   ports say when a frame went to or came from the bridge (see docs/architecture.md, "Where it
   watches"). A query through the node cache to a CoreDNS pod and back takes 4 program runs on
   the bridged node (the empty classifier, attached everywhere, runs 8 times), 4 on the routed
   node, and 12 across two nodes (16 for the classifier). The runs left out were the cheap ones,
-  a packet's second sighting (a query met before costs 568 ns on a single packet, a new query
-  1348 ns at one run per call): the runs left are the heavy ones, hence the time per run above.
+  a packet's second sighting (a query met before costs 546 ns on a single packet, a new query
+  1418 ns at one run per call): the runs left are the heavy ones, hence the time per run above.
 - **Attach time holds with `--expedite-attach` (335 ms for 100 veths here), not without (2.8 s)**
   (issue 8's target <= 2 s): the programs load and verify in well under a second; the rest is the
   kernel creating 200 TCX links, each waiting out an RCU grace period under RTNL, one lock for
@@ -531,15 +543,15 @@ question met before and two replies reaching their clients: about 1.7 µs before
   a new ID and merge nothing, so each looping question is thousands of new queries a second,
   crossing the VXLAN overlay every round. A client on node 1 asks its cache four external
   names and the tracer runs on node 0. The storm ends by itself once a dnsdist has spent its
-  budget (20,000 forwards, then 50 a second); its length (1.4 s here) runs from the first query
-  to the last one the servers logged, and the DNS packets/s (43.4k) are the programs' count over
+  budget (20,000 forwards, then 50 a second); its length (1.5 s here) runs from the first query
+  to the last one the servers logged, and the DNS packets/s (40.8k) are the programs' count over
   it. Findings per report interval (`--report-interval`, 10 s; the whole run fits in one) is
   what the operator reads: it must stay a few dozen however many packets the storm makes (16
   here). Lost events must be in every run's summary (counted, zero or not; 0 in each of 3). The
-  first loop report's time runs from the client's first query (130 ms); each name loops both
+  first loop report's time runs from the client's first query (138 ms); each name loops both
   within node 0 (its cache, the ClusterIP, its own CoreDNS pod) and through node 1, so the note
   says how often the first report already was of a loop through other nodes (`off_node`; 0 of 3
-  here), and a row when the first such report came (130 ms). Its peak memory is the storm
+  here), and a row when the first such report came (138 ms). Its peak memory is the storm
   target above, held.
 
 - **The soak** (the rows ending in "soak", and their note; issue 29) runs ten minutes of
@@ -552,9 +564,9 @@ question met before and two replies reaching their clients: about 1.7 µs before
   process on node 0 asks the node's own resolver at 127.0.0.1, down, 5 times a second. Targets:
   0 loop findings, every dead server named in a timeout, memory and tables flat. **Held:** 994
   queries/s answered on each node in this run; 0 loops and 0 possible loops on either node, all 6 dead
-  servers named, 0 lost events, 0 table evictions; the kernel's query table between 71 and 72
-  entries on node 0 and 24 and 51 on node 1, its question table at its bound (4,096 on 2 CPUs)
-  of the 20,000 names asked; resident memory 17.0 to 18.1 MiB on node 0 and 16.3 to 17.5 MiB on
+  servers named, 0 lost events, 0 table evictions; the kernel's query table between 71 and 107
+  entries on node 0 and 36 and 40 on node 1, its question table at its bound (4,096 on 2 CPUs)
+  of the 20,000 names asked; resident memory 16.8 to 18.0 MiB on node 0 and 16.2 to 17.4 MiB on
   node 1 (30.5 to 32.0 and 29.7 in the fifth run, before drops stopped keeping the kernel's
   symbol table). **Readable now:** node 0 printed 1,525 timeout findings in the ten minutes
   (node 1 1,098), 2.5 a second, where the first run of the day, before a server's timeouts were
