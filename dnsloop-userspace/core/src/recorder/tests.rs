@@ -254,14 +254,13 @@ fn nice_values_of_threads(name: &str) -> Vec<i32> {
     };
     tasks
         .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
-        .filter_map(|stat| {
-            let (head, rest) = stat.rsplit_once(')')?;
-            let comm = head.split_once('(')?.1;
-            // The nice value is field 19 of the line: the 17th after the name.
-            let nice = rest.split_whitespace().nth(16)?.parse().ok()?;
-            (comm == name).then_some(nice)
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|comm| comm.trim_end() == name)
         })
+        .filter_map(|task| task.file_name().to_str()?.parse::<libc::id_t>().ok())
+        // SAFETY: reads thread `tid`'s nice value (Linux keeps one per thread).
+        .map(|tid| unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) })
         .collect()
 }
 
